@@ -1,0 +1,1 @@
+//! Testbed support for Continuum's end-to-end tests.
