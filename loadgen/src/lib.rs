@@ -1,1 +1,84 @@
-//! loadgen
+//! Continuum's MQTT workload engine.
+//!
+//! `loadgen` runs one workload against any MQTT broker and records figures that mean what
+//! their names say: end-to-end latency from a binary nanosecond stamp (open loop: from the
+//! *intended* send time, with the send delay kept apart), aggregate publish and receive rates
+//! over the steady-state window beside the per-client distribution, and per-(publisher, seq)
+//! accounting of received, lost, duplicated and reordered messages judged against the QoS.
+//! Results of several instances merge exactly, which is how agents combine.
+//!
+//! # Layout
+//! - [`spec`]: the workload (serde, validated with TOML paths); [`size`]: byte sizes.
+//! - [`engine`]: the phases of a run; [`publisher`] and [`subscriber`]: one task per
+//!   connection; [`pacer`]: the open-loop schedule; [`session`]: connecting.
+//! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS;
+//!   [`header`]: the measurement header; [`clock`]: the run clock.
+//! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
+//!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it.
+//! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command.
+
+pub mod accounting;
+pub mod cli;
+pub mod clock;
+pub mod codec;
+pub mod engine;
+pub mod header;
+mod live;
+pub mod output;
+mod pacer;
+mod publisher;
+pub mod result;
+pub mod series;
+mod session;
+pub mod size;
+pub mod spec;
+mod subscriber;
+pub mod summary;
+pub mod transport;
+
+pub use engine::{Phase, Role, Status, run};
+pub use live::Progress;
+pub use result::RunResult;
+pub use session::ConnectFailure;
+pub use spec::WorkloadSpec;
+pub use summary::Summary;
+
+/// Why a run could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    /// The spec file is not valid TOML or has unknown fields.
+    #[error("spec: {0}")]
+    SpecSyntax(String),
+    /// A spec field has a bad value.
+    #[error("spec: {0}")]
+    Spec(#[from] spec::SpecError),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] transport::TlsSetupError),
+    /// The preflight connection failed: the broker is down, refuses, or is not MQTT.
+    #[error("broker {address} unreachable: {failure}")]
+    BrokerUnreachable {
+        /// `host:port`.
+        address: String,
+        /// What went wrong.
+        failure: ConnectFailure,
+    },
+    /// One of the run's connections failed; the run is aborted rather than measured short.
+    #[error("{role} {client} could not connect to {address}: {failure}")]
+    Connect {
+        /// Publisher or subscriber.
+        role: Role,
+        /// Its global index.
+        client: u32,
+        /// `host:port`.
+        address: String,
+        /// What went wrong.
+        failure: ConnectFailure,
+    },
+    /// The run was cancelled before the load started.
+    #[error("cancelled before the load started")]
+    Cancelled,
+    /// A bug or resource exhaustion inside loadgen.
+    #[error("internal: {0}")]
+    Internal(String),
+}

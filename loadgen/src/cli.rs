@@ -1,0 +1,554 @@
+//! The `loadgen` command: presets for the study's three tests, `run SPEC.toml`, and `merge`.
+//!
+//! Every preset parameter can be overridden by the same flags, so a preset is only a starting
+//! point: `loadgen latency --qos 0 --interval 100ms` is still an open-loop latency run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Phase, Status};
+use crate::result::RunResult;
+use crate::size::ByteSize;
+use crate::spec::{
+    BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology, WorkloadSpec,
+};
+use crate::summary::Summary;
+use crate::{LoadgenError, output};
+
+/// Command-line arguments of `loadgen`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "MQTT load generator with true latency and throughput accounting"
+)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Where the figures go.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The study's latency test: 100 publishers, 1 subscriber, 10 B, QoS 1, one message every
+    /// 250 ms per publisher (open loop), 20 messages each, the first 2 as warm-up.
+    Latency(WorkloadArgs),
+    /// The study's latency-vs-payload test: as `latency`, with `--size 1KB|10KB|1MB`.
+    Payload(WorkloadArgs),
+    /// The study's throughput test: N publishers and N subscribers in pairs, QoS 0, 10 B,
+    /// M messages per publisher as fast as the broker takes them.
+    Throughput(WorkloadArgs),
+    /// Runs a workload from a TOML spec file; flags override its fields.
+    Run {
+        /// The spec file.
+        spec: PathBuf,
+        /// Overrides.
+        #[command(flatten)]
+        overrides: WorkloadArgs,
+    },
+    /// Merges raw results (`--result` files) of one run's instances and prints the figures.
+    Merge {
+        /// Result files written with `--result`.
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+    },
+}
+
+/// Output options.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Print the summary as JSON on stdout (every figure, units in field names).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Append one row per run to this CSV file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write HdrHistogram percentile files (.hgrm) and the raw result into this folder.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub hgrm: Option<PathBuf>,
+    /// Save the raw, mergeable result (JSON) to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub result: Option<PathBuf>,
+    /// No progress bar, even on a terminal.
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+}
+
+/// Workload flags; each overrides the preset's or the spec file's value.
+#[derive(Debug, Args, Default, Clone)]
+pub struct WorkloadArgs {
+    /// Broker address.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_address)]
+    pub broker: Option<(String, u16)>,
+    /// MQTT version: 3.1.1 or 5.
+    #[arg(long, value_parser = parse_protocol)]
+    pub protocol: Option<MqttVersion>,
+    /// QoS 0, 1 or 2.
+    #[arg(long, value_parser = parse_qos)]
+    pub qos: Option<Qos>,
+    /// Publishers and subscribers both (the throughput test's N).
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// Publisher connections.
+    #[arg(long)]
+    pub publishers: Option<u32>,
+    /// Subscriber connections.
+    #[arg(long)]
+    pub subscribers: Option<u32>,
+    /// Topic layout: shared, pairs or fan-out.
+    #[arg(long, value_parser = parse_topology)]
+    pub topology: Option<Topology>,
+    /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
+    #[arg(long, visible_alias = "size")]
+    pub payload: Option<ByteSize>,
+    /// Messages per publisher, warm-up included.
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Warm-up messages per publisher, excluded from the figures.
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Open loop: one message per publisher every INTERVAL (e.g. 250ms).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "burst")]
+    pub interval: Option<Duration>,
+    /// Burst: as fast as the broker takes them.
+    #[arg(long)]
+    pub burst: bool,
+    /// QoS 1/2 messages a publisher may have unacknowledged.
+    #[arg(long)]
+    pub inflight: Option<u16>,
+    /// New connections per second while connecting.
+    #[arg(long, value_name = "PER_SECOND")]
+    pub ramp_up: Option<u32>,
+    /// MQTT keep-alive (e.g. 60s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub keep_alive: Option<Duration>,
+    /// Deadline for one connection to be set up.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Deadline for in-flight messages after the last publish.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub drain_timeout: Option<Duration>,
+    /// Stop draining after this long without a delivery.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub drain_idle: Option<Duration>,
+    /// Client id prefix.
+    #[arg(long)]
+    pub client_id_prefix: Option<String>,
+    /// First topic level.
+    #[arg(long)]
+    pub topic_prefix: Option<String>,
+    /// Username for CONNECT.
+    #[arg(long)]
+    pub username: Option<String>,
+    /// Password for CONNECT.
+    #[arg(long)]
+    pub password: Option<String>,
+    /// Connect with TLS, trusting this CA certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Keep sessions (clean session off).
+    #[arg(long)]
+    pub persistent_session: bool,
+    /// Each subscriber reads at most this many messages per second (a slow consumer).
+    #[arg(long, value_name = "PER_SECOND")]
+    pub subscriber_rate_limit: Option<u32>,
+}
+
+fn parse_address(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?} is not HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{port:?} is not a port number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{text:?} has no host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+fn parse_protocol(text: &str) -> Result<MqttVersion, String> {
+    match text {
+        "3.1.1" | "311" | "4" => Ok(MqttVersion::V311),
+        "5" | "5.0" => Ok(MqttVersion::V5),
+        other => Err(format!("{other:?} is not an MQTT version (3.1.1 or 5)")),
+    }
+}
+
+fn parse_qos(text: &str) -> Result<Qos, String> {
+    let level: u8 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a QoS (0, 1 or 2)"))?;
+    Qos::try_from(level)
+}
+
+fn parse_topology(text: &str) -> Result<Topology, String> {
+    match text {
+        "shared" => Ok(Topology::Shared),
+        "pairs" => Ok(Topology::Pairs),
+        "fan-out" | "fanout" => Ok(Topology::FanOut),
+        other => Err(format!(
+            "{other:?} is not a topology (shared, pairs, fan-out)"
+        )),
+    }
+}
+
+/// The study's latency test (Table III): 100 publishers -> 1 subscriber, QoS 1, 10 B, every
+/// 250 ms. The study sent 1 message per publisher; 20 (2 warm-up) give percentiles worth
+/// reading, and `--messages 1 --warmup 0` reproduces the study exactly.
+pub fn latency_preset() -> WorkloadSpec {
+    WorkloadSpec {
+        broker: BrokerTarget {
+            host: "127.0.0.1".to_string(),
+            port: 1883,
+            protocol: MqttVersion::V311,
+            tls_ca_file: None,
+            username: None,
+            password: None,
+        },
+        publishers: 100,
+        subscribers: 1,
+        topology: Topology::Shared,
+        topic_prefix: "continuum".to_string(),
+        qos: Qos::AtLeastOnce,
+        payload: ByteSize(10),
+        messages_per_publisher: 20,
+        warmup_messages: 2,
+        pacing: Pacing::OpenLoop {
+            interval: Duration::from_millis(250),
+        },
+        connection: ConnectionOptions::default(),
+        drain: DrainOptions::default(),
+        subscriber_rate_limit: None,
+        shard: None,
+        run_id: None,
+    }
+}
+
+/// The study's throughput test: N pairs, QoS 0, 10 B, burst.
+pub fn throughput_preset() -> WorkloadSpec {
+    WorkloadSpec {
+        publishers: 100,
+        subscribers: 100,
+        topology: Topology::Pairs,
+        qos: Qos::AtMostOnce,
+        messages_per_publisher: 1000,
+        warmup_messages: 0,
+        pacing: Pacing::Burst,
+        ..latency_preset()
+    }
+}
+
+impl WorkloadArgs {
+    /// Applies every given flag to `spec`.
+    pub fn apply(&self, spec: &mut WorkloadSpec) {
+        if let Some((host, port)) = &self.broker {
+            spec.broker.host = host.clone();
+            spec.broker.port = *port;
+        }
+        set(&mut spec.broker.protocol, self.protocol);
+        set(&mut spec.qos, self.qos);
+        if let Some(clients) = self.clients {
+            spec.publishers = clients;
+            spec.subscribers = clients;
+        }
+        set(&mut spec.publishers, self.publishers);
+        set(&mut spec.subscribers, self.subscribers);
+        set(&mut spec.topology, self.topology);
+        set(&mut spec.payload, self.payload);
+        set(&mut spec.messages_per_publisher, self.messages);
+        set(&mut spec.warmup_messages, self.warmup);
+        if let Some(interval) = self.interval {
+            spec.pacing = Pacing::OpenLoop { interval };
+        }
+        if self.burst {
+            spec.pacing = Pacing::Burst;
+        }
+        set(&mut spec.connection.inflight, self.inflight);
+        if self.ramp_up.is_some() {
+            spec.connection.ramp_up_per_second = self.ramp_up;
+        }
+        set(&mut spec.connection.keep_alive, self.keep_alive);
+        set(&mut spec.connection.connect_timeout, self.connect_timeout);
+        set(&mut spec.drain.timeout, self.drain_timeout);
+        set(&mut spec.drain.idle, self.drain_idle);
+        set(
+            &mut spec.connection.client_id_prefix,
+            self.client_id_prefix.clone(),
+        );
+        set(&mut spec.topic_prefix, self.topic_prefix.clone());
+        if self.username.is_some() {
+            spec.broker.username = self.username.clone();
+        }
+        if self.password.is_some() {
+            spec.broker.password = self.password.clone();
+        }
+        if self.tls_ca.is_some() {
+            spec.broker.tls_ca_file = self.tls_ca.clone();
+        }
+        if self.persistent_session {
+            spec.connection.clean_session = false;
+        }
+        if self.subscriber_rate_limit.is_some() {
+            spec.subscriber_rate_limit = self.subscriber_rate_limit;
+        }
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+/// Why the command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The run failed.
+    #[error(transparent)]
+    Run(#[from] LoadgenError),
+    /// Writing the figures failed.
+    #[error(transparent)]
+    Output(#[from] output::OutputError),
+    /// A file given on the command line could not be read or parsed.
+    #[error("{path}: {problem}")]
+    Input {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A required flag is missing.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Builds the spec a command asks for.
+pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
+    let (mut spec, args) = match command {
+        Command::Latency(args) => (latency_preset(), args),
+        Command::Payload(args) => {
+            if args.payload.is_none() {
+                return Err(CliError::Usage(
+                    "loadgen payload needs --size (e.g. 1KB, 10KB, 1MB)".to_string(),
+                ));
+            }
+            (latency_preset(), args)
+        }
+        Command::Throughput(args) => (throughput_preset(), args),
+        Command::Run { spec, overrides } => {
+            let text = std::fs::read_to_string(spec).map_err(|e| CliError::Input {
+                path: spec.display().to_string(),
+                problem: e.to_string(),
+            })?;
+            let parsed: WorkloadSpec = toml::from_str(&text).map_err(|e| CliError::Input {
+                path: spec.display().to_string(),
+                problem: e.message().to_string() + &span_note(&text, e.span()),
+            })?;
+            (parsed, overrides)
+        }
+        Command::Merge { .. } => {
+            return Err(CliError::Usage(
+                "merge takes result files, not a workload".to_string(),
+            ));
+        }
+    };
+    args.apply(&mut spec);
+    spec.validate().map_err(LoadgenError::from)?;
+    Ok(spec)
+}
+
+fn span_note(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    match span {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].lines().count().max(1);
+            format!(" (line {line})")
+        }
+        None => String::new(),
+    }
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let result = match &cli.command {
+        Command::Merge { results } => merge_files(results)?,
+        command => {
+            let spec = spec_for(command)?;
+            let cancel = CancellationToken::new();
+            spawn_signal_handler(cancel.clone());
+            let show_progress =
+                !cli.output.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let (status_tx, status_rx) = watch::channel(Status::default());
+            let progress = show_progress.then(|| tokio::spawn(progress_bar(status_rx)));
+            let outcome = crate::engine::run(&spec, cancel, Some(status_tx)).await;
+            if let Some(progress) = progress {
+                let _ = progress.await;
+            }
+            outcome?
+        }
+    };
+    let summary = Summary::of(&result);
+    if cli.output.json {
+        println!("{}", output::to_json(&summary)?);
+    } else {
+        print!("{}", output::render_table(&summary));
+    }
+    if let Some(path) = &cli.output.csv {
+        output::append_csv(path, &summary)?;
+    }
+    if let Some(dir) = &cli.output.hgrm {
+        output::write_histograms(dir, &result)?;
+    }
+    if let Some(path) = &cli.output.result {
+        output::write_result(path, &result)?;
+    }
+    Ok(())
+}
+
+fn merge_files(paths: &[PathBuf]) -> Result<RunResult, CliError> {
+    let mut merged: Option<RunResult> = None;
+    for path in paths {
+        let input_error = |problem: String| CliError::Input {
+            path: path.display().to_string(),
+            problem,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| input_error(e.to_string()))?;
+        let result: RunResult =
+            serde_json::from_str(&text).map_err(|e| input_error(e.to_string()))?;
+        match &mut merged {
+            None => merged = Some(result),
+            Some(total) => total
+                .merge(&result)
+                .map_err(|e| input_error(e.to_string()))?,
+        }
+    }
+    merged.ok_or_else(|| CliError::Usage("no result files given".to_string()))
+}
+
+fn spawn_signal_handler(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate => {}
+        }
+        eprintln!("loadgen: stopping (the figures will cover what ran)");
+        cancel.cancel();
+    });
+}
+
+async fn progress_bar(mut status: watch::Receiver<Status>) {
+    let bar = indicatif::ProgressBar::new(0);
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} {msg:<12} [{bar:30}] {pos}/{len} published {prefix}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    loop {
+        let current = *status.borrow_and_update();
+        let phase = match current.phase {
+            Phase::Preflight => "preflight",
+            Phase::Connecting => "connecting",
+            Phase::Publishing => "publishing",
+            Phase::Draining => "draining",
+            Phase::Done => "done",
+        };
+        bar.set_message(phase);
+        bar.set_length(current.planned_publishes);
+        bar.set_position(current.progress.published);
+        bar.set_prefix(format!(
+            "| {} received | {}/{} connected",
+            current.progress.received, current.connected.0, current.connected.1
+        ));
+        if current.phase == Phase::Done || status.changed().await.is_err() {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_the_study_tests_and_valid() {
+        let latency = latency_preset();
+        assert_eq!(
+            (latency.publishers, latency.subscribers, latency.qos.level()),
+            (100, 1, 1)
+        );
+        assert_eq!(latency.payload, ByteSize(10));
+        latency.validate().expect("latency preset");
+        let throughput = throughput_preset();
+        assert_eq!(
+            (
+                throughput.topology,
+                throughput.qos.level(),
+                throughput.pacing.clone()
+            ),
+            (Topology::Pairs, 0, Pacing::Burst)
+        );
+        throughput.validate().expect("throughput preset");
+    }
+
+    #[test]
+    fn flags_override_presets() {
+        let cli = Cli::try_parse_from([
+            "loadgen",
+            "throughput",
+            "--clients",
+            "800",
+            "--messages",
+            "100",
+            "--broker",
+            "[::1]:1884",
+        ])
+        .expect("parses");
+        let spec = spec_for(&cli.command).expect("valid");
+        assert_eq!(
+            (
+                spec.publishers,
+                spec.subscribers,
+                spec.messages_per_publisher
+            ),
+            (800, 800, 100)
+        );
+        assert_eq!((spec.broker.host.as_str(), spec.broker.port), ("::1", 1884));
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_field_named() {
+        let refused = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            spec_for(&cli.command)
+                .expect_err("must be refused")
+                .to_string()
+        };
+        assert!(refused(&["loadgen", "throughput", "--clients", "0"]).contains("publishers = 0"));
+        assert!(
+            refused(&["loadgen", "latency", "--interval", "0s"]).contains("pacing.interval = 0s")
+        );
+        assert!(refused(&["loadgen", "payload", "--size", "300MB"]).contains("256 MB"));
+        assert!(refused(&["loadgen", "payload"]).contains("--size"));
+        assert!(Cli::try_parse_from(["loadgen", "latency", "--frobnicate"]).is_err());
+        assert!(Cli::try_parse_from(["loadgen", "latency", "--qos", "3"]).is_err());
+    }
+}

@@ -1,0 +1,359 @@
+//! Writing a run's figures: a readable table, JSON, a CSV row per run, and HdrHistogram
+//! percentile text files.
+
+use std::fmt::Write as _;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+
+use crate::result::RunResult;
+use crate::summary::{AggregateRate, LatencySummary, PerClientRates, Summary, WindowKind};
+
+/// A figure could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// A file or folder could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The CSV file has other columns than this version writes.
+    #[error("{path}: its header differs from loadgen's columns; write to a new file")]
+    CsvHeaderMismatch {
+        /// The file.
+        path: String,
+    },
+    /// Serialization failed.
+    #[error("serialize: {0}")]
+    Serialize(String),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> OutputError + '_ {
+    move |source| OutputError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The summary as an aligned text table for a terminal.
+pub fn render_table(summary: &Summary) -> String {
+    let mut out = String::new();
+    let s = summary;
+    let pacing = match s.interval_ms {
+        Some(interval) => format!("open loop, every {interval} ms per publisher"),
+        None => "burst".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "run {} against {} (MQTT {}, QoS {})",
+        s.run_id, s.broker, s.protocol, s.qos
+    );
+    let _ = writeln!(
+        out,
+        "  {} publishers -> {} subscribers ({}), {} B payloads, {} messages per publisher ({} warm-up), {pacing}",
+        s.publishers,
+        s.subscribers,
+        s.topology,
+        s.payload_bytes,
+        s.messages_per_publisher,
+        s.warmup_messages
+    );
+    let _ = writeln!(out, "  header: {}", s.header);
+    if s.interrupted {
+        let _ = writeln!(out, "  INTERRUPTED: the figures cover only what ran");
+    }
+    let _ = writeln!(out, "\nmessages");
+    let _ = writeln!(
+        out,
+        "  published            {:>12}   acknowledged {:>10}",
+        s.published, s.acknowledged
+    );
+    let _ = writeln!(
+        out,
+        "  expected deliveries  {:>12}   received     {:>10}",
+        s.expected_deliveries, s.received
+    );
+    let lost = match (s.lost, s.lost_percent) {
+        (Some(lost), Some(percent)) => format!("{lost} ({percent:.3} %)"),
+        _ => "unknown (part of the workload ran elsewhere)".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "  delivered (distinct) {:>12}   lost         {lost}",
+        s.delivered_unique
+    );
+    let _ = writeln!(
+        out,
+        "  duplicates           {:>12}   out of order {:>10}",
+        s.duplicates, s.out_of_order
+    );
+    if s.qos_violations.is_empty() {
+        let _ = writeln!(out, "  QoS {}: kept", s.qos);
+    } else {
+        let _ = writeln!(out, "  QoS VIOLATED: {}", s.qos_violations.join("; "));
+    }
+    let _ = writeln!(
+        out,
+        "\nlatency (µs)              count      min      p50      p90      p99    p99.9      max     mean      IQR"
+    );
+    latency_row(&mut out, "end-to-end", &s.latency);
+    if s.interval_ms.is_some() {
+        latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
+    }
+    latency_row(&mut out, "connect", &s.connect_time);
+    let _ = writeln!(
+        out,
+        "\nthroughput (msg/s)        aggregate  window              per client: min    median       max"
+    );
+    rate_row(
+        &mut out,
+        "publish",
+        &s.publish_rate,
+        &s.publish_rate_per_client,
+    );
+    rate_row(
+        &mut out,
+        "receive",
+        &s.receive_rate,
+        &s.receive_rate_per_client,
+    );
+    let _ = writeln!(
+        out,
+        "  (aggregate = all clients together over the window; per client = each client's own rate, \
+         the figure mqtt-stresser reported as its median)"
+    );
+    let _ = writeln!(
+        out,
+        "\nloadgen: {:.0} ms CPU, {:.2} µs CPU per message published+received, peak RSS {:.1} MB, load wall time {:.0} ms",
+        s.loadgen_cpu_ms, s.loadgen_cpu_per_message_us, s.loadgen_peak_rss_mb, s.load_wall_ms
+    );
+    if !s.errors.is_empty() {
+        let errors: Vec<String> = s
+            .errors
+            .iter()
+            .map(|(kind, n)| format!("{kind} x{n}"))
+            .collect();
+        let _ = writeln!(out, "errors: {}", errors.join(", "));
+    }
+    out
+}
+
+fn latency_row(out: &mut String, name: &str, l: &LatencySummary) {
+    let _ = writeln!(
+        out,
+        "  {name:<22} {:>8} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+        l.count, l.min_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.iqr_us
+    );
+}
+
+fn rate_row(out: &mut String, name: &str, rate: &AggregateRate, clients: &PerClientRates) {
+    let window = match rate.window {
+        WindowKind::Steady => format!("steady {:.0} ms", rate.window_ms),
+        WindowKind::Full => format!("full {:.0} ms", rate.window_ms),
+        WindowKind::None => "none".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "  {name:<22} {:>10.0}  {window:<18} {:>11.0} {:>9.0} {:>9.0}",
+        rate.msgs_per_s, clients.min_msgs_per_s, clients.median_msgs_per_s, clients.max_msgs_per_s
+    );
+}
+
+/// The summary as pretty JSON.
+pub fn to_json(summary: &Summary) -> Result<String, OutputError> {
+    serde_json::to_string_pretty(summary).map_err(|e| OutputError::Serialize(e.to_string()))
+}
+
+/// The summary as flat (column, value) pairs: nested fields joined with `_`.
+pub fn csv_columns(summary: &Summary) -> Result<Vec<(String, String)>, OutputError> {
+    let value = serde_json::to_value(summary).map_err(|e| OutputError::Serialize(e.to_string()))?;
+    let mut columns = Vec::new();
+    flatten("", &value, &mut columns);
+    Ok(columns)
+}
+
+fn flatten(prefix: &str, value: &serde_json::Value, columns: &mut Vec<(String, String)>) {
+    use serde_json::Value;
+    let join = |key: &str| {
+        if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}_{key}")
+        }
+    };
+    match value {
+        Value::Object(map) if prefix == "errors" => {
+            let text: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            columns.push((prefix.to_string(), text.join(";")));
+        }
+        Value::Object(map) => {
+            for (key, inner) in map {
+                flatten(&join(key), inner, columns);
+            }
+        }
+        Value::Array(items) => {
+            let text: Vec<String> = items
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect();
+            columns.push((prefix.to_string(), text.join("; ")));
+        }
+        Value::Null => columns.push((prefix.to_string(), String::new())),
+        Value::String(text) => columns.push((prefix.to_string(), text.clone())),
+        other => columns.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// Appends one row to `path`, writing the header first when the file is new or empty.
+pub fn append_csv(path: &Path, summary: &Summary) -> Result<(), OutputError> {
+    let columns = csv_columns(summary)?;
+    let header = columns
+        .iter()
+        .map(|(name, _)| csv_field(name))
+        .collect::<Vec<_>>()
+        .join(",");
+    let row = columns
+        .iter()
+        .map(|(_, value)| csv_field(value))
+        .collect::<Vec<_>>()
+        .join(",");
+    let existing = match fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+        Err(error) => return Err(io_error(path)(error)),
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io_error(path))?;
+    match existing.as_deref().and_then(|text| text.lines().next()) {
+        Some(first) if first != header => {
+            return Err(OutputError::CsvHeaderMismatch {
+                path: path.display().to_string(),
+            });
+        }
+        Some(_) => {}
+        None => writeln!(file, "{header}").map_err(io_error(path))?,
+    }
+    writeln!(file, "{row}").map_err(io_error(path))
+}
+
+/// Writes `latency.hgrm`, `send_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile
+/// distributions in ms) and `result.json` (the raw mergeable result) into `dir`.
+pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputError> {
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    for (name, histogram) in [
+        ("latency", &result.latency),
+        ("send_delay", &result.send_delay),
+        ("connect_time", &result.connect_time),
+    ] {
+        let path = dir.join(format!("{name}.hgrm"));
+        fs::write(&path, percentile_distribution(histogram, 1e6)).map_err(io_error(&path))?;
+    }
+    write_result(&dir.join("result.json"), result)
+}
+
+/// Saves the raw result as JSON (histograms as V2+DEFLATE base64), for merging later.
+pub fn write_result(path: &Path, result: &RunResult) -> Result<(), OutputError> {
+    let json = serde_json::to_string(result).map_err(|e| OutputError::Serialize(e.to_string()))?;
+    fs::write(path, json).map_err(io_error(path))
+}
+
+/// HdrHistogram's standard percentile text, values divided by `unit_ratio` (1e6: ns -> ms).
+pub fn percentile_distribution(histogram: &Histogram<u64>, unit_ratio: f64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    );
+    let mut total = 0u64;
+    if !histogram.is_empty() {
+        for step in histogram.iter_quantiles(5) {
+            total += step.count_since_last_iteration();
+            let value = step.value_iterated_to() as f64 / unit_ratio;
+            let quantile = step.quantile_iterated_to();
+            if quantile < 1.0 {
+                let _ = writeln!(
+                    out,
+                    "{value:>12.3} {quantile:>2.12} {total:>10} {:>14.2}",
+                    1.0 / (1.0 - quantile)
+                );
+            } else {
+                let _ = writeln!(out, "{value:>12.3} {quantile:>2.12} {total:>10}");
+            }
+        }
+    }
+    let mean = if histogram.is_empty() {
+        0.0
+    } else {
+        histogram.mean() / unit_ratio
+    };
+    let stdev = if histogram.is_empty() {
+        0.0
+    } else {
+        histogram.stdev() / unit_ratio
+    };
+    let _ = writeln!(
+        out,
+        "#[Mean    = {mean:>12.3}, StdDeviation   = {stdev:>12.3}]"
+    );
+    let _ = writeln!(
+        out,
+        "#[Max     = {:>12.3}, Total count    = {:>12}]",
+        histogram.max() as f64 / unit_ratio,
+        histogram.len()
+    );
+    let _ = writeln!(
+        out,
+        "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
+        histogram.buckets(),
+        histogram.distinct_values()
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::new_histogram;
+
+    #[test]
+    fn percentile_text_ends_at_the_maximum() {
+        let mut histogram = new_histogram();
+        for value in 1..=1000u64 {
+            histogram.record(value * 1_000).expect("in range");
+        }
+        let text = percentile_distribution(&histogram, 1e6);
+        let last_value_line = text
+            .lines()
+            .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .expect("lines");
+        assert!(
+            last_value_line.contains("1.000000000000"),
+            "{last_value_line}"
+        );
+        assert!(text.contains("Total count    =         1000"), "{text}");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

@@ -1,0 +1,261 @@
+//! The raw, mergeable result of one loadgen run (or of several merged).
+//!
+//! Everything here adds up exactly: histograms add, counts add, per-client windows concatenate
+//! and rate series add bucket by bucket, so the result of a workload split over several
+//! instances merges into what one instance would have recorded. Figures (percentiles, rates,
+//! loss) are derived from it in [`crate::summary`].
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::header::HeaderEncoding;
+use crate::series::RateSeries;
+use crate::spec::{Shard, WorkloadSpec};
+
+/// Highest value any histogram tracks: one hour in ns. Same bounds everywhere so they merge.
+pub const HISTOGRAM_HIGHEST_NS: u64 = 3_600_000_000_000;
+/// Significant decimal digits of every histogram.
+pub const HISTOGRAM_SIGFIG: u8 = 3;
+
+/// An empty histogram with the project-wide bounds (ns, 1 ns .. 1 h, 3 digits).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG)
+        .expect("constant histogram bounds are valid")
+}
+
+/// First and last measured message of one client, and how many it measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientWindow {
+    /// Global client index (publisher or subscriber).
+    pub client: u32,
+    /// First measured message, ns on the run clock.
+    pub first_ns: u64,
+    /// Last measured message, ns on the run clock.
+    pub last_ns: u64,
+    /// Measured messages.
+    pub count: u64,
+}
+
+/// CPU and memory of the loadgen process(es) while the load ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUsage {
+    /// User CPU time, ns.
+    pub cpu_user_ns: u64,
+    /// System CPU time, ns.
+    pub cpu_system_ns: u64,
+    /// Peak resident set of the largest instance, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// Everything one run recorded, in mergeable form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The whole workload (shard excluded).
+    pub spec: WorkloadSpec,
+    /// The run id in topics and client ids.
+    pub run_id: String,
+    /// Parts of the workload that contributed.
+    pub shards: Vec<Shard>,
+    /// The header the payloads carried.
+    pub header: HeaderEncoding,
+    /// End-to-end latency of measured messages (open loop: from the intended send time), ns.
+    #[serde(with = "histogram_v2")]
+    pub latency: Histogram<u64>,
+    /// Open loop: actual minus intended send time of measured messages, ns.
+    #[serde(with = "histogram_v2")]
+    pub send_delay: Histogram<u64>,
+    /// TCP + TLS + CONNECT/CONNACK (+ SUBACK for subscribers), ns, per connection.
+    #[serde(with = "histogram_v2")]
+    pub connect_time: Histogram<u64>,
+    /// Per global publisher: PUBLISH packets written to the broker, warm-up included.
+    pub published: Vec<u64>,
+    /// Per global publisher: QoS 1/2 handshakes the broker completed.
+    pub acknowledged: Vec<u64>,
+    /// Per global publisher: distinct (publisher, seq) received, summed over subscribers.
+    pub delivered_unique: Vec<u64>,
+    /// PUBLISH packets received by subscribers, copies included.
+    pub received: u64,
+    /// Copies of messages a subscriber had already received.
+    pub duplicates: u64,
+    /// First deliveries that arrived after a later message of the same publisher.
+    pub out_of_order: u64,
+    /// Measured messages published per 10 ms bucket.
+    pub publish_series: RateSeries,
+    /// Measured messages received per 10 ms bucket.
+    pub receive_series: RateSeries,
+    /// Measured publishing window of each publisher.
+    pub publisher_windows: Vec<ClientWindow>,
+    /// Measured receiving window of each subscriber.
+    pub subscriber_windows: Vec<ClientWindow>,
+    /// Failures by kind (connection lost, broker disconnect, negative latency, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// Loadgen's own CPU and memory.
+    pub resources: ResourceUsage,
+    /// Wall time from the start barrier to the end of the drain, ns.
+    pub load_wall_ns: u64,
+    /// The run was cancelled before it finished.
+    pub interrupted: bool,
+}
+
+/// Results of different workloads or runs cannot be merged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot merge results: {0}")]
+pub struct MergeError(String);
+
+impl RunResult {
+    /// An empty result for `spec` (whole workload).
+    pub fn empty(spec: &WorkloadSpec, run_id: &str) -> Self {
+        let publishers = spec.publishers as usize;
+        let mut whole = spec.clone();
+        whole.shard = None;
+        RunResult {
+            spec: whole,
+            run_id: run_id.to_string(),
+            shards: Vec::new(),
+            header: spec.header_encoding(),
+            latency: new_histogram(),
+            send_delay: new_histogram(),
+            connect_time: new_histogram(),
+            published: vec![0; publishers],
+            acknowledged: vec![0; publishers],
+            delivered_unique: vec![0; publishers],
+            received: 0,
+            duplicates: 0,
+            out_of_order: 0,
+            publish_series: RateSeries::default(),
+            receive_series: RateSeries::default(),
+            publisher_windows: Vec::new(),
+            subscriber_windows: Vec::new(),
+            errors: BTreeMap::new(),
+            resources: ResourceUsage::default(),
+            load_wall_ns: 0,
+            interrupted: false,
+        }
+    }
+
+    /// Counts one failure of `kind`.
+    pub fn count_error(&mut self, kind: &str, count: u64) {
+        if count > 0 {
+            *self.errors.entry(kind.to_string()).or_default() += count;
+        }
+    }
+
+    /// Adds `other`, a result of the same run (another shard or instance), into this one.
+    pub fn merge(&mut self, other: &RunResult) -> Result<(), MergeError> {
+        if self.run_id != other.run_id || self.spec != other.spec {
+            return Err(MergeError(format!(
+                "run {} and run {} differ in workload or id",
+                self.run_id, other.run_id
+            )));
+        }
+        for histogram in [
+            (&mut self.latency, &other.latency),
+            (&mut self.send_delay, &other.send_delay),
+            (&mut self.connect_time, &other.connect_time),
+        ] {
+            histogram
+                .0
+                .add(histogram.1)
+                .map_err(|e| MergeError(format!("histogram: {e:?}")))?;
+        }
+        for (mine, theirs) in [
+            (&mut self.published, &other.published),
+            (&mut self.acknowledged, &other.acknowledged),
+            (&mut self.delivered_unique, &other.delivered_unique),
+        ] {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a += b;
+            }
+        }
+        self.shards.extend(other.shards.iter().cloned());
+        self.received += other.received;
+        self.duplicates += other.duplicates;
+        self.out_of_order += other.out_of_order;
+        self.publish_series.merge(&other.publish_series);
+        self.receive_series.merge(&other.receive_series);
+        self.publisher_windows
+            .extend_from_slice(&other.publisher_windows);
+        self.subscriber_windows
+            .extend_from_slice(&other.subscriber_windows);
+        for (kind, count) in &other.errors {
+            self.count_error(kind, *count);
+        }
+        self.resources.cpu_user_ns += other.resources.cpu_user_ns;
+        self.resources.cpu_system_ns += other.resources.cpu_system_ns;
+        self.resources.peak_rss_bytes = self
+            .resources
+            .peak_rss_bytes
+            .max(other.resources.peak_rss_bytes);
+        self.load_wall_ns = self.load_wall_ns.max(other.load_wall_ns);
+        self.interrupted |= other.interrupted;
+        Ok(())
+    }
+
+    /// True when the shards that contributed cover every publisher and subscriber, so loss
+    /// can be judged.
+    pub fn covers_whole_workload(&self) -> bool {
+        let mut publishers = vec![false; self.spec.publishers as usize];
+        let mut subscribers = vec![false; self.spec.subscribers as usize];
+        for shard in &self.shards {
+            for p in shard.publishers.clone() {
+                publishers[p as usize] = true;
+            }
+            for s in shard.subscribers.clone() {
+                subscribers[s as usize] = true;
+            }
+        }
+        publishers
+            .iter()
+            .chain(&subscribers)
+            .all(|covered| *covered)
+    }
+}
+
+/// Histograms travel as HdrHistogram V2 + DEFLATE, base64: compact and readable by every
+/// HdrHistogram implementation.
+pub mod histogram_v2 {
+    use base64::Engine;
+    use hdrhistogram::Histogram;
+    use hdrhistogram::serialization::{
+        Deserializer as HdrDeserializer, Serializer as _, V2DeflateSerializer,
+    };
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Encodes a histogram as V2+DEFLATE bytes.
+    pub fn to_bytes(histogram: &Histogram<u64>) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(histogram, &mut bytes)
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(bytes)
+    }
+
+    /// Decodes V2 (optionally DEFLATE) bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Histogram<u64>, String> {
+        HdrDeserializer::new()
+            .deserialize(&mut std::io::Cursor::new(bytes))
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    /// serde: serialize as base64 text.
+    pub fn serialize<S: Serializer>(
+        histogram: &Histogram<u64>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let bytes = to_bytes(histogram).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    /// serde: deserialize from base64 text.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Histogram<u64>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)?;
+        from_bytes(&bytes).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,174 @@
+//! Opening one MQTT connection: TCP (+TLS), CONNECT, CONNACK and, for subscribers, SUBSCRIBE
+//! and SUBACK, under one deadline.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::codec::{Codec, ConnectFields, Incoming};
+use crate::spec::Qos;
+use crate::transport::{Dialer, ReadHalf, WriteHalf};
+
+/// Bytes reserved before each socket read, so large packets are not read 64 bytes at a time.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+
+/// An open MQTT connection.
+pub(crate) struct Session {
+    pub reader: ReadHalf,
+    pub writer: WriteHalf,
+    /// Bytes read but not yet decoded.
+    pub read_buffer: BytesMut,
+    pub codec: Codec,
+    /// MQTT 5: in-flight messages the broker accepts.
+    pub receive_maximum: Option<u16>,
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectFailure {
+    /// TCP connect failed (refused, unreachable, TLS handshake).
+    #[error("cannot connect: {0}")]
+    Io(String),
+    /// The broker did not answer within the deadline.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The broker answered CONNACK with a refusal.
+    #[error("the broker refused CONNECT: {0}")]
+    Refused(String),
+    /// The broker refused the subscription.
+    #[error("the broker refused SUBSCRIBE to {0}")]
+    SubscribeRefused(String),
+    /// The broker closed the connection or sent something unexpected.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+impl ConnectFailure {
+    /// A short kind name for error counts.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectFailure::Io(_) => "connect_io",
+            ConnectFailure::Timeout(_) => "connect_timeout",
+            ConnectFailure::Refused(_) => "connect_refused",
+            ConnectFailure::SubscribeRefused(_) => "subscribe_refused",
+            ConnectFailure::Protocol(_) => "connect_protocol",
+        }
+    }
+}
+
+/// Opens a session and, when `subscription` is given, subscribes, all within `deadline`.
+pub(crate) async fn open(
+    dialer: &Dialer,
+    codec: Codec,
+    fields: &ConnectFields<'_>,
+    subscription: Option<(&str, Qos)>,
+    deadline: Duration,
+) -> Result<Session, ConnectFailure> {
+    match tokio::time::timeout(
+        deadline,
+        open_unbounded(dialer, codec, fields, subscription),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(ConnectFailure::Timeout(deadline)),
+    }
+}
+
+async fn open_unbounded(
+    dialer: &Dialer,
+    codec: Codec,
+    fields: &ConnectFields<'_>,
+    subscription: Option<(&str, Qos)>,
+) -> Result<Session, ConnectFailure> {
+    let (reader, writer) = dialer
+        .dial()
+        .await
+        .map_err(|e| ConnectFailure::Io(e.to_string()))?;
+    let mut session = Session {
+        reader,
+        writer,
+        read_buffer: BytesMut::with_capacity(READ_CHUNK),
+        codec,
+        receive_maximum: None,
+    };
+    let mut out = BytesMut::new();
+    codec
+        .connect(fields, &mut out)
+        .map_err(|e| ConnectFailure::Protocol(e.to_string()))?;
+    session.send(&out).await?;
+    match session.next_packet().await? {
+        Incoming::ConnAck {
+            refusal: None,
+            receive_maximum,
+        } => session.receive_maximum = receive_maximum,
+        Incoming::ConnAck {
+            refusal: Some(code),
+            ..
+        } => return Err(ConnectFailure::Refused(code)),
+        other => {
+            return Err(ConnectFailure::Protocol(format!(
+                "expected CONNACK, got {other:?}"
+            )));
+        }
+    }
+    if let Some((filter, qos)) = subscription {
+        out.clear();
+        codec
+            .subscribe(1, filter, qos, &mut out)
+            .map_err(|e| ConnectFailure::Protocol(e.to_string()))?;
+        session.send(&out).await?;
+        match session.next_packet().await? {
+            Incoming::SubAck {
+                pkid: 1,
+                refused: 0,
+            } => {}
+            Incoming::SubAck { .. } => {
+                return Err(ConnectFailure::SubscribeRefused(filter.to_string()));
+            }
+            other => {
+                return Err(ConnectFailure::Protocol(format!(
+                    "expected SUBACK, got {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(session)
+}
+
+impl Session {
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), ConnectFailure> {
+        self.writer
+            .write_all(bytes)
+            .await
+            .map_err(|e| ConnectFailure::Io(e.to_string()))?;
+        self.writer
+            .flush()
+            .await
+            .map_err(|e| ConnectFailure::Io(e.to_string()))
+    }
+
+    async fn next_packet(&mut self) -> Result<Incoming, ConnectFailure> {
+        loop {
+            if let Some(packet) = self
+                .codec
+                .decode(&mut self.read_buffer)
+                .map_err(|e| ConnectFailure::Protocol(e.to_string()))?
+            {
+                return Ok(packet);
+            }
+            self.read_buffer.reserve(READ_CHUNK);
+            let read = self
+                .reader
+                .read_buf(&mut self.read_buffer)
+                .await
+                .map_err(|e| ConnectFailure::Io(e.to_string()))?;
+            if read == 0 {
+                return Err(ConnectFailure::Protocol(
+                    "the broker closed the connection".to_string(),
+                ));
+            }
+        }
+    }
+}

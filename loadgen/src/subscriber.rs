@@ -1,0 +1,221 @@
+//! One subscriber connection: reads deliveries in bulk, acknowledges them, and accounts each
+//! (publisher, seq) and its latency.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::accounting::{Delivery, DeliveryTracker};
+use crate::clock::RunClock;
+use crate::codec::{AckKind, Incoming};
+use crate::header::HeaderEncoding;
+use crate::live::{Live, SampleBuffer, WindowTracker};
+use crate::result::ClientWindow;
+use crate::series::LocalSeries;
+use crate::session::{READ_CHUNK, Session};
+
+/// Everything one subscriber needs.
+#[derive(Debug)]
+pub(crate) struct SubscriberJob {
+    pub id: u32,
+    /// Global indices of the publishers whose messages reach it.
+    pub publishers: Range<u32>,
+    pub messages_per_publisher: u64,
+    pub warmup: u64,
+    pub header: HeaderEncoding,
+    /// Messages per second this subscriber reads at most.
+    pub rate_limit: Option<u32>,
+    pub keep_alive: Duration,
+    pub clock: RunClock,
+    pub live: Arc<Live>,
+    /// Fired when the drain is over.
+    pub stop: CancellationToken,
+}
+
+/// What one subscriber saw.
+#[derive(Debug)]
+pub(crate) struct SubscriberOutcome {
+    pub tracker: DeliveryTracker,
+    pub received: u64,
+    pub window: Option<ClientWindow>,
+    pub series: LocalSeries,
+    pub errors: Vec<(&'static str, u64)>,
+}
+
+/// Why the read loop ended early.
+struct Ended(&'static str);
+
+/// Runs one subscriber until `job.stop` fires or the connection ends.
+pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberOutcome {
+    let mut state = State {
+        tracker: DeliveryTracker::new(job.publishers.clone(), job.messages_per_publisher),
+        received: 0,
+        unique: 0,
+        window: WindowTracker::default(),
+        series: LocalSeries::default(),
+        errors: Vec::new(),
+        negative_latency: 0,
+    };
+    let mut latencies = SampleBuffer::new(&job.live.latency);
+    let mut out = BytesMut::new();
+    let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
+    let mut last_write = Instant::now();
+    let mut read_allowed_at: Option<Instant> = None;
+    loop {
+        session.read_buffer.reserve(READ_CHUNK);
+        let read = tokio::select! {
+            biased;
+            _ = job.stop.cancelled() => break,
+            read = session.reader.read_buf(&mut session.read_buffer) => read,
+            _ = tokio::time::sleep_until(last_write + ping_every) => {
+                if session.codec.ping(&mut out).is_err() || session.writer.write_all(&out).await.is_err() {
+                    state.errors.push(("write_failed", 1));
+                    break;
+                }
+                out.clear();
+                last_write = Instant::now();
+                continue;
+            }
+        };
+        match read {
+            Ok(0) => {
+                state.errors.push(("connection_closed", 1));
+                break;
+            }
+            Err(_) => {
+                state.errors.push(("read_failed", 1));
+                break;
+            }
+            Ok(_) => {}
+        }
+        let now_ns = job.clock.now_ns();
+        let before = (state.received, state.unique());
+        let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
+        if !out.is_empty() {
+            if session.writer.write_all(&out).await.is_err() {
+                state.errors.push(("write_failed", 1));
+                break;
+            }
+            out.clear();
+            last_write = Instant::now();
+        }
+        let batch = state.received - before.0;
+        job.live
+            .add_received(batch, state.unique() - before.1, now_ns);
+        if let Err(Ended(kind)) = decoded {
+            state.errors.push((kind, 1));
+            break;
+        }
+        if let Some(rate) = job.rate_limit {
+            // A slow consumer: hold the next read back so the average stays at `rate`.
+            let earliest = read_allowed_at
+                .unwrap_or_else(Instant::now)
+                .max(Instant::now() - Duration::from_millis(100));
+            let allowed = earliest + Duration::from_secs_f64(batch as f64 / f64::from(rate));
+            read_allowed_at = Some(allowed);
+            tokio::select! {
+                _ = tokio::time::sleep_until(allowed) => {}
+                _ = job.stop.cancelled() => break,
+            }
+        }
+    }
+    latencies.flush();
+    let mut goodbye = BytesMut::new();
+    if session.codec.disconnect(&mut goodbye).is_ok() {
+        let _ = session.writer.write_all(&goodbye).await;
+        let _ = session.writer.shutdown().await;
+    }
+    state
+        .errors
+        .push(("negative_latency", state.negative_latency));
+    state
+        .errors
+        .push(("foreign_message", state.tracker.foreign()));
+    SubscriberOutcome {
+        received: state.received,
+        window: state.window.finish(job.id),
+        series: state.series,
+        errors: state.errors,
+        tracker: state.tracker,
+    }
+}
+
+struct State {
+    tracker: DeliveryTracker,
+    received: u64,
+    unique: u64,
+    window: WindowTracker,
+    series: LocalSeries,
+    errors: Vec<(&'static str, u64)>,
+    negative_latency: u64,
+}
+
+impl State {
+    fn unique(&self) -> u64 {
+        self.unique
+    }
+
+    /// Decodes every complete packet in the buffer; all arrived in the same read at `now_ns`.
+    fn consume(
+        &mut self,
+        job: &SubscriberJob,
+        session: &mut Session,
+        now_ns: u64,
+        out: &mut BytesMut,
+        latencies: &mut SampleBuffer<'_>,
+    ) -> Result<(), Ended> {
+        loop {
+            let packet = match session.codec.decode(&mut session.read_buffer) {
+                Ok(Some(packet)) => packet,
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(Ended("protocol_error")),
+            };
+            match packet {
+                Incoming::Publish { qos, pkid, payload } => {
+                    self.received += 1;
+                    let ack = match qos {
+                        1 => Some(AckKind::PubAck),
+                        2 => Some(AckKind::PubRec),
+                        _ => None,
+                    };
+                    if let Some(kind) = ack
+                        && session.codec.ack(kind, pkid, out).is_err()
+                    {
+                        return Err(Ended("encode_failed"));
+                    }
+                    let Some(header) = job.header.decode(&payload) else {
+                        self.errors.push(("short_payload", 1));
+                        continue;
+                    };
+                    if let Delivery::First { .. } =
+                        self.tracker.record(header.publisher, header.seq)
+                    {
+                        self.unique += 1;
+                    } else {
+                        continue;
+                    }
+                    if u64::from(header.seq) >= job.warmup {
+                        self.window.add(now_ns);
+                        self.series.add(now_ns, 1);
+                        match job.header.latency_ns(header.stamp_ns, now_ns) {
+                            Some(latency) => latencies.push(latency),
+                            None => self.negative_latency += 1,
+                        }
+                    }
+                }
+                Incoming::PubRel(pkid)
+                    if session.codec.ack(AckKind::PubComp, pkid, out).is_err() =>
+                {
+                    return Err(Ended("encode_failed"));
+                }
+                Incoming::Disconnect(_) => return Err(Ended("broker_disconnected")),
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! The figures of a run, derived from a [`RunResult`], each named for what it is.
+//!
+//! Field names carry their units (`_us`, `_msgs_per_s`, `_percent`) so the JSON needs no
+//! legend. Two kinds of rate are kept apart on purpose: the *aggregate* rate of all clients
+//! together over the steady-state window (what the broker sustained), and the distribution of
+//! *per-client* rates (what the study's tool, mqtt-stresser, printed as its median).
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::header::HeaderEncoding;
+use crate::result::{ClientWindow, RunResult};
+use crate::series::RateSeries;
+use crate::spec::{Pacing, Qos};
+
+/// Percentiles of one histogram, in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Smallest.
+    pub min_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Largest.
+    pub max_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Interquartile range, p75 - p25 (the study's boxplots).
+    pub iqr_us: f64,
+}
+
+impl LatencySummary {
+    /// Summarises a histogram of ns values.
+    pub fn of(histogram: &Histogram<u64>) -> Self {
+        if histogram.is_empty() {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        LatencySummary {
+            count: histogram.len(),
+            min_us: us(histogram.min()),
+            p50_us: us(histogram.value_at_quantile(0.50)),
+            p90_us: us(histogram.value_at_quantile(0.90)),
+            p99_us: us(histogram.value_at_quantile(0.99)),
+            p999_us: us(histogram.value_at_quantile(0.999)),
+            max_us: us(histogram.max()),
+            mean_us: histogram.mean() / 1_000.0,
+            iqr_us: us(histogram.value_at_quantile(0.75)) - us(histogram.value_at_quantile(0.25)),
+        }
+    }
+}
+
+/// Which window an aggregate rate was taken over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowKind {
+    /// While every client was active: from the last client's first measured message to the
+    /// first client's last one, in whole 10 ms buckets.
+    Steady,
+    /// The steady window was too short (clients hardly overlapped): first to last measured
+    /// message of any client.
+    Full,
+    /// Fewer than two measured messages: no rate.
+    None,
+}
+
+/// An aggregate rate and the window it was measured over.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AggregateRate {
+    /// Messages per second of all clients together.
+    pub msgs_per_s: f64,
+    /// The window's kind.
+    pub window: WindowKind,
+    /// Window start, ms on the run clock.
+    pub window_start_ms: f64,
+    /// Window length, ms.
+    pub window_ms: f64,
+}
+
+/// Distribution of per-client rates (each client's measured messages over its own window).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerClientRates {
+    /// Clients with at least two measured messages.
+    pub clients: u64,
+    /// Slowest client.
+    pub min_msgs_per_s: f64,
+    /// Median client (mqtt-stresser's figure).
+    pub median_msgs_per_s: f64,
+    /// Fastest client.
+    pub max_msgs_per_s: f64,
+}
+
+/// Every figure of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Run id.
+    pub run_id: String,
+    /// Broker address.
+    pub broker: String,
+    /// MQTT version.
+    pub protocol: String,
+    /// QoS of publishes and subscriptions.
+    pub qos: u8,
+    /// Publisher connections.
+    pub publishers: u32,
+    /// Subscriber connections.
+    pub subscribers: u32,
+    /// Topic layout.
+    pub topology: String,
+    /// "open-loop" or "burst".
+    pub pacing: String,
+    /// Open loop: interval per publisher, ms.
+    pub interval_ms: Option<f64>,
+    /// Payload size on the wire, bytes.
+    pub payload_bytes: u64,
+    /// Which measurement header the payload carried, and why.
+    pub header: String,
+    /// Messages per publisher, warm-up included.
+    pub messages_per_publisher: u64,
+    /// Warm-up messages per publisher, excluded from latency and rates.
+    pub warmup_messages: u64,
+    /// PUBLISH packets written to the broker, warm-up included.
+    pub published: u64,
+    /// QoS 1/2 handshakes completed by the broker.
+    pub acknowledged: u64,
+    /// Deliveries the workload should produce: each published message times its subscribers.
+    pub expected_deliveries: u64,
+    /// PUBLISH packets subscribers received, copies included.
+    pub received: u64,
+    /// Distinct (publisher, seq) per subscriber received.
+    pub delivered_unique: u64,
+    /// Expected deliveries that never arrived; `None` when only part of the workload ran here.
+    pub lost: Option<u64>,
+    /// Lost as a share of expected deliveries.
+    pub lost_percent: Option<f64>,
+    /// Copies of messages already received.
+    pub duplicates: u64,
+    /// First deliveries that came after a later message of the same publisher.
+    pub out_of_order: u64,
+    /// What the QoS forbids and still happened (empty when the broker kept its promises).
+    pub qos_violations: Vec<String>,
+    /// End-to-end latency of measured messages (open loop: from the intended send time).
+    pub latency: LatencySummary,
+    /// Open loop: how late messages left relative to their schedule.
+    pub send_delay: LatencySummary,
+    /// Connection set-up time per client.
+    pub connect_time: LatencySummary,
+    /// Aggregate publish rate of all publishers.
+    pub publish_rate: AggregateRate,
+    /// Aggregate receive rate of all subscribers.
+    pub receive_rate: AggregateRate,
+    /// Per-publisher rate distribution.
+    pub publish_rate_per_client: PerClientRates,
+    /// Per-subscriber rate distribution.
+    pub receive_rate_per_client: PerClientRates,
+    /// Failures by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Loadgen's CPU (user + system) per message published and received, µs.
+    pub loadgen_cpu_per_message_us: f64,
+    /// Loadgen's user + system CPU during the load, ms.
+    pub loadgen_cpu_ms: f64,
+    /// Loadgen's peak resident memory, MB.
+    pub loadgen_peak_rss_mb: f64,
+    /// Wall time from the start barrier to the end of the drain, ms.
+    pub load_wall_ms: f64,
+    /// The run was cancelled.
+    pub interrupted: bool,
+}
+
+impl Summary {
+    /// Derives every figure from a (possibly merged) result.
+    pub fn of(result: &RunResult) -> Self {
+        let spec = &result.spec;
+        let published: u64 = result.published.iter().sum();
+        let expected_deliveries: u64 = result
+            .published
+            .iter()
+            .enumerate()
+            .map(|(p, count)| {
+                count
+                    * u64::from(spec.topology.fanout_of(
+                        p as u32,
+                        spec.publishers,
+                        spec.subscribers,
+                    ))
+            })
+            .sum();
+        let delivered_unique: u64 = result.delivered_unique.iter().sum();
+        let whole = result.covers_whole_workload();
+        let lost = whole.then(|| expected_deliveries.saturating_sub(delivered_unique));
+        let lost_percent = lost.map(|lost| percent(lost, expected_deliveries));
+        let cpu_ns = result.resources.cpu_user_ns + result.resources.cpu_system_ns;
+        let messages = published + result.received;
+        Summary {
+            run_id: result.run_id.clone(),
+            broker: spec.broker.to_string(),
+            protocol: spec.broker.protocol.to_string(),
+            qos: spec.qos.level(),
+            publishers: spec.publishers,
+            subscribers: spec.subscribers,
+            topology: spec.topology.to_string(),
+            pacing: match spec.pacing {
+                Pacing::OpenLoop { .. } => "open-loop".to_string(),
+                Pacing::Burst => "burst".to_string(),
+            },
+            interval_ms: match spec.pacing {
+                Pacing::OpenLoop { interval } => Some(interval.as_secs_f64() * 1e3),
+                Pacing::Burst => None,
+            },
+            payload_bytes: spec.payload.bytes(),
+            header: header_note(result.header, spec.payload.bytes()),
+            messages_per_publisher: spec.messages_per_publisher,
+            warmup_messages: spec.warmup_messages,
+            published,
+            acknowledged: result.acknowledged.iter().sum(),
+            expected_deliveries,
+            received: result.received,
+            delivered_unique,
+            lost,
+            lost_percent,
+            duplicates: result.duplicates,
+            out_of_order: result.out_of_order,
+            qos_violations: qos_violations(spec.qos, lost, result.duplicates),
+            latency: LatencySummary::of(&result.latency),
+            send_delay: LatencySummary::of(&result.send_delay),
+            connect_time: LatencySummary::of(&result.connect_time),
+            publish_rate: aggregate_rate(&result.publish_series, &result.publisher_windows),
+            receive_rate: aggregate_rate(&result.receive_series, &result.subscriber_windows),
+            publish_rate_per_client: per_client(&result.publisher_windows),
+            receive_rate_per_client: per_client(&result.subscriber_windows),
+            errors: result
+                .errors
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| (k.clone(), *n))
+                .collect(),
+            loadgen_cpu_per_message_us: if messages == 0 {
+                0.0
+            } else {
+                cpu_ns as f64 / 1e3 / messages as f64
+            },
+            loadgen_cpu_ms: cpu_ns as f64 / 1e6,
+            loadgen_peak_rss_mb: result.resources.peak_rss_bytes as f64 / 1e6,
+            load_wall_ms: result.load_wall_ns as f64 / 1e6,
+            interrupted: result.interrupted,
+        }
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+fn header_note(header: HeaderEncoding, payload: u64) -> String {
+    match header {
+        HeaderEncoding::Full => format!("{header} header inside the {payload} B payload"),
+        HeaderEncoding::Compact => format!(
+            "{header} header inside the {payload} B payload (too small for the 16-byte one: \
+             u16 publisher, u24 sequence, 40-bit ns stamp)"
+        ),
+    }
+}
+
+fn qos_violations(qos: Qos, lost: Option<u64>, duplicates: u64) -> Vec<String> {
+    let mut violations = Vec::new();
+    if qos != Qos::AtMostOnce && lost.is_some_and(|lost| lost > 0) {
+        violations.push(format!(
+            "QoS {} lost {} deliveries",
+            qos.level(),
+            lost.unwrap_or(0)
+        ));
+    }
+    if qos != Qos::AtLeastOnce && duplicates > 0 {
+        violations.push(format!(
+            "QoS {} delivered {duplicates} duplicates",
+            qos.level()
+        ));
+    }
+    violations
+}
+
+fn aggregate_rate(series: &RateSeries, windows: &[ClientWindow]) -> AggregateRate {
+    let none = AggregateRate {
+        msgs_per_s: 0.0,
+        window: WindowKind::None,
+        window_start_ms: 0.0,
+        window_ms: 0.0,
+    };
+    let total: u64 = windows.iter().map(|w| w.count).sum();
+    let (Some(first), Some(last)) = (
+        windows.iter().map(|w| w.first_ns).min(),
+        windows.iter().map(|w| w.last_ns).max(),
+    ) else {
+        return none;
+    };
+    let active: Vec<&ClientWindow> = windows.iter().filter(|w| w.count >= 2).collect();
+    let steady_start = active.iter().map(|w| w.first_ns).max();
+    let steady_end = active.iter().map(|w| w.last_ns).min();
+    if let (Some(start), Some(end)) = (steady_start, steady_end)
+        && let Some((rate, from, to)) = series.rate_within(start, end)
+        // Fewer than 5 whole buckets (50 ms) is too short to call steady.
+        && to - from >= 5 * crate::series::BUCKET_NS
+    {
+        return AggregateRate {
+            msgs_per_s: rate,
+            window: WindowKind::Steady,
+            window_start_ms: from as f64 / 1e6,
+            window_ms: (to - from) as f64 / 1e6,
+        };
+    }
+    if total < 2 || last == first {
+        return none;
+    }
+    // count - 1 intervals lie between the first and the last message.
+    AggregateRate {
+        msgs_per_s: (total - 1) as f64 * 1e9 / (last - first) as f64,
+        window: WindowKind::Full,
+        window_start_ms: first as f64 / 1e6,
+        window_ms: (last - first) as f64 / 1e6,
+    }
+}
+
+fn per_client(windows: &[ClientWindow]) -> PerClientRates {
+    let mut rates: Vec<f64> = windows
+        .iter()
+        .filter(|w| w.count >= 2 && w.last_ns > w.first_ns)
+        .map(|w| (w.count - 1) as f64 * 1e9 / (w.last_ns - w.first_ns) as f64)
+        .collect();
+    if rates.is_empty() {
+        return PerClientRates::default();
+    }
+    rates.sort_by(f64::total_cmp);
+    let middle = rates.len() / 2;
+    let median = if rates.len().is_multiple_of(2) {
+        (rates[middle - 1] + rates[middle]) / 2.0
+    } else {
+        rates[middle]
+    };
+    PerClientRates {
+        clients: rates.len() as u64,
+        min_msgs_per_s: rates[0],
+        median_msgs_per_s: median,
+        max_msgs_per_s: rates[rates.len() - 1],
+    }
+}
