@@ -370,7 +370,7 @@ pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
 fn span_note(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     match span {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].lines().count().max(1);
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
             format!(" (line {line})")
         }
         None => String::new(),

@@ -129,7 +129,7 @@ pub fn render_table(summary: &Summary) -> String {
     );
     let _ = writeln!(
         out,
-        "\nloadgen: {:.0} ms CPU, {:.2} µs CPU per message published+received, peak RSS {:.1} MB, load wall time {:.0} ms",
+        "\nloadgen: {:.0} ms CPU, {:.2} µs CPU per message (publish + delivery), peak RSS {:.1} MB, load wall time {:.0} ms",
         s.loadgen_cpu_ms, s.loadgen_cpu_per_message_us, s.loadgen_peak_rss_mb, s.load_wall_ms
     );
     if !s.errors.is_empty() {

@@ -164,7 +164,8 @@ pub struct Summary {
     pub receive_rate_per_client: PerClientRates,
     /// Failures by kind.
     pub errors: BTreeMap<String, u64>,
-    /// Loadgen's CPU (user + system) per message published and received, µs.
+    /// Loadgen's CPU (user + system) per message published, its deliveries included, µs:
+    /// the publishing and the receiving side of one message together.
     pub loadgen_cpu_per_message_us: f64,
     /// Loadgen's user + system CPU during the load, ms.
     pub loadgen_cpu_ms: f64,
@@ -199,7 +200,6 @@ impl Summary {
         let lost = whole.then(|| expected_deliveries.saturating_sub(delivered_unique));
         let lost_percent = lost.map(|lost| percent(lost, expected_deliveries));
         let cpu_ns = result.resources.cpu_user_ns + result.resources.cpu_system_ns;
-        let messages = published + result.received;
         Summary {
             run_id: result.run_id.clone(),
             broker: spec.broker.to_string(),
@@ -243,10 +243,10 @@ impl Summary {
                 .filter(|(_, n)| **n > 0)
                 .map(|(k, n)| (k.clone(), *n))
                 .collect(),
-            loadgen_cpu_per_message_us: if messages == 0 {
+            loadgen_cpu_per_message_us: if published == 0 {
                 0.0
             } else {
-                cpu_ns as f64 / 1e3 / messages as f64
+                cpu_ns as f64 / 1e3 / published as f64
             },
             loadgen_cpu_ms: cpu_ns as f64 / 1e6,
             loadgen_peak_rss_mb: result.resources.peak_rss_bytes as f64 / 1e6,
