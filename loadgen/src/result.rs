@@ -259,3 +259,117 @@ pub mod histogram_v2 {
         from_bytes(&bytes).map_err(serde::de::Error::custom)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::size::ByteSize;
+    use crate::spec::{BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology};
+    use crate::summary::Summary;
+
+    fn spec() -> WorkloadSpec {
+        WorkloadSpec {
+            broker: BrokerTarget {
+                host: "127.0.0.1".into(),
+                port: 1883,
+                protocol: MqttVersion::V311,
+                tls_ca_file: None,
+                username: None,
+                password: None,
+            },
+            publishers: 4,
+            subscribers: 4,
+            topology: Topology::Pairs,
+            topic_prefix: "t".into(),
+            qos: Qos::AtLeastOnce,
+            payload: ByteSize(16),
+            messages_per_publisher: 50,
+            warmup_messages: 0,
+            pacing: Pacing::Burst,
+            connection: ConnectionOptions::default(),
+            drain: DrainOptions::default(),
+            subscriber_rate_limit: None,
+            shard: None,
+            run_id: Some("merge".into()),
+        }
+    }
+
+    /// Records what one client pair (publisher p -> subscriber p) did into `result`: every
+    /// message published, every third one lost, one duplicate.
+    fn record_pair(result: &mut RunResult, p: u32) {
+        let mut sent = 0;
+        let mut delivered = 0;
+        let mut first_receive = None;
+        let mut last_receive = 0;
+        for seq in 0..50u64 {
+            let sent_ns = 1_000_000 * seq + u64::from(p) * 1_000;
+            result.publish_series.add(sent_ns, 1);
+            sent += 1;
+            if seq % 3 == 0 {
+                continue;
+            }
+            let received_ns = sent_ns + 50_000 + seq * 100 + u64::from(p);
+            result.latency.record(received_ns - sent_ns).expect("in range");
+            result.receive_series.add(received_ns, 1);
+            first_receive.get_or_insert(received_ns);
+            last_receive = received_ns;
+            delivered += 1;
+        }
+        result.published[p as usize] += sent;
+        result.acknowledged[p as usize] += sent;
+        result.delivered_unique[p as usize] += delivered;
+        result.received += delivered + 1;
+        result.duplicates += 1;
+        result.connect_time.record(100_000 + u64::from(p)).expect("in range");
+        result.publisher_windows.push(ClientWindow { client: p, first_ns: u64::from(p) * 1_000, last_ns: 49_000_000 + u64::from(p) * 1_000, count: sent });
+        result.subscriber_windows.push(ClientWindow { client: p, first_ns: first_receive.unwrap_or(0), last_ns: last_receive, count: delivered });
+        result.count_error("connection_closed", u64::from(p % 2));
+    }
+
+    #[test]
+    fn two_shards_merged_equal_one_run() {
+        let spec = spec();
+        let mut whole = RunResult::empty(&spec, "merge");
+        whole.shards.push(spec.effective_shard());
+        let mut first = RunResult::empty(&spec, "merge");
+        first.shards.push(Shard { publishers: 0..2, subscribers: 0..2 });
+        let mut second = RunResult::empty(&spec, "merge");
+        second.shards.push(Shard { publishers: 2..4, subscribers: 2..4 });
+        for p in 0..4 {
+            record_pair(&mut whole, p);
+            record_pair(if p < 2 { &mut first } else { &mut second }, p);
+        }
+        assert!(!first.covers_whole_workload(), "a shard alone cannot judge loss");
+        assert_eq!(Summary::of(&first).lost, None);
+        first.merge(&second).expect("same run");
+        assert!(first.covers_whole_workload());
+        assert_eq!(first.latency, whole.latency);
+        assert_eq!(first.connect_time, whole.connect_time);
+        assert_eq!(first.publish_series, whole.publish_series);
+        assert_eq!(first.receive_series, whole.receive_series);
+        assert_eq!((first.published.clone(), first.delivered_unique.clone()), (whole.published.clone(), whole.delivered_unique.clone()));
+        assert_eq!(first.errors, whole.errors);
+        let (merged, single) = (Summary::of(&first), Summary::of(&whole));
+        assert_eq!(merged, single);
+        assert_eq!(single.lost, Some(4 * 17));
+        assert_eq!(single.duplicates, 4);
+        assert_eq!(single.qos_violations, vec!["QoS 1 lost 68 deliveries".to_string()]);
+    }
+
+    #[test]
+    fn results_of_other_runs_do_not_merge() {
+        let mut a = RunResult::empty(&spec(), "a");
+        let b = RunResult::empty(&spec(), "b");
+        assert!(a.merge(&b).is_err());
+    }
+
+    #[test]
+    fn raw_results_survive_json_with_their_histograms() {
+        let spec = spec();
+        let mut result = RunResult::empty(&spec, "merge");
+        record_pair(&mut result, 1);
+        let json = serde_json::to_string(&result).expect("serializes");
+        let back: RunResult = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, result);
+    }
+}
