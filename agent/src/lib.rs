@@ -1,0 +1,24 @@
+//! The Continuum agent: the daemon on every testbed node that does what the controller asks
+//! and undoes it afterwards. This crate holds its parts as a library; so far, network
+//! emulation.
+//!
+//! Netem is applied to the data-plane interface only, read back from the kernel to report
+//! what is really in force, and held by a lease so that a node never stays impaired after a
+//! run dies. It is verified against a real kernel by `tests/netem_vm.rs`, which boots a
+//! Debian kernel under qemu with `examples/netem_vm_check.rs` as its payload.
+//!
+//! # Layout
+//! - [`netem`]: netem settings, their byte-exact `TCA_OPTIONS` encoding, applying/reading
+//!   back/clearing through rtnetlink, the lease, and the capability probe.
+//!   - `netem/params.rs`: [`netem::NetemParams`], validation.
+//!   - `netem/encode.rs`: [`netem::NetemOptions`], encoder and decoder.
+//!   - `netem/qdisc.rs`: [`netem::Netem`], the rtnetlink side.
+//!   - `netem/lease.rs`: [`netem::Lease`].
+//!   - `netem/probe.rs`: [`netem::netem_available`].
+//!   - `netem/testdata/`: requests captured from iproute2's `tc`, and the capture script.
+//! - `examples/netem_vm_check.rs`: the static program run inside the VM.
+//! - `tests/netem_vm.rs`: boots the VM (scripts in `vm/` at the workspace root) and checks.
+
+#![warn(missing_docs)]
+
+pub mod netem;

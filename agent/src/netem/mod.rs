@@ -1,0 +1,26 @@
+//! Network emulation: netem as the root qdisc of an interface, through rtnetlink.
+//!
+//! [`NetemParams`] is what a user asks for; [`NetemOptions`] is what the kernel holds, in its
+//! own units, and is what [`Netem`] reads back and compares. Every change can be held by a
+//! [`Lease`], which clears it when its holder stops renewing.
+//!
+//! - `params`: [`NetemParams`] and its validation ([`ParamsError`]).
+//! - `encode`: [`NetemOptions`], netem's `TCA_OPTIONS` bytes exactly as iproute2's `tc` sends
+//!   them, and their decoding ([`DecodeError`]).
+//! - `qdisc`: [`Netem`], which applies, reads back and clears ([`NetemError`]).
+//! - `lease`: [`Lease`], the self-clearing hold on an applied qdisc ([`LeaseError`]).
+//! - `probe`: [`netem_available`], whether this kernel can do netem at all.
+
+mod encode;
+mod lease;
+mod params;
+mod probe;
+mod qdisc;
+#[cfg(test)]
+mod vectors;
+
+pub use encode::{DecodeError, NetemOptions};
+pub use lease::{CLEAR_ATTEMPTS, Lease, LeaseEnd, LeaseError};
+pub use params::{DEFAULT_LIMIT, MAX_DELAY, NetemParams, ParamsError};
+pub use probe::{NetemCapability, netem_available};
+pub use qdisc::{Netem, NetemError};
