@@ -1,0 +1,468 @@
+//! `RunResult` and its parts: histograms as HdrHistogram V2 + DEFLATE bytes.
+
+use std::ops::Range;
+
+use hdrhistogram::Histogram;
+use loadgen::header::HeaderEncoding;
+use loadgen::result::{
+    ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, ResourceUsage, RunResult, histogram_v2,
+};
+use loadgen::series::RateSeries;
+use loadgen::spec::Shard;
+
+use super::spec::{shard_from_proto, spec_from_proto};
+use super::{ConversionError, enumeration, field, required};
+use crate::loadgen::v1 as pb;
+
+/// Validates a received result: the spec as in `WorkloadSpec`'s conversion, histograms that
+/// decode with the project-wide bounds, and shards, per-publisher counts and client windows
+/// that fit the workload, so later merging and summarising cannot index out of range.
+impl TryFrom<pb::RunResult> for RunResult {
+    type Error = ConversionError;
+
+    fn try_from(message: pb::RunResult) -> Result<Self, Self::Error> {
+        result_from_proto(message, "result")
+    }
+}
+
+fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, ConversionError> {
+    let spec = spec_from_proto(required(message.spec, at, "spec")?, &field(at, "spec"))?;
+    if let Some(shard) = &spec.shard {
+        return Err(ConversionError::Invalid {
+            path: format!("{at}.spec.shard"),
+            value: format!("{:?}", shard.publishers),
+            problem: "a result's spec is the whole workload; its parts are listed in shards".into(),
+        });
+    }
+    let header = enumeration(
+        message.header,
+        at,
+        "header",
+        "header encoding",
+        |v| match v {
+            pb::HeaderEncoding::Unspecified => None,
+            pb::HeaderEncoding::Full => Some(HeaderEncoding::Full),
+            pb::HeaderEncoding::Compact => Some(HeaderEncoding::Compact),
+        },
+    )?;
+    if header != spec.header_encoding() {
+        return Err(ConversionError::Invalid {
+            path: field(at, "header"),
+            value: header.to_string(),
+            problem: format!(
+                "a {} payload carries the {} header",
+                spec.payload,
+                spec.header_encoding()
+            ),
+        });
+    }
+    let shards = message
+        .shards
+        .into_iter()
+        .enumerate()
+        .map(|(i, shard)| {
+            let at = format!("{at}.shards[{i}]");
+            let shard = shard_from_proto(shard, &at)?;
+            within(&shard.publishers, spec.publishers, &at, "publishers")?;
+            within(&shard.subscribers, spec.subscribers, &at, "subscribers")?;
+            Ok(shard)
+        })
+        .collect::<Result<Vec<Shard>, ConversionError>>()?;
+    let publishers = spec.publishers as usize;
+    for (name, counts) in [
+        ("published", &message.published),
+        ("acknowledged", &message.acknowledged),
+        ("delivered_unique", &message.delivered_unique),
+    ] {
+        if counts.len() != publishers {
+            return Err(ConversionError::Invalid {
+                path: field(at, name),
+                value: format!("{} entries", counts.len()),
+                problem: format!("needs one per publisher ({publishers})"),
+            });
+        }
+    }
+    let publisher_windows = windows(
+        message.publisher_windows,
+        spec.publishers,
+        at,
+        "publisher_windows",
+    )?;
+    let subscriber_windows = windows(
+        message.subscriber_windows,
+        spec.subscribers,
+        at,
+        "subscriber_windows",
+    )?;
+    let resources = required(message.resources, at, "resources")?;
+    Ok(RunResult {
+        run_id: message.run_id,
+        shards,
+        header,
+        latency: histogram_from_bytes(&message.latency, at, "latency")?,
+        send_delay: histogram_from_bytes(&message.send_delay, at, "send_delay")?,
+        connect_time: histogram_from_bytes(&message.connect_time, at, "connect_time")?,
+        published: message.published,
+        acknowledged: message.acknowledged,
+        delivered_unique: message.delivered_unique,
+        received: message.received,
+        duplicates: message.duplicates,
+        out_of_order: message.out_of_order,
+        publish_series: RateSeries {
+            counts: required(message.publish_series, at, "publish_series")?.counts,
+        },
+        receive_series: RateSeries {
+            counts: required(message.receive_series, at, "receive_series")?.counts,
+        },
+        publisher_windows,
+        subscriber_windows,
+        errors: message.errors,
+        resources: ResourceUsage {
+            cpu_user_ns: resources.cpu_user_ns,
+            cpu_system_ns: resources.cpu_system_ns,
+            peak_rss_bytes: resources.peak_rss_bytes,
+        },
+        load_wall_ns: message.load_wall_ns,
+        interrupted: message.interrupted,
+        spec,
+    })
+}
+
+/// A shard range must be ordered and lie within the workload's `count` clients.
+fn within(range: &Range<u32>, count: u32, at: &str, name: &str) -> Result<(), ConversionError> {
+    if range.start > range.end || range.end > count {
+        return Err(ConversionError::Invalid {
+            path: field(at, name),
+            value: format!("{range:?}"),
+            problem: format!("must lie within 0..{count}"),
+        });
+    }
+    Ok(())
+}
+
+/// Client windows must name a client of the workload and not end before they start.
+fn windows(
+    messages: Vec<pb::ClientWindow>,
+    clients: u32,
+    at: &str,
+    name: &str,
+) -> Result<Vec<ClientWindow>, ConversionError> {
+    messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, window)| {
+            let at = format!("{at}.{name}[{i}]");
+            if window.client >= clients {
+                return Err(ConversionError::Invalid {
+                    path: field(&at, "client"),
+                    value: window.client.to_string(),
+                    problem: format!("the workload has {clients} such clients"),
+                });
+            }
+            if window.first_ns > window.last_ns {
+                return Err(ConversionError::Invalid {
+                    path: field(&at, "last_ns"),
+                    value: window.last_ns.to_string(),
+                    problem: format!("before first_ns ({})", window.first_ns),
+                });
+            }
+            Ok(ClientWindow {
+                client: window.client,
+                first_ns: window.first_ns,
+                last_ns: window.last_ns,
+                count: window.count,
+            })
+        })
+        .collect()
+}
+
+/// Decodes a histogram and insists on the project-wide bounds, without which it cannot merge.
+fn histogram_from_bytes(
+    bytes: &[u8],
+    at: &str,
+    name: &str,
+) -> Result<Histogram<u64>, ConversionError> {
+    let histogram =
+        histogram_v2::from_bytes(bytes).map_err(|reason| ConversionError::Histogram {
+            path: field(at, name),
+            reason,
+        })?;
+    if histogram.low() != 1
+        || histogram.high() != HISTOGRAM_HIGHEST_NS
+        || histogram.sigfig() != HISTOGRAM_SIGFIG
+    {
+        return Err(ConversionError::Invalid {
+            path: field(at, name),
+            value: format!(
+                "1..={} ns at {} digits",
+                histogram.high(),
+                histogram.sigfig()
+            ),
+            problem: format!(
+                "histograms must have bounds 1..={HISTOGRAM_HIGHEST_NS} ns at {HISTOGRAM_SIGFIG} digits to merge"
+            ),
+        });
+    }
+    Ok(histogram)
+}
+
+fn histogram_to_bytes(
+    histogram: &Histogram<u64>,
+    at: &str,
+    name: &str,
+) -> Result<Vec<u8>, ConversionError> {
+    histogram_v2::to_bytes(histogram).map_err(|reason| ConversionError::Histogram {
+        path: field(at, name),
+        reason,
+    })
+}
+
+/// Encodes a result for the wire. Fallible only because HdrHistogram V2 cannot encode a
+/// bucket count above `i64::MAX`; the error names the histogram.
+impl TryFrom<&RunResult> for pb::RunResult {
+    type Error = ConversionError;
+
+    fn try_from(result: &RunResult) -> Result<Self, Self::Error> {
+        let at = "result";
+        Ok(pb::RunResult {
+            spec: Some(pb::WorkloadSpec::from(&result.spec)),
+            run_id: result.run_id.clone(),
+            shards: result.shards.iter().map(pb::Shard::from).collect(),
+            header: match result.header {
+                HeaderEncoding::Full => pb::HeaderEncoding::Full,
+                HeaderEncoding::Compact => pb::HeaderEncoding::Compact,
+            }
+            .into(),
+            latency: histogram_to_bytes(&result.latency, at, "latency")?,
+            send_delay: histogram_to_bytes(&result.send_delay, at, "send_delay")?,
+            connect_time: histogram_to_bytes(&result.connect_time, at, "connect_time")?,
+            published: result.published.clone(),
+            acknowledged: result.acknowledged.clone(),
+            delivered_unique: result.delivered_unique.clone(),
+            received: result.received,
+            duplicates: result.duplicates,
+            out_of_order: result.out_of_order,
+            publish_series: Some(pb::RateSeries {
+                counts: result.publish_series.counts.clone(),
+            }),
+            receive_series: Some(pb::RateSeries {
+                counts: result.receive_series.counts.clone(),
+            }),
+            publisher_windows: result
+                .publisher_windows
+                .iter()
+                .map(window_to_proto)
+                .collect(),
+            subscriber_windows: result
+                .subscriber_windows
+                .iter()
+                .map(window_to_proto)
+                .collect(),
+            errors: result.errors.clone(),
+            resources: Some(pb::ResourceUsage {
+                cpu_user_ns: result.resources.cpu_user_ns,
+                cpu_system_ns: result.resources.cpu_system_ns,
+                peak_rss_bytes: result.resources.peak_rss_bytes,
+            }),
+            load_wall_ns: result.load_wall_ns,
+            interrupted: result.interrupted,
+        })
+    }
+}
+
+fn window_to_proto(window: &ClientWindow) -> pb::ClientWindow {
+    pb::ClientWindow {
+        client: window.client,
+        first_ns: window.first_ns,
+        last_ns: window.last_ns,
+        count: window.count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loadgen::result::new_histogram;
+
+    use super::*;
+
+    /// A change that breaks an otherwise valid message.
+    type Mutation = Box<dyn FnOnce(&mut pb::RunResult)>;
+    use crate::convert::spec::tests::open_loop_spec;
+
+    /// A result as a finished two-shard open-loop run would report it.
+    fn filled_result() -> RunResult {
+        let spec = open_loop_spec();
+        let mut result = RunResult::empty(&spec, "run");
+        result.shards = vec![
+            Shard {
+                publishers: 0..50,
+                subscribers: 0..1,
+            },
+            Shard {
+                publishers: 50..100,
+                subscribers: 1..1,
+            },
+        ];
+        for (i, latency_ns) in [180_000u64, 250_000, 1_200_000, 47_000_000]
+            .iter()
+            .enumerate()
+        {
+            result
+                .latency
+                .record_n(*latency_ns, i as u64 + 1)
+                .expect("within bounds");
+        }
+        result.send_delay.record(35_000).expect("within bounds");
+        result
+            .connect_time
+            .record(2_500_000)
+            .expect("within bounds");
+        result.published.fill(40);
+        result.acknowledged.fill(40);
+        result.delivered_unique.fill(39);
+        result.delivered_unique[99] = 40;
+        result.received = 3_905;
+        result.duplicates = 4;
+        result.out_of_order = 2;
+        result.publish_series.add(15_000_000, 120);
+        result.publish_series.add(1_000_000_000, 80);
+        result.receive_series.add(16_000_000, 119);
+        result.publisher_windows = vec![ClientWindow {
+            client: 7,
+            first_ns: 1_000_000_000,
+            last_ns: 9_750_000_000,
+            count: 36,
+        }];
+        result.subscriber_windows = vec![ClientWindow {
+            client: 0,
+            first_ns: 1_000_200_000,
+            last_ns: 9_751_000_000,
+            count: 3_600,
+        }];
+        result.count_error("connection lost", 1);
+        result.count_error("negative latency", 3);
+        result.resources = ResourceUsage {
+            cpu_user_ns: 1_500_000_000,
+            cpu_system_ns: 700_000_000,
+            peak_rss_bytes: 48 << 20,
+        };
+        result.load_wall_ns = 11_000_000_000;
+        result.interrupted = true;
+        result
+    }
+
+    fn encode(result: &RunResult) -> pb::RunResult {
+        pb::RunResult::try_from(result).expect("a result encodes")
+    }
+
+    #[test]
+    fn run_result_round_trips_through_protobuf_bytes() {
+        let result = filled_result();
+        let wire = prost::Message::encode_to_vec(&encode(&result));
+        let message: pb::RunResult = prost::Message::decode(wire.as_slice()).expect("decodes");
+        let back = RunResult::try_from(message).expect("converts back");
+        assert_eq!(back, result);
+        assert_eq!(back.latency.len(), 10);
+        assert_eq!(back.latency.max(), result.latency.max());
+    }
+
+    #[test]
+    fn empty_result_round_trips() {
+        let result = RunResult::empty(&open_loop_spec(), "empty-run");
+        assert_eq!(RunResult::try_from(encode(&result)), Ok(result));
+    }
+
+    #[test]
+    fn corrupt_histogram_bytes_name_the_field() {
+        let mut message = encode(&filled_result());
+        message.send_delay = vec![0x1c, 0x84, 0x93, 0x14, 0xff, 0x00];
+        let error = RunResult::try_from(message).expect_err("corrupt histogram");
+        assert!(
+            matches!(error, ConversionError::Histogram { .. }),
+            "{error}"
+        );
+        assert_eq!(error.path(), "result.send_delay");
+
+        let mut message = encode(&filled_result());
+        message.latency.truncate(message.latency.len() / 2);
+        assert_eq!(
+            RunResult::try_from(message).expect_err("truncated").path(),
+            "result.latency"
+        );
+    }
+
+    #[test]
+    fn histograms_with_other_bounds_are_refused() {
+        let mut other = Histogram::<u64>::new_with_bounds(1, 1_000_000, 2).expect("bounds");
+        other.record(10).expect("within bounds");
+        let mut message = encode(&filled_result());
+        message.connect_time = histogram_v2::to_bytes(&other).expect("encodes");
+        let error = RunResult::try_from(message).expect_err("other bounds");
+        assert_eq!(error.path(), "result.connect_time");
+        assert!(matches!(error, ConversionError::Invalid { .. }), "{error}");
+        // The project's own bounds are accepted.
+        let mut message = encode(&filled_result());
+        message.connect_time = histogram_v2::to_bytes(&new_histogram()).expect("encodes");
+        RunResult::try_from(message).expect("project bounds");
+    }
+
+    #[test]
+    fn missing_parts_and_misfit_counts_name_their_path() {
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|m| m.spec = None), "result.spec"),
+            (
+                Box::new(|m| m.spec.as_mut().map_or((), |s| s.qos = 5)),
+                "result.spec.qos",
+            ),
+            (Box::new(|m| m.header = 0), "result.header"),
+            (
+                Box::new(|m| m.header = pb::HeaderEncoding::Full.into()),
+                "result.header",
+            ),
+            (Box::new(|m| m.resources = None), "result.resources"),
+            (
+                Box::new(|m| m.receive_series = None),
+                "result.receive_series",
+            ),
+            (
+                Box::new(|m| {
+                    m.acknowledged.pop();
+                }),
+                "result.acknowledged",
+            ),
+            (
+                Box::new(|m| m.shards[1].subscribers = Some(pb::IndexRange { start: 0, end: 2 })),
+                "result.shards[1].subscribers",
+            ),
+            (
+                Box::new(|m| m.shards[0].publishers = None),
+                "result.shards[0].publishers",
+            ),
+            (
+                Box::new(|m| m.publisher_windows[0].client = 100),
+                "result.publisher_windows[0].client",
+            ),
+            (
+                Box::new(|m| m.subscriber_windows[0].last_ns = 0),
+                "result.subscriber_windows[0].last_ns",
+            ),
+            (
+                Box::new(|m| {
+                    m.spec.as_mut().map_or((), |s| {
+                        s.shard = Some(pb::Shard::from(&Shard {
+                            publishers: 0..1,
+                            subscribers: 0..1,
+                        }))
+                    })
+                }),
+                "result.spec.shard",
+            ),
+        ];
+        for (mutate, expected) in cases {
+            let mut message = encode(&filled_result());
+            mutate(&mut message);
+            let error = RunResult::try_from(message).expect_err(expected);
+            assert_eq!(error.path(), expected, "{error}");
+        }
+    }
+}
