@@ -56,7 +56,7 @@ pub enum LoadgenError {
     #[error(transparent)]
     Tls(#[from] transport::TlsSetupError),
     /// The preflight connection failed: the broker is down, refuses, or is not MQTT.
-    #[error("broker {address} unreachable: {failure}")]
+    #[error("broker {address}: {failure}")]
     BrokerUnreachable {
         /// `host:port`.
         address: String,

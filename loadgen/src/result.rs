@@ -150,6 +150,20 @@ impl RunResult {
                 self.run_id, other.run_id
             )));
         }
+        let overlaps =
+            |a: &std::ops::Range<u32>, b: &std::ops::Range<u32>| a.start < b.end && b.start < a.end;
+        for mine in &self.shards {
+            for theirs in &other.shards {
+                if overlaps(&mine.publishers, &theirs.publishers)
+                    || overlaps(&mine.subscribers, &theirs.subscribers)
+                {
+                    return Err(MergeError(format!(
+                        "shards {mine:?} and {theirs:?} of run {} overlap: their clients would be counted twice",
+                        self.run_id
+                    )));
+                }
+            }
+        }
         for histogram in [
             (&mut self.latency, &other.latency),
             (&mut self.send_delay, &other.send_delay),
@@ -264,7 +278,9 @@ pub mod histogram_v2 {
 mod tests {
     use super::*;
     use crate::size::ByteSize;
-    use crate::spec::{BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology};
+    use crate::spec::{
+        BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology,
+    };
     use crate::summary::Summary;
 
     fn spec() -> WorkloadSpec {
@@ -309,7 +325,10 @@ mod tests {
                 continue;
             }
             let received_ns = sent_ns + 50_000 + seq * 100 + u64::from(p);
-            result.latency.record(received_ns - sent_ns).expect("in range");
+            result
+                .latency
+                .record(received_ns - sent_ns)
+                .expect("in range");
             result.receive_series.add(received_ns, 1);
             first_receive.get_or_insert(received_ns);
             last_receive = received_ns;
@@ -320,9 +339,22 @@ mod tests {
         result.delivered_unique[p as usize] += delivered;
         result.received += delivered + 1;
         result.duplicates += 1;
-        result.connect_time.record(100_000 + u64::from(p)).expect("in range");
-        result.publisher_windows.push(ClientWindow { client: p, first_ns: u64::from(p) * 1_000, last_ns: 49_000_000 + u64::from(p) * 1_000, count: sent });
-        result.subscriber_windows.push(ClientWindow { client: p, first_ns: first_receive.unwrap_or(0), last_ns: last_receive, count: delivered });
+        result
+            .connect_time
+            .record(100_000 + u64::from(p))
+            .expect("in range");
+        result.publisher_windows.push(ClientWindow {
+            client: p,
+            first_ns: u64::from(p) * 1_000,
+            last_ns: 49_000_000 + u64::from(p) * 1_000,
+            count: sent,
+        });
+        result.subscriber_windows.push(ClientWindow {
+            client: p,
+            first_ns: first_receive.unwrap_or(0),
+            last_ns: last_receive,
+            count: delivered,
+        });
         result.count_error("connection_closed", u64::from(p % 2));
     }
 
@@ -332,14 +364,23 @@ mod tests {
         let mut whole = RunResult::empty(&spec, "merge");
         whole.shards.push(spec.effective_shard());
         let mut first = RunResult::empty(&spec, "merge");
-        first.shards.push(Shard { publishers: 0..2, subscribers: 0..2 });
+        first.shards.push(Shard {
+            publishers: 0..2,
+            subscribers: 0..2,
+        });
         let mut second = RunResult::empty(&spec, "merge");
-        second.shards.push(Shard { publishers: 2..4, subscribers: 2..4 });
+        second.shards.push(Shard {
+            publishers: 2..4,
+            subscribers: 2..4,
+        });
         for p in 0..4 {
             record_pair(&mut whole, p);
             record_pair(if p < 2 { &mut first } else { &mut second }, p);
         }
-        assert!(!first.covers_whole_workload(), "a shard alone cannot judge loss");
+        assert!(
+            !first.covers_whole_workload(),
+            "a shard alone cannot judge loss"
+        );
         assert_eq!(Summary::of(&first).lost, None);
         first.merge(&second).expect("same run");
         assert!(first.covers_whole_workload());
@@ -347,13 +388,35 @@ mod tests {
         assert_eq!(first.connect_time, whole.connect_time);
         assert_eq!(first.publish_series, whole.publish_series);
         assert_eq!(first.receive_series, whole.receive_series);
-        assert_eq!((first.published.clone(), first.delivered_unique.clone()), (whole.published.clone(), whole.delivered_unique.clone()));
+        assert_eq!(
+            (first.published.clone(), first.delivered_unique.clone()),
+            (whole.published.clone(), whole.delivered_unique.clone())
+        );
         assert_eq!(first.errors, whole.errors);
         let (merged, single) = (Summary::of(&first), Summary::of(&whole));
         assert_eq!(merged, single);
         assert_eq!(single.lost, Some(4 * 17));
         assert_eq!(single.duplicates, 4);
-        assert_eq!(single.qos_violations, vec!["QoS 1 lost 68 deliveries".to_string()]);
+        assert_eq!(
+            single.qos_violations,
+            vec!["QoS 1 lost 68 deliveries".to_string()]
+        );
+    }
+
+    #[test]
+    fn overlapping_shards_do_not_merge() {
+        let mut a = RunResult::empty(&spec(), "merge");
+        a.shards.push(Shard {
+            publishers: 0..3,
+            subscribers: 0..3,
+        });
+        let mut b = RunResult::empty(&spec(), "merge");
+        b.shards.push(Shard {
+            publishers: 2..4,
+            subscribers: 3..4,
+        });
+        let error = a.merge(&b).expect_err("publisher 2 is in both");
+        assert!(error.to_string().contains("counted twice"), "{error}");
     }
 
     #[test]

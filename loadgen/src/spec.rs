@@ -247,7 +247,10 @@ pub struct ConnectionOptions {
     /// Deadline for one connection's TCP + TLS + CONNECT/CONNACK (+ SUBACK).
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Unacknowledged QoS 1/2 messages a publisher may have out at once.
+    /// Unacknowledged QoS 1/2 messages a publisher may have out at once. MQTT 5 brokers
+    /// announce their limit (receive maximum) and the lower one applies; MQTT 3.1.1 has no such
+    /// negotiation, and Mosquitto 2.0 silently drops incoming QoS 2 messages beyond its own
+    /// limit, so the default is Mosquitto's default, 20.
     pub inflight: u16,
     /// Largest MQTT packet accepted from the broker; derived from the payload when absent.
     pub max_packet_size: Option<ByteSize>,
@@ -261,7 +264,7 @@ impl Default for ConnectionOptions {
             keep_alive: Duration::from_secs(60),
             ramp_up_per_second: None,
             connect_timeout: Duration::from_secs(5),
-            inflight: 100,
+            inflight: 20,
             max_packet_size: None,
         }
     }

@@ -1,0 +1,219 @@
+//! The `loadgen` binary as a user meets it: one-line errors with exit codes, and the output
+//! files of a real run against Mosquitto.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use tests::{Mosquitto, MosquittoOptions, free_loopback_port, skip_unless_installed};
+
+fn loadgen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(args)
+        .arg("--no-progress")
+        .output()
+        .expect("loadgen runs")
+}
+
+/// The process failed with `code` and printed exactly one line containing `expected`.
+fn assert_one_line_error(output: &Output, code: i32, expected: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one line, got: {stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{stderr:?} should name {expected:?}"
+    );
+}
+
+fn utf8(path: &Path) -> &str {
+    path.to_str().expect("temporary paths are UTF-8")
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_problem() {
+    assert_one_line_error(&loadgen(&["latency", "--frobnicate"]), 2, "--frobnicate");
+    assert_one_line_error(
+        &loadgen(&["throughput", "--clients", "0"]),
+        1,
+        "publishers = 0",
+    );
+    assert_one_line_error(
+        &loadgen(&["latency", "--interval", "0s"]),
+        1,
+        "pacing.interval = 0s",
+    );
+    assert_one_line_error(
+        &loadgen(&["payload", "--size", "300MB"]),
+        1,
+        "payload = 300MB",
+    );
+    assert_one_line_error(&loadgen(&["payload", "--size", "9B"]), 1, "payload = 9B");
+    assert_one_line_error(&loadgen(&["latency", "--qos", "3"]), 2, "QoS");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spec = dir.path().join("bad.toml");
+    std::fs::write(&spec, "publishers = 1\npublisherz = 2\n").expect("write spec");
+    let output = loadgen(&["run", utf8(&spec)]);
+    assert_one_line_error(&output, 1, "unknown field `publisherz`");
+    assert_one_line_error(&output, 1, "(line 2)");
+}
+
+#[test]
+fn an_unreachable_broker_fails_within_seconds() {
+    // A loopback port nobody listens on: the connection is refused.
+    let port = free_loopback_port().expect("free port");
+    let started = Instant::now();
+    let output = loadgen(&["latency", "--broker", &format!("127.0.0.1:{port}")]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_one_line_error(
+        &output,
+        1,
+        &format!("broker 127.0.0.1:{port}: cannot connect"),
+    );
+}
+
+#[test]
+fn a_refusing_broker_fails_with_its_reason() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    // Anonymous clients are let in (the harness's readiness probe is one), but a username
+    // that is not in the (empty) password file is refused.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let passwords = dir.path().join("passwords");
+    std::fs::write(&passwords, "").expect("password file");
+    let broker = Mosquitto::start(MosquittoOptions {
+        extra_config: vec![format!("password_file {}", utf8(&passwords))],
+        ..MosquittoOptions::default()
+    })
+    .expect("mosquitto starts");
+    let address = broker.addr().to_string();
+    let output = loadgen(&[
+        "latency",
+        "--broker",
+        &address,
+        "--username",
+        "bob",
+        "--password",
+        "wrong",
+    ]);
+    assert_one_line_error(&output, 1, "refused CONNECT: NotAuthorized");
+}
+
+/// Fields in one CSV line, honouring quotes.
+fn csv_fields(line: &str) -> usize {
+    let mut quoted = false;
+    1 + line
+        .chars()
+        .filter(|c| {
+            if *c == '"' {
+                quoted = !quoted;
+            }
+            *c == ',' && !quoted
+        })
+        .count()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_run_writes_json_csv_histograms_and_a_raw_result() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (csv, hgrm, raw) = (
+        dir.path().join("runs.csv"),
+        dir.path().join("hgrm"),
+        dir.path().join("result.json"),
+    );
+    let address = broker.addr().to_string();
+    let mut args = vec![
+        "throughput",
+        "--clients",
+        "10",
+        "--messages",
+        "200",
+        "--broker",
+        &address,
+    ];
+    args.extend([
+        "--csv",
+        utf8(&csv),
+        "--hgrm",
+        utf8(&hgrm),
+        "--result",
+        utf8(&raw),
+    ]);
+
+    let table = loadgen(&args);
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("per client") && table.contains("lost         0"),
+        "{table}"
+    );
+
+    args.push("--json");
+    let json = loadgen(&args);
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&json.stdout).expect("stdout is JSON");
+    assert_eq!(summary["published"], 2_000);
+    assert_eq!(summary["lost"], 0);
+    assert!(summary["latency"]["p50_us"].as_f64().expect("p50") > 0.0);
+    assert!(
+        summary["receive_rate"]["msgs_per_s"]
+            .as_f64()
+            .expect("rate")
+            > 0.0
+    );
+    assert!(
+        summary["receive_rate_per_client"]["median_msgs_per_s"]
+            .as_f64()
+            .expect("median")
+            > 0.0
+    );
+
+    let csv = read(&csv);
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows.len(), 3, "a header and one row per run:\n{csv}");
+    assert!(
+        rows[0].contains("latency_p50_us") && rows[0].contains("receive_rate_msgs_per_s"),
+        "{}",
+        rows[0]
+    );
+    let columns = csv_fields(rows[0]);
+    assert!(rows.iter().all(|row| csv_fields(row) == columns), "{csv}");
+
+    let latency = read(&hgrm.join("latency.hgrm"));
+    assert!(
+        latency.contains("Total count    =         2000"),
+        "{latency}"
+    );
+    assert!(
+        latency.lines().any(|line| line.contains("1.000000000000")),
+        "the distribution reaches 100 %"
+    );
+
+    // A result merged with itself would count its clients twice: refused, naming why.
+    let merged = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["merge", utf8(&raw), utf8(&raw)])
+        .output()
+        .expect("merge runs");
+    assert_one_line_error(&merged, 1, "counted twice");
+}

@@ -1,0 +1,278 @@
+//! A real Mosquitto broker on its own loopback port, for one test.
+//!
+//! [`Mosquitto::start`] writes a config into a private temporary directory,
+//! runs `/usr/sbin/mosquitto -c FILE` with its log in that directory, and
+//! returns once an MQTT CONNECT gets a CONNACK. Dropping the value kills the
+//! broker and reaps it. The broker's own counters come from its `$SYS` tree,
+//! see [`crate::mosquitto_sys`] and the private `mosquitto_sys_reader`.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tempfile::TempDir;
+
+use crate::mosquitto_sys::MosquittoCounters;
+use crate::mosquitto_sys_reader::SysTreeReader;
+use crate::mqtt_wire::wait_for_connack;
+use crate::ports::{LOOPBACK, free_loopback_port};
+use crate::process::{
+    INSTANCE_MARKER_VAR, kill_group_and_reap, kill_instance_processes, new_instance_id,
+};
+
+/// Where Debian's `mosquitto` package installs the broker.
+pub const MOSQUITTO_BINARY: &str = "/usr/sbin/mosquitto";
+
+/// Queue limit used unless [`MosquittoOptions::max_queued_messages`] is set:
+/// high enough that a benchmark measures the broker, not Mosquitto's default
+/// of 1000 queued messages per client.
+pub const DEFAULT_MAX_QUEUED_MESSAGES: u32 = 1_000_000;
+
+/// How long a start may take before it counts as failed.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Starts tried, each on a fresh port, when the chosen port was taken between
+/// picking it and Mosquitto binding it.
+const START_ATTEMPTS: usize = 3;
+
+/// How long `$SYS` reads wait for the first complete update.
+const COUNTERS_DEADLINE: Duration = Duration::from_secs(15);
+
+/// How long [`Mosquitto::counters_settled`] waits for the figures to settle.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Broker limits for one test. The default lifts every limit a load test
+/// could trip over by accident.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MosquittoOptions {
+    /// `max_queued_messages`: messages queued per client beyond those in
+    /// flight; also the bound on QoS 0 messages waiting for a slow online
+    /// subscriber. `None` means [`DEFAULT_MAX_QUEUED_MESSAGES`].
+    pub max_queued_messages: Option<u32>,
+    /// `max_inflight_messages`: unacknowledged QoS 1/2 messages per client.
+    /// `None` keeps Mosquitto's default (20).
+    pub max_inflight_messages: Option<u32>,
+    /// `max_packet_size` in bytes. `None` leaves it unset: no limit beyond
+    /// MQTT's own 256 MB.
+    pub max_packet_size: Option<u32>,
+    /// Raw lines appended to the generated config.
+    pub extra_config: Vec<String>,
+}
+
+impl MosquittoOptions {
+    /// The config file text for a broker listening on 127.0.0.1:`port`.
+    fn render_config(&self, port: u16) -> String {
+        let mut lines = vec![
+            "# Written by Continuum's test harness; one broker per test.".to_owned(),
+            "allow_anonymous true".to_owned(),
+            "persistence false".to_owned(),
+            // The $SYS tree is how the harness reads the broker's counters;
+            // refresh it as often as Mosquitto allows.
+            "sys_interval 1".to_owned(),
+            format!(
+                "max_queued_messages {}",
+                self.max_queued_messages
+                    .unwrap_or(DEFAULT_MAX_QUEUED_MESSAGES)
+            ),
+            // message_size_limit is left out: its default 0 already means no
+            // limit, and writing it only earns a deprecation note in the log.
+            "log_dest stdout".to_owned(),
+            "log_type error warning notice information".to_owned(),
+        ];
+        if let Some(inflight) = self.max_inflight_messages {
+            lines.push(format!("max_inflight_messages {inflight}"));
+        }
+        if let Some(size) = self.max_packet_size {
+            lines.push(format!("max_packet_size {size}"));
+        }
+        lines.push(format!("listener {port} {LOOPBACK}"));
+        lines.extend(self.extra_config.iter().cloned());
+        lines.push(String::new());
+        lines.join("\n")
+    }
+}
+
+/// A running Mosquitto broker, killed and reaped on drop.
+#[derive(Debug)]
+pub struct Mosquitto {
+    child: Child,
+    port: u16,
+    instance_id: String,
+    log_path: PathBuf,
+    sys_tree: Option<SysTreeReader>,
+    // Last field: the directory must outlive the process writing into it.
+    dir: TempDir,
+}
+
+impl Mosquitto {
+    /// Starts a broker with `options` and waits until it answers CONNECT.
+    pub fn start(options: MosquittoOptions) -> Result<Self> {
+        let mut last_failure = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_once(&options)? {
+                Ok(mosquitto) => return Ok(mosquitto),
+                Err(port_taken) => last_failure = Some(port_taken),
+            }
+        }
+        Err(last_failure.unwrap_or_else(|| anyhow::anyhow!("mosquitto never started")))
+            .context(format!("starting mosquitto {START_ATTEMPTS} times"))
+    }
+
+    /// One start on a fresh port. The inner error means "port taken, retry".
+    fn start_once(options: &MosquittoOptions) -> Result<Result<Self>> {
+        let dir = tempfile::Builder::new()
+            .prefix("continuum-mosquitto-")
+            .tempdir()
+            .context("creating the broker's temporary directory")?;
+        let port = free_loopback_port()?;
+        let config_path = dir.path().join("mosquitto.conf");
+        std::fs::write(&config_path, options.render_config(port))
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        let log_path = dir.path().join("mosquitto.log");
+        let log =
+            File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let log_for_stderr = log.try_clone().context("duplicating the log file handle")?;
+
+        let instance_id = new_instance_id();
+        let child = Command::new(MOSQUITTO_BINARY)
+            .arg("-c")
+            .arg(&config_path)
+            .env(INSTANCE_MARKER_VAR, &instance_id)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_for_stderr)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("spawning {MOSQUITTO_BINARY}"))?;
+        let mut mosquitto = Self {
+            child,
+            port,
+            instance_id,
+            log_path,
+            sys_tree: None,
+            dir,
+        };
+
+        let addr = mosquitto.addr();
+        if let Err(error) = wait_for_connack(addr, &mut mosquitto.child, START_DEADLINE) {
+            let log = mosquitto.log();
+            if log.contains("Address already in use") {
+                return Ok(Err(error.context(format!("port {port} was taken"))));
+            }
+            return Err(error.context(format!("mosquitto did not become ready; its log:\n{log}")));
+        }
+        let sys_tree = SysTreeReader::connect(addr, &mosquitto.instance_id)
+            .with_context(|| format!("subscribing to $SYS; mosquitto log:\n{}", mosquitto.log()))?;
+        mosquitto.sys_tree = Some(sys_tree);
+        Ok(Ok(mosquitto))
+    }
+
+    /// Address MQTT clients connect to (always 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((LOOPBACK, self.port))
+    }
+
+    /// The broker's listening port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// PID of the `mosquitto` process.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The id tagging this broker's processes, see [`crate::process`].
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The directory holding the config and the log.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// The broker's log so far, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path)
+            .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log_path.display()))
+    }
+
+    /// The counters of the most recent complete `$SYS` update.
+    ///
+    /// `$SYS` is refreshed about every two seconds (`sys_interval 1`; see
+    /// [`crate::mosquitto_sys`]), so traffic of the last seconds may be
+    /// missing: use [`Self::counters_settled`] for the final figures of a run.
+    pub fn counters(&self) -> Result<MosquittoCounters> {
+        self.reader()?
+            .latest(COUNTERS_DEADLINE)
+            .with_context(|| format!("reading $SYS; mosquitto log:\n{}", self.log()))
+    }
+
+    /// Waits until two consecutive `$SYS` updates, both published after this
+    /// call, report the same traffic, and returns the later one.
+    ///
+    /// Call it once the clients have stopped sending; under steady load the
+    /// figures never settle and this fails after its deadline (30 s).
+    pub fn counters_settled(&self) -> Result<MosquittoCounters> {
+        self.reader()?
+            .settled(SETTLE_DEADLINE)
+            .with_context(|| format!("waiting for $SYS to settle; mosquitto log:\n{}", self.log()))
+    }
+
+    fn reader(&self) -> Result<&SysTreeReader> {
+        match &self.sys_tree {
+            Some(reader) => Ok(reader),
+            None => bail!("the $SYS reader of this broker is not running"),
+        }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        // Stop reading first so the reader sees its own shutdown, not a crash.
+        drop(self.sys_tree.take());
+        kill_group_and_reap(&mut self.child);
+        kill_instance_processes(&self.instance_id, Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_lifts_limits_and_listens_on_loopback_only() {
+        let config = MosquittoOptions::default().render_config(4242);
+        assert!(config.contains("listener 4242 127.0.0.1\n"));
+        assert!(config.contains("max_queued_messages 1000000\n"));
+        assert!(config.contains("allow_anonymous true\n"));
+        assert!(config.contains("persistence false\n"));
+        assert!(config.contains("sys_interval 1\n"));
+        assert!(!config.contains("max_packet_size"));
+        assert!(!config.contains("max_inflight_messages"));
+    }
+
+    #[test]
+    fn options_and_extra_lines_reach_the_config() {
+        let options = MosquittoOptions {
+            max_queued_messages: Some(10),
+            max_inflight_messages: Some(5),
+            max_packet_size: Some(2_000_000),
+            extra_config: vec!["max_connections -1".to_owned()],
+        };
+        let config = options.render_config(1);
+        for line in [
+            "max_queued_messages 10",
+            "max_inflight_messages 5",
+            "max_packet_size 2000000",
+            "max_connections -1",
+        ] {
+            assert!(config.lines().any(|l| l == line), "missing {line:?}");
+        }
+    }
+}

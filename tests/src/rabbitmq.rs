@@ -1,0 +1,292 @@
+//! A private RabbitMQ node with the MQTT plugin, for one test.
+//!
+//! Nothing is shared with a system instance: the node name
+//! (`ct-<pid>-<n>@localhost`), the data and log directories, the config, the
+//! enabled-plugins file, the Erlang cookie (`HOME`), and every port (AMQP,
+//! MQTT, distribution, epmd) are this instance's own. The harness starts the
+//! node's epmd itself, in the foreground on the instance's port, so it can
+//! stop it by PID: an epmd that Erlang starts with `-daemon` would outlive
+//! `rabbitmqctl stop`. Erlang is told to resolve names from files only
+//! (`ERL_INETRC`), so the node sends no DNS query anywhere.
+//!
+//! Every process of the instance is tagged (see [`crate::process`]); drop
+//! stops the node with `rabbitmqctl stop`, then kills whatever is left.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tempfile::TempDir;
+
+use crate::mqtt_wire::wait_for_connack;
+use crate::ports::{LOOPBACK, free_loopback_ports};
+use crate::process::{
+    POLL_INTERVAL, kill_group_and_reap, kill_instance_processes, live_processes_of,
+    new_instance_id, run_with_deadline, wait_with_deadline,
+};
+use crate::rabbitmq_counters::{OVERVIEW_EXPRESSION, RabbitCounters};
+use crate::rabbitmq_env::{apply_env, instance_env, write_files};
+
+/// The broker's start script from Debian's `rabbitmq-server` package.
+pub const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+/// The control tool from the same package.
+pub const RABBITMQCTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";
+/// Erlang's port mapper daemon, from `erlang-base`.
+pub const EPMD: &str = "/usr/bin/epmd";
+
+/// A cold first boot takes about 11 s on the 2-core test machines.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+const EPMD_DEADLINE: Duration = Duration::from_secs(10);
+const STOP_DEADLINE: Duration = Duration::from_secs(20);
+const CTL_DEADLINE: Duration = Duration::from_secs(30);
+const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
+/// Gap between two counter reads that must agree for them to count as settled.
+const SETTLE_GAP: Duration = Duration::from_millis(300);
+
+/// The loopback ports of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RabbitPorts {
+    /// MQTT listener.
+    pub mqtt: u16,
+    /// AMQP 0-9-1 listener (unused by the tests, but it must not clash).
+    pub amqp: u16,
+    /// Erlang distribution, which `rabbitmqctl` talks to.
+    pub dist: u16,
+    /// The node's private epmd.
+    pub epmd: u16,
+}
+
+/// A running private RabbitMQ node, stopped on drop.
+#[derive(Debug)]
+pub struct RabbitMq {
+    server: Child,
+    epmd: Child,
+    instance_id: String,
+    node: String,
+    ports: RabbitPorts,
+    env: Vec<(String, String)>,
+    // Last field: the directory must outlive the processes writing into it.
+    dir: TempDir,
+}
+
+impl RabbitMq {
+    /// Starts a node and waits until its MQTT listener answers CONNECT.
+    pub fn start() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("continuum-rabbitmq-")
+            .tempdir()
+            .context("creating the node's temporary directory")?;
+        let [mqtt, amqp, dist, epmd] = free_loopback_ports(4)?[..] else {
+            bail!("expected four free ports");
+        };
+        let ports = RabbitPorts {
+            mqtt,
+            amqp,
+            dist,
+            epmd,
+        };
+        let instance_id = new_instance_id();
+        let node = format!("{instance_id}@localhost");
+        write_files(dir.path(), &ports)?;
+        let env = instance_env(dir.path(), &instance_id, &node, &ports);
+
+        let epmd = spawn_epmd(&env, &ports, dir.path())?;
+        let server = match spawn_server(&env, dir.path()) {
+            Ok(server) => server,
+            Err(error) => {
+                let mut epmd = epmd;
+                kill_group_and_reap(&mut epmd);
+                return Err(error);
+            }
+        };
+        let mut rabbit = Self {
+            server,
+            epmd,
+            instance_id,
+            node,
+            ports,
+            env,
+            dir,
+        };
+        wait_for_connack(rabbit.addr(), &mut rabbit.server, START_DEADLINE).with_context(|| {
+            format!(
+                "RabbitMQ node {} did not become ready; its log:\n{}",
+                rabbit.node,
+                rabbit.log()
+            )
+        })?;
+        Ok(rabbit)
+    }
+
+    /// Address of the MQTT listener (always 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((LOOPBACK, self.ports.mqtt))
+    }
+
+    /// The MQTT port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.ports.mqtt
+    }
+
+    /// All ports of the node.
+    pub fn ports(&self) -> RabbitPorts {
+        self.ports
+    }
+
+    /// The Erlang node name, e.g. `ct-1234-1@localhost`.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
+    /// The id tagging this node's processes, see [`crate::process`].
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// PID of the `rabbitmq-server` script, parent of the Erlang VM.
+    pub fn server_pid(&self) -> u32 {
+        self.server.id()
+    }
+
+    /// PID of the node's private epmd.
+    pub fn epmd_pid(&self) -> u32 {
+        self.epmd.id()
+    }
+
+    /// Every running process of this node (script, VM, helpers, epmd).
+    pub fn processes(&self) -> Vec<u32> {
+        live_processes_of(&self.instance_id)
+    }
+
+    /// The directory holding config, data and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The node's console output so far, for failure messages.
+    pub fn log(&self) -> String {
+        let path = self.dir.path().join("server.log");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|error| format!("(cannot read {}: {error})", path.display()))
+    }
+
+    /// Runs `rabbitmqctl -n NODE ARGS...` against this node with its private
+    /// environment; returns stdout, or an error with both streams.
+    pub fn rabbitmqctl(&self, args: &[&str]) -> Result<String> {
+        let mut command = Command::new(RABBITMQCTL);
+        command.arg("-n").arg(&self.node).args(args);
+        apply_env(&mut command, &self.env);
+        let output = run_with_deadline(&mut command, None, CTL_DEADLINE)?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !output.status.success() {
+            bail!(
+                "rabbitmqctl {args:?} failed ({}): {stdout}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(stdout)
+    }
+
+    /// The node's global message counters right now.
+    pub fn counters(&self) -> Result<RabbitCounters> {
+        let output = self.rabbitmqctl(&["eval", OVERVIEW_EXPRESSION])?;
+        RabbitCounters::parse(&output)
+    }
+
+    /// Reads the counters until two reads a moment apart report the same
+    /// traffic, and returns the later one. Call it once clients stopped.
+    pub fn counters_settled(&self) -> Result<RabbitCounters> {
+        let deadline = Instant::now() + SETTLE_DEADLINE;
+        let mut previous = self.counters()?;
+        loop {
+            thread::sleep(SETTLE_GAP);
+            let current = self.counters()?;
+            if current.same_traffic(&previous) {
+                return Ok(current);
+            }
+            if Instant::now() >= deadline {
+                bail!("RabbitMQ counters still changing after {SETTLE_DEADLINE:?}: {current:?}");
+            }
+            previous = current;
+        }
+    }
+}
+
+impl Drop for RabbitMq {
+    fn drop(&mut self) {
+        // A clean stop first; it is bounded, and whatever it leaves is killed.
+        let mut stop = Command::new(RABBITMQCTL);
+        stop.arg("-n").arg(&self.node).arg("stop");
+        apply_env(&mut stop, &self.env);
+        let _ = run_with_deadline(&mut stop, None, STOP_DEADLINE);
+        if wait_with_deadline(&mut self.server, Duration::from_secs(10)).is_none() {
+            kill_group_and_reap(&mut self.server);
+        }
+        kill_group_and_reap(&mut self.epmd);
+        kill_instance_processes(&self.instance_id, Duration::from_secs(10));
+    }
+}
+
+/// Starts the instance's epmd in the foreground and waits until it listens.
+fn spawn_epmd(env: &[(String, String)], ports: &RabbitPorts, dir: &Path) -> Result<Child> {
+    let log = log_file(&dir.join("epmd.log"))?;
+    let mut command = Command::new(EPMD);
+    command
+        .args([
+            "-port",
+            &ports.epmd.to_string(),
+            "-address",
+            &LOOPBACK.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().context("duplicating the epmd log handle")?)
+        .stderr(log)
+        .process_group(0);
+    apply_env(&mut command, env);
+    let mut epmd = command
+        .spawn()
+        .with_context(|| format!("spawning {EPMD}"))?;
+
+    let addr = SocketAddr::from((LOOPBACK, ports.epmd));
+    let deadline = Instant::now() + EPMD_DEADLINE;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(epmd);
+        }
+        let exited = epmd.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() >= deadline {
+            kill_group_and_reap(&mut epmd);
+            let log = std::fs::read_to_string(dir.join("epmd.log")).unwrap_or_default();
+            bail!("epmd did not listen on {addr} (exit: {exited:?}); its log:\n{log}");
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+fn spawn_server(env: &[(String, String)], dir: &Path) -> Result<Child> {
+    let log = log_file(&dir.join("server.log"))?;
+    let mut command = Command::new(RABBITMQ_SERVER);
+    command
+        .stdin(Stdio::null())
+        .stdout(
+            log.try_clone()
+                .context("duplicating the server log handle")?,
+        )
+        .stderr(log)
+        // Its own group, so a forced stop reaches the VM and its helpers too.
+        .process_group(0);
+    apply_env(&mut command, env);
+    command
+        .spawn()
+        .with_context(|| format!("spawning {RABBITMQ_SERVER}"))
+}
+
+fn log_file(path: &Path) -> Result<File> {
+    File::create(path).with_context(|| format!("creating {}", path.display()))
+}

@@ -1,0 +1,308 @@
+//! loadgen against real brokers: its counts must equal the broker's own counters, loss must
+//! equal what the broker says it dropped, and 1 MB payloads must make it through.
+
+use std::time::Duration;
+
+use loadgen::size::ByteSize;
+use loadgen::spec::{Pacing, Qos, Topology, WorkloadSpec};
+use loadgen::{RunResult, Summary};
+use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
+use tokio_util::sync::CancellationToken;
+
+/// A burst workload of `pairs` publisher/subscriber pairs against 127.0.0.1:`port`.
+fn pairs_workload(port: u16, qos: Qos, pairs: u32, messages: u64) -> WorkloadSpec {
+    let mut spec = loadgen::cli::throughput_preset();
+    spec.broker.port = port;
+    spec.qos = qos;
+    spec.publishers = pairs;
+    spec.subscribers = pairs;
+    spec.messages_per_publisher = messages;
+    spec.payload = ByteSize(32);
+    spec.drain.idle = Duration::from_secs(3);
+    spec
+}
+
+/// The study's payload test shape with 1 MB payloads: publishers -> one topic -> 1 subscriber.
+fn megabyte_workload(port: u16) -> WorkloadSpec {
+    let mut spec = loadgen::cli::latency_preset();
+    spec.broker.port = port;
+    spec.publishers = 5;
+    spec.payload = ByteSize(1_000_000);
+    spec.messages_per_publisher = 6;
+    spec.warmup_messages = 1;
+    spec.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(100),
+    };
+    spec
+}
+
+async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
+    let result = loadgen::run(spec, CancellationToken::new(), None)
+        .await
+        .expect("the run completes");
+    let summary = Summary::of(&result);
+    eprintln!("{}", loadgen::output::render_table(&summary));
+    (result, summary)
+}
+
+fn assert_nothing_lost(summary: &Summary) {
+    assert_eq!(
+        summary.received,
+        summary.published
+            * u64::from(summary.subscribers / summary.publishers.min(summary.subscribers)).max(1),
+        "received == published x fan-out"
+    );
+    assert_eq!(summary.lost, Some(0));
+    assert_eq!(summary.duplicates, 0);
+    assert!(
+        summary.qos_violations.is_empty(),
+        "{:?}",
+        summary.qos_violations
+    );
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_counts_what_loadgen_counts_at_every_qos() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    // QoS 2 is checked against the broker's log below: $SYS leaves QoS 2 publishes out.
+    for qos in [Qos::AtMostOnce, Qos::AtLeastOnce] {
+        let before = broker.counters_settled().expect("counters before");
+        let (_, summary) = run(&pairs_workload(broker.port(), qos, 20, 500)).await;
+        let after = broker.counters_settled().expect("counters after");
+        assert_eq!(summary.published, 20 * 500, "QoS {qos:?}");
+        assert_eq!(
+            after.publish_received - before.publish_received,
+            summary.published,
+            "broker's received count, QoS {qos:?}"
+        );
+        assert_eq!(
+            after.publish_sent - before.publish_sent,
+            summary.received,
+            "broker's sent count, QoS {qos:?}"
+        );
+        assert_eq!(after.publish_dropped, before.publish_dropped, "QoS {qos:?}");
+        if qos != Qos::AtMostOnce {
+            assert_eq!(
+                summary.acknowledged, summary.published,
+                "every QoS {qos:?} publish acknowledged"
+            );
+        }
+        assert_nothing_lost(&summary);
+    }
+}
+
+/// Lines of Mosquitto's debug log that record `action` ("Received PUBLISH from", "Sending
+/// PUBLISH to") for clients of run `run_id`.
+fn logged(log: &str, action: &str, run_id: &str) -> u64 {
+    log.lines()
+        .filter(|line| line.contains(action) && line.contains(&format!("-{run_id}-")))
+        .count() as u64
+}
+
+fn debug_logging_broker() -> Mosquitto {
+    Mosquitto::start(MosquittoOptions {
+        extra_config: vec!["log_type all".to_string()],
+        ..MosquittoOptions::default()
+    })
+    .expect("mosquitto starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_counts_what_loadgen_counts_at_qos2() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    // Mosquitto 2.0 leaves QoS 2 out of $SYS/broker/publish/messages/received (it tests
+    // `(command & 0xF5) == PUBLISH`, and 0xF5 keeps the QoS 2 bit), so the broker's own
+    // record here is its debug log, one line per PUBLISH received and sent.
+    let broker = debug_logging_broker();
+    let mut spec = pairs_workload(broker.port(), Qos::ExactlyOnce, 10, 200);
+    spec.run_id = Some("qos2count".to_string());
+    let before = broker.counters_settled().expect("counters before");
+    let (_, summary) = run(&spec).await;
+    let after = broker.counters_settled().expect("counters after");
+    let log = broker.log();
+    assert_eq!(summary.published, 2_000);
+    assert_eq!(
+        logged(&log, "Received PUBLISH from", "qos2count"),
+        summary.published
+    );
+    assert_eq!(
+        logged(&log, "Sending PUBLISH to", "qos2count"),
+        summary.received
+    );
+    assert_eq!(after.publish_sent - before.publish_sent, summary.received);
+    assert_eq!(summary.acknowledged, summary.published);
+    assert_nothing_lost(&summary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_silently_drops_qos2_beyond_its_inflight_limit_and_loadgen_sees_it() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    // An MQTT 3.1.1 publisher cannot learn the broker's in-flight limit (20 by default). Past
+    // it, Mosquitto 2.0 completes the QoS 2 handshake but never forwards the message, and
+    // counts no drop: only an end-to-end count can see it.
+    let broker = debug_logging_broker();
+    let mut spec = pairs_workload(broker.port(), Qos::ExactlyOnce, 1, 500);
+    spec.connection.inflight = 100;
+    spec.run_id = Some("qos2drop".to_string());
+    let before = broker.counters_settled().expect("counters before");
+    let (_, summary) = run(&spec).await;
+    let after = broker.counters_settled().expect("counters after");
+    let log = broker.log();
+    assert_eq!(
+        summary.acknowledged, summary.published,
+        "the broker completed every handshake"
+    );
+    assert_eq!(
+        logged(&log, "Received PUBLISH from", "qos2drop"),
+        500,
+        "and received every PUBLISH"
+    );
+    let forwarded = logged(&log, "Sending PUBLISH to", "qos2drop");
+    assert_eq!(
+        forwarded, summary.received,
+        "loadgen received what the broker forwarded"
+    );
+    let lost = summary.lost.expect("whole workload");
+    assert!(
+        lost > 0,
+        "Mosquitto is expected to lose some of 500 QoS 2 messages sent 100 at a time"
+    );
+    assert_eq!(lost, 500 - forwarded);
+    assert_eq!(
+        after.publish_dropped, before.publish_dropped,
+        "the broker counted no drop"
+    );
+    assert_eq!(
+        summary.qos_violations,
+        vec![format!("QoS 2 lost {lost} deliveries")]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_drops_for_a_slow_subscriber_are_the_loss_loadgen_reports() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions {
+        max_queued_messages: Some(10),
+        ..MosquittoOptions::default()
+    })
+    .expect("mosquitto starts");
+    let mut spec = pairs_workload(broker.port(), Qos::AtMostOnce, 1, 20_000);
+    spec.payload = ByteSize(1_000);
+    spec.subscriber_rate_limit = Some(20_000);
+    let before = broker.counters_settled().expect("counters before");
+    let (_, summary) = run(&spec).await;
+    let after = broker.counters_settled().expect("counters after");
+    let dropped = after.publish_dropped - before.publish_dropped;
+    assert!(
+        dropped > 0,
+        "the slow subscriber must make Mosquitto drop (dropped {dropped})"
+    );
+    assert_eq!(
+        after.publish_received - before.publish_received,
+        summary.published
+    );
+    assert_eq!(
+        summary.lost,
+        Some(dropped),
+        "loadgen's loss equals Mosquitto's drop count"
+    );
+    assert_eq!(summary.received + dropped, summary.published);
+    assert!(summary.qos_violations.is_empty(), "loss is legal at QoS 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_carries_1mb_payloads_at_qos1() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let (result, summary) = run(&megabyte_workload(broker.port())).await;
+    assert_eq!(summary.published, 30);
+    assert_nothing_lost(&summary);
+    assert_eq!(
+        result.latency.len(),
+        25,
+        "every measured 1 MB message has a latency"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_preset_reports_sub_millisecond_medians_on_loopback() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let mut spec = loadgen::cli::latency_preset();
+    spec.broker.port = broker.port();
+    spec.messages_per_publisher = 8;
+    let (_, summary) = run(&spec).await;
+    assert_nothing_lost(&summary);
+    assert_eq!(summary.latency.count, 100 * 6);
+    eprintln!(
+        "latency preset on loopback: p50 {:.1} µs, p99 {:.1} µs, send delay p50 {:.1} µs",
+        summary.latency.p50_us, summary.latency.p99_us, summary.send_delay.p50_us
+    );
+    assert!(
+        summary.latency.p50_us < 1_000.0,
+        "median {} µs",
+        summary.latency.p50_us
+    );
+    assert!(summary.latency.min_us > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt5_runs_end_to_end() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    for qos in [Qos::AtLeastOnce, Qos::ExactlyOnce] {
+        let mut spec = pairs_workload(broker.port(), qos, 4, 300);
+        spec.broker.protocol = loadgen::spec::MqttVersion::V5;
+        spec.topology = Topology::FanOut;
+        spec.publishers = 2;
+        let before = broker.counters_settled().expect("counters before");
+        let (_, summary) = run(&spec).await;
+        let after = broker.counters_settled().expect("counters after");
+        if qos == Qos::AtLeastOnce {
+            // $SYS leaves QoS 2 publishes out of this counter (see the QoS 2 test above).
+            assert_eq!(
+                after.publish_received - before.publish_received,
+                summary.published
+            );
+        }
+        assert_eq!(after.publish_sent - before.publish_sent, summary.received);
+        assert_eq!(
+            summary.expected_deliveries,
+            2 * 300 * 2,
+            "each message reaches its 2 subscribers"
+        );
+        assert_eq!(summary.lost, Some(0));
+        assert_eq!(summary.received, summary.expected_deliveries);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_counts_what_loadgen_counts_and_carries_1mb() {
+    skip_unless_installed!(tests::rabbitmq::RABBITMQ_SERVER);
+    let broker = RabbitMq::start().expect("rabbitmq starts");
+    // RabbitMQ 3.10 grants QoS 2 subscriptions as QoS 1 and treats QoS 2 publishes as QoS 1:
+    // deliveries must still be complete.
+    for qos in [Qos::AtMostOnce, Qos::AtLeastOnce, Qos::ExactlyOnce] {
+        let before = broker.counters_settled().expect("counters before");
+        let (_, summary) = run(&pairs_workload(broker.port(), qos, 10, 300)).await;
+        let after = broker.counters_settled().expect("counters after");
+        assert_eq!(summary.published, 10 * 300, "QoS {qos:?}");
+        assert_eq!(
+            after.messages_received - before.messages_received,
+            summary.published,
+            "RabbitMQ's received count, QoS {qos:?}"
+        );
+        assert_eq!(
+            after.messages_delivered - before.messages_delivered,
+            summary.received,
+            "RabbitMQ's delivered count, QoS {qos:?}"
+        );
+        assert_eq!(summary.received, summary.published, "QoS {qos:?}");
+        assert_eq!(summary.lost, Some(0), "QoS {qos:?}");
+    }
+    let (_, summary) = run(&megabyte_workload(broker.port())).await;
+    assert_eq!(summary.published, 30);
+    assert_nothing_lost(&summary);
+}
