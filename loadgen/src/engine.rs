@@ -58,9 +58,31 @@ pub struct Status {
     pub connected: (u64, u64),
 }
 
+/// When a run starts, for instances that must start together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StartBarrier {
+    /// The run clock's origin as Unix time in ns on *this* host's clock (the controller maps
+    /// its own time through the host's clock offset); now when absent.
+    pub origin_unix_ns: Option<u64>,
+    /// The first message leaves this long after the origin, ns; 50 ms after the last
+    /// connection when absent.
+    pub start_at_ns: Option<u64>,
+}
+
 /// Runs `spec` to completion (or until `cancel`), reporting progress on `status` if given.
 pub async fn run(
     spec: &WorkloadSpec,
+    cancel: CancellationToken,
+    status: Option<watch::Sender<Status>>,
+) -> Result<RunResult, LoadgenError> {
+    run_at(spec, StartBarrier::default(), cancel, status).await
+}
+
+/// Like [`run`], with the run clock and the start time fixed by `barrier`, so that instances
+/// on several hosts publish on one timeline from one moment.
+pub async fn run_at(
+    spec: &WorkloadSpec,
+    barrier: StartBarrier,
     cancel: CancellationToken,
     status: Option<watch::Sender<Status>>,
 ) -> Result<RunResult, LoadgenError> {
@@ -69,7 +91,9 @@ pub async fn run(
     let shard = spec.effective_shard();
     let dialer = Dialer::new(&spec.broker)?;
     let codec = Codec::new(spec.broker.protocol, spec.max_packet_bytes());
-    let clock = RunClock::start_now();
+    let clock = barrier
+        .origin_unix_ns
+        .map_or_else(RunClock::start_now, RunClock::aligned_to_unix);
     let live = Arc::new(Live::new());
     let report = |update: &dyn Fn(&mut Status)| {
         if let Some(sender) = &status {
@@ -113,7 +137,16 @@ pub async fn run(
         .await?;
 
     let usage_before = resource_usage();
-    let start_ns = clock.now_ns() + START_BARRIER_DELAY.as_nanos() as u64;
+    let earliest_start_ns = clock.now_ns() + START_BARRIER_DELAY.as_nanos() as u64;
+    let start_ns = match barrier.start_at_ns {
+        None => earliest_start_ns,
+        Some(start_at) if start_at >= clock.now_ns() => start_at,
+        Some(start_at) => {
+            return Err(LoadgenError::StartMissed {
+                late_ms: (clock.now_ns() - start_at) as f64 / 1e6,
+            });
+        }
+    };
     let stop_subscribers = CancellationToken::new();
     let mut subscribers = JoinSet::new();
     for (id, session) in subscriber_sessions {

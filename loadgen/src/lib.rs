@@ -36,7 +36,7 @@ mod subscriber;
 pub mod summary;
 pub mod transport;
 
-pub use engine::{Phase, Role, Status, run};
+pub use engine::{Phase, Role, StartBarrier, Status, run, run_at};
 pub use live::Progress;
 pub use result::RunResult;
 pub use session::ConnectFailure;
@@ -74,6 +74,12 @@ pub enum LoadgenError {
         address: String,
         /// What went wrong.
         failure: ConnectFailure,
+    },
+    /// Connecting took longer than the start barrier allowed.
+    #[error("connections were not ready at the agreed start time ({late_ms:.1} ms late)")]
+    StartMissed {
+        /// How late, ms.
+        late_ms: f64,
     },
     /// The run was cancelled before the load started.
     #[error("cancelled before the load started")]

@@ -47,10 +47,8 @@ async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
 
 fn assert_nothing_lost(summary: &Summary) {
     assert_eq!(
-        summary.received,
-        summary.published
-            * u64::from(summary.subscribers / summary.publishers.min(summary.subscribers)).max(1),
-        "received == published x fan-out"
+        summary.received, summary.expected_deliveries,
+        "every expected delivery arrived"
     );
     assert_eq!(summary.lost, Some(0));
     assert_eq!(summary.duplicates, 0);
@@ -101,12 +99,27 @@ fn logged(log: &str, action: &str, run_id: &str) -> u64 {
         .count() as u64
 }
 
-fn debug_logging_broker() -> Mosquitto {
-    Mosquitto::start(MosquittoOptions {
-        extra_config: vec!["log_type all".to_string()],
+/// A Mosquitto that logs every packet to a file it flushes line by line (its stdout is
+/// block-buffered, so the last lines of a run may not be there yet). Returns the broker, the
+/// folder that must outlive it, and the log's path.
+fn debug_logging_broker() -> (Mosquitto, tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Mosquitto started as root drops to its own user, which must be able to write here.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    let log = dir.path().join("debug.log");
+    let broker = Mosquitto::start(MosquittoOptions {
+        extra_config: vec![
+            "log_type all".to_string(),
+            format!("log_dest file {}", log.display()),
+        ],
         ..MosquittoOptions::default()
     })
-    .expect("mosquitto starts")
+    .expect("mosquitto starts");
+    (broker, dir, log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,13 +128,13 @@ async fn mosquitto_counts_what_loadgen_counts_at_qos2() {
     // Mosquitto 2.0 leaves QoS 2 out of $SYS/broker/publish/messages/received (it tests
     // `(command & 0xF5) == PUBLISH`, and 0xF5 keeps the QoS 2 bit), so the broker's own
     // record here is its debug log, one line per PUBLISH received and sent.
-    let broker = debug_logging_broker();
+    let (broker, _dir, log_file) = debug_logging_broker();
     let mut spec = pairs_workload(broker.port(), Qos::ExactlyOnce, 10, 200);
     spec.run_id = Some("qos2count".to_string());
     let before = broker.counters_settled().expect("counters before");
     let (_, summary) = run(&spec).await;
     let after = broker.counters_settled().expect("counters after");
-    let log = broker.log();
+    let log = std::fs::read_to_string(&log_file).expect("debug log");
     assert_eq!(summary.published, 2_000);
     assert_eq!(
         logged(&log, "Received PUBLISH from", "qos2count"),
@@ -142,14 +155,14 @@ async fn mosquitto_silently_drops_qos2_beyond_its_inflight_limit_and_loadgen_see
     // An MQTT 3.1.1 publisher cannot learn the broker's in-flight limit (20 by default). Past
     // it, Mosquitto 2.0 completes the QoS 2 handshake but never forwards the message, and
     // counts no drop: only an end-to-end count can see it.
-    let broker = debug_logging_broker();
+    let (broker, _dir, log_file) = debug_logging_broker();
     let mut spec = pairs_workload(broker.port(), Qos::ExactlyOnce, 1, 500);
     spec.connection.inflight = 100;
     spec.run_id = Some("qos2drop".to_string());
     let before = broker.counters_settled().expect("counters before");
     let (_, summary) = run(&spec).await;
     let after = broker.counters_settled().expect("counters after");
-    let log = broker.log();
+    let log = std::fs::read_to_string(&log_file).expect("debug log");
     assert_eq!(
         summary.acknowledged, summary.published,
         "the broker completed every handshake"
@@ -305,4 +318,88 @@ async fn rabbitmq_counts_what_loadgen_counts_and_carries_1mb() {
     let (_, summary) = run(&megabyte_workload(broker.port())).await;
     assert_eq!(summary.published, 30);
     assert_nothing_lost(&summary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_at_one_start_barrier_merge_into_the_whole_run() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    // Publishers on one instance, subscribers on the other, as agents on two nodes would.
+    let mut whole = loadgen::cli::latency_preset();
+    whole.broker.port = broker.port();
+    whole.publishers = 20;
+    whole.subscribers = 2;
+    whole.messages_per_publisher = 10;
+    whole.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(50),
+    };
+    whole.run_id = Some("barrier".to_string());
+    let shard = |publishers: std::ops::Range<u32>, subscribers: std::ops::Range<u32>| {
+        let mut spec = whole.clone();
+        spec.shard = Some(loadgen::spec::Shard {
+            publishers,
+            subscribers,
+        });
+        spec
+    };
+    let (publishing, subscribing) = (shard(0..20, 0..0), shard(0..0, 0..2));
+    let origin = loadgen::clock::unix_now_ns();
+    let barrier = loadgen::StartBarrier {
+        origin_unix_ns: Some(origin),
+        start_at_ns: Some(2_000_000_000),
+    };
+    let (published, received) = tokio::join!(
+        loadgen::run_at(&publishing, barrier, CancellationToken::new(), None),
+        loadgen::run_at(&subscribing, barrier, CancellationToken::new(), None),
+    );
+    let (mut merged, received) = (
+        published.expect("publishing shard"),
+        received.expect("subscribing shard"),
+    );
+    assert_eq!(
+        Summary::of(&received).lost,
+        None,
+        "one shard alone cannot judge loss"
+    );
+    merged.merge(&received).expect("shards of one run merge");
+    let summary = Summary::of(&merged);
+    assert_eq!(summary.published, 200);
+    assert_eq!(summary.expected_deliveries, 400);
+    assert_nothing_lost(&summary);
+    assert_eq!(
+        summary.latency.count,
+        2 * 20 * 8,
+        "measured messages at both subscribers"
+    );
+    // Both instances stamped on one timeline: latencies are small and positive.
+    assert!(
+        summary.latency.min_us > 0.0 && summary.latency.p50_us < 5_000.0,
+        "{:?}",
+        summary.latency
+    );
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    // Nothing was published before the barrier: the first publish window starts at 2 s.
+    assert!(
+        summary.publish_rate.window_start_ms >= 2_000.0,
+        "{:?}",
+        summary.publish_rate
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_start_barrier_is_an_error_not_a_late_start() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let spec = pairs_workload(broker.port(), Qos::AtMostOnce, 2, 10);
+    let barrier = loadgen::StartBarrier {
+        origin_unix_ns: Some(loadgen::clock::unix_now_ns() - 5_000_000_000),
+        start_at_ns: Some(1_000_000_000),
+    };
+    let error = loadgen::run_at(&spec, barrier, CancellationToken::new(), None)
+        .await
+        .expect_err("4 s late");
+    assert!(
+        matches!(error, loadgen::LoadgenError::StartMissed { .. }),
+        "{error}"
+    );
 }
