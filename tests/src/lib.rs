@@ -27,6 +27,10 @@
 //! - [`rabbitmq_counters`]: RabbitMQ's global message counters.
 //! - `rabbitmq_env` (private): the config files and environment that keep a
 //!   node apart from any system instance.
+//! - [`netns`]: multi-node testbeds from network namespaces with addresses
+//!   in 198.18.0.0/15, reachable only from inside the testbed's own
+//!   namespaces (the one exception to loopback-only), built from a test
+//!   process isolated in a namespace of its own.
 //! - this file: checks for installed components ([`require_binary`],
 //!   [`skip_unless_installed!`]) that skip locally and fail in CI.
 
@@ -34,6 +38,7 @@ pub mod mosquitto;
 pub mod mosquitto_sys;
 mod mosquitto_sys_reader;
 pub mod mqtt_wire;
+pub mod netns;
 pub mod ports;
 pub mod process;
 pub mod rabbitmq;
