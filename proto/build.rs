@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Maps as BTreeMap: deterministic order on the wire and in the domain types.
         .btree_map(".")
+        // A run's result dwarfs a progress event; boxing it keeps the event enum small.
+        .boxed(".continuum.agent.v1.RunLoadEvent.event.result")
         .build_client(true)
         .build_server(true)
         // Clients are made from a channel (`new(channel)`) that our mTLS setup builds, so no

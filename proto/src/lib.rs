@@ -19,15 +19,32 @@
 //!
 //! # Layout
 //! - `proto/continuum/loadgen/v1/loadgen.proto`: the loadgen workload and its result.
+//! - `proto/continuum/agent/v1/agent.proto`: the agent service ([`agent::v1`]).
 //! - `build.rs`: compiles every `.proto` under `proto/`.
 //! - [`loadgen::v1`]: the generated messages of package `continuum.loadgen.v1`.
 //! - [`convert`]: `TryFrom`/`From` between messages and domain types, and
 //!   [`ConversionError`]; `convert/spec.rs` holds the workload, `convert/result.rs` the result
 //!   (histograms travel as HdrHistogram V2 + DEFLATE bytes).
+//! - [`pki`]: the project CA and the identities it issues (controller, agents, remote
+//!   clients), with role and name in each certificate, and their files on disk.
+//! - [`mtls`]: tonic server and client TLS configs from those identities, and the callers'
+//!   identity and role checks for gRPC handlers.
+//! - `proto/continuum/testing/v1/ping.proto` and [`testing::v1`]: the mTLS conformance service
+//!   (one reading, one mutating RPC) that `tests/mtls.rs` runs over real TLS.
 
 pub mod convert;
+pub mod mtls;
+pub mod pki;
 
 pub use convert::ConversionError;
+
+/// The agent service of package `continuum.agent.v1` (generated from `agent.proto`).
+pub mod agent {
+    /// Version 1: the `Agent` service, its client and server, and its messages.
+    pub mod v1 {
+        tonic::include_proto!("continuum.agent.v1");
+    }
+}
 
 /// Messages of the `continuum.loadgen.*` packages.
 pub mod loadgen {
@@ -35,5 +52,14 @@ pub mod loadgen {
     /// generated from `loadgen.proto`.
     pub mod v1 {
         tonic::include_proto!("continuum.loadgen.v1");
+    }
+}
+
+/// Services that exist only to test the transport.
+pub mod testing {
+    /// Version 1 of package `continuum.testing`: the mTLS conformance service `Ping`, with
+    /// one reading RPC (`Ping`) and one mutating RPC (`Mutate`), generated from `ping.proto`.
+    pub mod v1 {
+        tonic::include_proto!("continuum.testing.v1");
     }
 }
