@@ -226,6 +226,7 @@ async fn publish_all(
     let mut header_bytes = [0u8; 16];
     let header_len = job.header.len();
     let mut seq: u64 = 0;
+    let mut batch_clock: Option<u64> = None;
     while seq < job.messages {
         if let PublisherPacing::OpenLoop { release, .. } = &job.pacing {
             while release.released() <= seq {
@@ -246,7 +247,12 @@ async fn publish_all(
         while let Ok(pkid) = pubrel_rx.try_recv() {
             writer.encode_ack(AckKind::PubRel, pkid);
         }
-        let now = job.clock.now_ns();
+        // One clock reading per batch in burst mode: the batch leaves in one write anyway.
+        let now = match (&job.pacing, batch_clock) {
+            (PublisherPacing::Burst { .. }, Some(now)) => now,
+            _ => job.clock.now_ns(),
+        };
+        batch_clock = Some(now);
         let stamp_ns = match &job.pacing {
             PublisherPacing::Burst { .. } => now,
             PublisherPacing::OpenLoop { schedule, .. } => schedule.intended_ns(seq),
@@ -278,9 +284,10 @@ async fn publish_all(
         if !more_due || writer.out.len() >= BATCH_BYTES || writer.pending as usize >= BATCH_MESSAGES
         {
             writer.flush().await?;
-        }
-        if job.cancel.is_cancelled() || links.reader_done.is_cancelled() {
-            break;
+            batch_clock = None;
+            if job.cancel.is_cancelled() || links.reader_done.is_cancelled() {
+                break;
+            }
         }
     }
     writer.flush().await

@@ -1,0 +1,12 @@
+//! Continuum's controller: drives the agents of a testbed over mutual TLS.
+//!
+//! So far it holds the building blocks that the agent's end-to-end tests and the coming
+//! orchestration share: connecting to an agent with the controller's identity, and
+//! estimating an agent's clock offset.
+//!
+//! # Layout
+//! - [`connect`]: an mTLS channel to an agent.
+//! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
+
+pub mod clock;
+pub mod connect;
