@@ -7,6 +7,9 @@
 //! # Layout
 //! - [`connect`]: an mTLS channel to an agent.
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
+//! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
+//! - `main.rs`: the `controller` binary.
 
 pub mod clock;
 pub mod connect;
+pub mod pki_command;

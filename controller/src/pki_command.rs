@@ -1,0 +1,151 @@
+//! `controller pki`: the project's CA and identities for users who do not use `bootstrap`
+//! (and for tests). Keys are written 0600 into a 0700 folder, never over existing keys.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use proto::pki::{
+    CertificateAuthority, IdentitySpec, IssuedIdentity, Overwrite, PkiError, Role, write_pki,
+};
+
+/// One identity to issue, as written on the command line: `NAME` or
+/// `NAME=ADDRESS[,ADDRESS...]` where an address is an IP or a DNS name the peer dials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityArg {
+    /// The identity's name.
+    pub name: String,
+    /// IP addresses to put in the certificate.
+    pub ips: Vec<IpAddr>,
+    /// DNS names to put in the certificate.
+    pub dns: Vec<String>,
+}
+
+impl std::str::FromStr for IdentityArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (name, addresses) = text.split_once('=').unwrap_or((text, ""));
+        if name.is_empty() {
+            return Err(format!("{text:?}: a name is needed before '='"));
+        }
+        let mut arg = IdentityArg {
+            name: name.to_string(),
+            ips: Vec::new(),
+            dns: Vec::new(),
+        };
+        for address in addresses.split(',').filter(|a| !a.is_empty()) {
+            match address.parse::<IpAddr>() {
+                Ok(ip) => arg.ips.push(ip),
+                Err(_) => arg.dns.push(address.to_string()),
+            }
+        }
+        Ok(arg)
+    }
+}
+
+/// What `controller pki` writes.
+#[derive(Debug, Clone)]
+pub struct PkiRequest {
+    /// Target folder.
+    pub dir: PathBuf,
+    /// The controller's identity.
+    pub controller: IdentityArg,
+    /// One identity per agent.
+    pub agents: Vec<IdentityArg>,
+    /// Remote clients (laptops).
+    pub clients: Vec<IdentityArg>,
+    /// Replace existing files.
+    pub replace: bool,
+}
+
+fn spec(role: Role, arg: &IdentityArg) -> IdentitySpec {
+    let mut spec = IdentitySpec::new(role, arg.name.clone());
+    for ip in &arg.ips {
+        spec = spec.with_ip_address(*ip);
+    }
+    for dns in &arg.dns {
+        spec = spec.with_dns_name(dns.clone());
+    }
+    spec
+}
+
+/// Creates the CA (or loads the one in `dir` when only adding identities) and issues every
+/// identity; returns the files' folder.
+pub fn create(request: &PkiRequest) -> Result<Vec<String>, PkiError> {
+    let ca = match CertificateAuthority::load(&request.dir) {
+        Ok(ca) => ca,
+        Err(_) if !request.dir.join(proto::pki::CA_KEY_FILE).exists() => {
+            CertificateAuthority::generate("Continuum CA")?
+        }
+        Err(error) => return Err(error),
+    };
+    let mut issued: Vec<IssuedIdentity> =
+        vec![ca.issue(&spec(Role::Controller, &request.controller))?];
+    for agent in &request.agents {
+        issued.push(ca.issue(&spec(Role::Agent, agent))?);
+    }
+    for client in &request.clients {
+        issued.push(ca.issue(&spec(Role::Client, client))?);
+    }
+    let overwrite = if request.replace {
+        Overwrite::Replace
+    } else {
+        Overwrite::Refuse
+    };
+    write_pki(&request.dir, &ca, &issued, overwrite)?;
+    Ok(issued
+        .iter()
+        .map(|identity| describe(&request.dir, identity))
+        .collect())
+}
+
+fn describe(dir: &Path, identity: &IssuedIdentity) -> String {
+    format!(
+        "{} {:<12} {}",
+        identity.role,
+        identity.name,
+        proto::pki::cert_path(dir, &identity.name).display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_parse_names_ips_and_dns_names() {
+        let arg: IdentityArg = "worker-1=198.18.0.3,worker-1.lab".parse().expect("parses");
+        assert_eq!(arg.name, "worker-1");
+        assert_eq!(arg.ips, vec!["198.18.0.3".parse::<IpAddr>().expect("ip")]);
+        assert_eq!(arg.dns, vec!["worker-1.lab".to_string()]);
+        assert!("=198.18.0.3".parse::<IdentityArg>().is_err());
+    }
+
+    #[test]
+    fn writes_a_pki_that_mtls_loads_and_refuses_to_overwrite_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let request = PkiRequest {
+            dir: dir.path().join("pki"),
+            controller: "controller".parse().expect("arg"),
+            agents: vec!["worker-1=127.0.0.1".parse().expect("arg")],
+            clients: vec!["laptop".parse().expect("arg")],
+            replace: false,
+        };
+        let written = create(&request).expect("written");
+        assert_eq!(written.len(), 3);
+        for name in ["controller", "worker-1", "laptop"] {
+            let credentials = proto::mtls::Credentials::load(&request.dir, name).expect("loads");
+            assert_eq!(credentials.identity().name, name);
+        }
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(request.dir.join("worker-1.key"))
+                .expect("key")
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            create(&request).is_err(),
+            "existing keys are not overwritten"
+        );
+    }
+}
