@@ -185,7 +185,17 @@ pub async fn run_at(
     report(&|s| s.phase = Phase::Draining);
     let published: u64 = publisher_outcomes.iter().map(|o| o.published).sum();
     let expected = expected_local_deliveries(spec, &shard, &publisher_outcomes);
-    drain(spec, clock, &live, expected, published, &cancel).await;
+    let publishing_ends = publishing_ends_ns(spec, start_ns);
+    drain(
+        spec,
+        clock,
+        &live,
+        expected,
+        published,
+        publishing_ends,
+        &cancel,
+    )
+    .await;
     stop_subscribers.cancel();
     let mut subscriber_outcomes = Vec::new();
     while let Some(joined) = subscribers.join_next().await {
@@ -510,18 +520,33 @@ fn expected_local_deliveries(
     )
 }
 
-/// Waits until every expected delivery arrived, nothing arrived for `drain.idle`, the
-/// deadline passed, or the run was cancelled.
+/// When the workload's last message is due to leave: for an instance that only subscribes,
+/// silence before then means nothing (its publishers run elsewhere, on the same schedule).
+fn publishing_ends_ns(spec: &WorkloadSpec, start_ns: u64) -> u64 {
+    match spec.pacing {
+        Pacing::Burst => start_ns,
+        Pacing::OpenLoop { interval } => {
+            let interval_ns = interval.as_nanos() as u64;
+            let last_offset =
+                interval_ns * u64::from(spec.publishers - 1) / u64::from(spec.publishers);
+            start_ns + last_offset + interval_ns * (spec.messages_per_publisher - 1)
+        }
+    }
+}
+
+/// Waits until every expected delivery arrived, nothing arrived for `drain.idle` after the
+/// last message was due, the deadline passed, or the run was cancelled.
 async fn drain(
     spec: &WorkloadSpec,
     clock: RunClock,
     live: &Live,
     expected: Option<u64>,
     published: u64,
+    publishing_ends_ns: u64,
     cancel: &CancellationToken,
 ) {
-    let began_ns = clock.now_ns();
-    let deadline = Instant::now() + spec.drain.timeout;
+    let began_ns = clock.now_ns().max(publishing_ends_ns);
+    let deadline = Instant::from_std(clock.instant_at(began_ns)) + spec.drain.timeout;
     let idle_ns = spec.drain.idle.as_nanos() as u64;
     loop {
         let unique = live.received_unique.load(Ordering::Relaxed);
