@@ -7,9 +7,13 @@
 //! # Layout
 //! - [`connect`]: an mTLS channel to an agent.
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
+//! - [`plan`]: the plan file, its presets and validation, and its cells.
+//! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.
 //! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
 //! - `main.rs`: the `controller` binary.
 
 pub mod clock;
 pub mod connect;
 pub mod pki_command;
+pub mod plan;
+pub mod results;

@@ -1,0 +1,47 @@
+//! The plan (`plan.toml`): nodes, brokers, network scenarios, tests and repetitions.
+//!
+//! A plan is a serde tree of typed fields with `deny_unknown_fields`; [`Plan::load`] parses
+//! it and [`Plan::validate`] checks every cross-reference and value, each error naming the
+//! file, the TOML path and the value, before anything on any node changes. The study's
+//! scenarios (Table II) and tests (Table III) are built-in presets that fields override.
+//!
+//! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
+//!   `validate.rs`: the checks; `cells.rs`: the plan unrolled into measurement cells.
+
+mod cells;
+mod presets;
+#[cfg(test)]
+mod tests;
+mod types;
+mod validate;
+
+pub use cells::{Cell, CellPoint};
+pub use presets::{scenario_preset, test_preset, workload_for};
+pub use types::*;
+pub use validate::PlanError;
+
+use std::path::Path;
+
+impl Plan {
+    /// Reads, parses and validates a plan file.
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PlanError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Plan::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates plan text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        let plan: Plan = toml::from_str(text).map_err(|error| PlanError::Syntax {
+            origin: origin.to_string(),
+            line: error
+                .span()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1),
+            message: error.message().to_string(),
+        })?;
+        plan.validate().map_err(|error| error.in_file(origin))?;
+        Ok(plan)
+    }
+}

@@ -1,0 +1,99 @@
+//! Plan parsing and validation against the shipped examples and bad input.
+
+use super::*;
+
+fn examples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+#[test]
+fn the_shipped_plans_are_valid() {
+    let study = Plan::load(&examples().join("study.toml")).expect("study.toml");
+    assert_eq!(
+        (
+            study.brokers.len(),
+            study.scenarios.len(),
+            study.tests.len(),
+            study.repetitions
+        ),
+        (5, 3, 3, 10)
+    );
+    // 3 tests: latency (1 point), payload (3), throughput (8) -> 12 points x 10 reps per scenario.
+    assert_eq!(study.cells().len(), 5 * 3 * 12 * 10);
+    let quickstart = Plan::load(&examples().join("quickstart.toml")).expect("quickstart.toml");
+    assert!(quickstart.nodes[0].is_local());
+    assert_eq!(quickstart.cells_of(0, 0).len(), (1 + 3 + 2) * 2);
+}
+
+fn error_of(text: &str) -> String {
+    Plan::parse(text, "plan.toml")
+        .expect_err("invalid")
+        .to_string()
+}
+
+const BASE: &str = r#"
+name = "t"
+[[nodes]]
+name = "n"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["n"]
+"#;
+
+#[test]
+fn every_error_names_the_file_path_and_value() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\n";
+    let cases = [
+        (
+            format!("{BASE}{broker}product = \"nanomq\"\n"),
+            "plan.toml: brokers[0].product = \"nanomq\": unknown broker",
+        ),
+        (
+            format!("{BASE}{broker}product = \"mosquitto\"\ncolour = 1\n"),
+            "unknown field `colour`",
+        ),
+        (
+            format!(
+                "{BASE}{broker}product = \"mosquitto\"\n[[scenarios]]\nname = \"x\"\ndelay = \"1ms\"\njitter = \"0ms\"\nloss_percent = 200.0\n"
+            ),
+            "plan.toml: scenarios[1].loss_percent = 200: a percentage is between 0 and 100",
+        ),
+        (
+            format!(
+                "{}{broker}product = \"mosquitto\"\n",
+                BASE.replace("roles = [\"loadgen\", \"broker\"]", "roles = [\"broker\"]")
+            ),
+            "plan.toml: tests[0].loadgen = \"n\": that node does not have the loadgen role",
+        ),
+        (
+            format!("{BASE}{broker}product = \"mosquitto\"\n[[scenarios]]\nname = \"moon\"\n"),
+            "scenarios[1].name = \"moon\": not a preset",
+        ),
+        (
+            format!(
+                "{}[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"m\"\n",
+                BASE
+            ),
+            "brokers[0].node = \"m\": no such node",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+    let zero_clients = format!(
+        "{BASE}[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n[[tests]]\nkind = \"throughput\"\nloadgen = [\"n\"]\nclients = [0]\n"
+    );
+    assert!(
+        error_of(&zero_clients).contains("tests[1].clients = 0"),
+        "{}",
+        error_of(&zero_clients)
+    );
+}

@@ -1,0 +1,239 @@
+//! The plan's serde tree.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loadgen::size::ByteSize;
+use serde::{Deserialize, Serialize};
+
+/// A whole study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Name of the study; the results folder is `<results_dir>/<name>-<time>`.
+    pub name: String,
+    /// Every test is repeated this many times (the study: at least 10).
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Where results go.
+    #[serde(default = "default_results_dir")]
+    pub results_dir: PathBuf,
+    /// What a failed cell does to the run.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// Folder with the PKI (`ca.pem`, `controller.pem`, `controller.key`) for remote agents.
+    #[serde(default)]
+    pub pki_dir: Option<PathBuf>,
+    /// Per-phase deadlines.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// The testbed's nodes.
+    pub nodes: Vec<NodeEntry>,
+    /// Brokers to measure, one after the other.
+    pub brokers: Vec<BrokerEntry>,
+    /// Network scenarios, applied one after the other for each broker.
+    pub scenarios: Vec<ScenarioEntry>,
+    /// Tests run in each scenario.
+    pub tests: Vec<TestEntry>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn default_results_dir() -> PathBuf {
+    PathBuf::from("results")
+}
+
+/// What a failed cell does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Mark the cell failed and go on.
+    #[default]
+    Continue,
+    /// Stop the run (after undoing netem and brokers).
+    Stop,
+}
+
+/// Deadlines of the phases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Connecting to an agent and reading its Info.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// Starting a broker until it answers MQTT.
+    #[serde(with = "humantime_serde")]
+    pub deploy: Duration,
+    /// Applying and verifying netem.
+    #[serde(with = "humantime_serde")]
+    pub netem: Duration,
+    /// One test cell (connect, load, drain).
+    #[serde(with = "humantime_serde")]
+    pub cell: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            deploy: Duration::from_secs(120),
+            netem: Duration::from_secs(30),
+            cell: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What a node may be asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRole {
+    /// Runs load (the tester).
+    Loadgen,
+    /// Runs brokers (the worker).
+    Broker,
+    /// Accepts netem.
+    Netem,
+}
+
+/// A node of the testbed and how to reach its agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// Node name (as in its agent's certificate).
+    pub name: String,
+    /// `host:port` of its agent, or `"local"`: an agent the controller starts itself.
+    pub agent: String,
+    /// Roles the plan uses it for.
+    pub roles: Vec<NodeRole>,
+    /// Address brokers on this node listen on and clients dial (data plane); for a local
+    /// node, 127.0.0.1 when absent.
+    #[serde(default)]
+    pub data_address: Option<String>,
+}
+
+impl NodeEntry {
+    /// True for an agent the controller starts in-process.
+    pub fn is_local(&self) -> bool {
+        self.agent == "local"
+    }
+}
+
+/// How a broker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BrokerKind {
+    /// An installed binary with a generated configuration.
+    Native,
+    /// The Rust broker inside the agent.
+    Embedded,
+    /// Already running elsewhere; only its address is known.
+    External,
+}
+
+/// A broker to measure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerEntry {
+    /// Name in results and figures.
+    pub name: String,
+    /// How it runs.
+    pub kind: BrokerKind,
+    /// Product for native brokers: mosquitto, rabbitmq, emqx, vernemq, hivemq.
+    #[serde(default)]
+    pub product: Option<String>,
+    /// Node it runs on (native, embedded).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// MQTT port; 0 or absent = a free one.
+    #[serde(default)]
+    pub port: u16,
+    /// `host:port` of an external broker.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Skip (with a note in the report) instead of failing when the product is not installed.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// How a scenario's total delay is split over the two ends of a path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DelaySplit {
+    /// Half the total on each end's egress (the study's repository).
+    #[default]
+    HalfEachEnd,
+    /// All of it on the broker node's egress.
+    BrokerSide,
+}
+
+/// A network scenario: totals between any two nodes (study Table II).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioEntry {
+    /// local, edge, cloud (presets) or a name of your own with every value given.
+    pub name: String,
+    /// Total one-way delay between two nodes.
+    #[serde(default, with = "humantime_serde")]
+    pub delay: Option<Duration>,
+    /// Total delay variation.
+    #[serde(default, with = "humantime_serde")]
+    pub jitter: Option<Duration>,
+    /// Total packet loss, percent.
+    #[serde(default)]
+    pub loss_percent: Option<f64>,
+    /// How the totals are split over the two ends.
+    #[serde(default)]
+    pub split: DelaySplit,
+}
+
+/// What a test measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestKind {
+    /// Latency offset: 100 publishers -> 1 subscriber, 10 B, QoS 1, every 250 ms.
+    Latency,
+    /// Latency vs payload: as latency, for each payload size.
+    Payload,
+    /// Publish and receive throughput vs clients: N pairs, QoS 0, burst.
+    Throughput,
+}
+
+/// A test and its overrides of the preset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestEntry {
+    /// Which test.
+    pub kind: TestKind,
+    /// Nodes that run the load: one node runs all of it; two split publishers (first) and
+    /// subscribers (second).
+    pub loadgen: Vec<String>,
+    /// Publishers (latency, payload).
+    #[serde(default)]
+    pub publishers: Option<u32>,
+    /// Subscribers (latency, payload).
+    #[serde(default)]
+    pub subscribers: Option<u32>,
+    /// Messages per publisher.
+    #[serde(default)]
+    pub messages: Option<u64>,
+    /// Warm-up messages per publisher.
+    #[serde(default)]
+    pub warmup: Option<u64>,
+    /// Open loop interval per publisher (latency, payload).
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    /// QoS.
+    #[serde(default)]
+    pub qos: Option<u8>,
+    /// Payload size (latency) .
+    #[serde(default)]
+    pub payload: Option<ByteSize>,
+    /// Payload sizes, one cell each (payload test).
+    #[serde(default)]
+    pub payloads: Option<Vec<ByteSize>>,
+    /// Client pairs, one cell each (throughput test).
+    #[serde(default)]
+    pub clients: Option<Vec<u32>>,
+}

@@ -1,0 +1,340 @@
+//! Checking a plan before anything on any node changes: every error names the TOML path and
+//! the value.
+
+use std::collections::HashSet;
+
+use super::presets::{scenario_preset, workload_for};
+use super::types::{BrokerKind, NodeRole, Plan, TestKind};
+
+/// Products the native driver knows.
+pub const PRODUCTS: [&str; 5] = ["mosquitto", "emqx", "rabbitmq", "vernemq", "hivemq"];
+
+/// Why a plan cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML, an unknown field, or a value of the wrong type.
+    #[error("{origin}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    Syntax {
+        /// The file.
+        origin: String,
+        /// Line of the error, when known.
+        line: Option<usize>,
+        /// toml's message, naming the field.
+        message: String,
+    },
+    /// A field has a bad value or refers to something that does not exist.
+    #[error("{origin}: {path} = {value}: {problem}")]
+    Invalid {
+        /// The file (empty until [`PlanError::in_file`]).
+        origin: String,
+        /// TOML path, e.g. `brokers[1].product`.
+        path: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl PlanError {
+    /// Names the file an [`PlanError::Invalid`] came from.
+    pub fn in_file(self, file: &str) -> Self {
+        match self {
+            PlanError::Invalid {
+                path,
+                value,
+                problem,
+                ..
+            } => PlanError::Invalid {
+                origin: file.to_string(),
+                path,
+                value,
+                problem,
+            },
+            other => other,
+        }
+    }
+}
+
+fn invalid(
+    path: impl Into<String>,
+    value: impl std::fmt::Display,
+    problem: impl Into<String>,
+) -> PlanError {
+    PlanError::Invalid {
+        origin: String::new(),
+        path: path.into(),
+        value: value.to_string(),
+        problem: problem.into(),
+    }
+}
+
+fn quoted(text: &str) -> String {
+    format!("{text:?}")
+}
+
+impl Plan {
+    /// Checks every field and cross-reference.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "name",
+                quoted(&self.name),
+                "use letters, digits, '-' and '_'",
+            ));
+        }
+        if self.repetitions == 0 {
+            return Err(invalid("repetitions", 0, "at least one repetition"));
+        }
+        self.validate_nodes()?;
+        self.validate_brokers()?;
+        self.validate_scenarios()?;
+        self.validate_tests()
+    }
+
+    fn node_has(&self, name: &str, role: NodeRole) -> Option<bool> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.roles.contains(&role))
+    }
+
+    fn validate_nodes(&self) -> Result<(), PlanError> {
+        if self.nodes.is_empty() {
+            return Err(invalid("nodes", "[]", "at least one node is needed"));
+        }
+        let mut names = HashSet::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !names.insert(node.name.as_str()) {
+                return Err(invalid(
+                    format!("nodes[{i}].name"),
+                    quoted(&node.name),
+                    "another node has this name",
+                ));
+            }
+            if !node.is_local()
+                && node
+                    .agent
+                    .rsplit_once(':')
+                    .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+            {
+                return Err(invalid(
+                    format!("nodes[{i}].agent"),
+                    quoted(&node.agent),
+                    "expected host:port or \"local\"",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_brokers(&self) -> Result<(), PlanError> {
+        if self.brokers.is_empty() {
+            return Err(invalid("brokers", "[]", "at least one broker is needed"));
+        }
+        let mut names = HashSet::new();
+        for (i, broker) in self.brokers.iter().enumerate() {
+            let path = |field: &str| format!("brokers[{i}].{field}");
+            if !names.insert(broker.name.as_str()) {
+                return Err(invalid(
+                    path("name"),
+                    quoted(&broker.name),
+                    "another broker has this name",
+                ));
+            }
+            match broker.kind {
+                BrokerKind::Native => match broker.product.as_deref() {
+                    None => {
+                        return Err(invalid(
+                            path("product"),
+                            "(absent)",
+                            format!("a native broker needs a product: {}", PRODUCTS.join(", ")),
+                        ));
+                    }
+                    Some(product) if !PRODUCTS.contains(&product) => {
+                        return Err(invalid(
+                            path("product"),
+                            quoted(product),
+                            format!("unknown broker (known: {})", PRODUCTS.join(", ")),
+                        ));
+                    }
+                    Some(_) => {}
+                },
+                BrokerKind::External => {
+                    if broker
+                        .address
+                        .as_deref()
+                        .is_none_or(|a| a.rsplit_once(':').is_none())
+                    {
+                        return Err(invalid(
+                            path("address"),
+                            broker
+                                .address
+                                .as_deref()
+                                .map_or("(absent)".to_string(), quoted),
+                            "an external broker needs host:port",
+                        ));
+                    }
+                }
+                BrokerKind::Embedded => {}
+            }
+            if broker.kind != BrokerKind::External {
+                let node = broker
+                    .node
+                    .as_deref()
+                    .ok_or_else(|| invalid(path("node"), "(absent)", "which node runs it?"))?;
+                match self.node_has(node, NodeRole::Broker) {
+                    None => {
+                        return Err(invalid(
+                            path("node"),
+                            quoted(node),
+                            "no such node in [[nodes]]",
+                        ));
+                    }
+                    Some(false) => {
+                        return Err(invalid(
+                            path("node"),
+                            quoted(node),
+                            "that node does not have the broker role",
+                        ));
+                    }
+                    Some(true) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_scenarios(&self) -> Result<(), PlanError> {
+        if self.scenarios.is_empty() {
+            return Err(invalid(
+                "scenarios",
+                "[]",
+                "at least one scenario (e.g. name = \"local\")",
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, scenario) in self.scenarios.iter().enumerate() {
+            let path = |field: &str| format!("scenarios[{i}].{field}");
+            if !names.insert(scenario.name.as_str()) {
+                return Err(invalid(
+                    path("name"),
+                    quoted(&scenario.name),
+                    "another scenario has this name",
+                ));
+            }
+            let complete = scenario.delay.is_some()
+                && scenario.jitter.is_some()
+                && scenario.loss_percent.is_some();
+            if scenario_preset(&scenario.name).is_none() && !complete {
+                return Err(invalid(
+                    path("name"),
+                    quoted(&scenario.name),
+                    "not a preset (local, edge, cloud): give delay, jitter and loss_percent",
+                ));
+            }
+            if let Some(loss) = scenario.loss_percent
+                && !(0.0..=100.0).contains(&loss)
+            {
+                return Err(invalid(
+                    path("loss_percent"),
+                    loss,
+                    "a percentage is between 0 and 100",
+                ));
+            }
+            if let (Some(delay), Some(jitter)) = (scenario.delay, scenario.jitter)
+                && jitter > delay
+            {
+                return Err(invalid(
+                    path("jitter"),
+                    humantime::format_duration(jitter),
+                    "larger than the delay",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_tests(&self) -> Result<(), PlanError> {
+        if self.tests.is_empty() {
+            return Err(invalid("tests", "[]", "at least one test"));
+        }
+        for (i, test) in self.tests.iter().enumerate() {
+            let path = |field: &str| format!("tests[{i}].{field}");
+            if test.loadgen.is_empty() || test.loadgen.len() > 2 {
+                return Err(invalid(
+                    path("loadgen"),
+                    format!("{:?}", test.loadgen),
+                    "one node (all load) or two (publishers, subscribers)",
+                ));
+            }
+            for node in &test.loadgen {
+                match self.node_has(node, NodeRole::Loadgen) {
+                    None => {
+                        return Err(invalid(
+                            path("loadgen"),
+                            quoted(node),
+                            "no such node in [[nodes]]",
+                        ));
+                    }
+                    Some(false) => {
+                        return Err(invalid(
+                            path("loadgen"),
+                            quoted(node),
+                            "that node does not have the loadgen role",
+                        ));
+                    }
+                    Some(true) => {}
+                }
+            }
+            if test.payloads.is_some() && test.kind != TestKind::Payload {
+                return Err(invalid(
+                    path("payloads"),
+                    "[..]",
+                    "only the payload test sweeps payloads",
+                ));
+            }
+            if test.clients.is_some() && test.kind != TestKind::Throughput {
+                return Err(invalid(
+                    path("clients"),
+                    "[..]",
+                    "only the throughput test sweeps clients",
+                ));
+            }
+            for point in self.points(i) {
+                let (payload, clients) = match point {
+                    super::CellPoint::Payload(size) => (Some(size), None),
+                    super::CellPoint::Clients(pairs) => (None, Some(pairs)),
+                    super::CellPoint::Single => (None, None),
+                };
+                let spec = workload_for(test, payload, clients)
+                    .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
+                if let Err(error) = spec.validate() {
+                    let field = match error.path.as_str() {
+                        "messages_per_publisher" => "messages",
+                        "warmup_messages" => "warmup",
+                        "pacing.interval" => "interval",
+                        "publishers" if clients.is_some() => "clients",
+                        "payload" if payload.is_some() => "payloads",
+                        other => other,
+                    };
+                    return Err(invalid(path(field), error.value, error.problem));
+                }
+            }
+        }
+        Ok(())
+    }
+}
