@@ -1,6 +1,5 @@
 //! The Continuum agent: the daemon on every testbed node that does what the controller asks
-//! and undoes it afterwards. This crate holds its parts as a library; so far, network
-//! emulation.
+//! over mutual TLS, proves what it did, and undoes it afterwards.
 //!
 //! Netem is applied to the data-plane interface only, read back from the kernel to report
 //! what is really in force, and held by a lease so that a node never stays impaired after a
@@ -8,6 +7,12 @@
 //! Debian kernel under qemu with `examples/netem_vm_check.rs` as its payload.
 //!
 //! # Layout
+//! - [`config`]: `agent.toml`; [`server`]: serving over mTLS until SIGTERM/SIGINT, then
+//!   undoing everything; [`service`]: the gRPC service, one file per RPC group.
+//! - `main.rs`: the `continuum-agent` binary; `systemd/continuum-agent.service`: its unit.
+//! - [`broker`]: MQTT brokers behind one driver trait (native Mosquitto, RabbitMQ, EMQX,
+//!   VerneMQ, HiveMQ; embedded rumqttd; external), readiness by CONNECT/CONNACK, and
+//!   [`broker::Brokers`], the running instances by name (see its own Layout).
 //! - [`netem`]: netem settings, their byte-exact `TCA_OPTIONS` encoding, applying/reading
 //!   back/clearing through rtnetlink, the lease, and the capability probe.
 //!   - `netem/params.rs`: [`netem::NetemParams`], validation.
@@ -21,4 +26,8 @@
 
 #![warn(missing_docs)]
 
+pub mod broker;
+pub mod config;
 pub mod netem;
+pub mod server;
+pub mod service;

@@ -9,6 +9,8 @@
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
 //! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.
+//! - [`report`]: `report.md`, `report.html` and SVG figures, rebuilt from a results folder.
+//! - [`run`]: running a plan: agents, brokers, scenarios, cells, undo.
 //! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
 //! - `main.rs`: the `controller` binary.
 
@@ -16,4 +18,6 @@ pub mod clock;
 pub mod connect;
 pub mod pki_command;
 pub mod plan;
+pub mod report;
 pub mod results;
+pub mod run;

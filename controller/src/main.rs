@@ -1,21 +1,35 @@
-//! `controller`: parse, set up tracing, run the subcommand, map the outcome to an exit code.
+//! `controller`: parse, set up tracing, run the plan or subcommand, map the outcome to an
+//! exit code.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use controller::pki_command::{IdentityArg, PkiRequest, create};
+use controller::plan::Plan;
+use controller::run::{RunOptions, run_plan};
+use tokio_util::sync::CancellationToken;
 
-/// Continuum's controller.
+/// Continuum's controller: `controller plan.toml` runs a whole study.
 #[derive(Debug, Parser)]
-#[command(name = "controller", version)]
+#[command(name = "controller", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// The plan to run (e.g. examples/quickstart.toml).
+    plan: Option<PathBuf>,
+    /// Continue the run in this results folder, skipping finished cells.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Rebuilds report.html and report.md of a run from its files alone.
+    Report {
+        /// The run's results folder.
+        dir: PathBuf,
+    },
     /// Creates the project's CA and the identities of controller, agents and clients.
     Pki {
         /// Folder for ca.pem/ca.key and <name>.pem/<name>.key (created 0700).
@@ -38,33 +52,136 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match args.command {
-        Command::Pki {
-            dir,
-            controller,
-            agents,
-            clients,
-            replace,
-        } => {
-            let request = PkiRequest {
+    // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rumqttd=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match (args.command, args.plan) {
+        (Some(Command::Report { dir }), _) => match controller::report::write_report(&dir) {
+            Ok(files) => {
+                println!("{}\n{}", files.html.display(), files.markdown.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("controller report: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        (
+            Some(Command::Pki {
                 dir,
                 controller,
                 agents,
                 clients,
                 replace,
-            };
-            match create(&request) {
-                Ok(written) => {
-                    for line in written {
-                        println!("{line}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("controller pki: {error}");
-                    ExitCode::FAILURE
-                }
-            }
+            }),
+            _,
+        ) => pki(PkiRequest {
+            dir,
+            controller,
+            agents,
+            clients,
+            replace,
+        }),
+        (None, Some(plan)) => run(plan, args.resume),
+        (None, None) => {
+            eprintln!(
+                "controller: give a plan (e.g. controller examples/quickstart.toml) or a subcommand (see --help)"
+            );
+            ExitCode::from(2)
         }
     }
+}
+
+fn pki(request: PkiRequest) -> ExitCode {
+    match create(&request) {
+        Ok(written) => {
+            for line in written {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("controller pki: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("controller: {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let plan = match Plan::parse(&text, &path.display().to_string()) {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("controller: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("controller: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        tokio::spawn(stop_on_signal(cancel.clone()));
+        match run_plan(&plan, &text, RunOptions { resume }, cancel).await {
+            Ok(summary) => {
+                eprintln!(
+                    "controller: {} cells measured, {} failed, {} skipped{}; results in {}",
+                    summary.measured,
+                    summary.failed,
+                    summary.skipped,
+                    if summary.interrupted {
+                        " (interrupted: resume with --resume DIR)"
+                    } else {
+                        ""
+                    },
+                    summary.dir.display()
+                );
+                if summary.interrupted {
+                    ExitCode::from(3)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(error) => {
+                eprintln!("controller: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// SIGINT or SIGTERM: stop after undoing netem and brokers; a second one is not needed.
+async fn stop_on_signal(cancel: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    eprintln!("controller: stopping: clearing netem and removing brokers");
+    cancel.cancel();
 }

@@ -1,0 +1,367 @@
+//! The embedded broker: rumqttd 0.20 inside the agent, for a quickstart with nothing to
+//! install. Its PID is the agent's.
+//!
+//! rumqttd's `Broker::start` blocks forever and offers no way to stop it, so the driver
+//! assembles the broker from rumqttd's public parts instead:
+//!
+//! - a `Router` (message routing and the in-memory commit log) on its own thread, started
+//!   by `Router::spawn`;
+//! - a `Server` (the MQTT 3.1.1 listener and one task per connection) on a dedicated thread
+//!   running its own current-thread tokio runtime, as rumqttd itself does.
+//!
+//! Teardown: a oneshot tells the server thread to stop; it drops the server future, which
+//! closes the listening socket, then shuts its runtime down, which drops every connection
+//! task and so closes every client socket. The thread is joined, so the port is free when
+//! `stop` returns and a restart on the same port succeeds.
+//!
+//! What cannot be torn down: rumqttd 0.20's router thread. It holds a sender to its own
+//! channel, so its receive loop never sees a disconnect, and rumqttd has no shutdown
+//! event. After `stop` it stays parked in a blocking receive, holding the commit log of the
+//! topics it carried (at most `SEGMENT_SIZE * SEGMENT_COUNT` bytes per topic), until the
+//! agent exits. Each embedded start therefore gets a fresh router, so no state leaks into
+//! the next instance; the cost is one idle thread and its memory per stopped instance.
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rumqttd::protocol::v4::V4;
+use rumqttd::{ConnectionSettings, LinkType, Router, RouterConfig, Server, ServerSettings};
+use tokio::sync::oneshot;
+
+use super::error::BrokerError;
+use super::ports::{claim_port, connect_address, listening_in_this_process};
+use super::readiness::wait_ready;
+use super::spec::{BrokerKind, BrokerSpec};
+use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+
+/// How long the embedded broker may take to answer MQTT.
+pub const START_DEADLINE: Duration = Duration::from_secs(10);
+/// Largest MQTT packet payload accepted: MQTT's own maximum.
+pub const MAX_PAYLOAD_SIZE: usize = 268_435_455;
+/// Unacknowledged QoS 1/2 messages per connection unless the spec says otherwise
+/// (rumqttd's example configuration).
+pub const DEFAULT_MAX_INFLIGHT: u16 = 100;
+/// Concurrent connections the router accepts (rumqttd's example configuration; the study's
+/// largest test used 1600).
+pub const MAX_CONNECTIONS: usize = 10_010;
+/// Bytes per segment of a topic's in-memory commit log.
+pub const SEGMENT_SIZE: usize = 16 * 1024 * 1024;
+/// Segments kept per topic; older ones are dropped, so a subscriber lagging by more than
+/// `SEGMENT_SIZE * SEGMENT_COUNT` bytes loses messages.
+pub const SEGMENT_COUNT: usize = 4;
+/// Time a new connection has to send CONNECT.
+const CONNECTION_TIMEOUT_MS: u16 = 60_000;
+/// Starts tried, each on a fresh port, when the spec asked for any port.
+const START_ATTEMPTS: usize = 3;
+/// How long `stop` waits for the server thread to finish.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The driver for the in-process broker.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmbeddedDriver;
+
+impl BrokerDriver for EmbeddedDriver {
+    fn start<'a>(
+        &'a self,
+        spec: &'a BrokerSpec,
+    ) -> BoxFuture<'a, Result<Box<dyn RunningBroker>, BrokerError>> {
+        Box::pin(async move {
+            if spec.kind != BrokerKind::Embedded {
+                return Err(BrokerError::invalid(
+                    "kind",
+                    spec.summary(),
+                    "is not the embedded broker",
+                ));
+            }
+            let attempts = if spec.port == 0 { START_ATTEMPTS } else { 1 };
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                // Held until this attempt is over: by then the server holds the port.
+                let claim = claim_port(spec.bind, spec.port)?;
+                match start_once(spec, claim.port()).await {
+                    Ok(broker) => return Ok(Box::new(broker) as Box<dyn RunningBroker>),
+                    Err(error) if attempt < attempts && is_port_taken(&error) => {
+                        tracing::info!(broker = %spec.name, port = claim.port(), "port taken meanwhile, retrying");
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        })
+    }
+}
+
+fn is_port_taken(error: &BrokerError) -> bool {
+    matches!(error, BrokerError::NotReady { reason, .. } if reason.contains("in use"))
+}
+
+async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, BrokerError> {
+    let listen = spec.listen_address(port);
+    let inflight = spec
+        .options
+        .max_inflight_messages
+        .unwrap_or(DEFAULT_MAX_INFLIGHT);
+    let settings = ServerSettings {
+        name: format!("embedded-{}", spec.name),
+        listen,
+        tls: None,
+        // rumqttd pauses this long after every accept; a benchmark connects hundreds at once.
+        next_connection_delay_ms: 0,
+        connections: ConnectionSettings {
+            connection_timeout_ms: CONNECTION_TIMEOUT_MS,
+            max_payload_size: MAX_PAYLOAD_SIZE,
+            max_inflight_count: usize::from(inflight),
+            auth: None,
+            external_auth: None,
+            // Topics are created on first use, as in every other broker.
+            dynamic_filters: true,
+        },
+    };
+    let router = RouterConfig {
+        max_connections: MAX_CONNECTIONS,
+        max_outgoing_packet_count: 200,
+        max_segment_size: SEGMENT_SIZE,
+        max_segment_count: SEGMENT_COUNT,
+        ..RouterConfig::default()
+    };
+    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name(format!("embedded-{}", spec.name))
+        .spawn(move || serve(settings, router, shutdown_rx))
+        .map_err(|e| BrokerError::io("spawning the embedded broker's thread", e))?;
+    let mut broker = EmbeddedBroker {
+        name: spec.name.clone(),
+        listen,
+        shutdown: Some(shutdown),
+        thread: Some(thread),
+        ended: None,
+    };
+    let deadline = spec.options.start_deadline_or(START_DEADLINE);
+    let probe_at = connect_address(listen);
+    let mut ready = wait_ready(probe_at, deadline, || broker.ended().map(str::to_owned)).await;
+    if ready.is_ok() && !listening_in_this_process(port) {
+        // A probe reached some listener, but not ours: another program owns the port.
+        let ended = broker.ended().unwrap_or("the server is not listening");
+        ready = Err(format!(
+            "{ended}; the probe was answered by another program's listener"
+        ));
+    }
+    match ready {
+        Ok(()) => {
+            tracing::info!(broker = %spec.name, address = %listen, "embedded broker ready");
+            Ok(broker)
+        }
+        Err(reason) => {
+            if let Err(error) = broker.shutdown().await {
+                tracing::warn!(broker = %spec.name, "cleaning up a failed start: {error}");
+            }
+            Err(BrokerError::NotReady {
+                name: spec.name.clone(),
+                address: probe_at,
+                deadline,
+                reason,
+                log_tail: String::new(),
+            })
+        }
+    }
+}
+
+/// The server thread: starts a router, runs the listener until told to stop (or the sender
+/// is dropped), then shuts the runtime down, dropping every connection.
+fn serve(
+    settings: ServerSettings,
+    router: RouterConfig,
+    shutdown: oneshot::Receiver<()>,
+) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("building the embedded broker's runtime: {e}"))?;
+    // Started here because rumqttd does not export the type of the router's handle.
+    let router_tx = Router::new(0, router).spawn();
+    let result = runtime.block_on(async move {
+        let mut server = Server::new(settings, router_tx, V4);
+        tokio::select! {
+            served = server.start(LinkType::Remote) => match served {
+                Ok(()) => Err("the embedded server stopped by itself".to_owned()),
+                Err(error) => Err(format!("the embedded server failed: {error}")),
+            },
+            _ = shutdown => Ok(()),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+/// A running embedded broker.
+#[derive(Debug)]
+pub struct EmbeddedBroker {
+    name: String,
+    listen: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+    /// Why the server thread ended, once it has.
+    ended: Option<String>,
+}
+
+impl EmbeddedBroker {
+    /// Why the server thread ended, if it has (joins it when it is finished).
+    fn ended(&mut self) -> Option<&str> {
+        if self.ended.is_none()
+            && let Some(thread) = self.thread.take_if(|thread| thread.is_finished())
+        {
+            self.ended = Some(match thread.join() {
+                Ok(Ok(())) => "the embedded server was stopped".to_owned(),
+                Ok(Err(reason)) => reason,
+                Err(_) => "the embedded server's thread panicked".to_owned(),
+            });
+        }
+        self.ended.as_deref()
+    }
+
+    async fn shutdown(&mut self) -> Result<(), BrokerError> {
+        if let Some(shutdown) = self.shutdown.take() {
+            // An error means the thread is already gone; joining tells how.
+            let _ = shutdown.send(());
+        }
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let joined = tokio::time::timeout(
+            STOP_DEADLINE,
+            tokio::task::spawn_blocking(move || thread.join()),
+        )
+        .await;
+        match joined {
+            Ok(Ok(Ok(_))) => {
+                tracing::info!(broker = %self.name, "embedded broker stopped");
+                Ok(())
+            }
+            Ok(Ok(Err(_))) | Ok(Err(_)) => Err(BrokerError::StopFailed {
+                name: self.name.clone(),
+                reason: "the embedded server's thread panicked".to_owned(),
+            }),
+            Err(_) => Err(BrokerError::StopFailed {
+                name: self.name.clone(),
+                reason: format!(
+                    "the embedded server's thread did not end within {STOP_DEADLINE:?}"
+                ),
+            }),
+        }
+    }
+}
+
+impl RunningBroker for EmbeddedBroker {
+    fn address(&self) -> SocketAddr {
+        self.listen
+    }
+
+    fn pid(&self) -> Option<u32> {
+        Some(std::process::id())
+    }
+
+    fn detail(&self) -> String {
+        format!(
+            "rumqttd in the agent (pid {}), max payload {MAX_PAYLOAD_SIZE} B",
+            std::process::id()
+        )
+    }
+
+    fn check(&mut self) -> BoxFuture<'_, BrokerState> {
+        Box::pin(async move {
+            match self.ended() {
+                None => BrokerState::Running,
+                Some(reason) => BrokerState::Failed(reason.to_owned()),
+            }
+        })
+    }
+
+    fn stop(mut self: Box<Self>) -> BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async move { self.shutdown().await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::readiness::{PROBE_TIMEOUT, probe};
+    use crate::broker::test_support::{RawClient, loopback_spec};
+
+    async fn start(spec: &BrokerSpec) -> Box<dyn RunningBroker> {
+        tokio::time::timeout(Duration::from_secs(20), EmbeddedDriver.start(spec))
+            .await
+            .expect("start is bounded")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn it_starts_stops_and_restarts_on_the_same_port() {
+        let spec = loopback_spec("emb", BrokerKind::Embedded);
+        let mut broker = start(&spec).await;
+        let address = broker.address();
+        assert_ne!(address.port(), 0);
+        assert_eq!(broker.pid(), Some(std::process::id()));
+        assert_eq!(broker.check().await, BrokerState::Running);
+        broker.stop().await.unwrap();
+        assert!(
+            probe(address, PROBE_TIMEOUT).await.is_err(),
+            "nothing answers after stop"
+        );
+
+        let mut same_port = spec.clone();
+        same_port.port = address.port();
+        let broker = start(&same_port).await;
+        assert_eq!(broker.address(), address);
+        probe(address, PROBE_TIMEOUT).await.unwrap();
+        broker.stop().await.unwrap();
+        // The port is free again: nothing holds the listener.
+        std::net::TcpListener::bind(address).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_megabyte_payload_goes_through_unchanged() {
+        let broker = start(&loopback_spec("big", BrokerKind::Embedded)).await;
+        let address = broker.address();
+        let mut subscriber = RawClient::connect(address, "sub").await;
+        subscriber.subscribe("bench/big").await;
+        let mut publisher = RawClient::connect(address, "pub").await;
+        for size in [1_000_000, 3 * 1024 * 1024] {
+            let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            publisher.publish("bench/big", &payload).await;
+            let (topic, received) = subscriber.next_publish(Duration::from_secs(10)).await;
+            assert_eq!(topic, "bench/big");
+            assert_eq!(received.len(), size);
+            assert!(received == payload, "the {size} B payload arrived altered");
+        }
+        broker.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_it_without_stop_still_frees_the_port() {
+        let broker = start(&loopback_spec("dropped", BrokerKind::Embedded)).await;
+        let address = broker.address();
+        drop(broker);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpListener::bind(address).is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{address} still bound"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_refused_before_starting() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut spec = loopback_spec("busy", BrokerKind::Embedded);
+        spec.port = holder.local_addr().unwrap().port();
+        let error = EmbeddedDriver.start(&spec).await.unwrap_err();
+        assert_eq!(
+            error.code(),
+            crate::broker::ErrorCode::InvalidArgument,
+            "{error}"
+        );
+    }
+}

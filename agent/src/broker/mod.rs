@@ -1,0 +1,116 @@
+//! Brokers: the MQTT broker a node runs for a benchmark, started, probed and stopped by the
+//! agent's Broker RPCs through one trait, [`BrokerDriver`].
+//!
+//! A [`BrokerSpec`] names an instance and says how to run it: `native` (an installed product
+//! with a generated config that lifts its limits), `embedded` (rumqttd inside the agent,
+//! nothing to install) or `external` (an address the agent only records and probes). A
+//! broker counts as started only once an MQTT 3.1.1 CONNECT gets an accepting CONNACK.
+//! [`Brokers`] owns the running instances by name: starting the same spec twice is a no-op,
+//! stopping twice too, and [`Brokers::stop_all`] undoes everything at agent shutdown. The
+//! PID of each broker ([`BrokerStatus::pid`]) is what the Metrics RPC watches.
+//!
+//! # Layout
+//! - `spec.rs`: [`BrokerSpec`], [`BrokerKind`], [`Product`], [`BrokerOptions`], and their
+//!   validation.
+//! - `ports.rs`: checking, choosing and reserving a broker's port.
+//! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to ([`ErrorCode`]).
+//! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline.
+//! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
+//! - `native.rs`: [`NativeDriver`], [`InstallPaths`], launch plans and the running process.
+//! - `process.rs`: process groups, instance markers, the `/proc` sweep, bounded commands.
+//! - `mosquitto.rs`, `rabbitmq.rs`: the two products the study's tests run here.
+//! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
+//! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
+//! - `external.rs`: [`ExternalDriver`].
+
+mod embedded;
+mod error;
+mod external;
+mod mosquitto;
+mod native;
+mod others;
+mod ports;
+mod process;
+mod rabbitmq;
+mod readiness;
+mod registry;
+mod spec;
+#[cfg(test)]
+mod test_support;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+pub use embedded::EmbeddedDriver;
+pub use error::{BrokerError, ErrorCode};
+pub use external::ExternalDriver;
+pub use native::{InstallPaths, NativeDriver};
+pub use readiness::{ProbeError, probe, wait_ready};
+pub use registry::{Brokers, BrokersConfig};
+pub use spec::{
+    BrokerKind, BrokerOptions, BrokerSpec, DEFAULT_MAX_QUEUED_MESSAGES, MAX_NAME_LEN, Product,
+};
+
+/// A boxed, sendable future: what the object-safe driver traits return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Starts brokers of one kind. Implemented by [`NativeDriver`], [`EmbeddedDriver`] and
+/// [`ExternalDriver`]; [`Brokers`] picks the driver from the spec's kind.
+pub trait BrokerDriver: Send + Sync + std::fmt::Debug {
+    /// Starts the broker `spec` describes and returns once it answers MQTT. On failure
+    /// nothing it started is left running.
+    fn start<'a>(
+        &'a self,
+        spec: &'a BrokerSpec,
+    ) -> BoxFuture<'a, Result<Box<dyn RunningBroker>, BrokerError>>;
+}
+
+/// A broker a driver started. Dropping it without [`RunningBroker::stop`] still kills what
+/// it runs (process groups are SIGKILLed, the embedded server is told to stop), but only
+/// `stop` is graceful and confirms that nothing is left.
+pub trait RunningBroker: Send + std::fmt::Debug {
+    /// The address its MQTT listener is bound to (port resolved).
+    fn address(&self) -> SocketAddr;
+    /// The PID whose CPU and memory are the broker's: the broker process (the Erlang VM or
+    /// the JVM under a start script) for native brokers, the agent's own for the embedded
+    /// one, none for an external one.
+    fn pid(&self) -> Option<u32>;
+    /// Human-readable details: product, files, log.
+    fn detail(&self) -> String;
+    /// Its state right now: has the process exited, does the external address answer.
+    fn check(&mut self) -> BoxFuture<'_, BrokerState>;
+    /// Stops it gracefully, then by force, and confirms nothing it started survives.
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BrokerError>>;
+}
+
+/// The lifecycle state of a named instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerState {
+    /// A start is in progress.
+    Starting,
+    /// It answered MQTT and (native, embedded) its process or thread is alive; an external
+    /// broker answered a probe just now.
+    Running,
+    /// A stop is in progress.
+    Stopping,
+    /// It was stopped, or never started.
+    Stopped,
+    /// It failed to start, exited by itself, or (external) does not answer; with the reason.
+    Failed(String),
+}
+
+/// What the Broker RPCs report about one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerStatus {
+    /// The instance name.
+    pub name: String,
+    /// Its state.
+    pub state: BrokerState,
+    /// Where clients connect, once known (not while a start on port 0 is in progress).
+    pub address: Option<SocketAddr>,
+    /// The PID to watch, while it runs.
+    pub pid: Option<u32>,
+    /// Human-readable details.
+    pub detail: String,
+}

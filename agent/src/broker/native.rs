@@ -1,0 +1,616 @@
+//! The native driver: a broker product installed on the node, run as a child process with
+//! a configuration the agent generates into the instance's own state directory.
+//!
+//! Each product module turns a [`BrokerSpec`] into a [`LaunchPlan`] (files, helper
+//! processes, the broker's command line, how to stop it). Plans are plain data, so the
+//! command lines of products that are not installed here are still checked by unit tests.
+//! [`NativeDriver`] runs a plan: writes the files, starts helpers and the broker in their own
+//! process groups, waits for an MQTT CONNACK, and on failure stops everything again.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::BrokerError;
+use super::ports::{claim_port, connect_address};
+use super::process::{
+    CommandLine, GroupChild, find_process_named, log_tail, new_marker, run_bounded, sweep,
+};
+use super::readiness::wait_ready;
+use super::spec::{BrokerKind, BrokerSpec, Product};
+use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+
+/// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
+/// one was taken between picking it and the broker binding it.
+const START_ATTEMPTS: usize = 3;
+/// How long a helper (epmd) may take to listen.
+const HELPER_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a graceful stop command (`rabbitmqctl stop`) may run.
+const STOP_COMMAND_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the broker may take to exit after being asked to stop, before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+/// How long the final sweep of tagged processes may take.
+const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
+/// Log lines quoted in errors.
+const LOG_TAIL_LINES: usize = 30;
+/// The broker's console output, inside its state directory.
+const LOG_FILE: &str = "broker.log";
+
+/// Where the products' executables are looked for, first match wins. The defaults are the
+/// paths of Debian packages and of the products' tarballs unpacked in `/opt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallPaths {
+    /// `mosquitto`.
+    pub mosquitto: Vec<PathBuf>,
+    /// RabbitMQ's `rabbitmq-server` start script (not Debian's `/usr/sbin` wrapper, which
+    /// switches to the `rabbitmq` user and the system node).
+    pub rabbitmq_server: Vec<PathBuf>,
+    /// `rabbitmqctl`, used for a graceful stop.
+    pub rabbitmqctl: Vec<PathBuf>,
+    /// Erlang's `epmd`, run privately for each RabbitMQ instance.
+    pub epmd: Vec<PathBuf>,
+    /// EMQX's `bin/emqx`.
+    pub emqx: Vec<PathBuf>,
+    /// VerneMQ's `bin/vernemq`.
+    pub vernemq: Vec<PathBuf>,
+    /// HiveMQ CE's `bin/run.sh`.
+    pub hivemq: Vec<PathBuf>,
+}
+
+impl Default for InstallPaths {
+    fn default() -> Self {
+        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect();
+        Self {
+            mosquitto: paths(&["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"]),
+            rabbitmq_server: paths(&["/usr/lib/rabbitmq/bin/rabbitmq-server"]),
+            rabbitmqctl: paths(&["/usr/lib/rabbitmq/bin/rabbitmqctl"]),
+            epmd: paths(&["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]),
+            emqx: paths(&["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"]),
+            vernemq: paths(&[
+                "/usr/sbin/vernemq",
+                "/usr/bin/vernemq",
+                "/opt/vernemq/bin/vernemq",
+                "/vernemq/bin/vernemq",
+            ]),
+            hivemq: paths(&["/opt/hivemq/bin/run.sh", "/opt/hivemq-ce/bin/run.sh"]),
+        }
+    }
+}
+
+impl InstallPaths {
+    /// The first executable among `candidates`, or [`BrokerError::NotInstalled`] naming
+    /// them all.
+    pub fn locate(product: Product, candidates: &[PathBuf]) -> Result<PathBuf, BrokerError> {
+        candidates
+            .iter()
+            .find(|path| is_executable(path))
+            .cloned()
+            .ok_or_else(|| BrokerError::NotInstalled {
+                product,
+                looked_at: candidates.to_vec(),
+            })
+    }
+
+    /// Checks that every executable `product` needs is installed.
+    pub fn check(&self, product: Product) -> Result<(), BrokerError> {
+        let needed: Vec<&[PathBuf]> = match product {
+            Product::Mosquitto => vec![&self.mosquitto],
+            Product::RabbitMq => vec![&self.rabbitmq_server, &self.rabbitmqctl, &self.epmd],
+            Product::Emqx => vec![&self.emqx],
+            Product::VerneMq => vec![&self.vernemq],
+            Product::HiveMq => vec![&self.hivemq],
+        };
+        needed
+            .into_iter()
+            .try_for_each(|candidates| Self::locate(product, candidates).map(drop))
+    }
+
+    /// The products whose executables are all present, for the agent's Info RPC.
+    pub fn installed(&self) -> Vec<Product> {
+        Product::ALL
+            .into_iter()
+            .filter(|product| self.check(*product).is_ok())
+            .collect()
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// What a product module is given to plan one start.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanContext<'a> {
+    /// The requested instance.
+    pub spec: &'a BrokerSpec,
+    /// Its state directory (config, data, logs), empty at this point.
+    pub dir: &'a Path,
+    /// The MQTT port, resolved if the spec asked for any.
+    pub port: u16,
+    /// The marker tagging the instance's processes; also a per-instance secret (cookie).
+    pub marker: &'a str,
+}
+
+impl PlanContext<'_> {
+    /// The MQTT listen address.
+    pub fn listen(&self) -> SocketAddr {
+        self.spec.listen_address(self.port)
+    }
+}
+
+/// A process started before the broker, which must listen before the broker starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helper {
+    /// Short name, also its log file's stem.
+    pub what: &'static str,
+    /// Its command line.
+    pub command: CommandLine,
+    /// The TCP address it must accept connections on.
+    pub listens_on: SocketAddr,
+}
+
+/// Everything needed to start one native broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// The product.
+    pub product: Product,
+    /// The MQTT listen address, with the port resolved.
+    pub listen: SocketAddr,
+    /// Files to write before anything starts (absolute paths inside the state directory).
+    pub files: Vec<(PathBuf, String)>,
+    /// Processes to start, in order, before the broker.
+    pub helpers: Vec<Helper>,
+    /// The broker itself.
+    pub main: CommandLine,
+    /// A command that stops the broker gracefully; without one, the broker gets SIGTERM.
+    pub stop: Option<CommandLine>,
+    /// How long the broker may take to answer MQTT.
+    pub ready_deadline: Duration,
+    /// Command names (`/proc/PID/comm`) of the process that is the broker, when the
+    /// command line starts a script (`beam.smp`, `java`); its PID is what Metrics watches.
+    pub main_process_names: &'static [&'static str],
+    /// Log texts meaning the MQTT port was taken, so a start on any port is retried.
+    pub port_taken_markers: &'static [&'static str],
+}
+
+/// The driver for installed products.
+#[derive(Debug, Clone)]
+pub struct NativeDriver {
+    install: InstallPaths,
+    state_dir: PathBuf,
+}
+
+impl NativeDriver {
+    /// A driver looking for products at `install` and keeping each instance's files in
+    /// `state_dir/<name>/` (emptied at every start).
+    pub fn new(install: InstallPaths, state_dir: PathBuf) -> Self {
+        Self { install, state_dir }
+    }
+
+    /// Where products are looked for.
+    pub fn install_paths(&self) -> &InstallPaths {
+        &self.install
+    }
+
+    async fn start_native(
+        &self,
+        spec: &BrokerSpec,
+        product: Product,
+    ) -> Result<NativeBroker, BrokerError> {
+        self.install.check(product)?;
+        let attempts = if spec.port == 0 { START_ATTEMPTS } else { 1 };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // Held until this attempt is over: by then the broker holds the port.
+            let claim = claim_port(spec.bind, spec.port)?;
+            let port = claim.port();
+            let dir = self.fresh_dir(&spec.name)?;
+            let marker = new_marker(&spec.name);
+            let context = PlanContext {
+                spec,
+                dir: &dir,
+                port,
+                marker: &marker,
+            };
+            let plan = plan(product, &self.install, &context)?;
+            match launch(spec, plan, &dir, marker).await {
+                Err(Launch::PortTaken(error)) if attempt < attempts => {
+                    tracing::info!(broker = %spec.name, port, "port taken meanwhile, retrying: {error}");
+                }
+                Err(Launch::PortTaken(error) | Launch::Failed(error)) => return Err(error),
+                Ok(broker) => return Ok(broker),
+            }
+        }
+    }
+
+    fn fresh_dir(&self, name: &str) -> Result<PathBuf, BrokerError> {
+        // `name` is validated to [A-Za-z0-9_-], so this stays inside `state_dir`.
+        let dir = self.state_dir.join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| BrokerError::io(format!("emptying {}", dir.display()), e))?;
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
+        Ok(dir)
+    }
+}
+
+/// The plan of `product`, from its module.
+fn plan(
+    product: Product,
+    install: &InstallPaths,
+    context: &PlanContext<'_>,
+) -> Result<LaunchPlan, BrokerError> {
+    match product {
+        Product::Mosquitto => super::mosquitto::plan(install, context),
+        Product::RabbitMq => super::rabbitmq::plan(install, context),
+        Product::Emqx => super::others::emqx_plan(install, context),
+        Product::VerneMq => super::others::vernemq_plan(install, context),
+        Product::HiveMq => super::others::hivemq_plan(install, context),
+    }
+}
+
+impl BrokerDriver for NativeDriver {
+    fn start<'a>(
+        &'a self,
+        spec: &'a BrokerSpec,
+    ) -> BoxFuture<'a, Result<Box<dyn RunningBroker>, BrokerError>> {
+        Box::pin(async move {
+            let BrokerKind::Native { product } = spec.kind else {
+                return Err(BrokerError::invalid(
+                    "kind",
+                    spec.summary(),
+                    "is not a native broker",
+                ));
+            };
+            let broker = self.start_native(spec, product).await?;
+            Ok(Box::new(broker) as Box<dyn RunningBroker>)
+        })
+    }
+}
+
+enum Launch {
+    /// The port was taken between choosing and binding it: worth another try.
+    PortTaken(BrokerError),
+    Failed(BrokerError),
+}
+
+async fn launch(
+    spec: &BrokerSpec,
+    plan: LaunchPlan,
+    dir: &Path,
+    marker: String,
+) -> Result<NativeBroker, Launch> {
+    for (path, text) in &plan.files {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Launch::Failed(BrokerError::io(format!("creating {}", parent.display()), e))
+            })?;
+        }
+        std::fs::write(path, text).map_err(|e| {
+            Launch::Failed(BrokerError::io(format!("writing {}", path.display()), e))
+        })?;
+    }
+    let log = dir.join(LOG_FILE);
+    let mut broker = NativeBroker {
+        name: spec.name.clone(),
+        product: plan.product,
+        listen: plan.listen,
+        main: None,
+        helpers: Vec::new(),
+        marker,
+        dir: dir.to_owned(),
+        log,
+        stop_command: plan.stop.clone(),
+        pid: 0,
+    };
+    match start_processes(&mut broker, &plan).await {
+        Ok(()) => Ok(broker),
+        Err(error) => {
+            if let Err(stop_error) = broker.shutdown().await {
+                tracing::warn!(broker = %spec.name, "cleaning up a failed start: {stop_error}");
+            }
+            let tail = log_tail(&broker.log, LOG_TAIL_LINES);
+            let taken = plan.port_taken_markers.iter().any(|m| tail.contains(m));
+            Err(if taken {
+                Launch::PortTaken(error)
+            } else {
+                Launch::Failed(error)
+            })
+        }
+    }
+}
+
+async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result<(), BrokerError> {
+    for helper in &plan.helpers {
+        let log = broker.dir.join(format!("{}.log", helper.what));
+        let mut child = GroupChild::spawn(
+            helper.what,
+            &helper.command,
+            &broker.marker,
+            &broker.dir,
+            &log,
+        )?;
+        let listening = wait_listening(helper.listens_on, &mut child).await;
+        broker.helpers.push(child);
+        listening.map_err(|reason| BrokerError::NotReady {
+            name: broker.name.clone(),
+            address: helper.listens_on,
+            deadline: HELPER_DEADLINE,
+            reason: format!("{} never listened: {reason}", helper.what),
+            log_tail: log_tail(&log, LOG_TAIL_LINES),
+        })?;
+    }
+    let main = GroupChild::spawn(
+        plan.product.as_str(),
+        &plan.main,
+        &broker.marker,
+        &broker.dir,
+        &broker.log,
+    )?;
+    broker.pid = main.pid();
+    let main = broker.main.insert(main);
+    let probe_at = connect_address(broker.listen);
+    let product = plan.product;
+    let ready = wait_ready(probe_at, plan.ready_deadline, || {
+        main.exited()
+            .map(|status| format!("{product} exited ({status}) before answering MQTT"))
+    })
+    .await
+    .and_then(|()| match main.exited() {
+        // A probe reached some listener, but not ours: another program owns the port.
+        Some(status) => Err(format!(
+            "{product} exited ({status}) although a probe was answered; the port has another owner"
+        )),
+        None => Ok(()),
+    });
+    if let Err(reason) = ready {
+        return Err(BrokerError::NotReady {
+            name: broker.name.clone(),
+            address: probe_at,
+            deadline: plan.ready_deadline,
+            reason,
+            log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
+        });
+    }
+    if let Some(pid) = find_process_named(&broker.marker, plan.main_process_names) {
+        broker.pid = pid;
+    }
+    tracing::info!(broker = %broker.name, %product, pid = broker.pid, address = %broker.listen, "broker ready");
+    Ok(())
+}
+
+/// Polls until `addr` accepts TCP connections, or the child exits, or the helper deadline.
+async fn wait_listening(addr: SocketAddr, child: &mut GroupChild) -> Result<(), String> {
+    let end = Instant::now() + HELPER_DEADLINE;
+    loop {
+        if let Some(status) = child.exited() {
+            return Err(format!("exited ({status})"));
+        }
+        match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+            .await
+        {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(error)) if Instant::now() >= end => return Err(error.to_string()),
+            Err(_) if Instant::now() >= end => return Err("connect timed out".to_owned()),
+            _ => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+}
+
+/// A running native broker and everything it started.
+#[derive(Debug)]
+pub struct NativeBroker {
+    name: String,
+    product: Product,
+    listen: SocketAddr,
+    main: Option<GroupChild>,
+    helpers: Vec<GroupChild>,
+    marker: String,
+    dir: PathBuf,
+    log: PathBuf,
+    stop_command: Option<CommandLine>,
+    pid: u32,
+}
+
+impl NativeBroker {
+    /// Stops the broker (gracefully first), its helpers, and every process tagged with its
+    /// marker; fails if any survives.
+    async fn shutdown(&mut self) -> Result<(), BrokerError> {
+        if let Some(main) = self.main.as_mut() {
+            if main.exited().is_none() {
+                match &self.stop_command {
+                    Some(stop) => {
+                        if let Err(reason) =
+                            run_bounded(stop, &self.marker, STOP_COMMAND_DEADLINE).await
+                        {
+                            tracing::warn!(broker = %self.name, "graceful stop failed: {reason}");
+                        }
+                    }
+                    None => main.signal(libc::SIGTERM),
+                }
+                if main.wait_exit(STOP_GRACE).await.is_none() {
+                    tracing::warn!(broker = %self.name, "still running {STOP_GRACE:?} after the stop request; killing it");
+                }
+            }
+            // Kills what is left of its process group, and reaps it.
+            main.kill().await;
+        }
+        for helper in &mut self.helpers {
+            helper.kill().await;
+        }
+        let left = sweep(&self.marker, SWEEP_DEADLINE).await;
+        if left.is_empty() {
+            tracing::info!(broker = %self.name, product = %self.product, "broker stopped");
+            Ok(())
+        } else {
+            Err(BrokerError::StopFailed {
+                name: self.name.clone(),
+                reason: format!("processes {left:?} survived SIGKILL for {SWEEP_DEADLINE:?}"),
+            })
+        }
+    }
+}
+
+impl RunningBroker for NativeBroker {
+    fn address(&self) -> SocketAddr {
+        self.listen
+    }
+
+    fn pid(&self) -> Option<u32> {
+        Some(self.pid)
+    }
+
+    fn detail(&self) -> String {
+        format!(
+            "{} (pid {}), files in {}, log {}",
+            self.product,
+            self.pid,
+            self.dir.display(),
+            self.log.display()
+        )
+    }
+
+    fn check(&mut self) -> BoxFuture<'_, BrokerState> {
+        Box::pin(async move {
+            match self.main.as_mut().and_then(GroupChild::exited) {
+                None if self.main.is_some() => BrokerState::Running,
+                None => BrokerState::Stopped,
+                Some(status) => BrokerState::Failed(format!(
+                    "{} exited ({status}); last lines of its log:\n{}",
+                    self.product,
+                    log_tail(&self.log, LOG_TAIL_LINES)
+                )),
+            }
+        })
+    }
+
+    fn stop(mut self: Box<Self>) -> BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async move { self.shutdown().await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::error::ErrorCode;
+    use crate::broker::spec::BrokerOptions;
+
+    #[test]
+    fn a_missing_product_names_every_path_it_looked_at() {
+        let install = InstallPaths {
+            emqx: vec!["/nonexistent/emqx".into(), "/etc".into()],
+            ..InstallPaths::default()
+        };
+        let error = install.check(Product::Emqx).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::FailedPrecondition);
+        assert!(
+            error.to_string().contains("/nonexistent/emqx, /etc"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn starting_a_product_that_is_not_installed_fails_before_touching_the_node() {
+        let state = tempfile::tempdir().unwrap();
+        let install = InstallPaths {
+            hivemq: vec!["/nonexistent/hivemq/bin/run.sh".into()],
+            ..InstallPaths::default()
+        };
+        let driver = NativeDriver::new(install, state.path().to_owned());
+        let spec = BrokerSpec {
+            name: "hive".into(),
+            kind: BrokerKind::Native {
+                product: Product::HiveMq,
+            },
+            bind: "127.0.0.1".parse().unwrap(),
+            port: 0,
+            options: BrokerOptions::default(),
+        };
+        let error = driver.start(&spec).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::FailedPrecondition);
+        assert!(
+            error.to_string().contains("/nonexistent/hivemq/bin/run.sh"),
+            "{error}"
+        );
+        assert!(!state.path().join("hive").exists());
+    }
+
+    fn fake_mosquitto(program: &Path, state: &Path) -> NativeDriver {
+        let install = InstallPaths {
+            mosquitto: vec![program.to_owned()],
+            ..InstallPaths::default()
+        };
+        NativeDriver::new(install, state.to_owned())
+    }
+
+    fn mosquitto_spec(name: &str) -> BrokerSpec {
+        crate::broker::test_support::loopback_spec(
+            name,
+            BrokerKind::Native {
+                product: Product::Mosquitto,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_exits_is_unavailable_with_its_log() {
+        let state = tempfile::tempdir().unwrap();
+        // `sh -c <config path>` tries to run the config file: "Permission denied", exit 126.
+        let driver = fake_mosquitto(Path::new("/bin/sh"), state.path());
+        let started = std::time::Instant::now();
+        let error = driver.start(&mosquitto_spec("exits")).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no waiting for the deadline"
+        );
+        assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+        let BrokerError::NotReady {
+            reason, log_tail, ..
+        } = &error
+        else {
+            panic!("{error}");
+        };
+        assert!(
+            reason.starts_with("mosquitto exited (exit status: 126)"),
+            "{reason}"
+        );
+        assert!(log_tail.contains("Permission denied"), "{log_tail}");
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_never_answers_fails_at_its_deadline_and_is_cleaned_up() {
+        let state = tempfile::tempdir().unwrap();
+        let script = state.path().join("silent-broker");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho booting\nsleep 60 &\nexec sleep 60\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let driver = fake_mosquitto(&script, &state.path().join("state"));
+        let mut spec = mosquitto_spec("silent");
+        spec.options.start_deadline = Some(Duration::from_millis(800));
+        let started = std::time::Instant::now();
+        let error = driver.start(&spec).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "bounded by deadline and stop"
+        );
+        assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+        let text = error.to_string();
+        assert!(text.contains("within 800ms"), "{text}");
+        assert!(text.contains("booting"), "the log tail is quoted: {text}");
+        assert_eq!(
+            crate::broker::test_support::tagged_processes("silent"),
+            Vec::<u32>::new(),
+            "the script and its background child are gone"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Readiness: a broker is ready when an MQTT 3.1.1 CONNECT gets a CONNACK that accepts it.
+//!
+//! An open TCP port is not enough: RabbitMQ opens its listener before the MQTT plugin can
+//! serve sessions, and Erlang brokers may accept and then stay silent while booting. The
+//! probe hand-encodes its two packets (CONNECT, DISCONNECT) so it depends on no client
+//! library. [`wait_ready`] polls it until a deadline, and stops early when the broker's
+//! process has exited.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+
+/// How long one probe may take (connect plus CONNACK).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Pause between two probes while waiting for a broker.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Keep-alive announced in CONNECT; the probe disconnects long before it matters, but
+/// Mosquitto 2 refuses 0 from 3.1.1 clients.
+const KEEP_ALIVE_SECS: u16 = 60;
+
+/// Why one probe failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The TCP connection could not be made.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The probed address.
+        addr: SocketAddr,
+        /// The socket error.
+        source: std::io::Error,
+    },
+    /// Connect or CONNACK took longer than the probe's timeout.
+    #[error("no CONNACK from {addr} within {timeout:?}")]
+    Timeout {
+        /// The probed address.
+        addr: SocketAddr,
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+    /// The broker answered CONNECT with a refusal (MQTT 3.1.1 return codes 1-5).
+    #[error("{addr} refused the connection with CONNACK return code {code}")]
+    Refused {
+        /// The probed address.
+        addr: SocketAddr,
+        /// The CONNACK return code.
+        code: u8,
+    },
+    /// The broker answered with something other than a CONNACK, or closed the connection.
+    #[error("{addr} did not answer with a CONNACK: {detail}")]
+    Protocol {
+        /// The probed address.
+        addr: SocketAddr,
+        /// What arrived instead.
+        detail: String,
+    },
+}
+
+/// Sends one MQTT 3.1.1 CONNECT to `addr` and waits, up to `limit`, for a CONNACK that
+/// accepts it; then disconnects cleanly.
+pub async fn probe(addr: SocketAddr, limit: Duration) -> Result<(), ProbeError> {
+    match timeout(limit, probe_once(addr)).await {
+        Ok(result) => result,
+        Err(_) => Err(ProbeError::Timeout {
+            addr,
+            timeout: limit,
+        }),
+    }
+}
+
+async fn probe_once(addr: SocketAddr) -> Result<(), ProbeError> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ProbeError::Connect { addr, source })?;
+    let protocol = |detail: String| ProbeError::Protocol { addr, detail };
+    stream
+        .write_all(&connect_packet(&probe_client_id()))
+        .await
+        .map_err(|e| protocol(format!("sending CONNECT failed: {e}")))?;
+    let mut connack = [0u8; 4];
+    stream
+        .read_exact(&mut connack)
+        .await
+        .map_err(|e| protocol(format!("reading CONNACK failed: {e}")))?;
+    match connack {
+        [0x20, 0x02, _, 0] => {
+            // A failed DISCONNECT is harmless: the broker drops the session either way.
+            let _ = stream.write_all(&[0xE0, 0x00]).await;
+            let _ = stream.shutdown().await;
+            Ok(())
+        }
+        [0x20, 0x02, _, code] => Err(ProbeError::Refused { addr, code }),
+        other => Err(protocol(format!("got bytes {other:02x?}"))),
+    }
+}
+
+/// Polls [`probe`] until it succeeds or `deadline` has passed.
+///
+/// `exited` is asked before every attempt whether the broker's process is gone; if it
+/// returns a reason, waiting stops at once with that reason. On failure the result is the
+/// reason to report: the exit, or the last probe error.
+pub async fn wait_ready(
+    addr: SocketAddr,
+    deadline: Duration,
+    mut exited: impl FnMut() -> Option<String>,
+) -> Result<(), String> {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(reason) = exited() {
+            return Err(reason);
+        }
+        let remaining = end.saturating_duration_since(Instant::now());
+        let attempt = PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100)));
+        match probe(addr, attempt).await {
+            Ok(()) => return Ok(()),
+            Err(error) if Instant::now() >= end => return Err(error.to_string()),
+            Err(_) => tokio::time::sleep(POLL_INTERVAL.min(remaining)).await,
+        }
+    }
+}
+
+/// A client id of at most 23 characters (the length every 3.1.1 broker must accept),
+/// distinct per probe so two probes never take over each other's session.
+fn probe_client_id() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) % 1_000_000;
+    format!("ct-probe-{}-{n}", std::process::id() % 10_000_000)
+}
+
+/// CONNECT, MQTT 3.1.1, clean session, no will, no credentials.
+fn connect_packet(client_id: &str) -> Vec<u8> {
+    // The id is ASCII and at most 23 bytes, so its length fits one byte of the u16.
+    let id = client_id.as_bytes();
+    let id_len = u16::try_from(id.len()).unwrap_or(u16::MAX);
+    let mut body = vec![0x00, 0x04, b'M', b'Q', b'T', b'T', 0x04, 0x02];
+    body.extend_from_slice(&KEEP_ALIVE_SECS.to_be_bytes());
+    body.extend_from_slice(&id_len.to_be_bytes());
+    body.extend_from_slice(id);
+    // The body is far below 128 bytes: a one-byte remaining length.
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend_from_slice(&body);
+    packet
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A fake broker answering every connection with `reply` (after reading CONNECT).
+    async fn fake_broker(reply: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut header = [0u8; 2];
+                if stream.read_exact(&mut header).await.is_err() {
+                    continue;
+                }
+                let mut body = vec![0u8; usize::from(header[1])];
+                let _ = stream.read_exact(&mut body).await;
+                assert_eq!(header[0], 0x10, "first packet is CONNECT");
+                assert_eq!(&body[..8], b"\x00\x04MQTT\x04\x02");
+                let _ = stream.write_all(reply).await;
+            }
+        });
+        (addr, task)
+    }
+
+    #[test]
+    fn connect_is_well_formed_and_the_client_id_short() {
+        let id = probe_client_id();
+        assert!(id.len() <= 23, "{id}");
+        let packet = connect_packet("abc");
+        assert_eq!(
+            packet,
+            [
+                0x10, 15, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 3, b'a', b'b', b'c'
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_accepting_connack_is_ready() {
+        let (addr, task) = fake_broker(&[0x20, 0x02, 0x00, 0x00]).await;
+        probe(addr, Duration::from_secs(5)).await.unwrap();
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_reported_with_its_code() {
+        let (addr, task) = fake_broker(&[0x20, 0x02, 0x00, 0x03]).await;
+        let error = probe(addr, Duration::from_secs(5)).await.unwrap_err();
+        assert!(
+            matches!(error, ProbeError::Refused { code: 3, .. }),
+            "{error}"
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_silent_listener_times_out_and_waiting_respects_the_deadline() {
+        // Bound but never accepted: the kernel completes the handshake, nobody answers.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let started = std::time::Instant::now();
+        let reason = wait_ready(addr, Duration::from_millis(600), || None)
+            .await
+            .unwrap_err();
+        assert!(reason.contains("no CONNACK"), "{reason}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_fails_to_connect() {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let error = probe(addr, Duration::from_secs(2)).await.unwrap_err();
+        assert!(matches!(error, ProbeError::Connect { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn waiting_stops_when_the_process_exits() {
+        // A port that was free a moment ago: nothing answers there.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut calls = 0;
+        let reason = wait_ready(addr, Duration::from_secs(30), || {
+            calls += 1;
+            (calls == 3).then(|| "exited with status 1".to_owned())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(reason, "exited with status 1");
+    }
+}

@@ -1,0 +1,441 @@
+//! [`Brokers`]: the instances this agent runs, by name.
+//!
+//! Each name has a slot with an async lock, so a slow start (RabbitMQ takes seconds) blocks
+//! only operations on that name. While a start or stop holds the lock, `status` reports what
+//! the slot last showed (`Starting`, `Stopping`) instead of waiting.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::embedded::EmbeddedDriver;
+use super::error::BrokerError;
+use super::external::ExternalDriver;
+use super::native::{InstallPaths, NativeDriver};
+use super::spec::{BrokerKind, BrokerSpec};
+use super::{BrokerDriver, BrokerState, BrokerStatus, RunningBroker};
+
+/// Where native brokers keep their files unless configured otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/continuum/brokers";
+
+/// How [`Brokers`] runs native products.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokersConfig {
+    /// Parent of each native instance's directory (`<state_dir>/<name>/`).
+    pub state_dir: PathBuf,
+    /// Where product executables are looked for.
+    pub install: InstallPaths,
+}
+
+impl Default for BrokersConfig {
+    fn default() -> Self {
+        Self {
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            install: InstallPaths::default(),
+        }
+    }
+}
+
+/// The brokers of this agent, by instance name.
+#[derive(Debug)]
+pub struct Brokers {
+    native: NativeDriver,
+    embedded: EmbeddedDriver,
+    external: ExternalDriver,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The last status, shown while `instance` is locked by a start or stop.
+    shown: Mutex<BrokerStatus>,
+    instance: tokio::sync::Mutex<Option<Instance>>,
+}
+
+#[derive(Debug)]
+struct Instance {
+    spec: BrokerSpec,
+    broker: Box<dyn RunningBroker>,
+}
+
+impl Slot {
+    fn show(&self, status: BrokerStatus) {
+        *self.shown.lock().unwrap_or_else(PoisonError::into_inner) = status;
+    }
+
+    fn shown(&self) -> BrokerStatus {
+        self.shown
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Brokers {
+    /// An empty registry.
+    pub fn new(config: BrokersConfig) -> Self {
+        Self {
+            native: NativeDriver::new(config.install, config.state_dir),
+            embedded: EmbeddedDriver,
+            external: ExternalDriver,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where native products are looked for (for the Info RPC's capabilities).
+    pub fn install_paths(&self) -> &InstallPaths {
+        self.native.install_paths()
+    }
+
+    /// The driver for `kind`.
+    pub fn driver(&self, kind: &BrokerKind) -> &dyn BrokerDriver {
+        match kind {
+            BrokerKind::Native { .. } => &self.native,
+            BrokerKind::Embedded => &self.embedded,
+            BrokerKind::External { .. } => &self.external,
+        }
+    }
+
+    /// Starts `spec` and returns its status once it answers MQTT.
+    ///
+    /// Idempotent: if the same spec already runs under this name, nothing is started and its
+    /// status is returned. A different spec under a running name is
+    /// [`BrokerError::NameInUse`]. An instance of this name that died is cleaned up and
+    /// started anew.
+    #[tracing::instrument(skip_all, fields(broker = %spec.name))]
+    pub async fn start(&self, spec: BrokerSpec) -> Result<BrokerStatus, BrokerError> {
+        spec.validate()?;
+        let slot = self.slot(&spec.name);
+        let mut instance = slot.instance.lock().await;
+        if let Some(current) = instance.as_mut() {
+            let state = current.broker.check().await;
+            if state == BrokerState::Running {
+                if current.spec != spec {
+                    return Err(BrokerError::NameInUse {
+                        name: spec.name,
+                        running: current.spec.summary(),
+                    });
+                }
+                let status = status_of(&spec.name, state, current.broker.as_ref());
+                slot.show(status.clone());
+                return Ok(status);
+            }
+            if let Some(dead) = instance.take() {
+                tracing::info!(?state, "replacing an instance that is no longer running");
+                if let Err(error) = dead.broker.stop().await {
+                    tracing::warn!("cleaning up the previous instance: {error}");
+                }
+            }
+        }
+        slot.show(BrokerStatus {
+            name: spec.name.clone(),
+            state: BrokerState::Starting,
+            address: (spec.port != 0).then(|| spec.listen_address(spec.port)),
+            pid: None,
+            detail: spec.summary(),
+        });
+        match self.driver(&spec.kind).start(&spec).await {
+            Ok(broker) => {
+                let status = status_of(&spec.name, BrokerState::Running, broker.as_ref());
+                slot.show(status.clone());
+                *instance = Some(Instance { spec, broker });
+                Ok(status)
+            }
+            Err(error) => {
+                slot.show(BrokerStatus {
+                    name: spec.name.clone(),
+                    state: BrokerState::Failed(error.to_string()),
+                    address: None,
+                    pid: None,
+                    detail: spec.summary(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    /// Stops the instance `name`. Idempotent: stopping a stopped or unknown name succeeds
+    /// and reports `Stopped`.
+    #[tracing::instrument(skip(self))]
+    pub async fn stop(&self, name: &str) -> Result<BrokerStatus, BrokerError> {
+        let Some(slot) = self.existing(name) else {
+            return Ok(BrokerStatus {
+                name: name.to_owned(),
+                state: BrokerState::Stopped,
+                address: None,
+                pid: None,
+                detail: "no broker of this name was started by this agent".to_owned(),
+            });
+        };
+        let mut instance = slot.instance.lock().await;
+        let Some(current) = instance.take() else {
+            let mut status = slot.shown();
+            status.state = BrokerState::Stopped;
+            status.pid = None;
+            slot.show(status.clone());
+            return Ok(status);
+        };
+        let address = Some(current.broker.address());
+        let detail = current.broker.detail();
+        slot.show(BrokerStatus {
+            name: name.to_owned(),
+            state: BrokerState::Stopping,
+            address,
+            pid: current.broker.pid(),
+            detail: detail.clone(),
+        });
+        let result = current.broker.stop().await;
+        let state = match &result {
+            Ok(()) => BrokerState::Stopped,
+            Err(error) => BrokerState::Failed(error.to_string()),
+        };
+        let status = BrokerStatus {
+            name: name.to_owned(),
+            state,
+            address,
+            pid: None,
+            detail,
+        };
+        slot.show(status.clone());
+        result.map(|()| status)
+    }
+
+    /// The status of `name` right now ([`BrokerError::Unknown`] if never started here).
+    pub async fn status(&self, name: &str) -> Result<BrokerStatus, BrokerError> {
+        let slot = self.existing(name).ok_or_else(|| BrokerError::Unknown {
+            name: name.to_owned(),
+        })?;
+        // A start or stop in progress: report its phase rather than wait for it.
+        let Ok(mut instance) = slot.instance.try_lock() else {
+            return Ok(slot.shown());
+        };
+        let Some(current) = instance.as_mut() else {
+            return Ok(slot.shown());
+        };
+        let state = current.broker.check().await;
+        let status = status_of(name, state, current.broker.as_ref());
+        slot.show(status.clone());
+        Ok(status)
+    }
+
+    /// The status of every instance this agent knows, by name.
+    pub async fn list(&self) -> Vec<BrokerStatus> {
+        let mut names = self.names();
+        names.sort();
+        let mut statuses = Vec::with_capacity(names.len());
+        for name in names {
+            if let Ok(status) = self.status(&name).await {
+                statuses.push(status);
+            }
+        }
+        statuses
+    }
+
+    /// `(name, pid)` of every running broker with a PID, for the Metrics RPC. Reads the last
+    /// known state, without probing.
+    pub fn watched_pids(&self) -> Vec<(String, u32)> {
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut pids: Vec<(String, u32)> = slots
+            .iter()
+            .map(|slot| slot.shown())
+            .filter(|status| status.state == BrokerState::Running)
+            .filter_map(|status| Some((status.name, status.pid?)))
+            .collect();
+        pids.sort();
+        pids
+    }
+
+    /// Stops every instance, concurrently, for agent shutdown. Returns the failures.
+    pub async fn stop_all(&self) -> Vec<(String, BrokerError)> {
+        let names = self.names();
+        let results =
+            futures_util::future::join_all(names.iter().map(|name| self.stop(name))).await;
+        names
+            .into_iter()
+            .zip(results)
+            .filter_map(|(name, result)| result.err().map(|error| (name, error)))
+            .collect()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn existing(&self, name: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    fn slot(&self, name: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(slots.entry(name.to_owned()).or_insert_with(|| {
+            Arc::new(Slot {
+                shown: Mutex::new(BrokerStatus {
+                    name: name.to_owned(),
+                    state: BrokerState::Stopped,
+                    address: None,
+                    pid: None,
+                    detail: String::new(),
+                }),
+                instance: tokio::sync::Mutex::new(None),
+            })
+        }))
+    }
+}
+
+fn status_of(name: &str, state: BrokerState, broker: &dyn RunningBroker) -> BrokerStatus {
+    let running = state == BrokerState::Running;
+    BrokerStatus {
+        name: name.to_owned(),
+        state,
+        address: Some(broker.address()),
+        pid: if running { broker.pid() } else { None },
+        detail: broker.detail(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::error::ErrorCode;
+    use crate::broker::process::is_running;
+    use crate::broker::readiness::{PROBE_TIMEOUT, probe};
+    use crate::broker::spec::Product;
+    use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
+    use std::time::Duration;
+
+    fn registry(state: &std::path::Path) -> Brokers {
+        Brokers::new(BrokersConfig {
+            state_dir: state.to_owned(),
+            install: InstallPaths::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn start_is_idempotent_and_a_different_spec_is_refused() {
+        let state = tempfile::tempdir().unwrap();
+        let brokers = registry(state.path());
+        let spec = loopback_spec("quick", BrokerKind::Embedded);
+
+        let first = brokers.start(spec.clone()).await.unwrap();
+        assert_eq!(first.state, BrokerState::Running);
+        assert_eq!(first.pid, Some(std::process::id()));
+        let again = brokers.start(spec.clone()).await.unwrap();
+        assert_eq!(again.address, first.address, "no second broker was started");
+
+        let mut other = spec.clone();
+        other.options.max_inflight_messages = Some(7);
+        let error = brokers.start(other).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::AlreadyExists, "{error}");
+        assert_eq!(
+            brokers.watched_pids(),
+            vec![("quick".to_owned(), std::process::id())]
+        );
+
+        let stopped = brokers.stop("quick").await.unwrap();
+        assert_eq!(stopped.state, BrokerState::Stopped);
+        assert_eq!(stopped.address, first.address);
+        let stopped_again = brokers.stop("quick").await.unwrap();
+        assert_eq!(stopped_again.state, BrokerState::Stopped);
+        assert_eq!(
+            brokers.status("quick").await.unwrap().state,
+            BrokerState::Stopped
+        );
+        assert!(brokers.watched_pids().is_empty());
+        let address = first.address.unwrap();
+        assert!(
+            probe(address, PROBE_TIMEOUT).await.is_err(),
+            "nothing answers on {address}"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_starts_of_one_spec_start_one_broker() {
+        let state = tempfile::tempdir().unwrap();
+        let brokers = registry(state.path());
+        let spec = loopback_spec("twice", BrokerKind::Embedded);
+        let (a, b) = tokio::join!(brokers.start(spec.clone()), brokers.start(spec));
+        assert_eq!(a.unwrap().address, b.unwrap().address);
+        assert!(brokers.stop_all().await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn unknown_names_and_bad_specs_are_clear_errors() {
+        let state = tempfile::tempdir().unwrap();
+        let brokers = registry(state.path());
+        let error = brokers.status("nobody").await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::NotFound);
+        assert_eq!(
+            brokers.stop("nobody").await.unwrap().state,
+            BrokerState::Stopped
+        );
+
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut taken = loopback_spec("taken", BrokerKind::Embedded);
+        taken.port = holder.local_addr().unwrap().port();
+        let error = brokers.start(taken).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument);
+        assert!(error.to_string().starts_with("port: "), "{error}");
+
+        let error = brokers
+            .start(loopback_spec("bad name", BrokerKind::Embedded))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().starts_with("name: "), "{error}");
+        assert_eq!(
+            brokers.status("bad name").await.unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+    }
+
+    #[tokio::test]
+    async fn a_native_broker_is_idempotent_restarted_when_dead_and_stopped_by_stop_all() {
+        let state = tempfile::tempdir().unwrap();
+        let brokers = registry(state.path());
+        if !installed_or_skip(brokers.install_paths(), Product::Mosquitto) {
+            return;
+        }
+        let spec = loopback_spec(
+            "native",
+            BrokerKind::Native {
+                product: Product::Mosquitto,
+            },
+        );
+        let first = brokers.start(spec.clone()).await.unwrap();
+        let pid = first.pid.unwrap();
+        assert_eq!(brokers.start(spec.clone()).await.unwrap().pid, Some(pid));
+
+        // The broker dies behind the agent's back: status says so, a start replaces it.
+        crate::broker::process::send_signal(pid, libc::SIGKILL);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let failed = loop {
+            let status = brokers.status("native").await.unwrap();
+            if let BrokerState::Failed(reason) = status.state {
+                break reason;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "death not noticed");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+        assert!(failed.contains("mosquitto exited"), "{failed}");
+        let second = brokers.start(spec).await.unwrap();
+        assert_ne!(second.pid, Some(pid));
+
+        assert!(brokers.stop_all().await.is_empty());
+        assert!(!is_running(second.pid.unwrap()));
+        assert_eq!(tagged_processes("native"), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,288 @@
+//! What a caller asks for: [`BrokerSpec`] (which broker, where it listens, its limits), and
+//! the checks that turn a bad request into a [`BrokerError::InvalidSpec`] naming the field.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::error::BrokerError;
+
+/// Longest accepted instance name. Names end up in directory names and Erlang node names.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// One broker instance to run on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerSpec {
+    /// Instance id, unique on this agent: `[A-Za-z0-9_-]{1,64}`.
+    pub name: String,
+    /// Which broker and how it is run.
+    pub kind: BrokerKind,
+    /// Address the MQTT listener binds (native and embedded; ignored for external).
+    pub bind: IpAddr,
+    /// MQTT port; 0 lets the agent pick a free one (native and embedded).
+    pub port: u16,
+    /// Limits and timing.
+    pub options: BrokerOptions,
+}
+
+/// How a broker is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// A broker process from an installed product, with a config the agent generates.
+    Native {
+        /// Which product.
+        product: Product,
+    },
+    /// rumqttd inside the agent process: nothing to install.
+    Embedded,
+    /// A broker someone else runs; the agent only records and probes its address.
+    External {
+        /// Where MQTT clients reach it.
+        address: SocketAddr,
+    },
+}
+
+/// The brokers of the study (PAPER.md, Table I) that the native driver knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Product {
+    /// Eclipse Mosquitto.
+    Mosquitto,
+    /// RabbitMQ with its MQTT plugin.
+    RabbitMq,
+    /// EMQX (5.x).
+    Emqx,
+    /// VerneMQ.
+    VerneMq,
+    /// HiveMQ Community Edition.
+    HiveMq,
+}
+
+impl Product {
+    /// Every product, in the study's order.
+    pub const ALL: [Product; 5] = [
+        Product::Mosquitto,
+        Product::Emqx,
+        Product::RabbitMq,
+        Product::VerneMq,
+        Product::HiveMq,
+    ];
+
+    /// The lower-case name used in plans and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Product::Mosquitto => "mosquitto",
+            Product::RabbitMq => "rabbitmq",
+            Product::Emqx => "emqx",
+            Product::VerneMq => "vernemq",
+            Product::HiveMq => "hivemq",
+        }
+    }
+}
+
+impl fmt::Display for Product {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Product {
+    type Err = BrokerError;
+
+    /// Parses a product name, case-insensitively; `hivemq-ce` is accepted for HiveMQ.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let lower = text.trim().to_ascii_lowercase();
+        if lower == "hivemq-ce" {
+            return Ok(Product::HiveMq);
+        }
+        Product::ALL
+            .into_iter()
+            .find(|product| product.as_str() == lower)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
+                BrokerError::invalid(
+                    "kind.product",
+                    text,
+                    format!(
+                        "is not a known product (expected one of {})",
+                        known.join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// Limits and timing of one instance. The defaults lift every limit a benchmark could trip
+/// over by accident: 1 MB+ packets, anonymous clients, deep queues.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerOptions {
+    /// Unacknowledged QoS 1/2 messages per client. `None` keeps the product's default
+    /// (Mosquitto and VerneMQ 20, EMQX 32, rumqttd 100).
+    pub max_inflight_messages: Option<u16>,
+    /// Messages queued per client beyond those in flight. `None` means
+    /// [`DEFAULT_MAX_QUEUED_MESSAGES`].
+    pub max_queued_messages: Option<u32>,
+    /// How long a start may take before it counts as failed. `None` means the driver's
+    /// default (10 s for Mosquitto and embedded, 60 s for the JVM and Erlang brokers).
+    pub start_deadline: Option<Duration>,
+}
+
+/// Queue limit used unless [`BrokerOptions::max_queued_messages`] is set: high enough that a
+/// benchmark measures the broker, not Mosquitto's default of 1000 queued messages.
+pub const DEFAULT_MAX_QUEUED_MESSAGES: u32 = 1_000_000;
+
+/// Longest start deadline accepted.
+pub const MAX_START_DEADLINE: Duration = Duration::from_secs(600);
+
+impl BrokerOptions {
+    /// The start deadline, or `default` if none was given.
+    pub fn start_deadline_or(&self, default: Duration) -> Duration {
+        self.start_deadline.unwrap_or(default)
+    }
+
+    /// [`Self::max_queued_messages`] or its default.
+    pub fn max_queued_messages(&self) -> u32 {
+        self.max_queued_messages
+            .unwrap_or(DEFAULT_MAX_QUEUED_MESSAGES)
+    }
+}
+
+impl BrokerSpec {
+    /// Checks what can be checked without touching the node.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        validate_name(&self.name)?;
+        if let BrokerKind::External { address } = self.kind {
+            if address.port() == 0 {
+                return Err(BrokerError::invalid(
+                    "kind.address",
+                    address,
+                    "has port 0; an external broker needs its real port",
+                ));
+            }
+            if address.ip().is_unspecified() {
+                return Err(BrokerError::invalid(
+                    "kind.address",
+                    address,
+                    "is unspecified; give an address clients can connect to",
+                ));
+            }
+        }
+        if let Some(deadline) = self.options.start_deadline
+            && (deadline.is_zero() || deadline > MAX_START_DEADLINE)
+        {
+            return Err(BrokerError::invalid(
+                "options.start_deadline",
+                format!("{deadline:?}"),
+                format!("must be above 0 and at most {MAX_START_DEADLINE:?}"),
+            ));
+        }
+        if self.options.max_queued_messages == Some(0) {
+            return Err(BrokerError::invalid(
+                "options.max_queued_messages",
+                0,
+                "would drop every queued message; leave it unset for the default",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address the broker listens on once its port is known.
+    pub fn listen_address(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.bind, port)
+    }
+
+    /// A one-line summary for logs and errors.
+    pub fn summary(&self) -> String {
+        match &self.kind {
+            BrokerKind::Native { product } => {
+                format!("native {product} on {}:{}", self.bind, self.port)
+            }
+            BrokerKind::Embedded => format!("embedded on {}:{}", self.bind, self.port),
+            BrokerKind::External { address } => format!("external at {address}"),
+        }
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), BrokerError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(BrokerError::invalid(
+            "name",
+            name,
+            format!("must be 1 to {MAX_NAME_LEN} characters"),
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(BrokerError::invalid(
+            "name",
+            name,
+            format!("contains {bad:?}; use letters, digits, '-' and '_' only"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::error::ErrorCode;
+    use std::net::Ipv4Addr;
+
+    fn spec(name: &str) -> BrokerSpec {
+        BrokerSpec {
+            name: name.to_owned(),
+            kind: BrokerKind::Embedded,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            options: BrokerOptions::default(),
+        }
+    }
+
+    #[test]
+    fn products_parse_by_name_and_an_unknown_one_names_the_field() {
+        for product in Product::ALL {
+            assert_eq!(product.as_str().parse::<Product>().ok(), Some(product));
+        }
+        assert_eq!("HiveMQ-CE".parse::<Product>().ok(), Some(Product::HiveMq));
+        let error = "mosquito".parse::<Product>().unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument);
+        let text = error.to_string();
+        assert!(text.starts_with("kind.product: \"mosquito\""), "{text}");
+        assert!(text.contains("mosquitto, emqx, rabbitmq"), "{text}");
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(spec("bench-1_a").validate().is_ok());
+        for bad in ["", "a/b", "../x", "a b", "ä", &"x".repeat(65)] {
+            let error = spec(bad).validate().unwrap_err();
+            assert!(error.to_string().starts_with("name: "), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn options_and_external_addresses_are_checked() {
+        let mut zero_deadline = spec("a");
+        zero_deadline.options.start_deadline = Some(Duration::ZERO);
+        let error = zero_deadline.validate().unwrap_err();
+        assert!(error.to_string().starts_with("options.start_deadline"));
+
+        let mut no_queue = spec("a");
+        no_queue.options.max_queued_messages = Some(0);
+        assert!(no_queue.validate().is_err());
+
+        let mut external = spec("a");
+        external.kind = BrokerKind::External {
+            address: "10.0.0.1:0".parse().unwrap(),
+        };
+        assert!(
+            external
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("kind.address")
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! The agent's configuration file (`agent.toml`), written by bootstrap or by hand.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What a node may be asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRole {
+    /// Runs loadgen workloads (RunLoad).
+    Loadgen,
+    /// Runs brokers (StartBroker).
+    Broker,
+    /// Accepts netem on its data-plane interface (ApplyNetem).
+    Netem,
+}
+
+impl NodeRole {
+    /// The role's name as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeRole::Loadgen => "loadgen",
+            NodeRole::Broker => "broker",
+            NodeRole::Netem => "netem",
+        }
+    }
+}
+
+/// Where the agent's identity and the CA are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The project's CA certificate (PEM).
+    pub ca: PathBuf,
+    /// This agent's certificate (PEM).
+    pub cert: PathBuf,
+    /// This agent's private key (PEM, mode 0600).
+    pub key: PathBuf,
+}
+
+/// The agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Node name, as in the agent's certificate.
+    pub name: String,
+    /// Address the gRPC server listens on (the control plane, never the data plane).
+    pub listen: SocketAddr,
+    /// mTLS files.
+    pub tls: TlsFiles,
+    /// What this node may be asked to do.
+    #[serde(default = "all_roles")]
+    pub roles: Vec<NodeRole>,
+    /// Interface netem applies to when a request names none (the overlay's, normally).
+    #[serde(default)]
+    pub data_plane_interface: Option<String>,
+    /// Where brokers keep their files.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+}
+
+fn all_roles() -> Vec<NodeRole> {
+    vec![NodeRole::Loadgen, NodeRole::Broker, NodeRole::Netem]
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/continuum-agent")
+}
+
+/// The configuration file is unreadable or invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or unknown fields.
+    #[error("{path}: {message}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// toml's message, naming the key.
+        message: String,
+    },
+    /// A field has a bad value.
+    #[error("{path}: {field} = {value}: {problem}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// TOML path of the field.
+        field: &'static str,
+        /// The value.
+        value: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+impl AgentConfig {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let config: AgentConfig = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
+            path: shown.clone(),
+            message: e.to_string().replace('\n', " "),
+        })?;
+        config.validate(&shown)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        let invalid = |field, value: String, problem| ConfigError::Invalid {
+            path: path.to_string(),
+            field,
+            value,
+            problem,
+        };
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "name",
+                format!("{:?}", self.name),
+                "use letters, digits, '-' and '_'",
+            ));
+        }
+        if let Some(interface) = &self.data_plane_interface
+            && (interface.is_empty() || interface.len() > 15)
+        {
+            return Err(invalid(
+                "data_plane_interface",
+                format!("{interface:?}"),
+                "an interface name has 1 to 15 characters",
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when the node has `role`.
+    pub fn has_role(&self, role: NodeRole) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_config_parses_and_roles_default_to_all() {
+        let config: AgentConfig = toml::from_str(
+            r#"
+            name = "worker-1"
+            listen = "198.18.0.3:7100"
+            data_plane_interface = "nebula1"
+            [tls]
+            ca = "/etc/continuum/ca.pem"
+            cert = "/etc/continuum/worker-1.pem"
+            key = "/etc/continuum/worker-1.key"
+            "#,
+        )
+        .expect("parses");
+        assert!(config.has_role(NodeRole::Loadgen) && config.has_role(NodeRole::Netem));
+        config.validate("agent.toml").expect("valid");
+    }
+
+    #[test]
+    fn bad_values_name_the_file_and_field() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "name = \"bad name\"\nlisten = \"127.0.0.1:1\"\n[tls]\nca = \"a\"\ncert = \"b\"\nkey = \"c\"\n",
+        )
+        .expect("write");
+        let error = AgentConfig::load(&path)
+            .expect_err("invalid name")
+            .to_string();
+        assert!(error.contains("agent.toml: name = \"bad name\""), "{error}");
+        std::fs::write(&path, "name = \"x\"\nlisten = \"127.0.0.1:1\"\nport = 3\n").expect("write");
+        let error = AgentConfig::load(&path)
+            .expect_err("unknown field")
+            .to_string();
+        assert!(error.contains("port"), "{error}");
+    }
+}

@@ -1,0 +1,51 @@
+//! `continuum-agent`: parse, set up tracing, serve until SIGTERM/SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The Continuum agent: the daemon on every testbed node.
+#[derive(Debug, Parser)]
+#[command(name = "continuum-agent", version)]
+struct Args {
+    /// The agent's configuration file.
+    #[arg(long, default_value = "/etc/continuum/agent.toml")]
+    config: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rumqttd=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match agent::config::AgentConfig::load(&args.config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("continuum-agent: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("continuum-agent: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(agent::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("continuum-agent: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

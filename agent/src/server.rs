@@ -1,0 +1,86 @@
+//! Serving the agent: gRPC over mutual TLS on a bound listener until a shutdown signal, then
+//! undoing everything the agent did (netem cleared, brokers stopped, loads cancelled).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use proto::agent::v1::agent_server::AgentServer;
+use proto::mtls::Credentials;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::config::AgentConfig;
+use crate::service::AgentService;
+
+/// The agent could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The TLS files could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] proto::mtls::MtlsError),
+    /// The listen address could not be bound.
+    #[error("listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves `service` on `listener` with `credentials` until `shutdown` completes, then runs
+/// the service's own shutdown (clear netem, stop brokers).
+pub async fn serve(
+    service: Arc<AgentService>,
+    credentials: &Credentials,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let tls = credentials.server_tls()?;
+    let served = Server::builder()
+        .tls_config(tls)?
+        .add_service(AgentServer::from_arc(Arc::clone(&service)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    // Undo first, report the server's error after: a node must never stay impaired.
+    service.shutdown().await;
+    Ok(served?)
+}
+
+/// Loads the configuration's credentials, binds its listen address and serves until SIGTERM
+/// or SIGINT (systemd stops services with SIGTERM).
+pub async fn run(config: AgentConfig) -> Result<(), ServeError> {
+    let credentials = Credentials::from_files(&config.tls.ca, &config.tls.cert, &config.tls.key)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: config.listen.to_string(),
+            source,
+        })?;
+    tracing::info!(name = %config.name, listen = %config.listen, "agent serving");
+    let service = Arc::new(AgentService::new(config).await);
+    serve(service, &credentials, listener, termination()).await
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn termination() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no SIGTERM handler; only SIGINT stops the agent");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+}

@@ -1,0 +1,24 @@
+//! Who may call what: every identity of the project's CA may read; only the controller may
+//! change the node. The TLS layer has already refused peers without a valid certificate from
+//! the CA (none, another CA's, expired).
+
+use proto::pki::Role;
+use tonic::{Request, Status};
+
+/// What an RPC does to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Looks only: Info, Clock, Metrics, ReadNetem, GetBroker.
+    Read,
+    /// Changes the node: netem, brokers, load.
+    Change,
+}
+
+/// PermissionDenied (naming the caller's role) unless the caller may do `access`.
+pub(crate) fn authorize<T>(request: &Request<T>, access: Access) -> Result<(), Status> {
+    let allowed: &[Role] = match access {
+        Access::Read => &Role::ALL,
+        Access::Change => &[Role::Controller],
+    };
+    proto::mtls::require_role(request, allowed).map(|_| ())
+}

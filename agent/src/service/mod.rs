@@ -1,0 +1,232 @@
+//! The agent's gRPC service: each RPC checks who calls (mTLS identity and role), checks the
+//! request in full, then acts. Read RPCs are open to every identity of the project's CA; RPCs
+//! that change the node need the controller's identity.
+//!
+//! - `node.rs`: Info and Clock; `metrics.rs`: the Metrics stream; `netem.rs`: the netem RPCs
+//!   and their leases; `brokers.rs`: the broker RPCs; `load.rs`: RunLoad;
+//!   `access.rs`: who may call what; `status.rs`: errors as gRPC statuses.
+
+mod access;
+mod brokers;
+mod load;
+mod metrics;
+mod netem;
+mod node;
+mod status;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use proto::agent::v1 as pb;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use self::access::{Access, authorize};
+use self::brokers::BrokerControl;
+use self::netem::NetemControl;
+use crate::config::{AgentConfig, NodeRole};
+
+pub use self::netem::MAX_LEASE;
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The agent's state behind the RPCs.
+pub struct AgentService {
+    config: Arc<AgentConfig>,
+    capabilities: pb::Capabilities,
+    netem: NetemControl,
+    brokers: BrokerControl,
+    /// Fired at shutdown: running loads stop.
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for AgentService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentService")
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentService {
+    /// Probes the node's capabilities and opens rtnetlink in the current network namespace.
+    pub async fn new(config: AgentConfig) -> Self {
+        let capabilities = node::probe_capabilities().await;
+        let netem = match crate::netem::Netem::connect() {
+            Ok(netem) => Some(netem),
+            Err(error) => {
+                tracing::warn!(%error, "rtnetlink unavailable: the netem RPCs will refuse");
+                None
+            }
+        };
+        let config = Arc::new(config);
+        AgentService {
+            netem: NetemControl::new(netem, config.data_plane_interface.clone()),
+            brokers: BrokerControl::new(config.state_dir.join("brokers")),
+            capabilities,
+            config,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Undoes what the agent did: stops loads, clears netem, stops brokers.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.netem.clear_all().await;
+        self.brokers.stop_all().await;
+    }
+
+    fn require(&self, role: NodeRole) -> Result<(), Status> {
+        if self.config.has_role(role) {
+            Ok(())
+        } else {
+            Err(status::unable(format!(
+                "node {} does not have the {} role",
+                self.config.name,
+                role.as_str()
+            )))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::agent_server::Agent for AgentService {
+    #[tracing::instrument(skip_all)]
+    async fn info(
+        &self,
+        request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::NodeInfo>, Status> {
+        authorize(&request, Access::Read)?;
+        Ok(Response::new(node::node_info(
+            &self.config,
+            &self.capabilities,
+        )))
+    }
+
+    async fn clock(
+        &self,
+        request: Request<pb::ClockRequest>,
+    ) -> Result<Response<pb::ClockReply>, Status> {
+        // t2 first: the authorization check must not count as network delay.
+        let received = loadgen::clock::unix_now_ns();
+        authorize(&request, Access::Read)?;
+        Ok(Response::new(node::clock_reply(
+            request.get_ref(),
+            received,
+        )))
+    }
+
+    type MetricsStream = EventStream<pb::MetricsSample>;
+
+    #[tracing::instrument(skip_all)]
+    async fn metrics(
+        &self,
+        request: Request<pb::MetricsRequest>,
+    ) -> Result<Response<Self::MetricsStream>, Status> {
+        authorize(&request, Access::Read)?;
+        let request = request.into_inner();
+        let interval = metrics::interval_of(&request)?;
+        let mut watched: Vec<metrics::Watched> = request
+            .pids
+            .iter()
+            .map(|pid| metrics::Watched {
+                pid: *pid,
+                label: format!("pid {pid}"),
+            })
+            .collect();
+        for name in &request.brokers {
+            let pid = self.brokers.pid_of(name).await?;
+            watched.push(metrics::Watched {
+                pid,
+                label: name.clone(),
+            });
+        }
+        Ok(Response::new(Box::pin(metrics::stream(
+            interval,
+            request.samples,
+            watched,
+        )?)))
+    }
+
+    #[tracing::instrument(skip_all, fields(interface = %request.get_ref().interface))]
+    async fn apply_netem(
+        &self,
+        request: Request<pb::ApplyNetemRequest>,
+    ) -> Result<Response<pb::NetemState>, Status> {
+        authorize(&request, Access::Change)?;
+        self.require(NodeRole::Netem)?;
+        Ok(Response::new(self.netem.apply(request.into_inner()).await?))
+    }
+
+    async fn renew_netem(
+        &self,
+        request: Request<pb::RenewNetemRequest>,
+    ) -> Result<Response<pb::NetemState>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(self.netem.renew(request.into_inner()).await?))
+    }
+
+    async fn read_netem(
+        &self,
+        request: Request<pb::ReadNetemRequest>,
+    ) -> Result<Response<pb::NetemState>, Status> {
+        authorize(&request, Access::Read)?;
+        Ok(Response::new(self.netem.read(request.into_inner()).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(interface = %request.get_ref().interface))]
+    async fn clear_netem(
+        &self,
+        request: Request<pb::ClearNetemRequest>,
+    ) -> Result<Response<pb::NetemState>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(self.netem.clear(request.into_inner()).await?))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn start_broker(
+        &self,
+        request: Request<pb::StartBrokerRequest>,
+    ) -> Result<Response<pb::BrokerStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        self.require(NodeRole::Broker)?;
+        Ok(Response::new(
+            self.brokers.start(request.into_inner()).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all, fields(name = %request.get_ref().name))]
+    async fn stop_broker(
+        &self,
+        request: Request<pb::StopBrokerRequest>,
+    ) -> Result<Response<pb::BrokerStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(
+            self.brokers.stop(&request.into_inner().name).await?,
+        ))
+    }
+
+    async fn get_broker(
+        &self,
+        request: Request<pb::GetBrokerRequest>,
+    ) -> Result<Response<pb::BrokerStatus>, Status> {
+        authorize(&request, Access::Read)?;
+        Ok(Response::new(
+            self.brokers.status(&request.into_inner().name).await?,
+        ))
+    }
+
+    type RunLoadStream = EventStream<pb::RunLoadEvent>;
+
+    #[tracing::instrument(skip_all)]
+    async fn run_load(
+        &self,
+        request: Request<pb::RunLoadRequest>,
+    ) -> Result<Response<Self::RunLoadStream>, Status> {
+        authorize(&request, Access::Change)?;
+        self.require(NodeRole::Loadgen)?;
+        let stream = load::start(request.into_inner(), self.shutdown.clone())?;
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

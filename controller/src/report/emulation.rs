@@ -1,0 +1,265 @@
+//! The emulation check: for each emulated scenario, the delay netem should add to a
+//! message's path publisher -> broker -> subscriber, beside what the latency test measured
+//! (its median in the scenario minus its median in the local one, per broker).
+
+use std::time::Duration;
+
+use super::input::{GroupKey, RunData};
+use super::model::{Block, Section, Table, ms, signed_ms, signed_ms_like};
+use crate::plan::{DelaySplit, NodeRole, Plan, TestKind, scenario_preset};
+
+/// What is compared, and why.
+const METHOD: &str = "Latency is measured publisher -> broker -> subscriber. A scenario's delay \
+     (from the plan, or the study's preset: local 0, edge 2.5 ms, cloud 6.25 ms) is a total \
+     between two nodes, split over the nodes' egress (half on each end unless the plan says \
+     broker-side, as the study's repository split it). A message crosses the emulated network \
+     twice: from the publisher's node to the broker's node (delayed by the publisher node's \
+     egress share) and from the broker's node to the subscriber's node (delayed by the broker \
+     node's share); a hop inside one node is not delayed. In the study's 2-node setup (load on \
+     one node, broker on the other) the two shares add up to the scenario's total once: the \
+     one-way delay from publisher to subscriber, which is what 'should add' gives. Measured: \
+     the median latency in the scenario minus the median in the local scenario, for the same \
+     broker and test, so the broker's own time cancels out. Jitter hardly moves a median, and \
+     loss (QoS 1 resends it) shows in the tail, not here.";
+
+/// The delay a scenario's netem puts on one node's egress, in ns, and where it came from.
+fn egress_ns(
+    plan: &Plan,
+    data: &RunData,
+    broker: usize,
+    scenario: usize,
+    node: &str,
+) -> (f64, &'static str) {
+    let entry = &plan.scenarios[scenario];
+    let asked = data.manifest.netem.iter().find(|n| {
+        n.broker == plan.brokers[broker].name && n.scenario == entry.name && n.node == node
+    });
+    if let Some(delay) = asked.and_then(|n| delay_in(&n.asked)) {
+        return (delay.as_nanos() as f64, "netem asked");
+    }
+    let total = entry
+        .delay
+        .or_else(|| scenario_preset(&entry.name).map(|(delay, _, _)| delay))
+        .unwrap_or_default()
+        .as_nanos() as f64;
+    let has_netem = plan
+        .nodes
+        .iter()
+        .any(|n| n.name == node && n.roles.contains(&NodeRole::Netem));
+    let share = match entry.split {
+        DelaySplit::HalfEachEnd if has_netem => total / 2.0,
+        DelaySplit::BrokerSide if plan.brokers[broker].node.as_deref() == Some(node) => total,
+        _ => 0.0,
+    };
+    (share, "plan")
+}
+
+/// The `delay` of a netem description such as `delay 1.25ms jitter 0.25ms loss 0.02%`.
+pub fn delay_in(netem: &str) -> Option<Duration> {
+    let mut words = netem.split_whitespace();
+    words.find(|w| *w == "delay")?;
+    let value = words.next()?;
+    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let ns = match unit {
+        "ns" => 1.0,
+        "us" | "µs" | "usec" => 1e3,
+        "ms" | "msec" => 1e6,
+        "s" | "sec" => 1e9,
+        _ => return None,
+    };
+    Some(Duration::from_nanos((number * ns).round() as u64))
+}
+
+/// The scenario the others are compared with: `local`, else the first without delay.
+fn baseline(plan: &Plan) -> Option<usize> {
+    plan.scenarios
+        .iter()
+        .position(|s| s.name == "local")
+        .or_else(|| {
+            plan.scenarios
+                .iter()
+                .position(|s| s.delay.is_some_and(|d| d.is_zero()))
+        })
+}
+
+/// One line: what the scenario should add and what each broker measured.
+fn scenario_line(scenario: &str, checks: &[(String, f64, Option<f64>)]) -> String {
+    let measured = |added: Option<f64>| {
+        added.map_or_else(
+            || "not measured".to_string(),
+            |a| format!("{} ms", signed_ms(a)),
+        )
+    };
+    let same = checks.windows(2).all(|w| ms(w[0].1) == ms(w[1].1));
+    match checks.first() {
+        None => format!("{scenario}: no broker with a known node to check."),
+        Some((_, should, _)) if same => format!(
+            "{scenario}: emulation should add {} ms one way (publisher -> broker -> subscriber) vs measured (median minus local's median): {}.",
+            ms(*should),
+            checks
+                .iter()
+                .map(|(b, _, a)| format!("{b} {}", measured(*a)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Some(_) => format!(
+            "{scenario}: emulation should add, vs measured (median minus local's median): {}.",
+            checks
+                .iter()
+                .map(|(b, s, a)| format!("{b} {} ms vs {}", ms(*s), measured(*a)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The section, when the plan has a latency (or payload) test and an emulated scenario.
+pub fn section(data: &RunData) -> Option<Section> {
+    let plan = &data.manifest.plan;
+    let test = plan
+        .tests
+        .iter()
+        .position(|t| t.kind == TestKind::Latency)
+        .or_else(|| plan.tests.iter().position(|t| t.kind == TestKind::Payload))?;
+    let base = baseline(plan);
+    let emulated: Vec<usize> = (0..plan.scenarios.len())
+        .filter(|&s| Some(s) != base)
+        .collect();
+    if emulated.is_empty() {
+        return None;
+    }
+    let mut section = Section::new("emulation", "Emulation check");
+    section.paragraph(METHOD);
+    let Some(base) = base else {
+        section.paragraph("The plan has no local scenario (no delay) to compare with.");
+        return Some(section);
+    };
+    // The payload test's smallest payload stands in when there is no latency test.
+    let point = data
+        .latency
+        .keys()
+        .filter(|k| k.test == test)
+        .map(|k| k.point)
+        .min()
+        .unwrap_or(0);
+    let median = |broker: usize, scenario: usize| {
+        data.latency
+            .get(&GroupKey {
+                test,
+                broker,
+                scenario,
+                point,
+            })
+            .filter(|g| g.count > 0)
+            .map(|g| g.p50)
+    };
+    let loadgen = &plan.tests[test].loadgen;
+    let publisher_node = loadgen.first().cloned().unwrap_or_default();
+    let subscriber_node = loadgen
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| publisher_node.clone());
+    let mut lines = Vec::new();
+    let mut table = Table::new(
+        &[
+            "Scenario",
+            "Broker",
+            "Where the delay is added",
+            "Should add (ms)",
+            "Median (ms)",
+            "Local median (ms)",
+            "Measured added (ms)",
+            "Measured - should (ms)",
+        ],
+        3,
+    );
+    for &scenario in &emulated {
+        let name = &plan.scenarios[scenario].name;
+        // (broker, should add µs, measured added µs) for the scenario's line.
+        let mut checks: Vec<(String, f64, Option<f64>)> = Vec::new();
+        for broker in 0..plan.brokers.len() {
+            // Brokers never measured in this test are listed as skipped in the run section.
+            if !(0..plan.scenarios.len()).any(|s| median(broker, s).is_some()) {
+                continue;
+            }
+            let broker_name = &plan.brokers[broker].name;
+            let Some(broker_node) = plan.brokers[broker].node.clone() else {
+                table.row(vec![
+                    name.clone(),
+                    broker_name.clone(),
+                    "external broker: its node is unknown".into(),
+                    "n/a".into(),
+                    "n/a".into(),
+                    "n/a".into(),
+                    "n/a".into(),
+                    "n/a".into(),
+                ]);
+                continue;
+            };
+            let mut parts = Vec::new();
+            let mut sources = Vec::new();
+            let mut should_us = 0.0;
+            for (from, to, hop) in [
+                (&publisher_node, &broker_node, "pub->broker"),
+                (&broker_node, &subscriber_node, "broker->sub"),
+            ] {
+                if from == to {
+                    parts.push(format!("{hop} 0 (both on {from})"));
+                    continue;
+                }
+                let (ns, source) = egress_ns(plan, data, broker, scenario, from);
+                should_us += ns / 1e3;
+                sources.push(source);
+                parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
+            }
+            sources.dedup();
+            let mut row = vec![
+                name.clone(),
+                broker_name.clone(),
+                format!("{}; from {}", parts.join(" + "), sources.join(", ")),
+                ms(should_us),
+            ];
+            let added = match (median(broker, scenario), median(broker, base)) {
+                (Some(here), Some(local)) => {
+                    row.extend([
+                        ms(here),
+                        ms(local),
+                        signed_ms(here - local),
+                        signed_ms_like(here - local - should_us, should_us),
+                    ]);
+                    Some(here - local)
+                }
+                _ => {
+                    row.extend(["n/a", "n/a", "n/a", "n/a"].map(String::from));
+                    None
+                }
+            };
+            table.row(row);
+            checks.push((broker_name.clone(), should_us, added));
+        }
+        lines.push(scenario_line(name, &checks));
+    }
+    section.blocks.push(Block::List(lines));
+    section.blocks.push(Block::Table(table));
+    Some(section)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netem_descriptions_give_their_delay() {
+        let d = |text: &str| delay_in(text).map(|d| d.as_nanos());
+        assert_eq!(d("delay 1.25ms jitter 0.25ms loss 0.02%"), Some(1_250_000));
+        assert_eq!(
+            d("qdisc netem 8001: root limit 1000 delay 3.1ms  0.6ms"),
+            Some(3_100_000)
+        );
+        assert_eq!(d("delay 800us"), Some(800_000));
+        assert_eq!(d("loss 1%"), None);
+        assert_eq!(d("delay soon"), None);
+    }
+}

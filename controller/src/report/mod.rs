@@ -1,0 +1,218 @@
+//! The report of a run, rebuilt from its results folder alone: `report.md`, `report.html`
+//! (self-contained: SVG figures and styles inline, no script, nothing fetched) and the
+//! figures as files under `figures/`.
+//!
+//! [`write_report`] is what `controller report DIR` calls, and what a run calls at its end.
+//! It reads `manifest.json`, `summary.csv`, each measured cell's `result.json` and
+//! `metrics.csv` (when present), and writes:
+//!
+//! 1. Run: plan, start, versions, nodes with clock offsets, netem asked and read back,
+//!    what was skipped and why, failed cells by reason.
+//! 2. Latency (the study's Fig. 2): boxplots per broker and scenario of the latency
+//!    histogram merged over repetitions, with a table of median, IQR, p99, samples.
+//! 3. Latency vs payload (Tables IV/V): median-IQR per payload, broker and scenario, and
+//!    median latency against payload size.
+//! 4. Throughput vs clients (Fig. 4/5): aggregate publish and receive rates beside the
+//!    per-client median the study's tool printed.
+//! 5. Broker CPU and memory per test, from `metrics.csv`.
+//! 6. Emulation check: the delay netem should add beside the measured rise of the median.
+//!
+//! Sections for tests the plan does not have are left out; failed cells are counted and
+//! excluded. The same folder always gives the same bytes.
+//!
+//! Layout: `input.rs` reads the folder; `run.rs`, `latency.rs`, `payload.rs`,
+//! `throughput.rs`, `resources.rs`, `emulation.rs` build one section each; `model.rs` is the
+//! document model; `svg.rs`, `axes.rs` and `chart.rs` draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed.
+
+mod axes;
+mod chart;
+mod emulation;
+mod html;
+mod input;
+mod latency;
+mod markdown;
+mod model;
+mod payload;
+mod resources;
+mod run;
+mod svg;
+mod throughput;
+mod xml;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub use xml::check_svg;
+
+use crate::plan::{Plan, TestKind};
+use input::RunData;
+use model::{Block, Section};
+
+/// The report could not be built or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A file of the results folder could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file's content is not what this version writes.
+    #[error("{path}: {problem}")]
+    Format {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A report file could not be written.
+    #[error("{path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The files a report consists of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFiles {
+    /// `report.md`.
+    pub markdown: PathBuf,
+    /// `report.html`.
+    pub html: PathBuf,
+    /// `figures/*.svg`, the same figures the HTML inlines, in report order.
+    pub figures: Vec<PathBuf>,
+}
+
+/// Rebuilds the report of the run in `dir` from its files and writes it into `dir`.
+pub fn write_report(dir: &Path) -> Result<ReportFiles, ReportError> {
+    let data = input::load(dir)?;
+    let sections = sections(&data);
+    let plan = &data.manifest.plan;
+    let title = format!("Continuum report: {}", plan.name);
+    let intro = format!(
+        "MQTT broker benchmark run \"{}\", started {}, controller {}. Rebuilt from the files of \
+         its results folder (manifest.json, summary.csv, cells/*/result.json, metrics.csv); \
+         'controller report DIR' writes it again.",
+        plan.name,
+        model::utc(data.manifest.started_unix_ms),
+        data.manifest.controller_version
+    );
+    let appendix = &data.manifest.plan_text;
+    let figures_dir = dir.join("figures");
+    fs::create_dir_all(&figures_dir).map_err(write_error(&figures_dir))?;
+    let mut figures = Vec::new();
+    for section in &sections {
+        for block in &section.blocks {
+            if let Block::Figures(list) = block {
+                for figure in list {
+                    let path = figures_dir.join(&figure.file);
+                    write_file(&path, figure.svg.as_bytes())?;
+                    figures.push(path);
+                }
+            }
+        }
+    }
+    remove_stale_figures(&figures_dir, &figures)?;
+    let markdown = dir.join("report.md");
+    write_file(
+        &markdown,
+        markdown::render(&title, &intro, &sections, appendix).as_bytes(),
+    )?;
+    let html = dir.join("report.html");
+    write_file(
+        &html,
+        html::render(&title, &intro, &sections, appendix).as_bytes(),
+    )?;
+    Ok(ReportFiles {
+        markdown,
+        html,
+        figures,
+    })
+}
+
+/// Every section, in report order; those of tests the plan lacks are absent.
+fn sections(data: &RunData) -> Vec<Section> {
+    let mut sections = vec![run::section(data)];
+    sections.extend(latency::sections(data));
+    sections.extend(payload::sections(data));
+    sections.extend(throughput::sections(data));
+    sections.push(resources::section(data));
+    sections.extend(emulation::section(data));
+    sections
+}
+
+/// A test as named in tables: its kind, with its number when the plan has two of a kind.
+fn test_label(plan: &Plan, test: usize) -> String {
+    let kind = plan.tests[test].kind;
+    let name = input::kind_name(kind);
+    if plan.tests.iter().filter(|t| t.kind == kind).count() > 1 {
+        format!("{name} (test {})", test + 1)
+    } else {
+        name.to_string()
+    }
+}
+
+/// The workload of a test, as its first measured cell ran it.
+fn workload_line(data: &RunData, test: usize) -> Option<String> {
+    let cell = data.cells.iter().find(|c| c.test == test)?;
+    let s = &cell.summary;
+    let kind = data.manifest.plan.tests[test].kind;
+    let clients = match kind {
+        TestKind::Throughput => "N publisher/subscriber pairs (one cell per N)".to_string(),
+        _ => format!(
+            "{} publisher{} -> {} subscriber{} ({})",
+            s.publishers,
+            if s.publishers == 1 { "" } else { "s" },
+            s.subscribers,
+            if s.subscribers == 1 { "" } else { "s" },
+            s.topology
+        ),
+    };
+    let payload = match kind {
+        TestKind::Payload => "one cell per payload size".to_string(),
+        _ => format!("{} B payload", s.payload_bytes),
+    };
+    let pacing = match s.interval_ms {
+        Some(interval) => format!("each publisher every {interval} ms (open loop)"),
+        None => "burst (as fast as possible)".to_string(),
+    };
+    Some(format!(
+        "Workload: {clients}, MQTT {}, QoS {}, {payload}, {pacing}, {} messages per publisher \
+         of which {} warm-up (not measured).",
+        s.protocol, s.qos, s.messages_per_publisher, s.warmup_messages
+    ))
+}
+
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Write {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes through a temporary file, so a reader never sees half a report.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    let temporary = path.with_extension("partial");
+    fs::write(&temporary, bytes).map_err(write_error(&temporary))?;
+    fs::rename(&temporary, path).map_err(write_error(path))
+}
+
+/// Removes `.svg` files of an earlier report that this one did not write.
+fn remove_stale_figures(dir: &Path, keep: &[PathBuf]) -> Result<(), ReportError> {
+    let entries = fs::read_dir(dir).map_err(|source| ReportError::Read {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "svg") && !keep.contains(&path) {
+            fs::remove_file(&path).map_err(write_error(&path))?;
+        }
+    }
+    Ok(())
+}

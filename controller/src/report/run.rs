@@ -1,0 +1,234 @@
+//! The report's head: what ran, where, with which emulation, and what was not measured.
+
+use std::collections::BTreeMap;
+
+use super::input::{CellNote, RunData};
+use super::model::{Block, Section, Table, duration_ns, utc};
+
+/// How many cell ids to name as examples of a reason.
+const EXAMPLES: usize = 3;
+
+/// The run section.
+pub fn section(data: &RunData) -> Section {
+    let manifest = &data.manifest;
+    let plan = &manifest.plan;
+    let mut section = Section::new("run", "Run");
+    let planned = plan.cells().len();
+    let recorded = data.cells.len() + data.failed.len() + data.skipped.len();
+    let mut facts = Vec::new();
+    for (name, value) in [
+        ("Plan", plan.name.clone()),
+        ("Started", utc(manifest.started_unix_ms)),
+        ("Controller version", manifest.controller_version.clone()),
+        (
+            "Brokers",
+            plan.brokers
+                .iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        (
+            "Scenarios",
+            plan.scenarios
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("Repetitions", plan.repetitions.to_string()),
+        (
+            "Cells",
+            format!(
+                "{planned} planned: {} measured, {} failed, {} skipped, {} not recorded",
+                data.cells.len(),
+                data.failed.len(),
+                data.skipped.len(),
+                planned.saturating_sub(recorded)
+            ),
+        ),
+    ] {
+        facts.push(format!("{name}: {value}"));
+    }
+    section.blocks.push(Block::List(facts));
+
+    section.heading("Nodes");
+    let mut nodes = Table::new(
+        &[
+            "Node",
+            "Agent",
+            "Arch",
+            "Kernel",
+            "OS",
+            "Agent version",
+            "netem",
+            "Cores",
+            "Memory (GB)",
+            "Clock offset ± bound",
+        ],
+        7,
+    );
+    for node in &manifest.nodes {
+        nodes.row(vec![
+            node.name.clone(),
+            node.agent.clone(),
+            node.arch.clone(),
+            node.kernel.clone(),
+            node.os.clone(),
+            node.agent_version.clone(),
+            node.netem.clone(),
+            node.cores.to_string(),
+            format!("{:.1}", node.memory_bytes as f64 / 1e9),
+            format!(
+                "{} ± {}",
+                duration_ns(node.clock_offset_ns as f64),
+                duration_ns(node.clock_error_bound_ns as f64)
+            ),
+        ]);
+    }
+    section.paragraph(
+        "Clock offset: the agent's clock minus the controller's, from 4-timestamp exchanges; \
+         the true offset lies within the bound.",
+    );
+    section.blocks.push(Block::Table(nodes));
+
+    section.heading("Network emulation applied");
+    if manifest.netem.is_empty() {
+        section.paragraph("No netem was applied: every scenario that ran needed none.");
+    } else {
+        section.paragraph(
+            "Per broker, scenario and node: the netem asked for, and what the node's kernel \
+             reported back after applying it.",
+        );
+        let mut netem = Table::new(
+            &[
+                "Broker",
+                "Scenario",
+                "Node",
+                "Interface",
+                "Asked",
+                "Read back",
+            ],
+            6,
+        );
+        for n in &manifest.netem {
+            netem.row(vec![
+                n.broker.clone(),
+                n.scenario.clone(),
+                n.node.clone(),
+                n.interface.clone(),
+                n.asked.clone(),
+                n.read_back.clone(),
+            ]);
+        }
+        section.blocks.push(Block::Table(netem));
+    }
+
+    section.heading("Not measured");
+    let mut skipped: Vec<String> = manifest.skipped.clone();
+    skipped.extend(grouped(&data.skipped, true));
+    if skipped.is_empty() {
+        section.paragraph("Nothing was skipped.");
+    } else {
+        section.paragraph("Skipped, and why:");
+        section.blocks.push(Block::List(skipped));
+    }
+    if data.failed.is_empty() {
+        section.paragraph("No cell failed.");
+    } else {
+        section.paragraph(format!(
+            "{} failed and left out of every figure and table; by reason:",
+            cells(data.failed.len())
+        ));
+        section
+            .blocks
+            .push(Block::List(grouped(&data.failed, false)));
+    }
+    if data.retried > 0 {
+        section.paragraph(format!(
+            "{} failed at first and measured on a later try (--resume); only the successful \
+             try counts.",
+            cells(data.retried)
+        ));
+    }
+    if !data.problems.is_empty() {
+        section.paragraph("Parts of the results folder that could not be used:");
+        section.blocks.push(Block::List(data.problems.clone()));
+    }
+    section
+}
+
+/// `1 cell`, `2 cells`.
+fn cells(count: usize) -> String {
+    if count == 1 {
+        "1 cell".to_string()
+    } else {
+        format!("{count} cells")
+    }
+}
+
+/// Notes grouped by reason (and, for skipped cells, broker and scenario), with a count and
+/// a few example cell ids.
+fn grouped(notes: &[CellNote], by_place: bool) -> Vec<String> {
+    let mut groups: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for note in notes {
+        let place = if by_place {
+            format!("{} in {}", note.broker, note.scenario)
+        } else {
+            String::new()
+        };
+        let reason = if note.reason.is_empty() {
+            "no reason recorded".to_string()
+        } else {
+            note.reason.clone()
+        };
+        groups.entry((place, reason)).or_default().push(&note.cell);
+    }
+    groups
+        .into_iter()
+        .map(|((place, reason), cells)| {
+            let examples: Vec<&str> = cells.iter().take(EXAMPLES).copied().collect();
+            let more = if cells.len() > EXAMPLES { ", ..." } else { "" };
+            let place = if place.is_empty() {
+                String::new()
+            } else {
+                format!("{place}: ")
+            };
+            format!(
+                "{place}{reason}: {} ({}{more})",
+                self::cells(cells.len()),
+                examples.join(", ")
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_counted_with_examples() {
+        let note = |cell: &str, reason: &str| CellNote {
+            cell: cell.to_string(),
+            broker: "b".into(),
+            scenario: "edge".into(),
+            reason: reason.to_string(),
+        };
+        let notes: Vec<CellNote> = (1..=4)
+            .map(|i| note(&format!("c{i}"), "agent lost"))
+            .chain([note("c9", "")])
+            .collect();
+        assert_eq!(
+            grouped(&notes, false),
+            vec![
+                "agent lost: 4 cells (c1, c2, c3, ...)",
+                "no reason recorded: 1 cell (c9)"
+            ]
+        );
+        assert_eq!(
+            grouped(&notes[..1], true),
+            vec!["b in edge: agent lost: 1 cell (c1)"]
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! Hand-written SVG: colours, escaping and a small drawing builder.
+//!
+//! Coordinates are printed with one decimal and numbers are formatted by hand, so the same
+//! figures always give the same bytes.
+
+use std::fmt::Write as _;
+
+/// Series colours: the Okabe-Ito palette (readable with colour-vision deficiencies), minus
+/// its yellow, which is too pale on white.
+pub const PALETTE: [&str; 7] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+];
+
+/// Line dash patterns, to tell scenarios apart where colour tells brokers apart.
+pub const DASHES: [&str; 4] = ["", "7 4", "2 3", "10 3 2 3"];
+
+/// Colour of item `i`.
+pub fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Dash pattern of item `i`.
+pub fn dash(i: usize) -> &'static str {
+    DASHES[i % DASHES.len()]
+}
+
+/// Text made safe for XML and HTML: markup characters escaped, control characters (not
+/// allowed in XML 1.0) replaced by spaces.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c < ' ' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A coordinate: one decimal, no trailing `.0`, never `-0`.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "0".to_string();
+    }
+    let text = format!("{:.1}", v);
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    if text == "-0" {
+        "0".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// Rough width of `text` at `size` px in a sans-serif font, for layout.
+pub fn text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * size * 0.56
+}
+
+/// How text sits on its anchor point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// Left edge at x.
+    Start,
+    /// Centred on x.
+    Middle,
+    /// Right edge at x.
+    End,
+}
+
+/// An SVG document being drawn.
+#[derive(Debug)]
+pub struct Svg {
+    width: f64,
+    height: f64,
+    title: String,
+    body: String,
+}
+
+impl Svg {
+    /// A blank white canvas; `title` becomes the accessible `<title>`.
+    pub fn new(width: f64, height: f64, title: &str) -> Self {
+        Svg {
+            width,
+            height,
+            title: title.to_string(),
+            body: String::new(),
+        }
+    }
+
+    /// A straight line; `dash` empty for solid.
+    pub fn line(&mut self, from: (f64, f64), to: (f64, f64), stroke: &str, width: f64, dash: &str) {
+        let _ = write!(
+            self.body,
+            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{stroke}\" stroke-width=\"{}\"",
+            num(from.0),
+            num(from.1),
+            num(to.0),
+            num(to.1),
+            num(width)
+        );
+        if !dash.is_empty() {
+            let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
+        }
+        self.body.push_str("/>\n");
+    }
+
+    /// A rectangle; `stroke` empty for none.
+    pub fn rect(&mut self, at: (f64, f64), size: (f64, f64), fill: &str, stroke: &str) {
+        let _ = write!(
+            self.body,
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{fill}\"",
+            num(at.0),
+            num(at.1),
+            num(size.0.max(0.0)),
+            num(size.1.max(0.0))
+        );
+        if !stroke.is_empty() {
+            let _ = write!(self.body, " stroke=\"{stroke}\" stroke-width=\"1.2\"");
+        }
+        self.body.push_str("/>\n");
+    }
+
+    /// A dot.
+    pub fn circle(&mut self, centre: (f64, f64), radius: f64, fill: &str) {
+        let _ = writeln!(
+            self.body,
+            "<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{fill}\"/>",
+            num(centre.0),
+            num(centre.1),
+            num(radius)
+        );
+    }
+
+    /// A line through points.
+    pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64, dash: &str) {
+        let list: Vec<String> = points
+            .iter()
+            .map(|(x, y)| format!("{},{}", num(*x), num(*y)))
+            .collect();
+        let _ = write!(
+            self.body,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{stroke}\" stroke-width=\"{}\"",
+            list.join(" "),
+            num(width)
+        );
+        if !dash.is_empty() {
+            let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
+        }
+        self.body.push_str("/>\n");
+    }
+
+    /// Text at a point (baseline at y); `rotate` turns it to read bottom-up.
+    pub fn text(&mut self, at: (f64, f64), text: &str, size: f64, anchor: Anchor, bold: bool) {
+        self.text_rotated(at, text, size, anchor, bold, false);
+    }
+
+    /// Text, optionally turned 90° to read bottom-up (y axis labels).
+    pub fn text_rotated(
+        &mut self,
+        at: (f64, f64),
+        text: &str,
+        size: f64,
+        anchor: Anchor,
+        bold: bool,
+        rotate: bool,
+    ) {
+        let anchor = match anchor {
+            Anchor::Start => "start",
+            Anchor::Middle => "middle",
+            Anchor::End => "end",
+        };
+        let _ = write!(
+            self.body,
+            "<text x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"{anchor}\" fill=\"#222222\"",
+            num(at.0),
+            num(at.1),
+            num(size)
+        );
+        if bold {
+            self.body.push_str(" font-weight=\"bold\"");
+        }
+        if rotate {
+            let _ = write!(
+                self.body,
+                " transform=\"rotate(-90 {} {})\"",
+                num(at.0),
+                num(at.1)
+            );
+        }
+        let _ = writeln!(self.body, ">{}</text>", escape(text));
+    }
+
+    /// The finished document.
+    pub fn finish(self) -> String {
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
+             font-family=\"Helvetica, Arial, sans-serif\" role=\"img\">\n<title>{}</title>\n\
+             <rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/>\n{}</svg>\n",
+            escape(&self.title),
+            self.body,
+            w = num(self.width),
+            h = num(self.height)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped_for_xml() {
+        assert_eq!(
+            escape("a<b & \"c\" 'd'>\u{1}"),
+            "a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt; "
+        );
+    }
+
+    #[test]
+    fn numbers_print_the_same_every_time() {
+        assert_eq!(num(12.04), "12");
+        assert_eq!(num(-0.01), "0");
+        assert_eq!(num(3.25), "3.2");
+        assert_eq!(num(f64::NAN), "0");
+    }
+}

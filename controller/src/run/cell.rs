@@ -1,0 +1,235 @@
+//! One cell: the test's workload against the deployed broker, run by one loadgen agent or
+//! split over two (publishers, subscribers) with a start barrier on a shared timeline, while
+//! the broker's node reports CPU and memory.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use loadgen::{RunResult, Summary, WorkloadSpec};
+use proto::agent::v1 as pb;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::agents::AgentHandle;
+use crate::plan::{Cell, CellPoint, Plan, workload_for};
+use crate::results::MetricsRow;
+
+/// Time from the barrier's announcement to the first message: enough for agents to connect.
+const START_AFTER: Duration = Duration::from_secs(3);
+/// Metrics sampling interval during a cell.
+const METRICS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How a cell ended.
+#[derive(Debug)]
+pub enum CellOutcome {
+    /// Measured.
+    Measured(Box<RunResult>),
+    /// Failed, with the reason.
+    Failed(String),
+}
+
+/// The workload of `cell` against `broker`.
+pub fn workload(
+    plan: &Plan,
+    cell: &Cell,
+    broker: SocketAddr,
+    run_id: &str,
+) -> Result<WorkloadSpec, String> {
+    let test = &plan.tests[cell.test];
+    let (payload, clients) = match cell.point {
+        CellPoint::Single => (None, None),
+        CellPoint::Payload(size) => (Some(size), None),
+        CellPoint::Clients(pairs) => (None, Some(pairs)),
+    };
+    let mut spec = workload_for(test, payload, clients)?;
+    spec.broker.host = broker.ip().to_string();
+    spec.broker.port = broker.port();
+    spec.run_id = Some(run_id.to_string());
+    Ok(spec)
+}
+
+/// Runs one cell; metrics of `broker_name` on `broker_node` are collected meanwhile.
+pub async fn run(
+    plan: &Plan,
+    cell: &Cell,
+    spec: WorkloadSpec,
+    agents: &HashMap<String, AgentHandle>,
+    broker_watch: Option<(&str, &str)>,
+    cell_id: &str,
+    cancel: &CancellationToken,
+) -> (CellOutcome, Vec<MetricsRow>) {
+    let stop_metrics = CancellationToken::new();
+    let metrics = broker_watch
+        .and_then(|(node, broker)| {
+            agents
+                .get(node)
+                .map(|agent| (agent.clone(), broker.to_string()))
+        })
+        .map(|(agent, broker)| {
+            tokio::spawn(collect_metrics(
+                agent,
+                broker,
+                cell_id.to_string(),
+                stop_metrics.clone(),
+            ))
+        });
+    let load = run_load(plan, cell, spec, agents);
+    let outcome = tokio::select! {
+        outcome = tokio::time::timeout(plan.timeouts.cell, load) => match outcome {
+            Ok(Ok(result)) => CellOutcome::Measured(Box::new(result)),
+            Ok(Err(reason)) => CellOutcome::Failed(reason),
+            Err(_) => CellOutcome::Failed(format!("the cell took longer than {:?}", plan.timeouts.cell)),
+        },
+        _ = cancel.cancelled() => CellOutcome::Failed("interrupted (SIGINT/SIGTERM)".to_string()),
+    };
+    stop_metrics.cancel();
+    let rows = match metrics {
+        Some(task) => task.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    (outcome, rows)
+}
+
+async fn run_load(
+    plan: &Plan,
+    cell: &Cell,
+    spec: WorkloadSpec,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<RunResult, String> {
+    let nodes = &plan.tests[cell.test].loadgen;
+    let agent = |name: &str| {
+        agents
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("node {name} has no agent"))
+    };
+    if let [only] = nodes.as_slice() {
+        let request = pb::RunLoadRequest {
+            spec: Some((&spec).into()),
+            origin_unix_ns: 0,
+            start_at_ns: 0,
+        };
+        return stream_result(agent(only)?, request).await;
+    }
+    let (publishers, subscribers) = (agent(&nodes[0])?, agent(&nodes[1])?);
+    // One timeline: the origin is now on our clock, mapped onto each agent's.
+    let origin = loadgen::clock::unix_now_ns();
+    let part = |node: &AgentHandle, shard: loadgen::spec::Shard| {
+        let mut spec = spec.clone();
+        spec.shard = Some(shard);
+        pb::RunLoadRequest {
+            spec: Some((&spec).into()),
+            origin_unix_ns: node.clock.to_agent_clock(origin),
+            start_at_ns: START_AFTER.as_nanos() as u64,
+        }
+    };
+    let publishing = part(
+        &publishers,
+        loadgen::spec::Shard {
+            publishers: 0..spec.publishers,
+            subscribers: 0..0,
+        },
+    );
+    let subscribing = part(
+        &subscribers,
+        loadgen::spec::Shard {
+            publishers: 0..0,
+            subscribers: 0..spec.subscribers,
+        },
+    );
+    let (published, received) = tokio::join!(
+        stream_result(publishers, publishing),
+        stream_result(subscribers, subscribing)
+    );
+    let mut merged = published?;
+    merged.merge(&received?).map_err(|e| e.to_string())?;
+    Ok(merged)
+}
+
+async fn stream_result(
+    mut agent: AgentHandle,
+    request: pb::RunLoadRequest,
+) -> Result<RunResult, String> {
+    let mut events = agent
+        .client
+        .run_load(request)
+        .await
+        .map_err(|status| format!("{}: {}", agent.name, status.message()))?
+        .into_inner();
+    while let Some(event) = events.next().await {
+        match event
+            .map_err(|status| format!("{}: {}", agent.name, status.message()))?
+            .event
+        {
+            Some(pb::run_load_event::Event::Result(result)) => {
+                return RunResult::try_from(*result).map_err(|e| format!("{}: {e}", agent.name));
+            }
+            Some(pb::run_load_event::Event::Progress(_)) | None => {}
+        }
+    }
+    Err(format!("{}: the load ended without a result", agent.name))
+}
+
+async fn collect_metrics(
+    mut agent: AgentHandle,
+    broker: String,
+    cell: String,
+    stop: CancellationToken,
+) -> Vec<MetricsRow> {
+    let request = pb::MetricsRequest {
+        interval: prost_types::Duration::try_from(METRICS_INTERVAL).ok(),
+        pids: Vec::new(),
+        brokers: vec![broker.clone()],
+        samples: 0,
+    };
+    let mut rows = Vec::new();
+    let mut stream = match agent.client.metrics(request).await {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => {
+            tracing::warn!(node = %agent.name, %status, "no metrics for this cell");
+            return rows;
+        }
+    };
+    loop {
+        let sample = tokio::select! {
+            _ = stop.cancelled() => break,
+            sample = stream.next() => match sample {
+                Some(Ok(sample)) => sample,
+                _ => break,
+            },
+        };
+        for process in sample.processes.iter().filter(|p| p.alive) {
+            rows.push(MetricsRow {
+                cell: cell.clone(),
+                unix_ns: sample.unix_ns,
+                node: agent.name.clone(),
+                node_cpu_percent: sample.cpu_percent,
+                node_memory_used_bytes: sample.memory_used_bytes,
+                process: process.label.clone(),
+                process_cpu_percent: process.cpu_percent,
+                process_rss_bytes: process.rss_bytes,
+            });
+        }
+    }
+    rows
+}
+
+/// A one-line account of a measured cell.
+pub fn one_line(summary: &Summary) -> String {
+    let lost = summary
+        .lost
+        .map_or_else(|| "?".to_string(), |l| l.to_string());
+    format!(
+        "latency p50 {:.3} ms p99 {:.3} ms, receive {:.0} msg/s (per-client median {:.0}), lost {lost}{}",
+        summary.latency.p50_us / 1e3,
+        summary.latency.p99_us / 1e3,
+        summary.receive_rate.msgs_per_s,
+        summary.receive_rate_per_client.median_msgs_per_s,
+        if summary.qos_violations.is_empty() {
+            String::new()
+        } else {
+            format!(", QoS VIOLATED: {}", summary.qos_violations.join("; "))
+        }
+    )
+}

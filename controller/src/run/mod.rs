@@ -1,0 +1,535 @@
+//! Running a plan: connect and check every agent, then for each broker deploy it, for each
+//! scenario apply and verify netem, run the cells (tests x points x repetitions) recording
+//! each as it ends, clear netem, remove the broker; finally write the report. SIGINT and
+//! SIGTERM stop after undoing netem and brokers.
+//!
+//! - `agents.rs`: connecting (and starting a local agent); `scenario.rs`: netem per
+//!   scenario under leases; `cell.rs`: one measurement; this file: the loop and its undo.
+
+mod agents;
+mod cell;
+mod scenario;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use proto::agent::v1 as pb;
+use tokio_util::sync::CancellationToken;
+
+pub use self::agents::{AgentHandle, LocalAgent};
+use self::cell::CellOutcome;
+use self::scenario::ScenarioOutcome;
+use crate::plan::{BrokerEntry, BrokerKind, Cell, OnFailure, Plan};
+use crate::results::{CellRecord, CellStatus, Manifest, NodeRecord, ResultsDir, ResultsError};
+
+/// Why a run could not be carried out (cells that fail are recorded, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The plan cannot run as written.
+    #[error("plan: {0}")]
+    Plan(String),
+    /// An agent could not be reached or is not what the plan says.
+    #[error("node {node}: {problem}")]
+    Agent {
+        /// Node name.
+        node: String,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The in-process agent could not start.
+    #[error("local agent: {0}")]
+    Local(String),
+    /// Results could not be written.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// A resumed run's folder holds another plan.
+    #[error("{dir}: it holds a run of another plan; resume it with that plan")]
+    ResumeMismatch {
+        /// The folder.
+        dir: String,
+    },
+}
+
+/// How a run was started.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Continue the run in this folder, skipping finished cells.
+    pub resume: Option<PathBuf>,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// The results folder.
+    pub dir: PathBuf,
+    /// Cells measured, failed and skipped in this invocation.
+    pub measured: usize,
+    /// Cells that failed.
+    pub failed: usize,
+    /// Cells skipped (not emulable, broker not installed, already done).
+    pub skipped: usize,
+    /// The run stopped early (signal or on_failure = "stop").
+    pub interrupted: bool,
+}
+
+struct Progress {
+    total: usize,
+    done: usize,
+    measured: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// Runs `plan` (whose file text is `plan_text`), writing into a new results folder or the
+/// one being resumed.
+pub async fn run_plan(
+    plan: &Plan,
+    plan_text: &str,
+    options: RunOptions,
+    cancel: CancellationToken,
+) -> Result<RunSummary, RunError> {
+    let dir = match &options.resume {
+        Some(dir) => dir.clone(),
+        None => plan
+            .results_dir
+            .join(format!("{}-{}", plan.name, timestamp())),
+    };
+    let results = ResultsDir::open(&dir)?;
+    let finished: HashSet<String> = results.finished_cells()?;
+    if options.resume.is_some()
+        && let Ok(previous) = results.read_manifest()
+        && previous.plan != *plan
+    {
+        return Err(RunError::ResumeMismatch {
+            dir: dir.display().to_string(),
+        });
+    }
+    eprintln!("controller: results in {}", dir.display());
+    let (agents, locals) = agents::connect_all(plan).await?;
+    let mut manifest = Manifest {
+        plan: plan.clone(),
+        plan_text: plan_text.to_string(),
+        controller_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_unix_ms: loadgen::clock::unix_now_ns() / 1_000_000,
+        nodes: plan
+            .nodes
+            .iter()
+            .filter_map(|n| agents.get(&n.name))
+            .map(|a| node_record(plan, a))
+            .collect(),
+        netem: Vec::new(),
+        skipped: Vec::new(),
+    };
+    if let Ok(previous) = results.read_manifest() {
+        manifest.netem = previous.netem;
+        manifest.skipped = previous.skipped;
+    }
+    results.write_manifest(&manifest)?;
+    for node in &manifest.nodes {
+        eprintln!(
+            "controller: {} ({} {} cores, kernel {}), clock {:+.3} ms ± {:.3} ms, netem: {}",
+            node.name,
+            node.arch,
+            node.cores,
+            node.kernel,
+            node.clock_offset_ns as f64 / 1e6,
+            node.clock_error_bound_ns as f64 / 1e6,
+            node.netem
+        );
+    }
+    let mut progress = Progress {
+        total: plan.cells().len(),
+        done: 0,
+        measured: 0,
+        failed: 0,
+        skipped: 0,
+    };
+    let mut interrupted = false;
+    'brokers: for (b, broker) in plan.brokers.iter().enumerate() {
+        let pending: Vec<Cell> = (0..plan.scenarios.len())
+            .flat_map(|s| plan.cells_of(b, s))
+            .filter(|c| !finished.contains(&c.id(plan)))
+            .collect();
+        progress.done += plan.cells().iter().filter(|c| c.broker == b).count() - pending.len();
+        if pending.is_empty() {
+            continue;
+        }
+        let deployed = deploy(plan, broker, &agents).await;
+        let address = match deployed {
+            Ok(address) => address,
+            Err((reason, skip)) => {
+                let status = if skip {
+                    CellStatus::Skipped
+                } else {
+                    CellStatus::Failed
+                };
+                eprintln!("controller: broker {}: {reason}", broker.name);
+                if skip {
+                    manifest
+                        .skipped
+                        .push(format!("broker {}: {reason}", broker.name));
+                }
+                for cell in &pending {
+                    record(&results, plan, cell, status, &reason, None, &mut progress)?;
+                }
+                if !skip && plan.on_failure == OnFailure::Stop {
+                    interrupted = true;
+                    break 'brokers;
+                }
+                continue;
+            }
+        };
+        eprintln!("controller: broker {} ready at {address}", broker.name);
+        for (s, scenario_entry) in plan.scenarios.iter().enumerate() {
+            let cells: Vec<&Cell> = pending.iter().filter(|c| c.scenario == s).collect();
+            if cells.is_empty() {
+                continue;
+            }
+            if cancel.is_cancelled() {
+                interrupted = true;
+                break;
+            }
+            let outcome = scenario::apply(
+                plan,
+                scenario_entry,
+                &broker.name,
+                broker.node.as_deref(),
+                &agents,
+            )
+            .await;
+            let active = match outcome {
+                Ok(ScenarioOutcome::Unimpaired) => None,
+                Ok(ScenarioOutcome::Applied(active, applied)) => {
+                    for netem in &applied {
+                        eprintln!(
+                            "controller: {} on {}: asked {}, kernel holds {}",
+                            netem.scenario, netem.node, netem.asked, netem.read_back
+                        );
+                    }
+                    manifest.netem.extend(applied);
+                    results.write_manifest(&manifest)?;
+                    Some(active)
+                }
+                Ok(ScenarioOutcome::Skipped(reason)) => {
+                    eprintln!("controller: skipped: {reason}");
+                    if !manifest.skipped.contains(&reason) {
+                        manifest.skipped.push(reason.clone());
+                    }
+                    for cell in cells {
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Skipped,
+                            &reason,
+                            None,
+                            &mut progress,
+                        )?;
+                    }
+                    continue;
+                }
+                Err(reason) => {
+                    for cell in cells {
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Failed,
+                            &reason,
+                            None,
+                            &mut progress,
+                        )?;
+                    }
+                    continue;
+                }
+            };
+            for cell in cells {
+                if cancel.is_cancelled() {
+                    interrupted = true;
+                    break;
+                }
+                let id = cell.id(plan);
+                let run_id = format!("c{:016x}", fingerprint(&id, manifest.started_unix_ms));
+                let spec = match cell::workload(plan, cell, address, &run_id) {
+                    Ok(spec) => spec,
+                    Err(reason) => {
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Failed,
+                            &reason,
+                            None,
+                            &mut progress,
+                        )?;
+                        continue;
+                    }
+                };
+                let watch = match broker.kind {
+                    BrokerKind::External => None,
+                    _ => broker
+                        .node
+                        .as_deref()
+                        .map(|node| (node, broker.name.as_str())),
+                };
+                let (outcome, metrics) =
+                    cell::run(plan, cell, spec, &agents, watch, &id, &cancel).await;
+                results.record_metrics(&metrics)?;
+                match outcome {
+                    CellOutcome::Measured(result) => {
+                        let summary = loadgen::Summary::of(&result);
+                        let note = cell::one_line(&summary);
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Ok,
+                            &note,
+                            Some(&result),
+                            &mut progress,
+                        )?;
+                    }
+                    CellOutcome::Failed(reason) => {
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Failed,
+                            &reason,
+                            None,
+                            &mut progress,
+                        )?;
+                        if plan.on_failure == OnFailure::Stop {
+                            interrupted = true;
+                        }
+                    }
+                }
+                if interrupted {
+                    break;
+                }
+            }
+            if let Some(active) = active {
+                active.clear().await;
+            }
+            if interrupted {
+                break;
+            }
+        }
+        undeploy(broker, &agents).await;
+        if interrupted || cancel.is_cancelled() {
+            interrupted = true;
+            break;
+        }
+    }
+    results.write_manifest(&manifest)?;
+    for local in locals {
+        local.shutdown().await;
+    }
+    match crate::report::write_report(&dir) {
+        Ok(files) => eprintln!(
+            "controller: report {} and {}",
+            files.html.display(),
+            files.markdown.display()
+        ),
+        // The measurements are on disk; `controller report DIR` can try again.
+        Err(error) => eprintln!("controller: the report could not be written: {error}"),
+    }
+    Ok(RunSummary {
+        dir,
+        measured: progress.measured,
+        failed: progress.failed,
+        skipped: progress.skipped,
+        interrupted,
+    })
+}
+
+fn node_record(plan: &Plan, agent: &AgentHandle) -> NodeRecord {
+    let entry = plan.nodes.iter().find(|n| n.name == agent.name);
+    NodeRecord {
+        name: agent.name.clone(),
+        agent: entry.map(|n| n.agent.clone()).unwrap_or_default(),
+        arch: agent.info.arch.clone(),
+        cores: agent.info.cores,
+        memory_bytes: agent.info.memory_bytes,
+        kernel: agent.info.kernel.clone(),
+        os: agent.info.os.clone(),
+        agent_version: agent.info.agent_version.clone(),
+        netem: if agent.netem_available() {
+            "available".to_string()
+        } else {
+            format!("unavailable: {}", agent.netem_detail())
+        },
+        clock_offset_ns: agent.clock.offset_ns,
+        clock_error_bound_ns: agent.clock.error_bound_ns,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    results: &ResultsDir,
+    plan: &Plan,
+    cell: &Cell,
+    status: CellStatus,
+    reason: &str,
+    result: Option<&loadgen::RunResult>,
+    progress: &mut Progress,
+) -> Result<(), RunError> {
+    let test = &plan.tests[cell.test];
+    let record = CellRecord {
+        cell: cell.id(plan),
+        broker: plan.brokers[cell.broker].name.clone(),
+        scenario: plan.scenarios[cell.scenario].name.clone(),
+        test: format!("{:?}", test.kind).to_lowercase(),
+        point: cell.point.label(),
+        repetition: cell.repetition,
+        status,
+        reason: if status == CellStatus::Ok {
+            String::new()
+        } else {
+            reason.to_string()
+        },
+        summary: result.map(loadgen::Summary::of),
+    };
+    results.record(&record, result)?;
+    progress.done += 1;
+    match status {
+        CellStatus::Ok => progress.measured += 1,
+        CellStatus::Failed => progress.failed += 1,
+        CellStatus::Skipped => progress.skipped += 1,
+    }
+    if status != CellStatus::Skipped {
+        eprintln!(
+            "[{:>4}/{}] {} {}: {reason}",
+            progress.done,
+            progress.total,
+            record.cell,
+            status.as_str()
+        );
+    }
+    Ok(())
+}
+
+/// Starts the broker on its node (or records an external one). Err carries the reason and
+/// whether its cells are skipped (an optional broker that is not installed) or failed.
+async fn deploy(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<SocketAddr, (String, bool)> {
+    if broker.kind == BrokerKind::External {
+        let address = broker.address.as_deref().unwrap_or_default();
+        return tokio::net::lookup_host(address)
+            .await
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .ok_or_else(|| {
+                (
+                    format!("external address {address:?} does not resolve"),
+                    false,
+                )
+            });
+    }
+    let node = broker.node.as_deref().unwrap_or_default();
+    let mut agent = agents
+        .get(node)
+        .cloned()
+        .ok_or_else(|| (format!("node {node} has no agent"), false))?;
+    let kind = match broker.kind {
+        BrokerKind::Embedded => pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {}),
+        _ => pb::broker_spec::Kind::Native(pb::NativeBroker {
+            product: product(broker.product.as_deref()).into(),
+        }),
+    };
+    let spec = pb::BrokerSpec {
+        name: broker.name.clone(),
+        kind: Some(kind),
+        bind: agent.data_address.to_string(),
+        port: u32::from(broker.port),
+        options: [(
+            "start_deadline".to_string(),
+            humantime::format_duration(plan.timeouts.deploy).to_string(),
+        )]
+        .into(),
+    };
+    let started = tokio::time::timeout(
+        plan.timeouts.deploy + std::time::Duration::from_secs(5),
+        agent
+            .client
+            .start_broker(pb::StartBrokerRequest { spec: Some(spec) }),
+    )
+    .await
+    .map_err(|_| {
+        (
+            format!("not ready within {:?}", plan.timeouts.deploy),
+            false,
+        )
+    })?;
+    match started {
+        Ok(status) => status
+            .into_inner()
+            .address
+            .parse()
+            .map_err(|_| ("the agent reported no address".to_string(), false)),
+        Err(status) if status.code() == tonic::Code::FailedPrecondition && broker.optional => {
+            Err((status.message().to_string(), true))
+        }
+        Err(status) => Err((status.message().to_string(), false)),
+    }
+}
+
+async fn undeploy(broker: &BrokerEntry, agents: &HashMap<String, AgentHandle>) {
+    if broker.kind == BrokerKind::External {
+        return;
+    }
+    if let Some(mut agent) = broker.node.as_deref().and_then(|n| agents.get(n)).cloned()
+        && let Err(status) = agent
+            .client
+            .stop_broker(pb::StopBrokerRequest {
+                name: broker.name.clone(),
+            })
+            .await
+    {
+        tracing::warn!(broker = %broker.name, %status, "stopping the broker");
+    }
+}
+
+fn product(name: Option<&str>) -> pb::Product {
+    match name {
+        Some("mosquitto") => pb::Product::Mosquitto,
+        Some("rabbitmq") => pb::Product::Rabbitmq,
+        Some("emqx") => pb::Product::Emqx,
+        Some("vernemq") => pb::Product::Vernemq,
+        Some("hivemq") => pb::Product::Hivemq,
+        _ => pb::Product::Unspecified,
+    }
+}
+
+/// A short, stable-per-run fingerprint of a cell id: loadgen run ids are [A-Za-z0-9-].
+fn fingerprint(id: &str, salt: u64) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325 ^ salt, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn timestamp() -> String {
+    let secs = loadgen::clock::unix_now_ns() / 1_000_000_000;
+    // UTC, without a date crate: days since the epoch to a civil date (Howard Hinnant's method).
+    let days = (secs / 86_400) as i64;
+    let (hour, minute, second) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60, secs % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{hour:02}{minute:02}{second:02}")
+}
+
+/// Where the results of `plan` go when not resuming (for messages).
+pub fn results_root(plan: &Plan) -> &Path {
+    &plan.results_dir
+}

@@ -1,0 +1,499 @@
+//! The report rebuilt from a results folder written with the real writer API: 2 brokers x 2
+//! scenarios x 3 tests x 2 repetitions of synthetic results with known figures, one cell
+//! retried, one failed for good, an optional broker skipped.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use controller::plan::{CellPoint, Plan, TestKind, workload_for};
+use controller::report::{ReportFiles, check_svg, write_report};
+use controller::results::{
+    AppliedNetem, CellRecord, CellStatus, Manifest, MetricsRow, NodeRecord, ResultsDir,
+};
+use loadgen::result::ClientWindow;
+use loadgen::{RunResult, Summary};
+
+const PLAN: &str = r#"
+name = "report-test"
+repetitions = 2
+nodes = [
+  { name = "tester", agent = "198.18.0.1:7100", roles = ["loadgen", "netem"] },
+  { name = "worker", agent = "198.18.0.3:7100", roles = ["broker", "netem"] },
+]
+brokers = [
+  { name = "mosquitto", kind = "native", product = "mosquitto", node = "worker" },
+  { name = "rabbitmq", kind = "native", product = "rabbitmq", node = "worker" },
+  { name = "emqx", kind = "native", product = "emqx", node = "worker", optional = true },
+]
+scenarios = [{ name = "local" }, { name = "edge" }]
+tests = [
+  { kind = "latency", loadgen = ["tester"] },
+  { kind = "payload", loadgen = ["tester"] },
+  { kind = "throughput", loadgen = ["tester"], clients = [100, 200], messages = 1000 },
+]
+"#;
+
+/// Reads one rate of a cell's summary.
+type Rate = fn(&Summary) -> f64;
+
+const FAILED: &str = "rabbitmq/edge/2-throughput/200/2";
+const RETRIED: &str = "mosquitto/local/0-latency/-/2";
+
+/// The median latency recorded for a broker, scenario and payload, µs.
+fn median_us(broker: &str, scenario: &str, payload: u64) -> f64 {
+    let (base, edge) = match broker {
+        "mosquitto" => (4_000.0, 2_450.0),
+        _ => (5_000.0, 2_600.0),
+    };
+    base + edge * f64::from(u8::from(scenario == "edge")) + payload as f64 * 0.06
+}
+
+/// Latency cell: every measured message at median -1, -0.5, 0, +0.5, +1 ms in equal numbers,
+/// so median, p25 and p75 are exactly known.
+fn fill_latency(result: &mut RunResult, median: f64) {
+    let spec = result.spec.clone();
+    let measured = spec.messages_per_publisher - spec.warmup_messages;
+    for p in 0..spec.publishers as usize {
+        for seq in 0..measured {
+            let offset = [-1_000.0, -500.0, 0.0, 500.0, 1_000.0][(p + seq as usize) % 5];
+            let ns = ((median + offset) * 1_000.0) as u64;
+            result.latency.record(ns).expect("in range");
+            let sent = seq * 250_000_000 + p as u64 * 1_000_000;
+            result.publish_series.add(sent, 1);
+            result.receive_series.add(sent + ns, 1);
+        }
+        result.published[p] = spec.messages_per_publisher;
+        result.acknowledged[p] = spec.messages_per_publisher;
+        result.delivered_unique[p] = spec.messages_per_publisher;
+    }
+    result.received = u64::from(spec.publishers) * spec.messages_per_publisher;
+}
+
+/// Throughput cell: N pairs, publisher p sending at `rate * (0.8 + 0.4 p / N)` msg/s from
+/// p x 0.2 ms on, its subscriber receiving at half that; rabbitmq loses every 100th message.
+fn fill_throughput(result: &mut RunResult, broker: &str, rate: f64) {
+    let spec = result.spec.clone();
+    let pairs = spec.publishers;
+    for p in 0..pairs {
+        let own = rate * (0.8 + 0.4 * f64::from(p) / f64::from(pairs));
+        let start = u64::from(p) * 200_000;
+        let (mut received, mut last_receive) = (0, 0);
+        for seq in 0..spec.messages_per_publisher {
+            let sent = start + (seq as f64 * 1e9 / own) as u64;
+            result.publish_series.add(sent, 1);
+            if broker == "rabbitmq" && seq % 100 == 99 {
+                continue;
+            }
+            last_receive = start + 1_000_000 + (seq as f64 * 2e9 / own) as u64;
+            result.receive_series.add(last_receive, 1);
+            let latency = last_receive - sent;
+            result.latency.record(latency).expect("in range");
+            received += 1;
+        }
+        let (n, count) = (p as usize, spec.messages_per_publisher);
+        result.published[n] = count;
+        result.delivered_unique[n] = received;
+        result.received += received;
+        let last_sent = start + ((count - 1) as f64 * 1e9 / own) as u64;
+        let (sending, receiving) = (start, start + 1_000_000);
+        let publisher = window(p, sending, last_sent, count);
+        result.publisher_windows.push(publisher);
+        let subscriber = window(p, receiving, last_receive, received);
+        result.subscriber_windows.push(subscriber);
+    }
+}
+
+fn window(client: u32, first_ns: u64, last_ns: u64, count: u64) -> ClientWindow {
+    ClientWindow {
+        client,
+        first_ns,
+        last_ns,
+        count,
+    }
+}
+
+/// Writes the whole folder; returns the summaries of the throughput cells by cell id.
+fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
+    let plan = Plan::parse(plan_text, "plan.toml").expect("plan");
+    let results = ResultsDir::open(dir).expect("open");
+    let node = |name: &str, offset: i64| NodeRecord {
+        name: name.into(),
+        agent: "198.18.0.1:7100".into(),
+        arch: "x86_64".into(),
+        cores: 4,
+        memory_bytes: 8_000_000_000,
+        kernel: "6.1.0-18-amd64".into(),
+        os: "Debian GNU/Linux 12".into(),
+        agent_version: "0.1.0".into(),
+        netem: "yes".into(),
+        clock_offset_ns: offset,
+        clock_error_bound_ns: 40_000,
+    };
+    let netem = |broker: &str, node: &str| AppliedNetem {
+        broker: broker.into(),
+        scenario: "edge".into(),
+        node: node.into(),
+        interface: "nebula1".into(),
+        asked: "delay 1.25ms jitter 0.25ms loss 0.02%".into(),
+        read_back: "qdisc netem 8001: root limit 1000 delay 1.25ms 0.25ms loss 0.02%".into(),
+    };
+    let manifest = Manifest {
+        plan: plan.clone(),
+        plan_text: plan_text.to_string(),
+        controller_version: "0.1.0".into(),
+        started_unix_ms: 1_777_638_896_789,
+        nodes: vec![node("tester", 0), node("worker", -1_250_000)],
+        netem: ["mosquitto", "rabbitmq"]
+            .iter()
+            .flat_map(|b| [netem(b, "tester"), netem(b, "worker")])
+            .collect(),
+        skipped: vec!["broker emqx: not installed on worker (optional), skipped".into()],
+    };
+    results.write_manifest(&manifest).expect("manifest");
+    let mut throughput = Vec::new();
+    for cell in plan.cells() {
+        let id = cell.id(&plan);
+        let (broker, test) = (&plan.brokers[cell.broker].name, &plan.tests[cell.test]);
+        let scenario = &plan.scenarios[cell.scenario].name;
+        let row = |status, reason: &str, result: Option<&RunResult>| CellRecord {
+            cell: id.clone(),
+            broker: broker.clone(),
+            scenario: scenario.clone(),
+            test: format!("{:?}", test.kind).to_lowercase(),
+            point: cell.point.label(),
+            repetition: cell.repetition,
+            status,
+            reason: reason.to_string(),
+            summary: result.map(Summary::of),
+        };
+        let (failed, skipped) = (CellStatus::Failed, CellStatus::Skipped);
+        if broker == "emqx" {
+            let skip = row(skipped, "not installed (optional)", None);
+            results.record(&skip, None).expect("record");
+            continue;
+        }
+        if id == FAILED {
+            let fail = row(failed, "agent worker lost: connection reset", None);
+            results.record(&fail, None).expect("record");
+            let samples = metrics(&id, broker, 999.0, 999_000_000);
+            results.record_metrics(&samples).expect("metrics");
+            continue;
+        }
+        if id == RETRIED {
+            let fail = row(failed, "broker did not answer within 120s", None);
+            results.record(&fail, None).expect("record");
+        }
+        let (payload, clients) = match cell.point {
+            CellPoint::Payload(size) => (Some(size), None),
+            CellPoint::Clients(n) => (None, Some(n)),
+            CellPoint::Single => (None, None),
+        };
+        let spec = workload_for(test, payload, clients).expect("workload");
+        let mut result = RunResult::empty(&spec, &id.replace('/', "-"));
+        result.shards.push(spec.effective_shard());
+        if test.kind == TestKind::Throughput {
+            let rate = [8_000.0, 5_000.0][cell.broker] * (0.9 + 0.1 * f64::from(cell.repetition));
+            fill_throughput(&mut result, broker, rate);
+            throughput.push((id.clone(), Summary::of(&result)));
+        } else {
+            let payload = payload.map_or(0, |size| size.bytes());
+            fill_latency(&mut result, median_us(broker, scenario, payload));
+        }
+        let ok = row(CellStatus::Ok, "", Some(&result));
+        results.record(&ok, Some(&result)).expect("record");
+        let cpu = [10.0, 10.0, 80.0][cell.test];
+        let samples = metrics(&id, broker, cpu, 12_000_000);
+        results.record_metrics(&samples).expect("metrics");
+    }
+    throughput
+}
+
+/// Three broker samples (cpu - 5, cpu, cpu + 5; RSS up to `rss`) and one node-only sample.
+fn metrics(cell: &str, broker: &str, cpu: f64, rss: u64) -> Vec<MetricsRow> {
+    let row = |i: u64, process: &str, cpu: f64, rss: u64| MetricsRow {
+        cell: cell.into(),
+        unix_ns: 1_777_638_896_789_000_000 + i,
+        node: "worker".into(),
+        node_cpu_percent: 20.0,
+        node_memory_used_bytes: 2_000_000_000,
+        process: process.into(),
+        process_cpu_percent: cpu,
+        process_rss_bytes: rss,
+    };
+    vec![
+        row(0, broker, cpu - 5.0, rss - 2_000_000),
+        row(1, broker, cpu, rss),
+        row(2, broker, cpu + 5.0, rss - 1_000_000),
+        row(3, "", 0.0, 0),
+    ]
+}
+
+/// The rows of the Markdown table whose header starts with `first_columns`, by column name.
+fn table(md: &str, first_columns: &str) -> Vec<Vec<(String, String)>> {
+    let mut lines = md.lines().skip_while(|l| !l.starts_with(first_columns));
+    let cells = |line: &str| -> Vec<String> {
+        line.trim_matches('|')
+            .split(" | ")
+            .map(|c| c.trim().replace('\\', ""))
+            .collect()
+    };
+    let header = cells(
+        lines
+            .next()
+            .unwrap_or_else(|| panic!("no table {first_columns}")),
+    );
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| header.iter().cloned().zip(cells(l)).collect())
+        .collect()
+}
+
+fn get<'a>(row: &'a [(String, String)], column: &str) -> &'a str {
+    row.iter()
+        .find(|(c, _)| c == column)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no column {column}"))
+}
+
+/// The leading number of a cell such as `140,000 (139,000-141,000)` or `5.39-1.00`.
+fn number(text: &str) -> f64 {
+    let lead: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ',')
+        .collect();
+    lead.replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("no number in {text:?}"))
+}
+
+/// The bytes of every file of a report.
+fn contents(files: &ReportFiles) -> Vec<Vec<u8>> {
+    let all = [&files.markdown, &files.html]
+        .into_iter()
+        .chain(&files.figures);
+    all.map(|p| std::fs::read(p).expect("read")).collect()
+}
+
+fn near(shown: f64, expected: f64, tolerance: f64, what: &str) {
+    let off = (shown - expected).abs();
+    assert!(off <= tolerance, "{what}: {shown}, recorded {expected}");
+}
+
+#[test]
+fn the_report_shows_what_was_recorded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let throughput = build(dir.path(), PLAN);
+    let files = write_report(dir.path()).expect("report");
+    let md = std::fs::read_to_string(&files.markdown).expect("report.md");
+    let html = std::fs::read_to_string(&files.html).expect("report.html");
+
+    // Every figure is well-formed SVG, as a file and inside the page.
+    assert!(files.figures.len() >= 7, "{:?}", files.figures);
+    for path in &files.figures {
+        let svg = std::fs::read_to_string(path).expect("figure");
+        check_svg(&svg).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let inline: Vec<&str> = html
+        .split("<svg ")
+        .skip(1)
+        .map(|rest| rest.split("</svg>").next().unwrap_or(""))
+        .collect();
+    assert_eq!(inline.len(), files.figures.len());
+    for svg in inline {
+        check_svg(&format!("<svg {svg}</svg>")).expect("inline SVG");
+    }
+    assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href=\"http"));
+
+    // Latency: merged medians of both repetitions; the retried cell counts once.
+    let rows = table(&md, "| Broker | Scenario | Median (ms)");
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        let (broker, scenario) = (get(row, "Broker"), get(row, "Scenario"));
+        let expected = median_us(broker, scenario, 0) / 1e3;
+        let median = number(get(row, "Median (ms)"));
+        near(
+            median,
+            expected,
+            expected * 1e-3,
+            &format!("{broker} {scenario} median"),
+        );
+        near(number(get(row, "IQR (ms)")), 1.0, 0.01, "IQR");
+        assert_eq!(
+            (get(row, "Samples"), get(row, "Repetitions")),
+            ("3600", "2"),
+            "{row:?}"
+        );
+    }
+
+    // Latency vs payload, as the study's tables: median-IQR per scenario.
+    let rows = table(&md, "| Payload | Broker |");
+    assert_eq!(rows.len(), 6, "3 payloads x 2 brokers");
+    for row in &rows {
+        let payload: loadgen::size::ByteSize = get(row, "Payload").parse().expect("size");
+        for scenario in ["local", "edge"] {
+            let cell = get(row, &format!("{scenario} median-IQR (ms)"));
+            let expected = median_us(get(row, "Broker"), scenario, payload.bytes()) / 1e3;
+            near(number(cell), expected, expected * 1e-3, cell);
+            let iqr: f64 = cell
+                .rsplit('-')
+                .next()
+                .and_then(|i| i.parse().ok())
+                .expect("IQR");
+            // HdrHistogram keeps 3 significant digits: 0.1 % of the value per percentile.
+            near(iqr, 1.0, expected * 2e-3 + 0.01, cell);
+        }
+    }
+
+    // Throughput: aggregate and per-client median side by side, failed repetition left out.
+    let rows = table(&md, "| Broker | Scenario | Client pairs");
+    assert_eq!(rows.len(), 8);
+    for row in &rows {
+        let (broker, scenario) = (get(row, "Broker"), get(row, "Scenario"));
+        let prefix = format!(
+            "{broker}/{scenario}/2-throughput/{}/",
+            get(row, "Client pairs")
+        );
+        let cells: Vec<&Summary> = throughput
+            .iter()
+            .filter(|(id, _)| id.starts_with(&prefix))
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(get(row, "Repetitions"), cells.len().to_string());
+        let rates: [(&str, Rate); 4] = [
+            ("Publish AGGREGATE", |s| s.publish_rate.msgs_per_s),
+            ("Publish PER-CLIENT median", |s| {
+                s.publish_rate_per_client.median_msgs_per_s
+            }),
+            ("Receive AGGREGATE", |s| s.receive_rate.msgs_per_s),
+            ("Receive PER-CLIENT median", |s| {
+                s.receive_rate_per_client.median_msgs_per_s
+            }),
+        ];
+        for (column, rate) in rates {
+            let expected = cells.iter().map(|s| rate(s)).sum::<f64>() / cells.len() as f64;
+            let shown = number(get(row, &format!("{column} (msg/s)")));
+            near(shown, expected, 1.0, &format!("{prefix} {column}"));
+        }
+        let aggregate = number(get(row, "Publish AGGREGATE (msg/s)"));
+        let per_client = number(get(row, "Publish PER-CLIENT median (msg/s)"));
+        assert!(
+            aggregate > 50.0 * per_client,
+            "pairs overlap: many clients' worth"
+        );
+    }
+    let short = rows.iter().filter(|r| get(r, "Repetitions") == "1").count();
+    assert_eq!(short, 1, "only {FAILED} lost a repetition");
+    assert!(md.contains("mqtt-stresser"));
+
+    // Failures, retries and skips are counted with their reasons.
+    assert!(md.contains("1 cell failed and left out of every figure and table"));
+    let reason = format!("agent worker lost: connection reset: 1 cell ({FAILED})");
+    assert!(md.contains(&reason));
+    assert!(md.contains("1 cell failed at first and measured on a later try"));
+    assert!(md.contains("broker emqx: not installed on worker (optional), skipped"));
+    assert!(md.contains("emqx in local: not installed (optional): 12 cells"));
+
+    // Broker CPU and memory per test; the failed cell's samples are not counted.
+    let rows = table(&md, "| Broker | Test | Process");
+    assert_eq!(rows.len(), 6);
+    for row in &rows {
+        let cpu = [10.0, 80.0][usize::from(get(row, "Test") == "throughput")];
+        assert_eq!(number(get(row, "CPU mean (%)")), cpu, "{row:?}");
+        assert_eq!(number(get(row, "CPU max (%)")), cpu + 5.0, "{row:?}");
+        assert_eq!(get(row, "RSS max (MB)"), "12.0");
+    }
+
+    // Emulation: 1.25 ms on each end's egress adds 2.5 ms publisher -> subscriber.
+    assert!(md.contains("edge: emulation should add 2.50 ms one way"));
+    assert!(md.contains("mosquitto +2.45 ms, rabbitmq +2.60 ms"), "{md}");
+
+    // Same folder, same bytes.
+    let before = contents(&files);
+    let again = write_report(dir.path()).expect("second report");
+    assert_eq!(again, files);
+    assert!(
+        before == contents(&again),
+        "the report changed between two calls"
+    );
+
+    screenshot(&files.html);
+}
+
+#[test]
+fn missing_tests_and_metrics_leave_their_sections_out() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = PLAN.replace("  { kind = \"payload\", loadgen = [\"tester\"] },\n", "");
+    let throughput = PLAN
+        .lines()
+        .find(|l| l.contains("throughput"))
+        .expect("test");
+    let plan = plan.replace(&format!("{throughput}\n"), "");
+    build(dir.path(), &plan);
+    std::fs::remove_file(dir.path().join("metrics.csv")).expect("metrics.csv");
+    std::fs::remove_dir_all(dir.path().join("cells/rabbitmq/edge")).expect("cells");
+    let files = write_report(dir.path()).expect("report");
+    let md = std::fs::read_to_string(&files.markdown).expect("report.md");
+    assert!(
+        md.contains("## Latency\n")
+            && !md.contains("## Throughput")
+            && !md.contains("## Latency vs payload")
+    );
+    assert!(md.contains("No broker samples: metrics.csv is absent"));
+    assert!(
+        md.contains("cells/rabbitmq/edge/0-latency/-/1/result.json"),
+        "unreadable results are named"
+    );
+    assert!(md.contains("rabbitmq not measured"), "{md}");
+    let figure = dir
+        .path()
+        .join("figures/throughput-2-publish-aggregate.svg");
+    assert!(!figure.exists(), "no figure of a test the plan lacks");
+    let error = write_report(&dir.path().join("nowhere")).expect_err("no manifest");
+    assert!(error.to_string().contains("manifest.json"), "{error}");
+}
+
+const CHROMIUM_FLAGS: &str = "--headless --no-sandbox --disable-gpu --disable-background-networking \
+    --disable-component-update --disable-sync --no-first-run --window-size=1200,6000";
+
+/// Renders the page in headless Chromium when it is installed, to look at.
+fn screenshot(html: &Path) {
+    let chromium = Path::new("/usr/bin/chromium");
+    if !chromium.exists() {
+        println!(
+            "skipping the screenshot: /usr/bin/chromium is not installed (apt-get install chromium)"
+        );
+        return;
+    }
+    let profile = tempfile::tempdir().expect("profile dir");
+    // A copy of the page (it is self-contained) stays beside the screenshot to look at.
+    let page = std::env::temp_dir().join("continuum-report.html");
+    std::fs::copy(html, &page).expect("copy report.html");
+    let png = std::env::temp_dir().join("continuum-report.png");
+    let _ = std::fs::remove_file(&png);
+    let mut child = Command::new(chromium)
+        .args(CHROMIUM_FLAGS.split(' '))
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "chromium wrote no screenshot of {}",
+        html.display()
+    );
+    println!("screenshot: {} of {}", png.display(), page.display());
+}
