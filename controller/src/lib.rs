@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //! - [`connect`]: an mTLS channel to an agent.
+//! - [`civil`]: UTC calendar dates for folder names and reports.
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
 //! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.
@@ -14,6 +15,7 @@
 //! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
 //! - `main.rs`: the `controller` binary.
 
+pub mod civil;
 pub mod clock;
 pub mod connect;
 pub mod pki_command;

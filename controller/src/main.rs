@@ -170,18 +170,7 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
 
 /// SIGINT or SIGTERM: stop after undoing netem and brokers; a second one is not needed.
 async fn stop_on_signal(cancel: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
+    agent::server::termination().await;
     eprintln!("controller: stopping: clearing netem and removing brokers");
     cancel.cancel();
 }

@@ -85,17 +85,8 @@ impl Default for Timeouts {
     }
 }
 
-/// What a node may be asked to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NodeRole {
-    /// Runs load (the tester).
-    Loadgen,
-    /// Runs brokers (the worker).
-    Broker,
-    /// Accepts netem.
-    Netem,
-}
+/// What a node may be asked to do: the agent's own roles, so plan and agent agree.
+pub use agent::config::NodeRole;
 
 /// A node of the testbed and how to reach its agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

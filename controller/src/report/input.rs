@@ -5,6 +5,7 @@
 //! Results are read one cell at a time and only their figures and merged latency
 //! histograms are kept, so a study of thousands of cells fits in memory.
 
+use crate::results::split_csv_line;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
@@ -424,27 +425,6 @@ fn read_metrics(text: &str, data: &mut RunData) {
             "metrics.csv: {bad} rows could not be read; left out"
         ));
     }
-}
-
-/// Splits one CSV line, honouring quotes (as `summary.csv` and `metrics.csv` are written).
-pub fn split_csv_line(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(std::mem::take(&mut field)),
-            (c, _) => field.push(c),
-        }
-    }
-    fields.push(field);
-    fields
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! The report as a document: sections of paragraphs, lists, tables and figures, rendered
 //! once to Markdown and once to HTML so both say the same thing.
 
-use std::fmt::Write as _;
-
 /// One section (a `##` heading).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Section {
@@ -157,28 +155,11 @@ pub fn rate(msgs_per_s: f64) -> String {
 
 /// A UTC date and time from Unix ms: `2026-05-01 12:34:56 UTC`.
 pub fn utc(unix_ms: u64) -> String {
-    let secs = unix_ms / 1_000;
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    );
-    out
+    let t = crate::civil::UtcTime::from_unix_secs(unix_ms / 1_000);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
 }
 
 /// Nanoseconds as a short human duration: `1.25 ms`, `80 µs`, `0 ns`.

@@ -15,7 +15,9 @@ mod manifest;
 mod summary;
 
 pub use manifest::{AppliedNetem, Manifest, NodeRecord};
-pub use summary::{CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_FIXED_COLUMNS};
+pub use summary::{
+    CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_FIXED_COLUMNS, split_csv_line,
+};
 
 /// Results could not be written or read.
 #[derive(Debug, thiserror::Error)]

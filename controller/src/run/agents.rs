@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 use super::RunError;
 use crate::clock::{ClockOffset, measure};
 use crate::connect::connect_agent;
-use crate::plan::{NodeEntry, NodeRole, Plan};
+use crate::plan::{NodeEntry, Plan};
 
 /// One node's agent, connected.
 #[derive(Debug, Clone)]
@@ -166,11 +166,7 @@ async fn describe(
         )));
     }
     for role in &node.roles {
-        let name = match role {
-            NodeRole::Loadgen => "loadgen",
-            NodeRole::Broker => "broker",
-            NodeRole::Netem => "netem",
-        };
+        let name = role.as_str();
         if !info.roles.iter().any(|r| r == name) {
             return Err(failed(format!(
                 "the plan uses it as {name}, but its agent does not have that role"
@@ -210,15 +206,7 @@ async fn start_local_agent(
             cert: files.path().join("local.pem"),
             key: files.path().join("local.key"),
         },
-        roles: node
-            .roles
-            .iter()
-            .map(|role| match role {
-                NodeRole::Loadgen => agent::config::NodeRole::Loadgen,
-                NodeRole::Broker => agent::config::NodeRole::Broker,
-                NodeRole::Netem => agent::config::NodeRole::Netem,
-            })
-            .collect(),
+        roles: node.roles.clone(),
         data_plane_interface: None,
         state_dir: files.path().join("state"),
     };
