@@ -323,9 +323,9 @@ mod tests {
     async fn a_megabyte_payload_goes_through_unchanged() {
         let broker = start(&loopback_spec("big", BrokerKind::Embedded)).await;
         let address = broker.address();
-        let mut subscriber = RawClient::connect(address, "sub").await;
+        let mut subscriber = RawClient::connect(address, "big-sub").await;
         subscriber.subscribe("bench/big").await;
-        let mut publisher = RawClient::connect(address, "pub").await;
+        let mut publisher = RawClient::connect(address, "big-pub").await;
         for size in [1_000_000, 3 * 1024 * 1024] {
             let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
             publisher.publish("bench/big", &payload).await;

@@ -16,16 +16,20 @@
 //! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to ([`ErrorCode`]).
 //! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline.
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
-//! - `native.rs`: [`NativeDriver`], [`InstallPaths`], launch plans and the running process.
+//! - `install.rs`: [`InstallPaths`], where product executables are looked for.
+//! - `native.rs`: [`NativeDriver`], launch plans and the running broker process.
 //! - `process.rs`: process groups, instance markers, the `/proc` sweep, bounded commands.
 //! - `mosquitto.rs`, `rabbitmq.rs`: the two products the study's tests run here.
 //! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
 //! - `external.rs`: [`ExternalDriver`].
+//! - `test_support.rs` (tests only): loopback specs, skip-or-fail for missing brokers, the
+//!   `/proc` leftover check, a raw MQTT client.
 
 mod embedded;
 mod error;
 mod external;
+mod install;
 mod mosquitto;
 mod native;
 mod others;
@@ -45,7 +49,8 @@ use std::pin::Pin;
 pub use embedded::EmbeddedDriver;
 pub use error::{BrokerError, ErrorCode};
 pub use external::ExternalDriver;
-pub use native::{InstallPaths, NativeDriver};
+pub use install::InstallPaths;
+pub use native::NativeDriver;
 pub use readiness::{ProbeError, probe, wait_ready};
 pub use registry::{Brokers, BrokersConfig};
 pub use spec::{

@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::error::BrokerError;
-use super::native::{InstallPaths, LaunchPlan, PlanContext};
+use super::install::InstallPaths;
+use super::native::{LaunchPlan, PlanContext};
 use super::process::CommandLine;
 use super::spec::{BrokerOptions, Product};
 

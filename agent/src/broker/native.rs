@@ -8,13 +8,13 @@
 //! process groups, waits for an MQTT CONNACK, and on failure stops everything again.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::error::BrokerError;
+use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address};
 use super::process::{
     CommandLine, GroupChild, find_process_named, log_tail, new_marker, run_bounded, sweep,
@@ -38,89 +38,6 @@ const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
 const LOG_TAIL_LINES: usize = 30;
 /// The broker's console output, inside its state directory.
 const LOG_FILE: &str = "broker.log";
-
-/// Where the products' executables are looked for, first match wins. The defaults are the
-/// paths of Debian packages and of the products' tarballs unpacked in `/opt`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstallPaths {
-    /// `mosquitto`.
-    pub mosquitto: Vec<PathBuf>,
-    /// RabbitMQ's `rabbitmq-server` start script (not Debian's `/usr/sbin` wrapper, which
-    /// switches to the `rabbitmq` user and the system node).
-    pub rabbitmq_server: Vec<PathBuf>,
-    /// `rabbitmqctl`, used for a graceful stop.
-    pub rabbitmqctl: Vec<PathBuf>,
-    /// Erlang's `epmd`, run privately for each RabbitMQ instance.
-    pub epmd: Vec<PathBuf>,
-    /// EMQX's `bin/emqx`.
-    pub emqx: Vec<PathBuf>,
-    /// VerneMQ's `bin/vernemq`.
-    pub vernemq: Vec<PathBuf>,
-    /// HiveMQ CE's `bin/run.sh`.
-    pub hivemq: Vec<PathBuf>,
-}
-
-impl Default for InstallPaths {
-    fn default() -> Self {
-        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect();
-        Self {
-            mosquitto: paths(&["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"]),
-            rabbitmq_server: paths(&["/usr/lib/rabbitmq/bin/rabbitmq-server"]),
-            rabbitmqctl: paths(&["/usr/lib/rabbitmq/bin/rabbitmqctl"]),
-            epmd: paths(&["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]),
-            emqx: paths(&["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"]),
-            vernemq: paths(&[
-                "/usr/sbin/vernemq",
-                "/usr/bin/vernemq",
-                "/opt/vernemq/bin/vernemq",
-                "/vernemq/bin/vernemq",
-            ]),
-            hivemq: paths(&["/opt/hivemq/bin/run.sh", "/opt/hivemq-ce/bin/run.sh"]),
-        }
-    }
-}
-
-impl InstallPaths {
-    /// The first executable among `candidates`, or [`BrokerError::NotInstalled`] naming
-    /// them all.
-    pub fn locate(product: Product, candidates: &[PathBuf]) -> Result<PathBuf, BrokerError> {
-        candidates
-            .iter()
-            .find(|path| is_executable(path))
-            .cloned()
-            .ok_or_else(|| BrokerError::NotInstalled {
-                product,
-                looked_at: candidates.to_vec(),
-            })
-    }
-
-    /// Checks that every executable `product` needs is installed.
-    pub fn check(&self, product: Product) -> Result<(), BrokerError> {
-        let needed: Vec<&[PathBuf]> = match product {
-            Product::Mosquitto => vec![&self.mosquitto],
-            Product::RabbitMq => vec![&self.rabbitmq_server, &self.rabbitmqctl, &self.epmd],
-            Product::Emqx => vec![&self.emqx],
-            Product::VerneMq => vec![&self.vernemq],
-            Product::HiveMq => vec![&self.hivemq],
-        };
-        needed
-            .into_iter()
-            .try_for_each(|candidates| Self::locate(product, candidates).map(drop))
-    }
-
-    /// The products whose executables are all present, for the agent's Info RPC.
-    pub fn installed(&self) -> Vec<Product> {
-        Product::ALL
-            .into_iter()
-            .filter(|product| self.check(*product).is_ok())
-            .collect()
-    }
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-}
 
 /// What a product module is given to plan one start.
 #[derive(Debug, Clone, Copy)]
@@ -275,9 +192,11 @@ impl BrokerDriver for NativeDriver {
     }
 }
 
+/// How a launch failed, so the caller knows whether to retry on a fresh port.
 enum Launch {
     /// The port was taken between choosing and binding it: worth another try.
     PortTaken(BrokerError),
+    /// Any other failure.
     Failed(BrokerError),
 }
 
@@ -501,20 +420,7 @@ mod tests {
     use super::*;
     use crate::broker::error::ErrorCode;
     use crate::broker::spec::BrokerOptions;
-
-    #[test]
-    fn a_missing_product_names_every_path_it_looked_at() {
-        let install = InstallPaths {
-            emqx: vec!["/nonexistent/emqx".into(), "/etc".into()],
-            ..InstallPaths::default()
-        };
-        let error = install.check(Product::Emqx).unwrap_err();
-        assert_eq!(error.code(), ErrorCode::FailedPrecondition);
-        assert!(
-            error.to_string().contains("/nonexistent/emqx, /etc"),
-            "{error}"
-        );
-    }
+    use std::os::unix::fs::PermissionsExt;
 
     #[tokio::test]
     async fn starting_a_product_that_is_not_installed_fails_before_touching_the_node() {

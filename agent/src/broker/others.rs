@@ -27,7 +27,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use super::error::BrokerError;
-use super::native::{InstallPaths, LaunchPlan, PlanContext};
+use super::install::InstallPaths;
+use super::native::{LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
 use super::process::CommandLine;
 use super::spec::Product;
@@ -375,13 +376,5 @@ mod tests {
             );
             assert!(error.to_string().contains(&missing), "{error}");
         }
-    }
-
-    #[test]
-    fn the_default_paths_are_the_usual_install_locations() {
-        let install = InstallPaths::default();
-        assert!(install.emqx.contains(&"/opt/emqx/bin/emqx".into()));
-        assert!(install.vernemq.contains(&"/opt/vernemq/bin/vernemq".into()));
-        assert!(install.hivemq.contains(&"/opt/hivemq/bin/run.sh".into()));
     }
 }

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::error::BrokerError;
-use super::native::{Helper, InstallPaths, LaunchPlan, PlanContext};
+use super::install::InstallPaths;
+use super::native::{Helper, LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
 use super::process::CommandLine;
 use super::spec::Product;

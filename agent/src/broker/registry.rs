@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::embedded::EmbeddedDriver;
 use super::error::BrokerError;
 use super::external::ExternalDriver;
-use super::native::{InstallPaths, NativeDriver};
+use super::install::InstallPaths;
+use super::native::NativeDriver;
 use super::spec::{BrokerKind, BrokerSpec};
 use super::{BrokerDriver, BrokerState, BrokerStatus, RunningBroker};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::native::InstallPaths;
+use super::install::InstallPaths;
 use super::process::{MARKER_VAR, is_running};
 use super::spec::{BrokerKind, BrokerOptions, BrokerSpec, Product};
 

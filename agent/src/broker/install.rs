@@ -1,0 +1,125 @@
+//! [`InstallPaths`]: where the native driver looks for each product's executables, and
+//! which products are installed on this node (for the Info RPC's capabilities).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::error::BrokerError;
+use super::spec::Product;
+
+/// Where the products' executables are looked for, first match wins. The defaults are the
+/// paths of Debian packages and of the products' tarballs unpacked in `/opt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallPaths {
+    /// `mosquitto`.
+    pub mosquitto: Vec<PathBuf>,
+    /// RabbitMQ's `rabbitmq-server` start script (not Debian's `/usr/sbin` wrapper, which
+    /// switches to the `rabbitmq` user and the system node).
+    pub rabbitmq_server: Vec<PathBuf>,
+    /// `rabbitmqctl`, used for a graceful stop.
+    pub rabbitmqctl: Vec<PathBuf>,
+    /// Erlang's `epmd`, run privately for each RabbitMQ instance.
+    pub epmd: Vec<PathBuf>,
+    /// EMQX's `bin/emqx`.
+    pub emqx: Vec<PathBuf>,
+    /// VerneMQ's `bin/vernemq`.
+    pub vernemq: Vec<PathBuf>,
+    /// HiveMQ CE's `bin/run.sh`.
+    pub hivemq: Vec<PathBuf>,
+}
+
+impl Default for InstallPaths {
+    fn default() -> Self {
+        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect();
+        Self {
+            mosquitto: paths(&["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"]),
+            rabbitmq_server: paths(&["/usr/lib/rabbitmq/bin/rabbitmq-server"]),
+            rabbitmqctl: paths(&["/usr/lib/rabbitmq/bin/rabbitmqctl"]),
+            epmd: paths(&["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]),
+            emqx: paths(&["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"]),
+            vernemq: paths(&[
+                "/usr/sbin/vernemq",
+                "/usr/bin/vernemq",
+                "/opt/vernemq/bin/vernemq",
+                "/vernemq/bin/vernemq",
+            ]),
+            hivemq: paths(&["/opt/hivemq/bin/run.sh", "/opt/hivemq-ce/bin/run.sh"]),
+        }
+    }
+}
+
+impl InstallPaths {
+    /// The first executable among `candidates`, or [`BrokerError::NotInstalled`] naming
+    /// them all.
+    pub fn locate(product: Product, candidates: &[PathBuf]) -> Result<PathBuf, BrokerError> {
+        candidates
+            .iter()
+            .find(|path| is_executable(path))
+            .cloned()
+            .ok_or_else(|| BrokerError::NotInstalled {
+                product,
+                looked_at: candidates.to_vec(),
+            })
+    }
+
+    /// Checks that every executable `product` needs is installed.
+    pub fn check(&self, product: Product) -> Result<(), BrokerError> {
+        let needed: Vec<&[PathBuf]> = match product {
+            Product::Mosquitto => vec![&self.mosquitto],
+            Product::RabbitMq => vec![&self.rabbitmq_server, &self.rabbitmqctl, &self.epmd],
+            Product::Emqx => vec![&self.emqx],
+            Product::VerneMq => vec![&self.vernemq],
+            Product::HiveMq => vec![&self.hivemq],
+        };
+        needed
+            .into_iter()
+            .try_for_each(|candidates| Self::locate(product, candidates).map(drop))
+    }
+
+    /// The products whose executables are all present, for the agent's Info RPC.
+    pub fn installed(&self) -> Vec<Product> {
+        Product::ALL
+            .into_iter()
+            .filter(|product| self.check(*product).is_ok())
+            .collect()
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::error::ErrorCode;
+
+    #[test]
+    fn a_missing_product_names_every_path_it_looked_at() {
+        let install = InstallPaths {
+            emqx: vec!["/nonexistent/emqx".into(), "/etc".into()],
+            ..InstallPaths::default()
+        };
+        let error = install.check(Product::Emqx).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::FailedPrecondition);
+        assert!(
+            error.to_string().contains("/nonexistent/emqx, /etc"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_defaults_are_the_usual_install_locations() {
+        let install = InstallPaths::default();
+        assert!(install.mosquitto.contains(&"/usr/sbin/mosquitto".into()));
+        assert!(
+            install
+                .rabbitmq_server
+                .contains(&"/usr/lib/rabbitmq/bin/rabbitmq-server".into())
+        );
+        assert!(install.emqx.contains(&"/opt/emqx/bin/emqx".into()));
+        assert!(install.vernemq.contains(&"/opt/vernemq/bin/vernemq".into()));
+        assert!(install.hivemq.contains(&"/opt/hivemq/bin/run.sh".into()));
+    }
+}
