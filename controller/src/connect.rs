@@ -8,7 +8,7 @@ use tonic::transport::{Channel, Endpoint};
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The address is not a valid endpoint.
-    #[error("agent address {address}: {source}")]
+    #[error("agent address {address}: {}", error_chain(source))]
     Address {
         /// `host:port`.
         address: String,
@@ -19,7 +19,7 @@ pub enum ConnectError {
     #[error("TLS: {0}")]
     Tls(#[from] proto::mtls::MtlsError),
     /// The connection (TCP, TLS handshake) failed.
-    #[error("agent {address}: {source}")]
+    #[error("agent {address}: {}", error_chain(source))]
     Connect {
         /// `host:port`.
         address: String,
@@ -54,4 +54,28 @@ pub async fn connect_agent(
             source,
         })?;
     Ok(AgentClient::new(channel))
+}
+
+/// An error and its causes, `outer: inner: root`: tonic's transport errors say only
+/// "transport error" on their own, the cause ("Connection refused") is further down.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        cause = inner.source();
+    }
+    text
+}
+
+/// A gRPC status as text, with the transport cause when there is one.
+pub fn status_text(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(cause) => format!("{}: {}", status.message(), error_chain(cause)),
+        None => status.message().to_string(),
+    }
 }

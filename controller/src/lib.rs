@@ -13,6 +13,8 @@
 //! - [`report`]: `report.md`, `report.html` and SVG figures, rebuilt from a results folder.
 //! - [`run`]: running a plan: agents, brokers, scenarios, cells, undo.
 //! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
+//! - [`serve`]: `controller serve`, the controller as a gRPC service over mTLS.
+//! - [`remote`]: `controller remote`, driving that service from a laptop.
 //! - `main.rs`: the `controller` binary.
 
 pub mod civil;
@@ -20,6 +22,8 @@ pub mod clock;
 pub mod connect;
 pub mod pki_command;
 pub mod plan;
+pub mod remote;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod serve;

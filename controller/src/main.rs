@@ -1,13 +1,15 @@
 //! `controller`: parse, set up tracing, run the plan or subcommand, map the outcome to an
 //! exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use controller::pki_command::{IdentityArg, PkiRequest, create};
 use controller::plan::Plan;
+use controller::remote::RemoteCommand;
 use controller::run::{RunOptions, run_plan};
+use proto::mtls::Credentials;
 use tokio_util::sync::CancellationToken;
 
 /// Continuum's controller: `controller plan.toml` runs a whole study.
@@ -48,6 +50,64 @@ enum Command {
         #[arg(long)]
         replace: bool,
     },
+    /// Runs the controller as a gRPC service over mTLS: plans submitted with `controller
+    /// remote` run one at a time; SIGTERM/SIGINT cancel the running plan (after its undo).
+    Serve {
+        /// Address to listen on, HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: String,
+        /// Folder with ca.pem and the identity's <name>.pem and <name>.key.
+        #[arg(long, value_name = "DIR")]
+        pki: PathBuf,
+        /// The service's identity (a controller identity) in that folder.
+        #[arg(long, default_value = "controller")]
+        identity: String,
+    },
+    /// Drives a `controller serve` from another machine: submit, watch, list, fetch, cancel.
+    Remote {
+        /// The service's address, HOST:PORT (a name or address its certificate carries).
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: String,
+        /// Folder with ca.pem and this client's <name>.pem and <name>.key.
+        #[arg(long, value_name = "DIR")]
+        pki: PathBuf,
+        /// This client's identity in that folder (a remote-client identity).
+        #[arg(long, value_name = "NAME")]
+        identity: String,
+        /// The name to check in the service's certificate, when HOST is not among its names.
+        #[arg(long, value_name = "NAME")]
+        server_name: Option<String>,
+        #[command(subcommand)]
+        action: RemoteAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RemoteAction {
+    /// Submits a plan; prints the run id.
+    Submit {
+        /// The plan file.
+        plan: PathBuf,
+    },
+    /// Follows a run until it ends; exits 0 if it finished, 3 if cancelled, 1 if it failed.
+    Watch {
+        /// The run id.
+        run: String,
+    },
+    /// Lists the service's runs.
+    List,
+    /// Copies a run's results folder into DIR.
+    Fetch {
+        /// The run id.
+        run: String,
+        /// Local folder to write into (created if needed).
+        dir: PathBuf,
+    },
+    /// Cancels a run (its netem is cleared and brokers removed); prints its state.
+    Cancel {
+        /// The run id.
+        run: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -87,6 +147,24 @@ fn main() -> ExitCode {
             clients,
             replace,
         }),
+        (
+            Some(Command::Serve {
+                listen,
+                pki,
+                identity,
+            }),
+            _,
+        ) => serve(&listen, &pki, &identity),
+        (
+            Some(Command::Remote {
+                addr,
+                pki,
+                identity,
+                server_name,
+                action,
+            }),
+            _,
+        ) => remote(&addr, &pki, &identity, server_name.as_deref(), action),
         (None, Some(plan)) => run(plan, args.resume),
         (None, None) => {
             eprintln!(
@@ -107,6 +185,69 @@ fn pki(request: PkiRequest) -> ExitCode {
         }
         Err(error) => {
             eprintln!("controller pki: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            eprintln!("controller: cannot start the runtime: {error}");
+            None
+        }
+    }
+}
+
+fn serve(listen: &str, pki: &Path, identity: &str) -> ExitCode {
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(controller::serve::run(listen, pki, identity)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("controller serve: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn remote(
+    addr: &str,
+    pki: &Path,
+    identity: &str,
+    server_name: Option<&str>,
+    action: RemoteAction,
+) -> ExitCode {
+    let credentials = match Credentials::load(pki, identity) {
+        Ok(credentials) => credentials,
+        Err(error) => {
+            eprintln!("controller remote: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let command = match action {
+        RemoteAction::Submit { plan } => RemoteCommand::Submit(plan),
+        RemoteAction::Watch { run } => RemoteCommand::Watch(run),
+        RemoteAction::List => RemoteCommand::List,
+        RemoteAction::Fetch { run, dir } => RemoteCommand::Fetch(run, dir),
+        RemoteAction::Cancel { run } => RemoteCommand::Cancel(run),
+    };
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    let outcome = runtime.block_on(async {
+        let mut client = controller::remote::connect(addr, server_name, &credentials).await?;
+        controller::remote::execute(&mut client, command).await
+    });
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("controller remote: {error}");
             ExitCode::FAILURE
         }
     }

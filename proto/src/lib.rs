@@ -20,6 +20,8 @@
 //! # Layout
 //! - `proto/continuum/loadgen/v1/loadgen.proto`: the loadgen workload and its result.
 //! - `proto/continuum/agent/v1/agent.proto`: the agent service ([`agent::v1`]).
+//! - `proto/continuum/controller/v1/controller.proto`: the controller as a service, driven
+//!   from a laptop ([`controller::v1`]).
 //! - `build.rs`: compiles every `.proto` under `proto/`.
 //! - [`loadgen::v1`]: the generated messages of package `continuum.loadgen.v1`.
 //! - [`convert`]: `TryFrom`/`From` between messages and domain types, and
@@ -43,6 +45,16 @@ pub mod agent {
     /// Version 1: the `Agent` service, its client and server, and its messages.
     pub mod v1 {
         tonic::include_proto!("continuum.agent.v1");
+    }
+}
+
+/// The controller service of package `continuum.controller.v1` (generated from
+/// `controller.proto`): `controller serve` and `controller remote`.
+pub mod controller {
+    /// Version 1: the `Controller` service (submit, watch, list, fetch, cancel runs), its
+    /// client and server, and its messages.
+    pub mod v1 {
+        tonic::include_proto!("continuum.controller.v1");
     }
 }
 

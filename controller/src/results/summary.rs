@@ -194,43 +194,22 @@ impl ResultsDir {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
+        // The figure columns are fixed by loadgen's Summary; take their names from a template.
+        let template = loadgen::output::csv_columns(&figures_template()).unwrap_or_default();
         if !exists {
-            // The figure columns are fixed by loadgen's Summary; take them from a template.
-            let template = loadgen::output::csv_columns(&figures_template()).unwrap_or_default();
             let mut header: Vec<String> = SUMMARY_FIXED_COLUMNS
                 .iter()
                 .map(|c| c.to_string())
                 .collect();
-            header.extend(template.into_iter().map(|(name, _)| name));
-            writeln!(
-                file,
-                "{}",
-                header
-                    .iter()
-                    .map(|h| csv_field(h))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-            .map_err(io(&path))?;
+            header.extend(template.iter().map(|(name, _)| figure_column_name(name)));
+            write_line(&mut file, &header).map_err(io(&path))?;
         }
         if figures.is_empty() {
-            let columns = loadgen::output::csv_columns(&figures_template())
-                .map(|c| c.len())
-                .unwrap_or(0);
-            fixed.extend(std::iter::repeat_n(String::new(), columns));
+            fixed.extend(std::iter::repeat_n(String::new(), template.len()));
         } else {
             fixed.extend(figures.into_iter().map(|(_, value)| value));
         }
-        writeln!(
-            file,
-            "{}",
-            fixed
-                .iter()
-                .map(|f| csv_field(f))
-                .collect::<Vec<_>>()
-                .join(",")
-        )
-        .map_err(io(&path))?;
+        write_line(&mut file, &fixed).map_err(io(&path))?;
         file.sync_data().map_err(io(&path))
     }
 
@@ -243,13 +222,15 @@ impl ResultsDir {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
+        // One write for the whole batch, for the same reason as summary rows.
+        let mut text = String::new();
         if !exists {
-            writeln!(file, "{METRICS_HEADER}").map_err(io(&path))?;
+            text.push_str(METRICS_HEADER);
+            text.push('\n');
         }
         for row in rows {
-            writeln!(
-                file,
-                "{},{},{},{:.2},{},{},{:.2},{}",
+            text.push_str(&format!(
+                "{},{},{},{:.2},{},{},{:.2},{}\n",
                 csv_field(&row.cell),
                 row.unix_ns,
                 csv_field(&row.node),
@@ -258,10 +239,9 @@ impl ResultsDir {
                 csv_field(&row.process),
                 row.process_cpu_percent,
                 row.process_rss_bytes
-            )
-            .map_err(io(&path))?;
+            ));
         }
-        Ok(())
+        file.write_all(text.as_bytes()).map_err(io(&path))
     }
 
     /// Cells already in `summary.csv` with status ok or skipped: a resumed run skips them
@@ -300,6 +280,27 @@ impl ResultsDir {
                 .collect(),
         ))
     }
+}
+
+/// loadgen's own `broker` column (the address it dialled) would repeat the fixed `broker`
+/// column (the broker's name in the plan).
+fn figure_column_name(name: &str) -> String {
+    match name {
+        "broker" => "broker_address".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Writes one CSV line, newline included, in a single write: a process killed mid-row must
+/// not leave half a line for the next row to be glued to.
+fn write_line(file: &mut std::fs::File, fields: &[String]) -> std::io::Result<()> {
+    let mut line = fields
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    file.write_all(line.as_bytes())
 }
 
 /// A summary with every field, so the CSV header is the same whatever the first cell did.

@@ -138,12 +138,12 @@ async fn run_load(
             subscribers: 0..spec.subscribers,
         },
     );
-    let (published, received) = tokio::join!(
+    // The first half to fail ends the cell: dropping the other's stream cancels its load.
+    let (mut merged, received) = tokio::try_join!(
         stream_result(publishers, publishing),
         stream_result(subscribers, subscribing)
-    );
-    let mut merged = published?;
-    merged.merge(&received?).map_err(|e| e.to_string())?;
+    )?;
+    merged.merge(&received).map_err(|e| e.to_string())?;
     Ok(merged)
 }
 
@@ -155,11 +155,11 @@ async fn stream_result(
         .client
         .run_load(request)
         .await
-        .map_err(|status| format!("{}: {}", agent.name, status.message()))?
+        .map_err(|status| format!("{}: {}", agent.name, crate::connect::status_text(&status)))?
         .into_inner();
     while let Some(event) = events.next().await {
         match event
-            .map_err(|status| format!("{}: {}", agent.name, status.message()))?
+            .map_err(|status| format!("{}: {}", agent.name, crate::connect::status_text(&status)))?
             .event
         {
             Some(pb::run_load_event::Event::Result(result)) => {

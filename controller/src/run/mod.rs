@@ -73,12 +73,55 @@ pub struct RunSummary {
     pub interrupted: bool,
 }
 
+/// How far a run is, in cells.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Cells of the plan.
+    pub total: usize,
+    /// Cells handled (including those a resumed folder already held).
+    pub done: usize,
+    /// Cells measured in this invocation.
+    pub measured: usize,
+    /// Cells that failed.
+    pub failed: usize,
+    /// Cells skipped.
+    pub skipped: usize,
+}
+
+/// What a run reports as it goes, to an observer such as `controller serve`.
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// The results folder is open; the plan has `total` cells.
+    Started {
+        /// The results folder.
+        dir: PathBuf,
+        /// Cells of the plan.
+        total: usize,
+    },
+    /// A cell was recorded.
+    Cell {
+        /// Its id.
+        id: String,
+        /// How it ended.
+        status: CellStatus,
+        /// The one-line figures of a measured cell, or why it failed or was skipped.
+        note: String,
+        /// The run's counts after it.
+        counts: RunCounts,
+    },
+}
+
+/// Where a run sends its [`RunEvent`]s (sending never blocks the run; a closed receiver is
+/// ignored).
+pub type RunEvents = tokio::sync::mpsc::UnboundedSender<RunEvent>;
+
 struct Progress {
     total: usize,
     done: usize,
     measured: usize,
     failed: usize,
     skipped: usize,
+    events: Option<RunEvents>,
 }
 
 /// Runs `plan` (whose file text is `plan_text`), writing into a new results folder or the
@@ -89,24 +132,45 @@ pub async fn run_plan(
     options: RunOptions,
     cancel: CancellationToken,
 ) -> Result<RunSummary, RunError> {
+    run_plan_observed(plan, plan_text, options, cancel, None).await
+}
+
+/// [`run_plan`], also sending a [`RunEvent`] to `events` when the folder is open and as
+/// each cell is recorded.
+pub async fn run_plan_observed(
+    plan: &Plan,
+    plan_text: &str,
+    options: RunOptions,
+    cancel: CancellationToken,
+    events: Option<RunEvents>,
+) -> Result<RunSummary, RunError> {
     let dir = match &options.resume {
         Some(dir) => dir.clone(),
-        None => plan
-            .results_dir
-            .join(format!("{}-{}", plan.name, timestamp())),
+        None => fresh_folder(
+            &plan
+                .results_dir
+                .join(format!("{}-{}", plan.name, timestamp())),
+        ),
     };
-    let results = ResultsDir::open(&dir)?;
-    let finished: HashSet<String> = results.finished_cells()?;
     if options.resume.is_some()
-        && let Ok(previous) = results.read_manifest()
+        && let Ok(previous) = ResultsDir::open(&dir)?.read_manifest()
         && previous.plan != *plan
     {
         return Err(RunError::ResumeMismatch {
             dir: dir.display().to_string(),
         });
     }
-    eprintln!("controller: results in {}", dir.display());
+    // Every agent must answer before anything is written or changed anywhere.
     let (agents, locals) = agents::connect_all(plan).await?;
+    let results = ResultsDir::open(&dir)?;
+    let finished: HashSet<String> = results.finished_cells()?;
+    eprintln!("controller: results in {}", dir.display());
+    if let Some(events) = &events {
+        let _ = events.send(RunEvent::Started {
+            dir: dir.clone(),
+            total: plan.cells().len(),
+        });
+    }
     let mut manifest = Manifest {
         plan: plan.clone(),
         plan_text: plan_text.to_string(),
@@ -144,6 +208,7 @@ pub async fn run_plan(
         measured: 0,
         failed: 0,
         skipped: 0,
+        events,
     };
     let mut interrupted = false;
     'brokers: for (b, broker) in plan.brokers.iter().enumerate() {
@@ -398,6 +463,20 @@ fn record(
         CellStatus::Failed => progress.failed += 1,
         CellStatus::Skipped => progress.skipped += 1,
     }
+    if let Some(events) = &progress.events {
+        let _ = events.send(RunEvent::Cell {
+            id: record.cell.clone(),
+            status,
+            note: reason.to_string(),
+            counts: RunCounts {
+                total: progress.total,
+                done: progress.done,
+                measured: progress.measured,
+                failed: progress.failed,
+                skipped: progress.skipped,
+            },
+        });
+    }
     if status != CellStatus::Skipped {
         eprintln!(
             "[{:>4}/{}] {} {}: {reason}",
@@ -512,21 +591,24 @@ fn fingerprint(id: &str, salt: u64) -> u64 {
     })
 }
 
+/// `base`, or `base-2`, `base-3`, ... when runs started in the same second: a new run must
+/// never take an earlier one's folder (it would skip that run's cells as finished).
+fn fresh_folder(base: &Path) -> PathBuf {
+    let mut candidate = base.to_path_buf();
+    let mut attempt = 1;
+    while candidate.exists() {
+        attempt += 1;
+        candidate = PathBuf::from(format!("{}-{attempt}", base.display()));
+    }
+    candidate
+}
+
 fn timestamp() -> String {
-    let secs = loadgen::clock::unix_now_ns() / 1_000_000_000;
-    // UTC, without a date crate: days since the epoch to a civil date (Howard Hinnant's method).
-    let days = (secs / 86_400) as i64;
-    let (hour, minute, second) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60, secs % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}-{hour:02}{minute:02}{second:02}")
+    let t = crate::civil::UtcTime::from_unix_secs(loadgen::clock::unix_now_ns() / 1_000_000_000);
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
 }
 
 /// Where the results of `plan` go when not resuming (for messages).

@@ -1,0 +1,1025 @@
+//! The controller end to end on a namespace testbed: agents (the real `continuum-agent`
+//! binary) on tester, headnode and worker, real Mosquitto and RabbitMQ on the worker, and the
+//! controller's `run_plan` on a node of its own, driven by plan files these tests write.
+//!
+//! Why here and not in the controller crate: Cargo builds a package's binaries only for its
+//! own integration tests, so `CARGO_BIN_EXE_continuum-agent` exists in the agent's tests
+//! alone. The controller is a library (a dev-dependency of this crate); where a test needs it
+//! as a separate process that can be SIGKILLed, the test binary re-executes itself for just
+//! [`controller_process_for_the_sigkill_test`] with the plan's path in an environment variable
+//! ([`HELPER_PLAN_VAR`]); that helper runs `run_plan` like `controller plan.toml` does.
+//!
+//! Every test runs isolated in its own network namespace (see `tests::netns`); traffic stays
+//! between the testbed's nodes, all in 198.18.0.0/15.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use controller::connect::connect_agent;
+use controller::plan::Plan;
+use controller::report::check_svg;
+use controller::results::ResultsDir;
+use controller::run::{RunOptions, RunSummary, run_plan};
+use proto::agent::v1 as pb;
+use proto::agent::v1::agent_client::AgentClient;
+use proto::mtls::Credentials;
+use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
+use tests::netns::{NodeProcess, Testbed};
+use tests::{isolated_netns_test, skip_unless_installed};
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tonic::transport::Channel;
+
+const AGENT_PORT: u16 = 7100;
+const AGENTS: [&str; 3] = ["tester", "headnode", "worker"];
+const READY_DEADLINE: Duration = Duration::from_secs(20);
+/// Set (to a plan file) only in the re-executed helper process.
+const HELPER_PLAN_VAR: &str = "CONTINUUM_E2E_CONTROLLER_PLAN";
+/// The test the helper process runs.
+const HELPER_TEST: &str = "controller_process_for_the_sigkill_test";
+/// The broker port where a test needs to know it (each worker namespace is its own).
+const MQTT_PORT: u16 = 1883;
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMIUM_FLAGS: [&str; 9] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--window-size=1200,3000",
+];
+
+/// A testbed with agents on tester, headnode and worker (each with the roles given, all by
+/// default), a controller node, nodes without agents, the PKI and a work folder.
+struct Bed {
+    testbed: Testbed,
+    pki: tempfile::TempDir,
+    work: tempfile::TempDir,
+    agents: Vec<(String, NodeProcess)>,
+}
+
+impl Bed {
+    fn start(prefix: &str, roles: &[(&str, &str)], bare_nodes: &[&str]) -> Result<Self> {
+        let nodes: Vec<_> = AGENTS
+            .iter()
+            .chain(&["controller"])
+            .chain(bare_nodes)
+            .map(|n| (*n).into())
+            .collect();
+        let testbed = Testbed::build(prefix, &nodes)?;
+        let pki = tempfile::tempdir()?;
+        let ca = CertificateAuthority::generate("Continuum e2e CA")?;
+        let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
+        for name in AGENTS {
+            let addr = testbed.node(name).addr();
+            identities.push(
+                ca.issue(&IdentitySpec::new(Role::Agent, name).with_ip_address(addr.into()))?,
+            );
+        }
+        write_pki(pki.path(), &ca, &identities, Overwrite::Refuse)?;
+        let mut agents = Vec::new();
+        for name in AGENTS {
+            let node = testbed.node(name);
+            let role_line = roles
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, roles)| format!("roles = [{roles}]\n"))
+                .unwrap_or_default();
+            let config = write_agent_config(
+                pki.path(),
+                name,
+                SocketAddr::new(node.addr().into(), AGENT_PORT),
+                &role_line,
+            )?;
+            let mut command = node.command(env!("CARGO_BIN_EXE_continuum-agent"));
+            command.arg("--config").arg(&config).env("RUST_LOG", "warn");
+            agents.push((name.to_string(), node.spawn(&mut command)?));
+        }
+        let bed = Bed {
+            testbed,
+            pki,
+            work: tempfile::tempdir()?,
+            agents,
+        };
+        bed.wait_for_agents()?;
+        Ok(bed)
+    }
+
+    fn ip(&self, node: &str) -> String {
+        self.testbed.node(node).addr().to_string()
+    }
+
+    fn address(&self, node: &str) -> String {
+        format!("{}:{AGENT_PORT}", self.ip(node))
+    }
+
+    fn results_root(&self) -> PathBuf {
+        self.work.path().join("results")
+    }
+
+    fn controller_credentials(&self) -> Result<Credentials> {
+        Ok(Credentials::load(self.pki.path(), "controller")?)
+    }
+
+    /// Runs `f` in the controller node.
+    fn on_controller<F, Fut, T>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: std::future::Future<Output = Result<T>>,
+        T: Send,
+    {
+        self.testbed.node("controller").run_in(f)?
+    }
+
+    /// Polls every agent from the controller node until it answers Info.
+    fn wait_for_agents(&self) -> Result<()> {
+        let credentials = self.controller_credentials()?;
+        let addresses: Vec<String> = AGENTS.iter().map(|a| self.address(a)).collect();
+        self.on_controller(|| async move {
+            for address in &addresses {
+                connect_when_ready(address, &credentials).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The PID of a node's agent process.
+    fn agent_pid(&self, node: &str) -> u32 {
+        self.agents
+            .iter()
+            .find(|(name, _)| name == node)
+            .map(|(_, process)| process.id())
+            .expect("an agent on that node")
+    }
+
+    /// The top of a plan: name, repetitions, results and PKI folders, short timeouts.
+    fn plan_header(&self, name: &str, repetitions: u32) -> String {
+        format!(
+            "name = \"{name}\"\nrepetitions = {repetitions}\nresults_dir = \"{}\"\npki_dir = \"{}\"\n\n\
+             [timeouts]\nconnect = \"5s\"\ndeploy = \"60s\"\nnetem = \"10s\"\ncell = \"60s\"\n\n",
+            self.results_root().display(),
+            self.pki.path().display()
+        )
+    }
+
+    /// A `[[nodes]]` entry whose agent (and data plane) is the node's testbed address.
+    fn node_entry(&self, name: &str, roles: &str) -> String {
+        let ip = self.ip(name);
+        format!(
+            "[[nodes]]\nname = \"{name}\"\nagent = \"{ip}:{AGENT_PORT}\"\nroles = [{roles}]\ndata_address = \"{ip}\"\n\n"
+        )
+    }
+
+    /// tester and headnode run load, the worker runs brokers.
+    fn standard_nodes(&self) -> String {
+        self.node_entry("tester", "\"loadgen\", \"netem\"")
+            + &self.node_entry("headnode", "\"loadgen\", \"netem\"")
+            + &self.node_entry("worker", "\"broker\", \"netem\"")
+    }
+
+    fn write_plan(&self, file: &str, text: &str) -> Result<PathBuf> {
+        let path = self.work.path().join(file);
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// Loads the plan at `path` and runs it with `run_plan` in the controller node.
+    fn run(&self, path: &Path, resume: Option<PathBuf>) -> Result<RunSummary> {
+        let plan = Plan::load(path)?;
+        let text = std::fs::read_to_string(path)?;
+        self.on_controller(|| async {
+            Ok(run_plan(
+                &plan,
+                &text,
+                RunOptions { resume },
+                CancellationToken::new(),
+            )
+            .await?)
+        })
+    }
+
+    /// From the controller node: the worker's broker `name` is stopped or unknown, and no
+    /// node holds a qdisc.
+    fn assert_nothing_left(&self, broker: &str) -> Result<()> {
+        let credentials = self.controller_credentials()?;
+        let addresses: Vec<(String, String)> = AGENTS
+            .iter()
+            .map(|a| ((*a).to_string(), self.address(a)))
+            .collect();
+        let broker = broker.to_string();
+        self.on_controller(|| async move {
+            for (name, address) in &addresses {
+                let mut client = connect_when_ready(address, &credentials).await?;
+                let netem = client
+                    .read_netem(pb::ReadNetemRequest {
+                        interface: "eth0".into(),
+                    })
+                    .await?
+                    .into_inner();
+                ensure!(!netem.present, "{name} still holds netem: {netem:?}");
+                if name == "worker" {
+                    match client
+                        .get_broker(pb::GetBrokerRequest {
+                            name: broker.clone(),
+                        })
+                        .await
+                    {
+                        Err(status) => ensure!(status.code() == Code::NotFound, "{status:?}"),
+                        Ok(status) => {
+                            let status = status.into_inner();
+                            ensure!(
+                                status.state() == pb::BrokerState::Stopped,
+                                "broker {broker} left behind: {status:?}"
+                            );
+                            ensure!(
+                                status.pid == 0 || !tests::process::is_running(status.pid),
+                                "broker {broker} process {} still runs",
+                                status.pid
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+fn write_agent_config(pki: &Path, name: &str, listen: SocketAddr, roles: &str) -> Result<PathBuf> {
+    let state = pki.join(format!("{name}-state"));
+    std::fs::create_dir_all(&state)?;
+    // Brokers started as root drop to their own users, which must reach their files.
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let path = pki.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\nlisten = \"{listen}\"\ndata_plane_interface = \"eth0\"\nstate_dir = \"{}\"\n{roles}\
+             [tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            state.display(),
+            pki.join("ca.pem").display(),
+            pki.join(format!("{name}.pem")).display(),
+            pki.join(format!("{name}.key")).display(),
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Connects, retrying until the agent answers Info or the deadline passes.
+async fn connect_when_ready(
+    address: &str,
+    credentials: &Credentials,
+) -> Result<AgentClient<Channel>> {
+    let deadline = Instant::now() + READY_DEADLINE;
+    loop {
+        let attempt = async {
+            let mut client = connect_agent(address, None, credentials).await?;
+            client.info(pb::InfoRequest {}).await?;
+            anyhow::Ok(client)
+        };
+        match attempt.await {
+            Ok(client) => return Ok(client),
+            Err(error) if Instant::now() > deadline => {
+                return Err(error.context(format!("agent {address} never answered")));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// `summary.csv` of a run: its rows as maps from column to value. A name that appears twice
+/// in the header keeps its first column (the fixed `broker` column is the broker's name; a
+/// loadgen column of the same name, the broker's address, follows it).
+fn summary_rows(dir: &Path) -> Result<Vec<BTreeMap<String, String>>> {
+    let (header, rows) = ResultsDir::open(dir)?.read_summary()?;
+    rows.into_iter()
+        .map(|row| {
+            ensure!(row.len() == header.len(), "a ragged row: {row:?}");
+            let mut map = BTreeMap::new();
+            for (name, value) in header.iter().zip(row) {
+                map.entry(name.clone()).or_insert(value);
+            }
+            Ok(map)
+        })
+        .collect()
+}
+
+fn field<'a>(row: &'a BTreeMap<String, String>, column: &str) -> &'a str {
+    row.get(column)
+        .map(String::as_str)
+        .unwrap_or_else(|| panic!("summary.csv has no column {column}"))
+}
+
+/// Every cell id of the plan, each once.
+fn plan_cell_ids(plan: &Plan) -> Vec<String> {
+    let mut ids: Vec<String> = plan.cells().iter().map(|c| c.id(plan)).collect();
+    ids.sort();
+    ids
+}
+
+/// Rows per cell id.
+fn rows_per_cell(rows: &[BTreeMap<String, String>]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for row in rows {
+        *counts.entry(field(row, "cell").to_string()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Every `<svg …>…</svg>` inlined in an HTML page.
+fn inline_svgs(html: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<svg") {
+        let Some(len) = rest[start..].find("</svg>") else {
+            found.push(&rest[start..]);
+            break;
+        };
+        let end = start + len + "</svg>".len();
+        found.push(&rest[start..end]);
+        rest = &rest[end..];
+    }
+    found
+}
+
+/// Takes a screenshot of `html` with headless Chromium in this (isolated: only `lo`)
+/// namespace; returns the PNG's path and size.
+fn screenshot(html: &Path) -> Result<(PathBuf, u64)> {
+    let out = std::env::temp_dir().join("continuum-e2e");
+    std::fs::create_dir_all(&out)?;
+    // The page is self-contained: a copy beside the screenshot stays to look at.
+    let page = out.join("report.html");
+    std::fs::copy(html, &page)?;
+    let png = out.join("report.png");
+    let _ = std::fs::remove_file(&png);
+    let profile = tempfile::tempdir()?;
+    let mut command = Command::new(CHROMIUM);
+    command
+        .args(CHROMIUM_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()));
+    let started = Instant::now();
+    let output = tests::process::run_with_deadline(&mut command, None, Duration::from_secs(90))?;
+    ensure!(
+        output.status.success(),
+        "chromium exited with {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let size = std::fs::metadata(&png)
+        .with_context(|| format!("chromium wrote no {}", png.display()))?
+        .len();
+    eprintln!(
+        "chromium: {} ({size} bytes) in {:.1} s",
+        png.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok((png, size))
+}
+
+#[test]
+fn a_plan_of_two_brokers_runs_end_to_end() {
+    isolated_netns_test!();
+    skip_unless_installed!(
+        tests::mosquitto::MOSQUITTO_BINARY,
+        tests::rabbitmq::RABBITMQ_SERVER
+    );
+    let bed = Bed::start("e2e", &[], &[]).expect("testbed with agents");
+    let text = bed.plan_header("two-brokers", 2)
+        + &bed.standard_nodes()
+        + r#"[[brokers]]
+name = "mosquitto"
+kind = "native"
+product = "mosquitto"
+node = "worker"
+
+[[brokers]]
+name = "rabbitmq"
+kind = "native"
+product = "rabbitmq"
+node = "worker"
+
+[[scenarios]]
+name = "local"
+
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 20
+messages = 4
+warmup = 1
+
+[[tests]]
+kind = "payload"
+loadgen = ["tester"]
+payloads = ["1KB", "1MB"]
+publishers = 10
+messages = 3
+warmup = 1
+
+# Publishers on the tester, subscribers on the headnode, one start barrier.
+[[tests]]
+kind = "throughput"
+loadgen = ["tester", "headnode"]
+clients = [10, 20]
+messages = 200
+"#;
+    let path = bed.write_plan("plan.toml", &text).expect("plan file");
+    let plan = Plan::load(&path).expect("a valid plan");
+    let started = Instant::now();
+    let summary = bed.run(&path, None).expect("the run");
+    let took = started.elapsed();
+    eprintln!("run: {summary:?} in {:.1} s", took.as_secs_f64());
+    // 2 brokers x (latency 1 + payload 2 + throughput 2 points) x 2 repetitions.
+    assert_eq!(plan.cells().len(), 20);
+    assert_eq!(
+        (
+            summary.measured,
+            summary.failed,
+            summary.skipped,
+            summary.interrupted
+        ),
+        (20, 0, 0, false)
+    );
+
+    let rows = summary_rows(&summary.dir).expect("summary.csv");
+    let mut ids: Vec<String> = rows.iter().map(|r| field(r, "cell").to_string()).collect();
+    ids.sort();
+    assert_eq!(ids, plan_cell_ids(&plan), "one row per cell, no more");
+    for row in &rows {
+        let cell = field(row, "cell");
+        assert_eq!(
+            field(row, "status"),
+            "ok",
+            "{cell}: {}",
+            field(row, "reason")
+        );
+        assert_eq!(field(row, "lost"), "0", "{cell} lost messages");
+        assert_eq!(
+            field(row, "delivered_unique"),
+            field(row, "expected_deliveries"),
+            "{cell}"
+        );
+        assert!(
+            field(row, "qos_violations").is_empty(),
+            "{cell}: {}",
+            field(row, "qos_violations")
+        );
+        assert!(
+            summary
+                .dir
+                .join("cells")
+                .join(cell)
+                .join("result.json")
+                .is_file(),
+            "{cell} has no result.json"
+        );
+    }
+    let throughput: Vec<_> = rows
+        .iter()
+        .filter(|r| field(r, "test") == "throughput")
+        .map(|r| {
+            format!(
+                "{} {} pairs: {} published, receive {} msg/s",
+                field(r, "broker"),
+                field(r, "point"),
+                field(r, "published"),
+                field(r, "receive_rate_msgs_per_s")
+            )
+        })
+        .collect();
+    eprintln!("{}", throughput.join("\n"));
+
+    let manifest = ResultsDir::open(&summary.dir)
+        .and_then(|r| r.read_manifest())
+        .expect("manifest.json");
+    let names: Vec<&str> = manifest.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, AGENTS);
+    for node in &manifest.nodes {
+        eprintln!(
+            "{}: clock {} ns ± {} ns",
+            node.name, node.clock_offset_ns, node.clock_error_bound_ns
+        );
+        assert!(node.clock_error_bound_ns < 1_000_000, "{node:?}");
+        // Namespaces share one clock: the true offset, 0, lies within the bound.
+        assert!(
+            node.clock_offset_ns.unsigned_abs() <= node.clock_error_bound_ns,
+            "{node:?}"
+        );
+    }
+
+    let html_path = summary.dir.join("report.html");
+    let html = std::fs::read_to_string(&html_path).expect("report.html");
+    let markdown = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
+    assert!(markdown.contains("mosquitto") && markdown.contains("rabbitmq"));
+    let mut figures: Vec<PathBuf> = std::fs::read_dir(summary.dir.join("figures"))
+        .expect("figures/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+        .collect();
+    figures.sort();
+    assert!(!figures.is_empty(), "no figures");
+    for figure in &figures {
+        let svg = std::fs::read_to_string(figure).expect("figure");
+        if let Err(problem) = check_svg(&svg) {
+            panic!("{}: {problem}", figure.display());
+        }
+    }
+    let inline = inline_svgs(&html);
+    assert_eq!(inline.len(), figures.len(), "every figure inline, once");
+    for (i, svg) in inline.iter().enumerate() {
+        if let Err(problem) = check_svg(svg) {
+            panic!("inline svg {i} of report.html: {problem}");
+        }
+    }
+    eprintln!(
+        "report: {} figures, report.html {} bytes, report.md {} bytes",
+        figures.len(),
+        html.len(),
+        markdown.len()
+    );
+
+    if Path::new(CHROMIUM).exists() {
+        let (png, size) = screenshot(&html_path).expect("a headless screenshot");
+        assert!(size > 20_000, "{} is only {size} bytes", png.display());
+        println!("screenshot: {}", png.display());
+    } else {
+        println!("no screenshot: {CHROMIUM} is not installed");
+    }
+}
+
+/// Not a test of its own: with [`HELPER_PLAN_VAR`] set, this is the controller process of
+/// [`sigkill_mid_run_then_resume_measures_every_cell_once`], running the plan like
+/// `controller plan.toml` (a multi-threaded runtime, `run_plan`). Without it, it does nothing.
+#[test]
+fn controller_process_for_the_sigkill_test() {
+    let Some(path) = std::env::var_os(HELPER_PLAN_VAR) else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let plan = Plan::load(&path).expect("the plan");
+    let text = std::fs::read_to_string(&path).expect("the plan's text");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let summary = runtime
+        .block_on(run_plan(
+            &plan,
+            &text,
+            RunOptions::default(),
+            CancellationToken::new(),
+        ))
+        .expect("the run");
+    eprintln!("helper controller finished (it should have been killed): {summary:?}");
+}
+
+/// The one run folder under `root`, once it exists.
+fn run_folder(root: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    (dirs.len() == 1).then(|| dirs.remove(0))
+}
+
+/// Complete data rows in `summary.csv` (lines ending in a newline, header excluded).
+fn complete_rows(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("summary.csv"))
+        .map(|text| text.matches('\n').count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+#[test]
+fn sigkill_mid_run_then_resume_measures_every_cell_once() {
+    isolated_netns_test!();
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let bed = Bed::start("resume", &[], &[]).expect("testbed with agents");
+    let text = bed.plan_header("resume", 3)
+        + &bed.standard_nodes()
+        + r#"[[brokers]]
+name = "mosquitto"
+kind = "native"
+product = "mosquitto"
+node = "worker"
+
+[[scenarios]]
+name = "local"
+
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 20
+messages = 8
+warmup = 1
+
+[[tests]]
+kind = "throughput"
+loadgen = ["tester", "headnode"]
+clients = [10]
+messages = 1000
+"#;
+    let path = bed.write_plan("plan.toml", &text).expect("plan file");
+    let plan = Plan::load(&path).expect("a valid plan");
+    let total = plan.cells().len();
+    assert_eq!(total, 6);
+
+    // The controller as a process of its own in the controller node.
+    let log_path = bed.work.path().join("killed-controller.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut command = bed.testbed.node("controller").command(exe);
+    command
+        .args(["--exact", HELPER_TEST, "--nocapture", "--test-threads=1"])
+        .env(HELPER_PLAN_VAR, &path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log);
+    let started = Instant::now();
+    let mut controller = bed
+        .testbed
+        .node("controller")
+        .spawn(&mut command)
+        .expect("the controller process");
+    let deadline = started + Duration::from_secs(120);
+    let dir = loop {
+        if let Some(dir) = run_folder(&bed.results_root())
+            && complete_rows(&dir) >= 2
+        {
+            break dir;
+        }
+        if let Some(status) = controller.child_mut().try_wait().expect("wait") {
+            panic!(
+                "the controller exited ({status}) before it was killed:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 2 rows within 120 s:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    tests::process::kill_pid(controller.id());
+    let status = controller.child_mut().wait().expect("reaped");
+    let before = complete_rows(&dir);
+    eprintln!(
+        "controller SIGKILLed ({status}) after {:.1} s with {before} of {total} rows; its log:\n{}",
+        started.elapsed().as_secs_f64(),
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    assert!(before < total, "the run had finished before the kill");
+
+    // The agents outlived their controller.
+    let credentials = bed.controller_credentials().expect("credentials");
+    let addresses: Vec<String> = AGENTS.iter().map(|a| bed.address(a)).collect();
+    bed.on_controller(|| async move {
+        for address in &addresses {
+            let mut client = connect_agent(address, None, &credentials).await?;
+            client.info(pb::InfoRequest {}).await?;
+        }
+        Ok(())
+    })
+    .expect("every agent answers after the controller died");
+
+    let resumed_at = Instant::now();
+    let summary = bed.run(&path, Some(dir.clone())).expect("the resumed run");
+    eprintln!(
+        "resumed: {summary:?} in {:.1} s",
+        resumed_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(summary.dir, dir);
+    assert_eq!(
+        (summary.measured, summary.failed, summary.interrupted),
+        (total - before, 0, false),
+        "the resumed run measured only what was missing"
+    );
+    let rows = summary_rows(&dir).expect("summary.csv");
+    let counts = rows_per_cell(&rows);
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "cells measured twice: {twice:?}");
+    assert_eq!(
+        counts.keys().cloned().collect::<Vec<_>>(),
+        plan_cell_ids(&plan),
+        "every cell, none lost"
+    );
+    for row in &rows {
+        assert_eq!(
+            field(row, "status"),
+            "ok",
+            "{}: {}",
+            field(row, "cell"),
+            field(row, "reason")
+        );
+        assert_eq!(field(row, "lost"), "0", "{}", field(row, "cell"));
+    }
+    bed.assert_nothing_left("mosquitto")
+        .expect("brokers and netem cleaned up after the resumed run");
+    assert!(
+        std::fs::read_to_string(dir.join("report.html"))
+            .expect("report.html")
+            .contains("mosquitto")
+    );
+}
+
+/// TCP connections of a process's network namespace, established to `port`.
+fn established_to(pid: u32, port: u16) -> usize {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(2).is_some_and(|r| r.ends_with(&remote)) && fields.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// Bytes received on `eth0` of a process's network namespace (its node's testbed link).
+fn link_bytes_received(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
+        .ok()
+        .and_then(|dev| {
+            dev.lines()
+                .find_map(|l| l.trim_start().strip_prefix("eth0:"))
+                .and_then(|counters| counters.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until the headnode's subscribers are connected to the broker and 2 MB more have
+/// reached the node: the throughput cell is under way.
+fn wait_for_subscribers_receiving(pid: u32, subscribers: usize) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while established_to(pid, MQTT_PORT) < subscribers {
+        ensure!(
+            Instant::now() < deadline,
+            "the headnode never had {subscribers} connections to the broker"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let connected = Instant::now();
+    let baseline = link_bytes_received(pid);
+    while link_bytes_received(pid) < baseline + 2_000_000 {
+        if established_to(pid, MQTT_PORT) < subscribers {
+            bail!("the headnode's subscribers left before 2 MB arrived: the cell is too short");
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no messages reached the headnode"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(format!(
+        "{subscribers} subscribers connected, {} bytes received {:.1} s later",
+        link_bytes_received(pid) - baseline,
+        connected.elapsed().as_secs_f64()
+    ))
+}
+
+#[test]
+fn an_agent_killed_mid_test_marks_its_cells_failed_and_the_run_finishes() {
+    isolated_netns_test!();
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let mut bed = Bed::start("agentkill", &[], &[]).expect("testbed with agents");
+    let text = bed.plan_header("agent-killed", 3)
+        + &bed.standard_nodes()
+        + &format!(
+            r#"[[brokers]]
+name = "mosquitto"
+kind = "native"
+product = "mosquitto"
+node = "worker"
+port = {MQTT_PORT}
+
+[[scenarios]]
+name = "local"
+
+# Publishers on the tester, subscribers on the headnode, whose agent is killed.
+[[tests]]
+kind = "throughput"
+loadgen = ["tester", "headnode"]
+clients = [50]
+messages = 20000
+
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 20
+messages = 4
+warmup = 1
+"#
+        );
+    let path = bed.write_plan("plan.toml", &text).expect("plan file");
+    let plan = Plan::load(&path).expect("a valid plan");
+    let headnode = bed.agent_pid("headnode");
+    let started = Instant::now();
+    let (run, watched) = std::thread::scope(|scope| {
+        let run = scope.spawn(|| bed.run(&path, None));
+        let watched = wait_for_subscribers_receiving(headnode, 50);
+        // Kill it whatever the wait found, so the run cannot hang on it.
+        tests::process::kill_pid(headnode);
+        let killed_at = started.elapsed();
+        (
+            run.join().expect("the run's thread"),
+            watched.map(|w| format!("{w}; SIGKILL at {:.1} s", killed_at.as_secs_f64())),
+        )
+    });
+    let took = started.elapsed();
+    let agent = bed
+        .agents
+        .iter_mut()
+        .find(|(n, _)| n == "headnode")
+        .map(|(_, p)| p)
+        .expect("headnode agent");
+    let status = agent.child_mut().wait().expect("reaped");
+    eprintln!("headnode agent: {status}");
+    eprintln!("{}", watched.expect("the throughput cell was under way"));
+    let summary = run.expect("the run returns after losing an agent");
+    eprintln!("run: {summary:?} in {:.1} s", took.as_secs_f64());
+    assert_eq!(
+        (summary.measured, summary.failed, summary.interrupted),
+        (3, 3, false)
+    );
+    let rows = summary_rows(&summary.dir).expect("summary.csv");
+    assert_eq!(rows_per_cell(&rows).len(), plan.cells().len());
+    for row in &rows {
+        let (cell, status, reason) = (
+            field(row, "cell"),
+            field(row, "status"),
+            field(row, "reason"),
+        );
+        eprintln!("{cell}: {status} {reason}");
+        match field(row, "test") {
+            "throughput" => {
+                assert_eq!(status, "failed", "{cell}");
+                assert!(reason.contains("headnode"), "{cell}: {reason}");
+            }
+            _ => {
+                assert_eq!(status, "ok", "{cell}: {reason}");
+                assert_eq!(field(row, "lost"), "0", "{cell}");
+            }
+        }
+    }
+    assert!(
+        summary.dir.join("report.html").is_file(),
+        "the report is written"
+    );
+}
+
+/// `plan.toml` with one change applied, loaded: the error's text.
+fn plan_error(dir: &Path, file: &str, text: &str) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("plan file");
+    match Plan::load(&path) {
+        Ok(_) => panic!("{file} was accepted:\n{text}"),
+        Err(error) => {
+            let message = error.to_string();
+            eprintln!("{file}: {message}");
+            assert!(
+                message.contains(&path.display().to_string()),
+                "names the file: {message}"
+            );
+            message
+        }
+    }
+}
+
+#[test]
+fn plan_errors_name_the_place_before_anything_changes() {
+    isolated_netns_test!();
+    // The headnode's agent may only apply netem; "spare" is a node where no agent listens.
+    let bed = Bed::start("planerr", &[("headnode", "\"netem\"")], &["spare"])
+        .expect("testbed with agents");
+    let dir = bed.work.path();
+    let good_tail = r#"[[brokers]]
+name = "mosquitto"
+kind = "native"
+product = "mosquitto"
+node = "worker"
+
+[[scenarios]]
+name = "local"
+
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+messages = 4
+warmup = 1
+"#;
+    let nodes = bed.node_entry("tester", "\"loadgen\"") + &bed.node_entry("worker", "\"broker\"");
+    let base = bed.plan_header("errors", 1) + &nodes;
+    Plan::parse(&(base.clone() + good_tail), "good.toml").expect("the unchanged plan is valid");
+
+    let message = plan_error(
+        dir,
+        "unknown-broker.toml",
+        &(base.clone() + &good_tail.replace("\"mosquitto\"\nnode", "\"nosquitto\"\nnode")),
+    );
+    assert!(
+        message.contains("brokers[0].product = \"nosquitto\"") && message.contains("unknown"),
+        "{message}"
+    );
+
+    let text = base.clone()
+        + &good_tail.replace(
+            "node = \"worker\"\n",
+            "node = \"worker\"\ncolour = \"blue\"\n",
+        );
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("colour"))
+        .expect("the line")
+        + 1;
+    let message = plan_error(dir, "unknown-field.toml", &text);
+    assert!(
+        message.contains("colour") && message.contains(&format!("line {line}")),
+        "names the field and its line ({line}): {message}"
+    );
+
+    let message = plan_error(
+        dir,
+        "loss.toml",
+        &(base.clone()
+            + good_tail
+            + "\n[[scenarios]]\nname = \"lossy\"\ndelay = \"5ms\"\njitter = \"1ms\"\nloss_percent = 200\n"),
+    );
+    assert!(
+        message.contains("scenarios[1].loss_percent = 200"),
+        "{message}"
+    );
+
+    let message = plan_error(
+        dir,
+        "not-loadgen.toml",
+        &(base.clone() + &good_tail.replace("loadgen = [\"tester\"]", "loadgen = [\"worker\"]")),
+    );
+    assert!(
+        message.contains("tests[0].loadgen = \"worker\"") && message.contains("loadgen role"),
+        "{message}"
+    );
+
+    // Valid plans the testbed refuses: an agent that does not answer (the last node, so the
+    // others have been reached first), and an agent without a role the plan gives its node.
+    let unreachable = bed.plan_header("unreachable", 1)
+        + &nodes
+        + &bed.node_entry("spare", "\"netem\"")
+        + good_tail;
+    let missing_role = bed.plan_header("role", 1)
+        + &nodes
+        + &bed.node_entry("headnode", "\"loadgen\", \"netem\"")
+        + &good_tail.replace(
+            "loadgen = [\"tester\"]",
+            "loadgen = [\"tester\", \"headnode\"]",
+        );
+    for (file, text, node, needle) in [
+        (
+            "unreachable.toml",
+            unreachable,
+            "spare",
+            bed.address("spare"),
+        ),
+        (
+            "missing-role.toml",
+            missing_role,
+            "headnode",
+            "does not have that role".to_string(),
+        ),
+    ] {
+        let path = bed.write_plan(file, &text).expect("plan file");
+        let started = Instant::now();
+        let error = bed.run(&path, None).expect_err("the run is refused");
+        let took = started.elapsed();
+        let message = format!("{error:#}");
+        eprintln!("{file}: {message} (after {} ms)", took.as_millis());
+        assert!(
+            message.contains(&format!("node {node}")) && message.contains(&needle),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(5), "refused in {took:?}");
+        bed.assert_nothing_left("mosquitto")
+            .expect("nothing changed on the reachable agents");
+        for run in std::fs::read_dir(bed.results_root())
+            .map(|d| d.filter_map(|e| e.ok()).collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            assert!(
+                !run.path().join("manifest.json").exists()
+                    && !run.path().join("summary.csv").exists(),
+                "{} holds results of a refused run",
+                run.path().display()
+            );
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! `controller remote`: driving a `controller serve` from a laptop over mutual TLS with a
+//! remote-client identity: submit a plan, watch a run, list runs, fetch a run's results
+//! folder, cancel a run.
+//!
+//! Each operation is a library function over a [`ControllerClient`] (what the tests use);
+//! [`execute`] is the command line's: it runs one [`RemoteCommand`], prints human-readable
+//! lines on stdout and gives the exit code.
+//!
+//! # Layout
+//! - this file: [`connect`], the operations, [`execute`], [`RemoteError`].
+//! - `fetch.rs`: writing fetched files under a folder, refusing paths that leave it
+//!   ([`safe_join`], [`FetchWriter`]).
+//! - `print.rs`: one-line descriptions of runs and events.
+
+mod fetch;
+mod print;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proto::controller::v1 as pb;
+use proto::controller::v1::controller_client::ControllerClient;
+use proto::mtls::Credentials;
+use tonic::transport::{Channel, Endpoint};
+
+pub use self::fetch::{FetchError, FetchWriter, safe_join};
+pub use self::print::{describe_event, describe_run, state_name};
+
+/// A remote operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The controller address is not a valid endpoint.
+    #[error("controller address {address}: {source}")]
+    Address {
+        /// `host:port`.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The connection (TCP, TLS handshake) failed.
+    #[error("controller {address}: {source}")]
+    Connect {
+        /// `host:port`.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The controller answered with an error.
+    #[error("{:?}: {}", .0.code(), .0.message())]
+    Rpc(#[from] tonic::Status),
+    /// The plan file could not be read.
+    #[error("{path}: {source}")]
+    ReadPlan {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A fetched file was refused or could not be written.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The event stream ended before the run did.
+    #[error("the controller closed the stream of run {0} before it ended")]
+    StreamEnded(String),
+}
+
+/// Opens an mTLS channel to the controller service at `address` (`host:port`);
+/// `server_name` is the name its certificate carries when `address` is not among them.
+pub async fn connect(
+    address: &str,
+    server_name: Option<&str>,
+    credentials: &Credentials,
+) -> Result<ControllerClient<Channel>, RemoteError> {
+    let mut tls = credentials.client_tls();
+    if let Some(name) = server_name {
+        tls = tls.domain_name(name);
+    }
+    let endpoint = Endpoint::from_shared(format!("https://{address}"))
+        .and_then(|endpoint| endpoint.tls_config(tls))
+        .map_err(|source| RemoteError::Address {
+            address: address.to_string(),
+            source,
+        })?
+        .connect_timeout(Duration::from_secs(10));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| RemoteError::Connect {
+            address: address.to_string(),
+            source,
+        })?;
+    Ok(ControllerClient::new(channel))
+}
+
+/// Submits plan text; `name` names it in the controller's errors. Returns the run id.
+pub async fn submit_text(
+    client: &mut ControllerClient<Channel>,
+    text: &str,
+    name: &str,
+) -> Result<String, RemoteError> {
+    let reply = client
+        .submit(pb::SubmitRequest {
+            plan: text.to_string(),
+            name: name.to_string(),
+        })
+        .await?;
+    Ok(reply.into_inner().id)
+}
+
+/// Reads the plan file and submits it under its file name. Returns the run id.
+pub async fn submit(
+    client: &mut ControllerClient<Channel>,
+    plan: &Path,
+) -> Result<String, RemoteError> {
+    let text = std::fs::read_to_string(plan).map_err(|source| RemoteError::ReadPlan {
+        path: plan.display().to_string(),
+        source,
+    })?;
+    let name = plan.file_name().map_or_else(
+        || plan.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    );
+    submit_text(client, &text, &name).await
+}
+
+/// Follows a run to its end, calling `on_event` for each event (the history first); returns
+/// the run's last event.
+pub async fn watch(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+    mut on_event: impl FnMut(&pb::RunEvent),
+) -> Result<pb::RunFinished, RemoteError> {
+    let mut stream = client
+        .watch(pb::RunId {
+            id: run.to_string(),
+        })
+        .await?
+        .into_inner();
+    while let Some(event) = stream.message().await? {
+        on_event(&event);
+        if let Some(pb::run_event::Event::Finished(finished)) = event.event {
+            return Ok(finished);
+        }
+    }
+    Err(RemoteError::StreamEnded(run.to_string()))
+}
+
+/// Every run the controller knows, oldest first.
+pub async fn list(client: &mut ControllerClient<Channel>) -> Result<Vec<pb::RunInfo>, RemoteError> {
+    Ok(client.list(pb::ListRequest {}).await?.into_inner().runs)
+}
+
+/// What a fetch wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetched {
+    /// Files written.
+    pub files: usize,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// Copies a run's results folder into `dir` (created if needed), refusing any path that
+/// would leave it.
+pub async fn fetch(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+    dir: &Path,
+) -> Result<Fetched, RemoteError> {
+    let mut stream = client
+        .fetch(pb::RunId {
+            id: run.to_string(),
+        })
+        .await?
+        .into_inner();
+    let mut writer = FetchWriter::new(dir)?;
+    while let Some(chunk) = stream.message().await? {
+        writer.chunk(&chunk.path, chunk.offset, &chunk.data)?;
+    }
+    let (files, bytes) = writer.totals();
+    Ok(Fetched { files, bytes })
+}
+
+/// Cancels a run; answers its state once it has ended (or the controller stopped waiting).
+pub async fn cancel(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+) -> Result<pb::RunInfo, RemoteError> {
+    Ok(client
+        .cancel(pb::RunId {
+            id: run.to_string(),
+        })
+        .await?
+        .into_inner())
+}
+
+/// One `controller remote` action.
+#[derive(Debug, Clone)]
+pub enum RemoteCommand {
+    /// Submit a plan file; prints the run id.
+    Submit(PathBuf),
+    /// Follow a run to its end.
+    Watch(String),
+    /// List runs.
+    List,
+    /// Copy a run's results folder into a local folder.
+    Fetch(String, PathBuf),
+    /// Cancel a run.
+    Cancel(String),
+}
+
+/// The exit code of `watch` for a run that ended in `state`: 0 finished, 3 cancelled
+/// (as an interrupted `controller plan.toml`), 1 otherwise.
+pub fn exit_code(state: pb::RunState) -> u8 {
+    match state {
+        pb::RunState::Finished => 0,
+        pb::RunState::Cancelled => 3,
+        _ => 1,
+    }
+}
+
+/// Runs `command` against the controller, printing lines on stdout; returns the exit code
+/// (see [`exit_code`] for `watch`; 0 for the others).
+pub async fn execute(
+    client: &mut ControllerClient<Channel>,
+    command: RemoteCommand,
+) -> Result<u8, RemoteError> {
+    match command {
+        RemoteCommand::Submit(plan) => {
+            println!("{}", submit(client, &plan).await?);
+            Ok(0)
+        }
+        RemoteCommand::Watch(run) => {
+            let finished = watch(client, &run, |event| {
+                if let Some(line) = describe_event(event) {
+                    println!("{line}");
+                }
+            })
+            .await?;
+            Ok(exit_code(finished.state()))
+        }
+        RemoteCommand::List => {
+            let runs = list(client).await?;
+            if runs.is_empty() {
+                println!("no runs");
+            }
+            for run in &runs {
+                println!("{}", describe_run(run));
+            }
+            Ok(0)
+        }
+        RemoteCommand::Fetch(run, dir) => {
+            let fetched = fetch(client, &run, &dir).await?;
+            println!(
+                "{}: {} files, {} bytes",
+                dir.display(),
+                fetched.files,
+                fetched.bytes
+            );
+            Ok(0)
+        }
+        RemoteCommand::Cancel(run) => {
+            let info = cancel(client, &run).await?;
+            println!("{}", describe_run(&info));
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! One-line, human-readable descriptions of runs and run events.
+
+use proto::controller::v1 as pb;
+
+use crate::civil::UtcTime;
+
+/// The state's short name: queued, running, finished, failed, cancelled.
+pub fn state_name(state: pb::RunState) -> &'static str {
+    match state {
+        pb::RunState::Unspecified => "unknown",
+        pb::RunState::Queued => "queued",
+        pb::RunState::Running => "running",
+        pb::RunState::Finished => "finished",
+        pb::RunState::Failed => "failed",
+        pb::RunState::Cancelled => "cancelled",
+    }
+}
+
+fn counts_text(counts: Option<&pb::Counts>) -> String {
+    let c = counts.copied().unwrap_or_default();
+    format!(
+        "{}/{} cells ({} measured, {} failed, {} skipped)",
+        c.done, c.total, c.measured, c.failed, c.skipped
+    )
+}
+
+fn time_text(unix_ms: u64) -> String {
+    let t = UtcTime::from_unix_secs(unix_ms / 1_000);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
+}
+
+/// A line for a run in `list` and `cancel`: id, state, plan, counts, times, folder, error.
+pub fn describe_run(run: &pb::RunInfo) -> String {
+    let mut line = format!(
+        "{}  {:<9}  {}  {}",
+        run.id,
+        state_name(run.state()),
+        run.plan_name,
+        counts_text(run.counts.as_ref())
+    );
+    if run.started_unix_ms > 0 {
+        line.push_str(&format!("  started {}", time_text(run.started_unix_ms)));
+    } else {
+        line.push_str(&format!("  submitted {}", time_text(run.submitted_unix_ms)));
+    }
+    if !run.results_dir.is_empty() {
+        line.push_str(&format!("  {}", run.results_dir));
+    }
+    if !run.error.is_empty() {
+        line.push_str(&format!("  ({})", run.error));
+    }
+    line
+}
+
+/// A line for an event of `watch`; None for an event without content.
+pub fn describe_event(event: &pb::RunEvent) -> Option<String> {
+    Some(match event.event.as_ref()? {
+        pb::run_event::Event::Progress(progress) => format!(
+            "{}: {}",
+            state_name(progress.state()),
+            counts_text(progress.counts.as_ref())
+        ),
+        pb::run_event::Event::Started(started) => format!(
+            "results in {}, {} cells",
+            started.results_dir, started.total_cells
+        ),
+        pb::run_event::Event::Cell(cell) => {
+            let c = cell.counts.unwrap_or_default();
+            format!(
+                "[{:>4}/{}] {} {}: {}",
+                c.done, c.total, cell.id, cell.status, cell.note
+            )
+        }
+        pb::run_event::Event::Finished(finished) => {
+            let mut line = format!(
+                "{}: {}",
+                state_name(finished.state()),
+                counts_text(finished.counts.as_ref())
+            );
+            if !finished.results_dir.is_empty() {
+                line.push_str(&format!("; results in {}", finished.results_dir));
+            }
+            if !finished.error.is_empty() {
+                line.push_str(&format!(" ({})", finished.error));
+            }
+            line
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_event_reads_as_one_line() {
+        let event = pb::RunEvent {
+            event: Some(pb::run_event::Event::Finished(pb::RunFinished {
+                state: pb::RunState::Cancelled.into(),
+                counts: Some(pb::Counts {
+                    total: 4,
+                    done: 2,
+                    measured: 1,
+                    failed: 1,
+                    skipped: 0,
+                }),
+                results_dir: "results/x".into(),
+                error: "cancelled".into(),
+            })),
+        };
+        assert_eq!(
+            describe_event(&event).as_deref(),
+            Some(
+                "cancelled: 2/4 cells (1 measured, 1 failed, 0 skipped); results in results/x (cancelled)"
+            )
+        );
+    }
+}

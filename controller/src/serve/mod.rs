@@ -1,0 +1,142 @@
+//! `controller serve`: the controller as a gRPC service over mutual TLS, which a laptop
+//! drives with `controller remote` (submit a plan, watch it, list runs, fetch results,
+//! cancel).
+//!
+//! The service runs one plan at a time, in submission order; each run is exactly what
+//! `controller plan.toml` does (results in the plan's `results_dir`, netem and brokers undone
+//! at the end), observed through [`crate::run::run_plan_observed`]. The controller identity
+//! and remote-client identities may call every RPC; agents get PermissionDenied. On shutdown
+//! (SIGTERM or SIGINT for [`run`], the `shutdown` future for [`serve`]) queued runs are
+//! cancelled, the running one stops after its undo, followers receive its end, and then the
+//! server exits. Runs are kept in memory: a restarted service lists none (their folders stay).
+//!
+//! # Layout
+//! - this file: [`serve`] on a bound listener, [`run`] for the binary, [`ServeError`].
+//! - `service.rs`: the `Controller` RPCs and their role check.
+//! - `runs.rs`: the run registry (state, counts, event history) and the worker that runs
+//!   queued plans one at a time.
+//! - `files.rs`: a results folder as a stream of file chunks (Fetch).
+
+mod files;
+mod runs;
+mod service;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use proto::controller::v1::controller_server::ControllerServer;
+use proto::mtls::Credentials;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+use self::runs::Runs;
+use self::service::ControllerService;
+
+/// The service could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The TLS files could not be loaded or do not make a server identity.
+    #[error("TLS: {0}")]
+    Tls(#[from] proto::mtls::MtlsError),
+    /// The listen address could not be bound.
+    #[error("listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The identity is not a controller's.
+    #[error("{0} cannot serve the controller: use a controller identity")]
+    NotController(proto::pki::PeerIdentity),
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves the controller service on `listener` with `credentials` (a controller identity)
+/// until `shutdown` completes; then cancels queued runs, waits for the running one to undo
+/// netem and brokers, lets followers see its end, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    credentials: Credentials,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    if credentials.identity().role != proto::pki::Role::Controller {
+        return Err(ServeError::NotController(credentials.identity()));
+    }
+    let mut server = Server::builder().tls_config(credentials.server_tls()?)?;
+    let (runs, queue) = Runs::new();
+    // Cancelled when the worker is gone, even by a panic: then nothing is left to undo.
+    let worker_done = CancellationToken::new();
+    let guard = worker_done.clone().drop_guard();
+    let worker = runs::worker(Arc::clone(&runs), queue);
+    tokio::spawn(async move {
+        let _guard = guard;
+        worker.await;
+    });
+    let closing = Arc::clone(&runs);
+    let done = worker_done.clone();
+    // The server keeps answering while the running plan undoes its changes, so a Watch sees
+    // the run end; it stops accepting once the worker is done.
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("shutting down: cancelling runs");
+        closing.close();
+        done.cancelled().await;
+    };
+    let served = server
+        .add_service(ControllerServer::new(ControllerService::new(Arc::clone(
+            &runs,
+        ))))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+        .await;
+    // Also when the server failed: never leave a run's netem and brokers behind.
+    runs.close();
+    worker_done.cancelled().await;
+    Ok(served?)
+}
+
+/// `controller serve`: loads the identity `identity` from `pki`, binds `listen` and serves
+/// until SIGTERM or SIGINT.
+pub async fn run(listen: &str, pki: &Path, identity: &str) -> Result<(), ServeError> {
+    let credentials = Credentials::load(pki, identity)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: listen.to_string(),
+            source,
+        })?;
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| listen.to_string(), |a| a.to_string());
+    tracing::info!(%address, identity = %credentials.identity(), "controller serving");
+    eprintln!(
+        "controller: serving on {address} as {}",
+        credentials.identity()
+    );
+    serve(listener, credentials, termination()).await
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn termination() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no SIGTERM handler; only SIGINT stops the service");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    eprintln!("controller: stopping: cancelling runs, clearing netem and removing brokers");
+}

@@ -1,0 +1,138 @@
+//! The `Controller` gRPC service: role checks, then the run registry.
+
+use std::sync::Arc;
+
+use proto::controller::v1 as pb;
+use proto::controller::v1::controller_server::Controller;
+use proto::pki::Role;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::files;
+use super::runs::{CANCEL_WAIT, Runs, UnknownRun};
+use crate::plan::Plan;
+
+/// Roles that may drive the controller: itself and remote clients (the laptop).
+pub(crate) const ALLOWED: [Role; 2] = [Role::Controller, Role::Client];
+
+/// Longest plan name (the caller's file name) accepted in Submit.
+const MAX_NAME: usize = 256;
+
+/// The service: a handle on the run registry.
+#[derive(Debug)]
+pub(crate) struct ControllerService {
+    runs: Arc<Runs>,
+}
+
+impl ControllerService {
+    pub(crate) fn new(runs: Arc<Runs>) -> Self {
+        ControllerService { runs }
+    }
+}
+
+impl From<UnknownRun> for Status {
+    fn from(error: UnknownRun) -> Self {
+        Status::not_found(error.to_string())
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for ControllerService {
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::RunId>, Status> {
+        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let pb::SubmitRequest { plan: text, name } = request.into_inner();
+        if name.len() > MAX_NAME || name.chars().any(char::is_control) {
+            return Err(Status::invalid_argument(format!(
+                "name: at most {MAX_NAME} printable characters"
+            )));
+        }
+        let origin = if name.is_empty() { "plan" } else { &name };
+        let plan =
+            Plan::parse(&text, origin).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan_name = plan.name.clone();
+        let id = self
+            .runs
+            .submit(plan, text)
+            .ok_or_else(|| Status::unavailable("the controller is shutting down"))?;
+        tracing::info!(%caller, run = %id, plan = %plan_name, "plan queued");
+        Ok(Response::new(pb::RunId { id }))
+    }
+
+    type WatchStream = ReceiverStream<Result<pb::RunEvent, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::RunId>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        proto::mtls::require_role(&request, &ALLOWED)?;
+        let id = request.into_inner().id;
+        let mut version = self.runs.subscribe(&id)?;
+        let runs = Arc::clone(&self.runs);
+        let (out, stream) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut next = 0;
+            loop {
+                // Mark the version seen before reading, so a change after the read wakes us.
+                version.borrow_and_update();
+                let Ok(followed) = runs.follow(&id, next) else {
+                    return;
+                };
+                next += followed.events.len();
+                for event in followed.events {
+                    if out.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                if followed.over {
+                    return;
+                }
+                tokio::select! {
+                    changed = version.changed() => if changed.is_err() { return },
+                    _ = out.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListReply>, Status> {
+        proto::mtls::require_role(&request, &ALLOWED)?;
+        Ok(Response::new(pb::ListReply {
+            runs: self.runs.list(),
+        }))
+    }
+
+    type FetchStream = ReceiverStream<Result<pb::FileChunk, Status>>;
+
+    async fn fetch(
+        &self,
+        request: Request<pb::RunId>,
+    ) -> Result<Response<Self::FetchStream>, Status> {
+        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let id = request.into_inner().id;
+        let dir = self.runs.results_dir(&id)?.ok_or_else(|| {
+            Status::failed_precondition(format!("run {id} has no results folder yet (queued)"))
+        })?;
+        tracing::info!(%caller, run = %id, dir = %dir.display(), "fetch");
+        let (out, stream) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || files::send_folder(&dir, &out));
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+
+    async fn cancel(&self, request: Request<pb::RunId>) -> Result<Response<pb::RunInfo>, Status> {
+        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let id = request.into_inner().id;
+        tracing::info!(%caller, run = %id, "cancel");
+        let reason = format!("cancelled by {caller}");
+        Ok(Response::new(
+            self.runs.cancel(&id, &reason, CANCEL_WAIT).await?,
+        ))
+    }
+}
