@@ -477,7 +477,8 @@ fn record(
             },
         });
     }
-    if status != CellStatus::Skipped {
+    // With an observer, showing progress is the observer's (a progress bar, a remote watcher).
+    if status != CellStatus::Skipped && progress.events.is_none() {
         eprintln!(
             "[{:>4}/{}] {} {}: {reason}",
             progress.done,
