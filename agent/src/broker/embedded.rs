@@ -30,7 +30,9 @@ use rumqttd::{ConnectionSettings, LinkType, Router, RouterConfig, Server, Server
 use tokio::sync::oneshot;
 
 use super::error::BrokerError;
-use super::ports::{claim_port, connect_address, listening_in_this_process};
+use super::ports::{
+    claim_port, connect_address, disable_nagle_on_listeners, listening_in_this_process,
+};
 use super::readiness::wait_ready;
 use super::spec::{BrokerKind, BrokerSpec};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
@@ -146,6 +148,12 @@ async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, Brok
         ready = Err(format!(
             "{ended}; the probe was answered by another program's listener"
         ));
+    }
+    if ready.is_ok() && disable_nagle_on_listeners(port) == 0 {
+        tracing::warn!(
+            port,
+            "could not turn Nagle off for the embedded broker's clients"
+        );
     }
     match ready {
         Ok(()) => {

@@ -138,23 +138,56 @@ pub fn free_loopback_ports(count: usize) -> Result<Vec<u16>, BrokerError> {
 /// `/proc/net/tcp6` and `/proc/self/fd`. The embedded broker checks it after readiness, so
 /// that a probe answered by another program's listener is not taken for its own.
 pub fn listening_in_this_process(port: u16) -> bool {
+    !own_listeners(port).is_empty()
+}
+
+/// Turns Nagle's algorithm off on this process's listening sockets on `port`; sockets it
+/// then accepts inherit TCP_NODELAY (Linux). rumqttd binds and accepts by itself and sets
+/// no TCP_NODELAY, so without this every small message it forwards can wait for the
+/// previous one's ACK, which a latency benchmark would count against the broker. Returns
+/// how many sockets were changed.
+pub fn disable_nagle_on_listeners(port: u16) -> usize {
+    own_listeners(port)
+        .into_iter()
+        .filter(|fd| {
+            let on: libc::c_int = 1;
+            // SAFETY: setsockopt on a descriptor of this process that /proc names as a TCP
+            // listener, with a valid pointer to an int and its size.
+            unsafe {
+                libc::setsockopt(
+                    *fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&on as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                ) == 0
+            }
+        })
+        .count()
+}
+
+/// File descriptors of this process's sockets listening on `port`.
+fn own_listeners(port: u16) -> Vec<libc::c_int> {
     let inodes = listening_inodes(port);
     if inodes.is_empty() {
-        return false;
+        return Vec::new();
     }
     let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-        return false;
+        return Vec::new();
     };
-    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_str()?.to_owned();
-            target
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse::<u64>()
-                .ok()
-        })
-        .any(|inode| inodes.contains(&inode))
+    fds.filter_map(|entry| {
+        let entry = entry.ok()?;
+        let fd: libc::c_int = entry.file_name().to_str()?.parse().ok()?;
+        let target = std::fs::read_link(entry.path()).ok()?;
+        let inode: u64 = target
+            .to_str()?
+            .strip_prefix("socket:[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()?;
+        inodes.contains(&inode).then_some(fd)
+    })
+    .collect()
 }
 
 /// Inodes of the sockets in state LISTEN on `port`, IPv4 and IPv6.
@@ -232,6 +265,19 @@ mod tests {
         // TEST-NET-1 is never assigned to a local interface.
         let error = claim_port("192.0.2.1".parse().unwrap(), 0).unwrap_err();
         assert!(error.to_string().starts_with("bind: "), "{error}");
+    }
+
+    #[test]
+    fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(disable_nagle_on_listeners(port), 1);
+        let _client = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(
+            accepted.nodelay().unwrap(),
+            "Linux copies TCP_NODELAY to accepted sockets"
+        );
     }
 
     #[test]

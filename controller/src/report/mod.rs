@@ -42,6 +42,7 @@ mod xml;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+pub use emulation::delay_in as emulation_delay_in;
 pub use xml::check_svg;
 
 use crate::plan::{Plan, TestKind};

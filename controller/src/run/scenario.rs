@@ -68,10 +68,11 @@ pub fn totals(scenario: &ScenarioEntry) -> (Duration, Duration, f64) {
 
 /// `delay 1.25ms jitter 250us loss 0.02%`.
 pub fn describe(spec: &pb::NetemSpec) -> String {
+    // One number per value ("1.249984ms"): the report reads them back.
     let duration = |d: &Option<prost_types::Duration>| {
         d.and_then(|d| Duration::try_from(d).ok()).map_or_else(
             || "?".to_string(),
-            |d| humantime::format_duration(d).to_string(),
+            |d| format!("{}ms", d.as_nanos() as f64 / 1e6),
         )
     };
     format!(
@@ -200,5 +201,25 @@ async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken) {
                 tracing::error!(node = %node.name, %status, "renewing the netem lease failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn described_netem_reads_back_in_the_report() {
+        let spec = netem_spec(
+            Duration::from_micros(1_250),
+            Duration::from_micros(250),
+            0.02,
+        );
+        let text = describe(&spec);
+        assert_eq!(text, "delay 1.25ms jitter 0.25ms loss 0.02%");
+        assert_eq!(
+            crate::report::emulation_delay_in(&text),
+            Some(Duration::from_micros(1_250))
+        );
     }
 }
