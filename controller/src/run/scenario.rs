@@ -79,7 +79,8 @@ pub fn describe(spec: &pb::NetemSpec) -> String {
         "delay {} jitter {} loss {}%",
         duration(&spec.delay),
         duration(&spec.jitter),
-        spec.loss_percent
+        // The kernel holds loss as a fraction of 2^32: 0.05 reads back as 0.0500000082.
+        (spec.loss_percent * 1e6).round() / 1e6
     )
 }
 

@@ -1,0 +1,810 @@
+//! The controller end to end on a real kernel with netem: a whole plan (an embedded broker;
+//! the scenarios local, edge and cloud; the latency test, twice each) run by
+//! `controller::run::run_plan` against two real agents, then its results checked against
+//! the physics. Built static and run as the payload of a throwaway VM by
+//! `tests/controller_vm.rs` (it rewires the network of the machine it runs on, so it refuses
+//! to run unless `CONTINUUM_VM_CHECK=1`).
+//!
+//! # Inside the VM
+//! - Three network namespaces: the VM's own, where the controller runs, and one per node,
+//!   "tester" and "worker", each holding a real agent in a process of its own (this program
+//!   re-executed as `agent NAME`, entered into the node's namespace before `exec`), as
+//!   `continuum-agent` runs: `agent::server::run`, so `AgentService` + `server::serve` over
+//!   mTLS until SIGTERM.
+//! - The data plane: one veth pair between the nodes, tester `vt` 198.18.0.1/30 and worker
+//!   `vw` 198.18.0.2/30; each agent's data-plane interface, so the only one netem touches.
+//! - The control plane: a veth pair from the controller's namespace to each node
+//!   (198.19.0.1/30 - tester `ct` 198.19.0.2/30, 198.19.0.5/30 - worker `cw` 198.19.0.6/30).
+//!   Agents listen there, on 198.19.0.x:7100, so control traffic never crosses the impaired
+//!   link, as the design asks.
+//! - A PKI made in the VM: CA, the controller's identity, one per agent naming its control
+//!   address.
+//! - The plan: tester [loadgen, netem], worker [broker, netem], the embedded broker on the
+//!   worker, 20 publishers x 20 messages (2 warm-up) every 250 ms to 1 subscriber, 2
+//!   repetitions. Publishers and subscriber run on the tester, so a message crosses the link
+//!   twice: tester -> worker (delayed by the tester's egress share) and worker -> tester
+//!   (the worker's share); the two halves add up to the scenario's total, 2.5 ms for edge
+//!   and 6.25 ms for cloud.
+//! - Why every 250 ms (the study's interval) and not faster: 80 messages/s reach the broker
+//!   12.5 ms apart, more than cloud's 6.25 ms round trip, so no message waits behind an
+//!   unacknowledged one. At 50 ms (400 msg/s) the embedded broker's sockets, which keep
+//!   Nagle's algorithm on (rumqttd 0.20 sets no TCP_NODELAY), held each message until the
+//!   previous one's ACK came back: the median rose 7.3 ms for edge and 12.5 ms for cloud.
+//!   With TCP_NODELAY forced on the broker's listener edge rose 2.2 ms, but the VM's one
+//!   emulated CPU then queued (local median 6 ms; cloud's repetitions 13 and 17 ms).
+//! - While the plan runs, the kernel's qdiscs on both ends of both planes are polled
+//!   through netlink sockets of each namespace, independently of the agents.
+//!
+//! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
+//! is `done`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use agent::config::{AgentConfig, NodeRole, TlsFiles};
+use agent::netem::{Netem, NetemOptions, NetemParams};
+use anyhow::{Context, Result, bail};
+use controller::connect::connect_agent;
+use controller::plan::Plan;
+use controller::run::{RunOptions, run_plan};
+use futures_util::TryStreamExt;
+use proto::mtls::Credentials;
+use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
+use rtnetlink::{Handle, LinkUnspec, LinkVeth};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const AGENT_PORT: u16 = 7100;
+const PKI_DIR: &str = "/tmp/continuum-pki";
+const WORK_DIR: &str = "/tmp/controller-vm";
+/// Agents taking longer than this to answer mTLS (under TCG) fail the check.
+const AGENT_READY: Duration = Duration::from_secs(60);
+/// How often the kernel's qdiscs are read while the plan runs.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+/// An agent stopped with SIGTERM clears its netem and exits within this.
+const STOP_DEADLINE: Duration = Duration::from_secs(20);
+/// The scenarios (preset names) and their totals between two nodes (Table II).
+const SCENARIOS: [(&str, f64, f64, f64); 3] = [
+    ("local", 0.0, 0.0, 0.0),
+    ("edge", 2.5, 0.5, 0.04),
+    ("cloud", 6.25, 1.25, 0.1),
+];
+const REPETITIONS: usize = 2;
+
+/// One node of the testbed.
+struct Node {
+    name: &'static str,
+    roles: &'static [NodeRole],
+    /// Data plane: interface and address in the node's namespace.
+    data_if: &'static str,
+    data_addr: Ipv4Addr,
+    /// Control plane: the node's end (interface, address) and the controller's end.
+    ctl_if: &'static str,
+    ctl_addr: Ipv4Addr,
+    ctl_peer_if: &'static str,
+    ctl_peer_addr: Ipv4Addr,
+}
+
+impl Node {
+    fn listen(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.ctl_addr), AGENT_PORT)
+    }
+}
+
+const NODES: [Node; 2] = [
+    Node {
+        name: "tester",
+        roles: &[NodeRole::Loadgen, NodeRole::Netem],
+        data_if: "vt",
+        data_addr: Ipv4Addr::new(198, 18, 0, 1),
+        ctl_if: "ct",
+        ctl_addr: Ipv4Addr::new(198, 19, 0, 2),
+        ctl_peer_if: "ctl-tester",
+        ctl_peer_addr: Ipv4Addr::new(198, 19, 0, 1),
+    },
+    Node {
+        name: "worker",
+        roles: &[NodeRole::Broker, NodeRole::Netem],
+        data_if: "vw",
+        data_addr: Ipv4Addr::new(198, 18, 0, 2),
+        ctl_if: "cw",
+        ctl_addr: Ipv4Addr::new(198, 19, 0, 6),
+        ctl_peer_if: "ctl-worker",
+        ctl_peer_addr: Ipv4Addr::new(198, 19, 0, 5),
+    },
+];
+
+fn main() -> ExitCode {
+    if std::env::var("CONTINUUM_VM_CHECK").as_deref() != Ok("1") {
+        eprintln!(
+            "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
+        );
+        return ExitCode::FAILURE;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, name] = args.as_slice()
+        && mode == "agent"
+    {
+        return agent_process(name);
+    }
+    // The controller's and the agents' warnings reach the console; rumqttd logs an error
+    // for every client that disconnects.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,rumqttd=off"))
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("runtime")
+        .and_then(|rt| rt.block_on(run()));
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            report("fatal", false, json!({ "error": format!("{err:#}") }));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An agent, as `continuum-agent` runs it, in the namespace its parent put it in.
+fn agent_process(name: &str) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,rumqttd=off"))
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    let Some(node) = NODES.iter().find(|n| n.name == name) else {
+        eprintln!("agent {name}: no such node");
+        return ExitCode::FAILURE;
+    };
+    let pki = Path::new(PKI_DIR);
+    let config = AgentConfig {
+        name: node.name.to_string(),
+        listen: node.listen(),
+        tls: TlsFiles {
+            ca: pki.join("ca.pem"),
+            cert: pki.join(format!("{name}.pem")),
+            key: pki.join(format!("{name}.key")),
+        },
+        roles: node.roles.to_vec(),
+        data_plane_interface: Some(node.data_if.to_string()),
+        state_dir: PathBuf::from(format!("/tmp/agent-{name}")),
+    };
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| Ok(rt.block_on(agent::server::run(config))?));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("agent {name}: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report(check: &str, pass: bool, details: Value) -> bool {
+    let mut line = json!({ "check": check, "pass": pass });
+    if let (Some(line), Value::Object(details)) = (line.as_object_mut(), details) {
+        line.extend(details);
+    }
+    println!("RESULT {line}");
+    pass
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+async fn run() -> Result<bool> {
+    let mut ok = true;
+    let started = Instant::now();
+    let bed = Testbed::build().await?;
+    let controller = generate_pki(Path::new(PKI_DIR))?;
+    let mut agents = Agents::spawn(&bed)?;
+    let ready = agents.wait_ready(&controller).await;
+    ok &= report(
+        "agents",
+        ready.is_ok(),
+        json!({ "ready_after_s": secs(started.elapsed()), "error": ready.as_ref().err().map(|e| format!("{e:#}")),
+                "listen": NODES.iter().map(|n| n.listen().to_string()).collect::<Vec<_>>() }),
+    );
+    if ready.is_err() {
+        agents.stop();
+        return Ok(report("done", false, json!({})));
+    }
+
+    let work = Path::new(WORK_DIR);
+    std::fs::create_dir_all(work)?;
+    let text = plan_text(&work.join("results"));
+    std::fs::write(work.join("plan.toml"), &text)?;
+    let plan = Plan::parse(&text, "plan.toml").context("the plan")?;
+    let run_started = Instant::now();
+    let stop_polling = CancellationToken::new();
+    let (summary, seen) = tokio::join!(
+        async {
+            let summary = run_plan(
+                &plan,
+                &text,
+                RunOptions::default(),
+                CancellationToken::new(),
+            )
+            .await;
+            stop_polling.cancel();
+            summary
+        },
+        bed.poll_kernel(&stop_polling)
+    );
+    let run_took = run_started.elapsed();
+    let summary = summary.context("run_plan")?;
+    let cells = SCENARIOS.len() * REPETITIONS;
+    ok &= report(
+        "run",
+        summary.measured == cells
+            && summary.failed == 0
+            && summary.skipped == 0
+            && !summary.interrupted,
+        json!({ "dir": summary.dir.display().to_string(), "measured": summary.measured,
+                "failed": summary.failed, "skipped": summary.skipped,
+                "interrupted": summary.interrupted, "expected_cells": cells,
+                "run_s": secs(run_took) }),
+    );
+
+    ok &= check_latency(&summary.dir)?;
+    ok &= check_manifest(&summary.dir)?;
+    ok &= check_kernel_seen(&seen)?;
+    ok &= check_report(&summary.dir)?;
+
+    let mut after = BTreeMap::new();
+    for (node, netem) in NODES.iter().zip(&bed.netem) {
+        after.insert(node.data_if, netem.read(node.data_if).await?);
+    }
+    ok &= report(
+        "cleared_after_run",
+        after.values().all(Option::is_none),
+        json!({ "kernel": format!("{after:?}") }),
+    );
+
+    let stopped = agents.stop();
+    ok &= report(
+        "agents_stopped",
+        stopped.iter().all(|(_, code)| *code == Some(0)),
+        json!({ "exit_codes": stopped }),
+    );
+    Ok(report(
+        "done",
+        ok,
+        json!({ "total_s": secs(started.elapsed()) }),
+    ))
+}
+
+fn plan_text(results: &Path) -> String {
+    let mut text = format!(
+        r#"# The controller in the netem VM: one embedded broker on the worker, the study's three
+# scenarios, the latency test run from the tester (every 250 ms: see the example's notes).
+name = "vm"
+repetitions = {REPETITIONS}
+results_dir = "{results}"
+pki_dir = "{PKI_DIR}"
+on_failure = "continue"
+
+[timeouts]
+connect = "30s"
+deploy = "60s"
+netem = "30s"
+cell = "180s"
+"#,
+        results = results.display()
+    );
+    for node in &NODES {
+        let roles: Vec<String> = node
+            .roles
+            .iter()
+            .map(|r| format!("\"{}\"", r.as_str()))
+            .collect();
+        text += &format!(
+            "\n[[nodes]]\nname = \"{}\"\nagent = \"{}\"\nroles = [{}]\ndata_address = \"{}\"\n",
+            node.name,
+            node.listen(),
+            roles.join(", "),
+            node.data_addr
+        );
+    }
+    text += "\n[[brokers]]\nname = \"embedded\"\nkind = \"embedded\"\nnode = \"worker\"\n";
+    for (name, ..) in SCENARIOS {
+        text += &format!("\n[[scenarios]]\nname = \"{name}\"\n");
+    }
+    text += r#"
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 20
+messages = 20
+warmup = 2
+interval = "250ms"
+"#;
+    text
+}
+
+/// summary.csv: every cell ok, and per scenario the median of the repetitions' medians;
+/// each emulated scenario's rise over local within 20 % + 0.5 ms of its total delay.
+fn check_latency(dir: &Path) -> Result<bool> {
+    let text = std::fs::read_to_string(dir.join("summary.csv")).context("summary.csv")?;
+    let mut lines = text.lines();
+    let header = split_csv(lines.next().context("summary.csv is empty")?);
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .with_context(|| format!("summary.csv has no column {name}"))
+    };
+    let (scenario, status, p50, test) = (
+        column("scenario")?,
+        column("status")?,
+        column("latency_p50_us")?,
+        column("test")?,
+    );
+    let rows: Vec<Vec<String>> = lines.map(split_csv).collect();
+    let mut medians = BTreeMap::new();
+    let mut ok = true;
+    for (name, ..) in SCENARIOS {
+        let mut values: Vec<f64> = rows
+            .iter()
+            .filter(|r| r[scenario] == name && r[test] == "latency" && r[status] == "ok")
+            .filter_map(|r| r[p50].parse::<f64>().ok())
+            .map(|us| us / 1e3)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        let median = median_of(&values);
+        ok &= report(
+            &format!("{name}_latency"),
+            values.len() == REPETITIONS && median.is_finite(),
+            json!({ "p50_ms_per_repetition": values, "median_ms": median }),
+        );
+        medians.insert(name, median);
+    }
+    ok &= report(
+        "summary_rows",
+        rows.len() == SCENARIOS.len() * REPETITIONS,
+        json!({ "rows": rows.len() }),
+    );
+    let local = medians["local"];
+    for (name, total_delay, ..) in SCENARIOS.into_iter().skip(1) {
+        let added = medians[name] - local;
+        let tolerance = 0.2 * total_delay + 0.5;
+        ok &= report(
+            &format!("{name}_delay"),
+            (added - total_delay).abs() <= tolerance,
+            json!({ "median_ms": medians[name], "local_median_ms": local, "added_ms": added,
+                    "expected_ms": total_delay, "tolerance_ms": tolerance }),
+        );
+    }
+    Ok(ok)
+}
+
+fn median_of(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// One CSV line into fields (quoted fields may hold commas and doubled quotes).
+fn split_csv(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+/// `delay 1ms 250us jitter 250us loss 0.02%` as (delay, jitter, loss %).
+fn parse_netem(text: &str) -> Option<(Duration, Duration, f64)> {
+    let rest = text.strip_prefix("delay ")?;
+    let (delay, rest) = rest.split_once(" jitter ")?;
+    let (jitter, loss) = rest.split_once(" loss ")?;
+    Some((
+        humantime::parse_duration(delay).ok()?,
+        humantime::parse_duration(jitter).ok()?,
+        loss.strip_suffix('%')?.parse().ok()?,
+    ))
+}
+
+/// manifest.json: both nodes able to emulate, and for each emulated scenario netem asked
+/// and read back on both nodes' data-plane interfaces: half of each total, as asked.
+fn check_manifest(dir: &Path) -> Result<bool> {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).context("manifest.json")?;
+    let manifest: Value = serde_json::from_str(&text).context("manifest.json")?;
+    let mut ok = true;
+    let nodes = manifest["nodes"].as_array().cloned().unwrap_or_default();
+    ok &= report(
+        "manifest_nodes",
+        NODES.iter().all(|n| {
+            nodes
+                .iter()
+                .any(|m| m["name"] == n.name && m["netem"] == "available")
+        }),
+        json!({ "nodes": nodes.iter().map(|m| json!({ "name": m["name"], "agent": m["agent"],
+                 "netem": m["netem"], "kernel": m["kernel"], "clock_offset_ns": m["clock_offset_ns"] }))
+                 .collect::<Vec<_>>() }),
+    );
+    let netem = manifest["netem"].as_array().cloned().unwrap_or_default();
+    for (name, delay, jitter, loss) in SCENARIOS.into_iter().skip(1) {
+        let want = (
+            Duration::from_secs_f64(delay / 2e3),
+            Duration::from_secs_f64(jitter / 2e3),
+            loss / 2.0,
+        );
+        let close = |got: Option<(Duration, Duration, f64)>| {
+            got.is_some_and(|(d, j, l)| {
+                d.abs_diff(want.0) < Duration::from_micros(1)
+                    && j.abs_diff(want.1) < Duration::from_micros(1)
+                    && (l - want.2).abs() < 1e-6
+            })
+        };
+        let mut entries = Vec::new();
+        let mut pass = true;
+        for node in &NODES {
+            let entry = netem
+                .iter()
+                .find(|e| e["scenario"] == name && e["node"] == node.name);
+            let asked = entry.and_then(|e| e["asked"].as_str()).unwrap_or("");
+            let read_back = entry.and_then(|e| e["read_back"].as_str()).unwrap_or("");
+            pass &= entry.is_some_and(|e| e["interface"] == node.data_if)
+                && close(parse_netem(asked))
+                && close(parse_netem(read_back));
+            entries.push(json!({ "node": node.name, "entry": entry }));
+        }
+        ok &= report(
+            &format!("{name}_manifest_netem"),
+            pass,
+            json!({ "each_end_ms": want.0.as_secs_f64() * 1e3, "applied": entries }),
+        );
+    }
+    let local = netem.iter().any(|e| e["scenario"] == "local");
+    ok &= report(
+        "local_unimpaired",
+        !local,
+        json!({ "local_entries": local }),
+    );
+    Ok(ok)
+}
+
+/// What the kernel held while the plan ran: each data-plane end held each emulated
+/// scenario's half, and the control plane never held anything.
+fn check_kernel_seen(seen: &[(String, Option<NetemOptions>)]) -> Result<bool> {
+    let mut ok = true;
+    for (name, delay, jitter, loss) in SCENARIOS.into_iter().skip(1) {
+        let half = NetemOptions::from_params(&NetemParams::from_millis(
+            delay / 2.0,
+            jitter / 2.0,
+            loss / 2.0,
+        )?)?;
+        let held: Vec<bool> = NODES
+            .iter()
+            .map(|n| seen.contains(&(n.data_if.to_string(), Some(half))))
+            .collect();
+        ok &= report(
+            &format!("{name}_kernel"),
+            held.iter().all(|h| *h),
+            json!({ "held_on_data_plane": NODES.iter().map(|n| n.data_if).zip(held).collect::<BTreeMap<_, _>>(),
+                    "expected": format!("{half:?}") }),
+        );
+    }
+    let control: Vec<String> = seen
+        .iter()
+        .filter(|(iface, options)| NODES.iter().any(|n| n.ctl_if == iface) && options.is_some())
+        .map(|s| format!("{s:?}"))
+        .collect();
+    let distinct: Vec<String> = seen.iter().map(|s| format!("{s:?}")).collect();
+    ok &= report(
+        "control_plane_unimpaired",
+        control.is_empty() && !seen.is_empty(),
+        json!({ "netem_on_control": control, "distinct_states_seen": distinct }),
+    );
+    Ok(ok)
+}
+
+/// report.html and report.md: the emulation section's line for each emulated scenario says
+/// what the emulation should add (the total: both halves) and what was measured.
+fn check_report(dir: &Path) -> Result<bool> {
+    let html = std::fs::read_to_string(dir.join("report.html")).context("report.html")?;
+    let markdown = std::fs::read_to_string(dir.join("report.md")).context("report.md")?;
+    let mut ok = true;
+    let lines: Vec<&str> = markdown
+        .lines()
+        .filter(|l| l.contains(": emulation should add"))
+        .collect();
+    for (name, delay, ..) in SCENARIOS.into_iter().skip(1) {
+        let claim = format!("{name}: emulation should add {delay:.2} ms one way");
+        let line = lines.iter().find(|l| l.contains(&format!("{name}: ")));
+        let measured = line.is_some_and(|l| l.contains("embedded +") || l.contains("embedded -"));
+        ok &= report(
+            &format!("{name}_report"),
+            html.contains("Emulation check")
+                && html.contains(&claim)
+                && line.is_some_and(|l| l.contains(&claim))
+                && measured,
+            json!({ "expected_claim": claim, "report_md_line": line,
+                    "html_has_the_line": line
+                        .and_then(|l| l.trim_start_matches("- ").split(" (").next())
+                        .is_some_and(|start| html.contains(start)) }),
+        );
+    }
+    let table: Vec<&str> = markdown
+        .lines()
+        .filter(|l| l.starts_with("| edge") || l.starts_with("| cloud"))
+        .collect();
+    report("report_table", true, json!({ "rows": table }));
+    Ok(ok)
+}
+
+/// The controller's identity and one per node naming its control address, as bootstrap
+/// writes them (keys 0600), on the VM's in-memory root filesystem.
+fn generate_pki(dir: &Path) -> Result<Credentials> {
+    let ca = CertificateAuthority::generate("Continuum controller VM check CA")?;
+    let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
+    for node in &NODES {
+        identities.push(ca.issue(
+            &IdentitySpec::new(Role::Agent, node.name).with_ip_address(node.listen().ip()),
+        )?);
+    }
+    write_pki(dir, &ca, &identities, Overwrite::Refuse)?;
+    Ok(Credentials::load(dir, "controller")?)
+}
+
+/// The agents' processes, in [`NODES`] order.
+struct Agents {
+    children: Vec<Child>,
+}
+
+impl Agents {
+    /// Re-executes this program as `agent NAME` for each node, entering the node's
+    /// namespace between fork and exec.
+    fn spawn(bed: &Testbed) -> Result<Self> {
+        let exe = std::env::current_exe().context("own executable")?;
+        let mut children = Vec::new();
+        for (node, netns) in NODES.iter().zip(&bed.namespaces) {
+            let fd = netns.as_raw_fd();
+            let mut command = Command::new(&exe);
+            // Standard streams inherited: the VM has no /dev/null to give them.
+            command.args(["agent", node.name]);
+            // SAFETY: the closure runs in the forked child before exec and only calls setns,
+            // which is async-signal-safe; `fd` stays open in the parent (and so the child)
+            // for as long as `bed` lives.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+            children.push(
+                command
+                    .spawn()
+                    .with_context(|| format!("start agent {} ({})", node.name, exe.display()))?,
+            );
+        }
+        Ok(Agents { children })
+    }
+
+    /// Until each agent answers an mTLS connection from the controller's namespace.
+    async fn wait_ready(&mut self, controller: &Credentials) -> Result<()> {
+        let deadline = Instant::now() + AGENT_READY;
+        for (node, child) in NODES.iter().zip(&mut self.children) {
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    bail!("agent {} exited: {status}", node.name);
+                }
+                match connect_agent(&node.listen().to_string(), None, controller).await {
+                    Ok(_) => break,
+                    Err(err) if Instant::now() > deadline => {
+                        bail!(
+                            "agent {} not ready within {AGENT_READY:?}: {err}",
+                            node.name
+                        )
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to each, as systemd stops them; their exit codes (None: killed after the
+    /// deadline, or gone wrong).
+    fn stop(mut self) -> Vec<(&'static str, Option<i32>)> {
+        let mut codes = Vec::new();
+        for (node, child) in NODES.iter().zip(&mut self.children) {
+            let pid = child.id() as libc::pid_t;
+            // SAFETY: kill takes no pointers; the pid is our own child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + STOP_DEADLINE;
+            let code = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break status.code(),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                }
+            };
+            codes.push((node.name, code));
+        }
+        codes
+    }
+}
+
+/// The node namespaces (in [`NODES`] order) with a netlink socket in each, and the veth
+/// pairs of both planes.
+struct Testbed {
+    namespaces: Vec<File>,
+    netem: Vec<Netem>,
+}
+
+impl Testbed {
+    async fn build() -> Result<Self> {
+        let home = File::open("/proc/thread-self/ns/net").context("open own netns")?;
+        let mut namespaces = Vec::new();
+        let mut handles = Vec::new();
+        for node in &NODES {
+            // This thread enters a new namespace just long enough to open a netlink socket
+            // there, which stays in it.
+            unshare_netns().with_context(|| format!("namespace {}", node.name))?;
+            handles.push(connect()?);
+            namespaces.push(File::open("/proc/thread-self/ns/net").context("open netns")?);
+            setns(&home).context("back to the VM's namespace")?;
+        }
+        let root = connect()?;
+        let pairs = [
+            (NODES[0].data_if, Some(0), NODES[1].data_if, 1),
+            (NODES[0].ctl_peer_if, None, NODES[0].ctl_if, 0),
+            (NODES[1].ctl_peer_if, None, NODES[1].ctl_if, 1),
+        ];
+        for (near, near_ns, far, far_ns) in pairs {
+            root.link()
+                .add(LinkVeth::new(near, far).build())
+                .execute()
+                .await
+                .with_context(|| format!("create veth {near}-{far}"))?;
+            let mut moves = vec![(far, far_ns)];
+            moves.extend(near_ns.map(|ns| (near, ns)));
+            for (iface, ns) in moves {
+                let idx = index(&root, iface).await?;
+                let fd: &File = &namespaces[ns];
+                root.link()
+                    .set(
+                        LinkUnspec::new_with_index(idx)
+                            .setns_by_fd(fd.as_raw_fd())
+                            .build(),
+                    )
+                    .execute()
+                    .await
+                    .with_context(|| format!("move {iface} to {}", NODES[ns].name))?;
+            }
+        }
+        for (node, handle) in NODES.iter().zip(&handles) {
+            configure(handle, node.data_if, node.data_addr).await?;
+            configure(handle, node.ctl_if, node.ctl_addr).await?;
+            configure(&root, node.ctl_peer_if, node.ctl_peer_addr).await?;
+            // Each node's own addresses (the broker's readiness probe) go through loopback.
+            up(handle, "lo").await?;
+        }
+        Ok(Testbed {
+            namespaces,
+            netem: handles.into_iter().map(Netem::with_handle).collect(),
+        })
+    }
+
+    /// Reads both interfaces of each node until `stop`; every distinct (interface, qdisc)
+    /// seen, in order of first sight.
+    async fn poll_kernel(&self, stop: &CancellationToken) -> Vec<(String, Option<NetemOptions>)> {
+        let mut seen: Vec<(String, Option<NetemOptions>)> = Vec::new();
+        loop {
+            for (node, netem) in NODES.iter().zip(&self.netem) {
+                for iface in [node.data_if, node.ctl_if] {
+                    match netem.read(iface).await {
+                        Ok(options) => {
+                            let state = (iface.to_string(), options);
+                            if !seen.contains(&state) {
+                                seen.push(state);
+                            }
+                        }
+                        Err(err) => tracing::warn!(%iface, %err, "reading the qdisc"),
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return seen,
+                _ = tokio::time::sleep(POLL_EVERY) => {}
+            }
+        }
+    }
+}
+
+fn unshare_netns() -> Result<()> {
+    // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        bail!("unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the calling thread (only) into the namespace `netns` refers to.
+fn setns(netns: &File) -> Result<()> {
+    // SAFETY: setns takes a valid fd we own; it moves only this thread.
+    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn connect() -> Result<Handle> {
+    let (connection, handle, _) = rtnetlink::new_connection().context("netlink socket")?;
+    tokio::spawn(connection);
+    Ok(handle)
+}
+
+async fn index(handle: &Handle, name: &str) -> Result<u32> {
+    let link = handle
+        .link()
+        .get()
+        .match_name(name.to_owned())
+        .execute()
+        .try_next()
+        .await?;
+    Ok(link
+        .with_context(|| format!("no link {name}"))?
+        .header
+        .index)
+}
+
+async fn up(handle: &Handle, name: &str) -> Result<()> {
+    let idx = index(handle, name).await?;
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(idx).up().build())
+        .execute()
+        .await
+        .with_context(|| format!("{name} up"))
+}
+
+async fn configure(handle: &Handle, name: &str, addr: Ipv4Addr) -> Result<()> {
+    let idx = index(handle, name).await?;
+    handle
+        .address()
+        .add(idx, IpAddr::V4(addr), 30)
+        .execute()
+        .await
+        .with_context(|| format!("address on {name}"))?;
+    up(handle, name).await
+}
