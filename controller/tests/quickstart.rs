@@ -1,0 +1,67 @@
+//! The quickstart's path on a machine without brokers: the shipped quickstart plan, with its
+//! optional native brokers swapped for products no machine here has (EMQX, HiveMQ), still
+//! measures the embedded broker, skips the missing ones with the reason in the report, and
+//! skips the scenarios one machine cannot emulate, all without root.
+
+use controller::plan::Plan;
+use controller::run::{RunOptions, run_plan};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_runs_with_no_broker_installed() {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/quickstart.toml"
+    ))
+    .expect("quickstart.toml");
+    let results = tempfile::tempdir().expect("temp dir");
+    // Short: one repetition of the latency and payload tests; brokers nobody has installed.
+    let text = shipped
+        .replace("\"mosquitto\"", "\"emqx\"")
+        .replace("\"rabbitmq\"", "\"hivemq\"")
+        .replace(
+            "repetitions = 2",
+            &format!(
+                "repetitions = 1\nresults_dir = {:?}",
+                results.path().display().to_string()
+            ),
+        )
+        .replace("clients = [50, 100]", "clients = [20]");
+    for binary in ["/usr/bin/emqx", "/opt/hivemq/bin/run.sh"] {
+        assert!(
+            !std::path::Path::new(binary).exists(),
+            "this test needs {binary} to be absent"
+        );
+    }
+    let plan = Plan::parse(&text, "quickstart.toml").expect("valid plan");
+    let summary = run_plan(
+        &plan,
+        &text,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("the run completes");
+    // Embedded: latency (1) + payload (3 sizes) + throughput (1 point), local scenario only.
+    assert_eq!((summary.measured, summary.failed), (5, 0), "{summary:?}");
+    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
+    assert!(
+        report.contains("emqx") && report.contains("hivemq"),
+        "the skipped brokers are named"
+    );
+    assert!(
+        report.contains("no link to emulate"),
+        "the skipped scenarios say why"
+    );
+    let csv = std::fs::read_to_string(summary.dir.join("summary.csv")).expect("summary.csv");
+    let skipped_native = csv
+        .lines()
+        .filter(|l| (l.contains(",emqx,") || l.contains(",hivemq,")) && l.contains(",skipped,"))
+        .count();
+    assert_eq!(
+        skipped_native,
+        2 * 3 * 5,
+        "every cell of both missing brokers is skipped, with its reason"
+    );
+    assert!(summary.dir.join("report.html").exists());
+}
