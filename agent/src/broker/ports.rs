@@ -308,8 +308,8 @@ mod tests {
             "[::1]:1883".parse().unwrap()
         );
         assert_eq!(
-            connect_address("10.1.2.3:1883".parse().unwrap()),
-            "10.1.2.3:1883".parse().unwrap()
+            connect_address("198.18.2.3:1883".parse().unwrap()),
+            "198.18.2.3:1883".parse().unwrap()
         );
     }
 }

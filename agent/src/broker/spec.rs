@@ -275,7 +275,7 @@ mod tests {
 
         let mut external = spec("a");
         external.kind = BrokerKind::External {
-            address: "10.0.0.1:0".parse().unwrap(),
+            address: "198.18.0.1:0".parse().unwrap(),
         };
         assert!(
             external
