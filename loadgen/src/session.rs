@@ -65,16 +65,32 @@ pub(crate) async fn open(
     subscription: Option<(&str, Qos)>,
     deadline: Duration,
 ) -> Result<Session, ConnectFailure> {
-    match tokio::time::timeout(
-        deadline,
-        open_unbounded(dialer, codec, fields, subscription),
-    )
-    .await
-    {
+    let attempts = async {
+        let mut attempt = 1;
+        loop {
+            match open_unbounded(dialer, codec, fields, subscription).await {
+                // A broker busy tearing down the previous run's clients may drop a handshake
+                // (seen with rumqttd under load): try again, within the same deadline.
+                Err(ConnectFailure::Protocol(reason))
+                    if reason == CLOSED_DURING_HANDSHAKE && attempt < HANDSHAKE_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    };
+    match tokio::time::timeout(deadline, attempts).await {
         Ok(result) => result,
         Err(_) => Err(ConnectFailure::Timeout(deadline)),
     }
 }
+
+/// How a handshake ends when the broker closes the socket before answering.
+const CLOSED_DURING_HANDSHAKE: &str = "the broker closed the connection";
+/// Handshakes tried per connection when the broker closes one before answering.
+const HANDSHAKE_ATTEMPTS: u32 = 3;
 
 async fn open_unbounded(
     dialer: &Dialer,
@@ -166,7 +182,7 @@ impl Session {
                 .map_err(|e| ConnectFailure::Io(e.to_string()))?;
             if read == 0 {
                 return Err(ConnectFailure::Protocol(
-                    "the broker closed the connection".to_string(),
+                    CLOSED_DURING_HANDSHAKE.to_string(),
                 ));
             }
         }
