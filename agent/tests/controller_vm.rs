@@ -13,21 +13,16 @@
 //! carry the emulation check's line per scenario; netem is cleared after the run; the
 //! agents stop on SIGTERM.
 //!
-//! The scripts in `vm/` do the work and can be run by hand. When qemu or the kernel cannot be
-//! fetched the test skips with the reason, unless `CI=true`, where it fails instead.
+//! The scripts in `vm/` do the work and can be run by hand; `vm_support` drives them. When
+//! qemu or the kernel cannot be fetched the test skips with the reason, unless `CI=true`.
 //! Needs no root: all networking happens inside the VM, which has no network device.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Instant;
+mod vm_support;
 
-use anyhow::{Context, Result, bail, ensure};
-use serde_json::Value;
+use anyhow::Result;
 
 /// Whole VM run, boot included.
 const BOOT_TIMEOUT_SECS: u32 = 420;
-const TARGET: &str = "x86_64-unknown-linux-gnu";
-const EXAMPLE: &str = "controller_vm_check";
 
 /// Every check the payload must report, each with `"pass": true`.
 const CHECKS: &[&str] = &[
@@ -55,62 +50,15 @@ const CHECKS: &[&str] = &[
 
 #[test]
 fn controller_run_with_real_netem() -> Result<()> {
-    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
-        return skip("the VM test runs on x86_64 Linux only");
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("workspace root")?;
-    let cache = std::env::var_os("CONTINUUM_VM_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target/vm-cache"));
-    let started = Instant::now();
-
-    let fetch = Command::new(workspace.join("vm/fetch.sh"))
-        .env("CONTINUUM_VM_CACHE", &cache)
-        .output();
-    match fetch {
-        Ok(out) if out.status.success() => echo("fetch", &out),
-        Ok(out) => {
-            echo("fetch", &out);
-            return skip("vm/fetch.sh could not fetch qemu and the Debian kernel");
-        }
-        Err(err) => return skip(&format!("cannot run vm/fetch.sh: {err}")),
-    }
-    let fetched = started.elapsed();
-
-    let payload = build_payload(workspace)?;
-    let built = started.elapsed();
-
-    let initrd = workspace.join("target/vm-static/controller-check.initrd");
-    let out = Command::new(workspace.join("vm/initramfs.sh"))
-        .arg(&payload)
-        .arg(&initrd)
-        .env("CONTINUUM_VM_CACHE", &cache)
-        .output()?;
-    echo("initramfs", &out);
-    ensure!(out.status.success(), "vm/initramfs.sh failed");
-
-    let out = Command::new(workspace.join("vm/boot.sh"))
-        .arg(&initrd)
-        .arg(BOOT_TIMEOUT_SECS.to_string())
-        .env("CONTINUUM_VM_CACHE", &cache)
-        .output()?;
-    let console = String::from_utf8_lossy(&out.stdout);
-    println!(
-        "--- VM console ---\n{console}--- end (qemu: {}) ---",
-        out.status
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    println!(
-        "timing: fetch {:.1} s, build {:.1} s, initramfs+boot+run {:.1} s, total {:.1} s",
-        fetched.as_secs_f64(),
-        (built - fetched).as_secs_f64(),
-        (started.elapsed() - built).as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-
-    let results = parse_results(&console)?;
+    let payload = vm_support::Payload {
+        example: "controller_vm_check",
+        release: true,
+        initrd: "controller-check.initrd",
+        boot_timeout_secs: BOOT_TIMEOUT_SECS,
+    };
+    let Some(results) = vm_support::boot(&payload)? else {
+        return Ok(());
+    };
     for check in ["edge_delay", "cloud_delay"] {
         if let Some(r) = results.iter().find(|r| r["check"] == check) {
             println!(
@@ -123,93 +71,5 @@ fn controller_run_with_real_netem() -> Result<()> {
             );
         }
     }
-    let mut failures = Vec::new();
-    for check in CHECKS {
-        match results.iter().find(|r| r["check"] == *check) {
-            Some(r) if r["pass"] == true => {}
-            Some(r) => failures.push(format!("{check} failed: {r}")),
-            None => failures.push(format!("{check} not reported")),
-        }
-    }
-    if let Some(fatal) = results.iter().find(|r| r["check"] == "fatal") {
-        failures.push(format!("payload stopped: {fatal}"));
-    }
-    ensure!(
-        failures.is_empty(),
-        "VM checks failed:\n{}",
-        failures.join("\n")
-    );
-    Ok(())
-}
-
-/// Builds the payload static and optimized, in the target dir `tests/netem_vm.rs` uses (its
-/// `release` half, so the two never rebuild each other's dependencies). Optimized because a
-/// debug build cannot carry the load under TCG: its local median was 7 ms with 90 ms tails
-/// at 80 msg/s, and the rises it measured were CPU queueing, not netem. The first build takes
-/// minutes; later ones rebuild only the example.
-fn build_payload(workspace: &Path) -> Result<PathBuf> {
-    let target_dir = workspace.join("target/vm-static");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "agent",
-            "--example",
-            EXAMPLE,
-            "--target",
-            TARGET,
-            "--target-dir",
-        ])
-        .arg(&target_dir)
-        // With an explicit --target, RUSTFLAGS reach only the target's crates, not proc macros.
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        // No debug info: a smaller initramfs and a faster build.
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
-        .env("CARGO_INCREMENTAL", "0")
-        .output()
-        .context("run cargo")?;
-    if !out.status.success() {
-        echo("cargo build", &out);
-        bail!("building the static payload failed");
-    }
-    Ok(target_dir
-        .join(TARGET)
-        .join("release/examples")
-        .join(EXAMPLE))
-}
-
-fn parse_results(console: &str) -> Result<Vec<Value>> {
-    console
-        .lines()
-        // The serial console may prefix a line with terminal control sequences.
-        .filter_map(|line| {
-            line.find("RESULT {")
-                .map(|at| &line[at + "RESULT ".len()..])
-        })
-        .map(|json| {
-            serde_json::from_str(json.trim_end())
-                .with_context(|| format!("bad result line: {json}"))
-        })
-        .collect()
-}
-
-fn echo(step: &str, out: &Output) {
-    for stream in [&out.stdout, &out.stderr] {
-        for line in String::from_utf8_lossy(stream).lines() {
-            println!("[{step}] {line}");
-        }
-    }
-}
-
-fn skip(reason: &str) -> Result<()> {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        bail!("{reason} (CI=true: a skip would hide that netem is not verified)");
-    }
-    println!("skipped: {reason}");
-    eprintln!("skipped: {reason}");
-    Ok(())
+    vm_support::assert_checks(&results, CHECKS)
 }

@@ -1,0 +1,177 @@
+//! What the VM tests share: fetching qemu and the Debian kernel (`vm/fetch.sh`), building an
+//! example static as the payload, packing the initramfs, booting under TCG (`vm/boot.sh`), and
+//! checking the payload's `RESULT {json}` lines. When qemu or the kernel cannot be fetched a
+//! test skips with the reason, unless `CI=true`, where it fails instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// One VM test's payload.
+pub struct Payload {
+    /// The example built static (`agent/examples/<example>.rs`).
+    pub example: &'static str,
+    /// Built optimized (a payload that carries load under TCG) or not (faster to build).
+    pub release: bool,
+    /// File name of its initramfs under `target/vm-static/`.
+    pub initrd: &'static str,
+    /// Whole VM run, boot included.
+    pub boot_timeout_secs: u32,
+}
+
+/// Boots `payload` and returns its result lines; `None` when the test is skipped.
+pub fn boot(payload: &Payload) -> Result<Option<Vec<Value>>> {
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        return skip("the VM tests run on x86_64 Linux only");
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace root")?;
+    let cache = std::env::var_os("CONTINUUM_VM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target/vm-cache"));
+    let started = Instant::now();
+    match Command::new(workspace.join("vm/fetch.sh"))
+        .env("CONTINUUM_VM_CACHE", &cache)
+        .output()
+    {
+        Ok(out) if out.status.success() => echo("fetch", &out),
+        Ok(out) => {
+            echo("fetch", &out);
+            return skip("vm/fetch.sh could not fetch qemu and the Debian kernel");
+        }
+        Err(err) => return skip(&format!("cannot run vm/fetch.sh: {err}")),
+    }
+    let fetched = started.elapsed();
+    let binary = build(workspace, payload)?;
+    let built = started.elapsed();
+    let initrd = workspace.join("target/vm-static").join(payload.initrd);
+    let out = Command::new(workspace.join("vm/initramfs.sh"))
+        .arg(&binary)
+        .arg(&initrd)
+        .env("CONTINUUM_VM_CACHE", &cache)
+        .output()?;
+    echo("initramfs", &out);
+    ensure!(out.status.success(), "vm/initramfs.sh failed");
+    let out = Command::new(workspace.join("vm/boot.sh"))
+        .arg(&initrd)
+        .arg(payload.boot_timeout_secs.to_string())
+        .env("CONTINUUM_VM_CACHE", &cache)
+        .output()?;
+    let console = String::from_utf8_lossy(&out.stdout);
+    println!(
+        "--- VM console ---\n{console}--- end (qemu: {}) ---",
+        out.status
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    println!(
+        "timing: fetch {:.1} s, build {:.1} s, initramfs+boot+checks {:.1} s, total {:.1} s",
+        fetched.as_secs_f64(),
+        (built - fetched).as_secs_f64(),
+        (started.elapsed() - built).as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    parse_results(&console).map(Some)
+}
+
+/// Fails unless every check in `checks` reported `"pass": true` and none was fatal.
+pub fn assert_checks(results: &[Value], checks: &[&str]) -> Result<()> {
+    let mut failures = Vec::new();
+    for check in checks {
+        match results.iter().find(|r| r["check"] == *check) {
+            Some(r) if r["pass"] == true => {}
+            Some(r) => failures.push(format!("{check} failed: {r}")),
+            None => failures.push(format!("{check} not reported")),
+        }
+    }
+    if let Some(fatal) = results.iter().find(|r| r["check"] == "fatal") {
+        failures.push(format!("payload stopped: {fatal}"));
+    }
+    ensure!(
+        failures.is_empty(),
+        "VM checks failed:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+/// Builds the payload static, in a target dir of its own so the workspace's artifacts (built
+/// without `crt-static`) are neither rebuilt nor mixed up; debug and release payloads use its
+/// two halves and never rebuild each other's dependencies.
+fn build(workspace: &Path, payload: &Payload) -> Result<PathBuf> {
+    let target_dir = workspace.join("target/vm-static");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args([
+            "build",
+            "-p",
+            "agent",
+            "--example",
+            payload.example,
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        // With an explicit --target, RUSTFLAGS reach only the target's crates, not proc macros.
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        // No debug info: a smaller initramfs and a faster build. No incremental state either:
+        // this target dir is built cold far more often than it is edited.
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0");
+    if payload.release {
+        command.arg("--release");
+    }
+    let out = command.output().context("run cargo")?;
+    if !out.status.success() {
+        echo("cargo build", &out);
+        bail!("building the static payload failed");
+    }
+    let profile = if payload.release { "release" } else { "debug" };
+    Ok(target_dir
+        .join(TARGET)
+        .join(profile)
+        .join("examples")
+        .join(payload.example))
+}
+
+fn parse_results(console: &str) -> Result<Vec<Value>> {
+    console
+        .lines()
+        // The serial console may prefix a line with terminal control sequences.
+        .filter_map(|line| {
+            line.find("RESULT {")
+                .map(|at| &line[at + "RESULT ".len()..])
+        })
+        .map(|json| {
+            serde_json::from_str(json.trim_end())
+                .with_context(|| format!("bad result line: {json}"))
+        })
+        .collect()
+}
+
+fn echo(step: &str, out: &Output) {
+    for stream in [&out.stdout, &out.stderr] {
+        for line in String::from_utf8_lossy(stream).lines() {
+            println!("[{step}] {line}");
+        }
+    }
+}
+
+fn skip(reason: &str) -> Result<Option<Vec<Value>>> {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        bail!("{reason} (CI=true: a skip would hide that netem is not verified)");
+    }
+    println!("skipped: {reason}");
+    eprintln!("skipped: {reason}");
+    Ok(None)
+}
