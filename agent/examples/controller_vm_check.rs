@@ -38,6 +38,8 @@
 //! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
 //! is `done`.
 
+#[path = "vm_common/mod.rs"]
+mod vm_common;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -46,6 +48,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
+use vm_common::{configure, connect, index, report, setns, unshare_netns, up};
 
 use agent::config::{AgentConfig, NodeRole, TlsFiles};
 use agent::netem::{Netem, NetemOptions, NetemParams};
@@ -53,10 +56,9 @@ use anyhow::{Context, Result, bail};
 use controller::connect::connect_agent;
 use controller::plan::Plan;
 use controller::run::{RunOptions, run_plan};
-use futures_util::TryStreamExt;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
-use rtnetlink::{Handle, LinkUnspec, LinkVeth};
+use rtnetlink::{LinkUnspec, LinkVeth};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -191,15 +193,6 @@ fn agent_process(name: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn report(check: &str, pass: bool, details: Value) -> bool {
-    let mut line = json!({ "check": check, "pass": pass });
-    if let (Some(line), Value::Object(details)) = (line.as_object_mut(), details) {
-        line.extend(details);
-    }
-    println!("RESULT {line}");
-    pass
 }
 
 fn secs(d: Duration) -> f64 {
@@ -749,62 +742,4 @@ impl Testbed {
             }
         }
     }
-}
-
-fn unshare_netns() -> Result<()> {
-    // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        bail!("unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Moves the calling thread (only) into the namespace `netns` refers to.
-fn setns(netns: &File) -> Result<()> {
-    // SAFETY: setns takes a valid fd we own; it moves only this thread.
-    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!("setns: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn connect() -> Result<Handle> {
-    let (connection, handle, _) = rtnetlink::new_connection().context("netlink socket")?;
-    tokio::spawn(connection);
-    Ok(handle)
-}
-
-async fn index(handle: &Handle, name: &str) -> Result<u32> {
-    let link = handle
-        .link()
-        .get()
-        .match_name(name.to_owned())
-        .execute()
-        .try_next()
-        .await?;
-    Ok(link
-        .with_context(|| format!("no link {name}"))?
-        .header
-        .index)
-}
-
-async fn up(handle: &Handle, name: &str) -> Result<()> {
-    let idx = index(handle, name).await?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(idx).up().build())
-        .execute()
-        .await
-        .with_context(|| format!("{name} up"))
-}
-
-async fn configure(handle: &Handle, name: &str, addr: Ipv4Addr) -> Result<()> {
-    let idx = index(handle, name).await?;
-    handle
-        .address()
-        .add(idx, IpAddr::V4(addr), 30)
-        .execute()
-        .await
-        .with_context(|| format!("address on {name}"))?;
-    up(handle, name).await
 }

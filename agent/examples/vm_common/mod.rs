@@ -1,0 +1,79 @@
+//! What the VM payloads share: moving threads between network namespaces, rtnetlink links
+//! and addresses, and the `RESULT {json}` lines the tests read from the console. Included by
+//! `netem_vm_check.rs` and `controller_vm_check.rs` with `#[path]`.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+
+use anyhow::{Context, Result, bail};
+use futures_util::TryStreamExt;
+use rtnetlink::{Handle, LinkUnspec};
+use serde_json::{Value, json};
+
+pub fn unshare_netns() -> Result<()> {
+    // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        bail!("unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves the calling thread (only) into the namespace `netns` refers to.
+pub fn setns(netns: &File) -> Result<()> {
+    // SAFETY: setns takes a valid fd we own; it moves only this thread.
+    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn connect() -> Result<Handle> {
+    let (connection, handle, _) = rtnetlink::new_connection().context("netlink socket")?;
+    tokio::spawn(connection);
+    Ok(handle)
+}
+
+pub async fn index(handle: &Handle, name: &str) -> Result<u32> {
+    let link = handle
+        .link()
+        .get()
+        .match_name(name.to_owned())
+        .execute()
+        .try_next()
+        .await?;
+    Ok(link
+        .with_context(|| format!("no link {name}"))?
+        .header
+        .index)
+}
+
+pub async fn up(handle: &Handle, name: &str) -> Result<()> {
+    let idx = index(handle, name).await?;
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(idx).up().build())
+        .execute()
+        .await
+        .with_context(|| format!("{name} up"))
+}
+
+pub async fn configure(handle: &Handle, name: &str, addr: Ipv4Addr) -> Result<()> {
+    let idx = index(handle, name).await?;
+    handle
+        .address()
+        .add(idx, IpAddr::V4(addr), 30)
+        .execute()
+        .await
+        .with_context(|| format!("address on {name}"))?;
+    up(handle, name).await
+}
+
+pub fn report(check: &str, pass: bool, details: Value) -> bool {
+    let mut line = json!({ "check": check, "pass": pass });
+    if let (Some(line), Value::Object(details)) = (line.as_object_mut(), details) {
+        line.extend(details);
+    }
+    println!("RESULT {line}");
+    pass
+}
