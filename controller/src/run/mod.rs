@@ -235,9 +235,7 @@ pub async fn run_plan_observed(
                         .skipped
                         .push(format!("broker {}: {reason}", broker.name));
                 }
-                for cell in &pending {
-                    record(&results, plan, cell, status, &reason, None, &mut progress)?;
-                }
+                record_unmeasured(&results, plan, &pending, status, &reason, &mut progress)?;
                 if !skip && plan.on_failure == OnFailure::Stop {
                     interrupted = true;
                     break 'brokers;
@@ -281,31 +279,25 @@ pub async fn run_plan_observed(
                     if !manifest.skipped.contains(&reason) {
                         manifest.skipped.push(reason.clone());
                     }
-                    for cell in cells {
-                        record(
-                            &results,
-                            plan,
-                            cell,
-                            CellStatus::Skipped,
-                            &reason,
-                            None,
-                            &mut progress,
-                        )?;
-                    }
+                    record_unmeasured(
+                        &results,
+                        plan,
+                        cells,
+                        CellStatus::Skipped,
+                        &reason,
+                        &mut progress,
+                    )?;
                     continue;
                 }
                 Err(reason) => {
-                    for cell in cells {
-                        record(
-                            &results,
-                            plan,
-                            cell,
-                            CellStatus::Failed,
-                            &reason,
-                            None,
-                            &mut progress,
-                        )?;
-                    }
+                    record_unmeasured(
+                        &results,
+                        plan,
+                        cells,
+                        CellStatus::Failed,
+                        &reason,
+                        &mut progress,
+                    )?;
                     continue;
                 }
             };
@@ -428,6 +420,21 @@ fn node_record(plan: &Plan, agent: &AgentHandle) -> NodeRecord {
         clock_offset_ns: agent.clock.offset_ns,
         clock_error_bound_ns: agent.clock.error_bound_ns,
     }
+}
+
+/// Records `cells` as failed or skipped, all for the same reason.
+fn record_unmeasured<'a>(
+    results: &ResultsDir,
+    plan: &Plan,
+    cells: impl IntoIterator<Item = &'a Cell>,
+    status: CellStatus,
+    reason: &str,
+    progress: &mut Progress,
+) -> Result<(), RunError> {
+    for cell in cells {
+        record(results, plan, cell, status, reason, None, progress)?;
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
