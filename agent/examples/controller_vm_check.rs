@@ -180,6 +180,8 @@ fn agent_process(name: &str) -> ExitCode {
         roles: node.roles.to_vec(),
         data_plane_interface: Some(node.data_if.to_string()),
         state_dir: PathBuf::from(format!("/tmp/agent-{name}")),
+        nebula: None,
+        k3s: Default::default(),
     };
     let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -648,6 +648,8 @@ impl Pki {
             roles: vec![NodeRole::Netem],
             data_plane_interface: Some(interface.to_string()),
             state_dir: PathBuf::from(format!("/tmp/{name}")),
+            nebula: None,
+            k3s: Default::default(),
         }
     }
 }

@@ -59,6 +59,52 @@ pub struct AgentConfig {
     /// Where brokers keep their files.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
+    /// Nebula's certificates for this node (bootstrap writes them); without them the
+    /// InstallOverlay RPC refuses.
+    #[serde(default)]
+    pub nebula: Option<NebulaFiles>,
+    /// Where k3s is and where it keeps its data.
+    #[serde(default)]
+    pub k3s: K3sSettings,
+}
+
+/// Nebula's files on this node: its CA, the host certificate and key `nebula-cert` made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NebulaFiles {
+    /// Nebula's CA certificate (not the project's CA: Nebula has its own format).
+    pub ca: PathBuf,
+    /// This host's Nebula certificate (carries its overlay IP).
+    pub cert: PathBuf,
+    /// Its key (mode 0600).
+    pub key: PathBuf,
+    /// The `nebula` executable; a bare name is looked up on PATH.
+    #[serde(default = "default_nebula_binary")]
+    pub binary: PathBuf,
+}
+
+fn default_nebula_binary() -> PathBuf {
+    PathBuf::from("nebula")
+}
+
+/// k3s on this node: the executable (from the official installer, or an offline binary the
+/// controller or bootstrap pushed) and the folder its state goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct K3sSettings {
+    /// The `k3s` executable; a bare name is looked up on PATH.
+    pub binary: PathBuf,
+    /// k3s's `--data-dir`; the kubeconfig is written beside it. Default: `<state_dir>/k3s`.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Default for K3sSettings {
+    fn default() -> Self {
+        K3sSettings {
+            binary: PathBuf::from("k3s"),
+            data_dir: None,
+        }
+    }
 }
 
 fn all_roles() -> Vec<NodeRole> {
@@ -147,6 +193,20 @@ impl AgentConfig {
             ));
         }
         Ok(())
+    }
+
+    /// k3s's data folder: the configured one, or `<state_dir>/k3s`.
+    pub fn k3s_data_dir(&self) -> PathBuf {
+        self.k3s
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("k3s"))
+    }
+
+    /// The kubeconfig the k3s server writes (`--write-kubeconfig`) and the kubernetes
+    /// broker driver reads.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.k3s_data_dir().join("kubeconfig.yaml")
     }
 
     /// True when the node has `role`.

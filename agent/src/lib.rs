@@ -13,6 +13,8 @@
 //! - [`broker`]: MQTT brokers behind one driver trait (native Mosquitto, RabbitMQ, EMQX,
 //!   VerneMQ, HiveMQ; embedded rumqttd; external), readiness by CONNECT/CONNACK, and
 //!   [`broker::Brokers`], the running instances by name (see its own Layout).
+//! - [`install`]: the Nebula and k3s installers (phases 2 and 3), see its own Layout.
+//! - [`process`]: child processes in their own group, markers, the `/proc` sweep.
 //! - [`netem`]: netem settings, their byte-exact `TCA_OPTIONS` encoding, applying/reading
 //!   back/clearing through rtnetlink, the lease, and the capability probe.
 //!   - `netem/params.rs`: [`netem::NetemParams`], validation.
@@ -28,6 +30,8 @@
 
 pub mod broker;
 pub mod config;
+pub mod install;
 pub mod netem;
+pub mod process;
 pub mod server;
 pub mod service;

@@ -18,7 +18,7 @@
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
 //! - `install.rs`: [`InstallPaths`], where product executables are looked for.
 //! - `native.rs`: [`NativeDriver`], launch plans and the running broker process.
-//! - `process.rs`: process groups, instance markers, the `/proc` sweep, bounded commands.
+//! - `../process.rs` (shared with the installers): process groups, markers, the sweep.
 //! - `mosquitto.rs`, `rabbitmq.rs`: the two products the study's tests run here.
 //! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
@@ -34,7 +34,6 @@ mod mosquitto;
 mod native;
 mod others;
 mod ports;
-mod process;
 mod rabbitmq;
 mod readiness;
 mod registry;

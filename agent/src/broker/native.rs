@@ -16,12 +16,12 @@ use tokio::time::Instant;
 use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address};
-use super::process::{
-    CommandLine, GroupChild, find_process_named, log_tail, new_marker, run_bounded, sweep,
-};
 use super::readiness::wait_ready;
 use super::spec::{BrokerKind, BrokerSpec, Product};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+use crate::process::{
+    CommandLine, GroupChild, find_process_named, log_tail, new_marker, run_bounded, sweep,
+};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.

@@ -30,8 +30,8 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::native::{LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
-use super::process::CommandLine;
 use super::spec::Product;
+use crate::process::CommandLine;
 
 /// How long the JVM and Erlang brokers may take to answer MQTT.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);

@@ -16,8 +16,8 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::native::{Helper, LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
-use super::process::CommandLine;
 use super::spec::Product;
+use crate::process::CommandLine;
 
 /// A cold first boot takes about 11 s on a 2-core machine.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -171,11 +171,11 @@ fn instance_env(dir: &Path, node: &str, ports: PrivatePorts) -> Vec<(String, Str
 mod tests {
     use super::*;
     use crate::broker::native::NativeDriver;
-    use crate::broker::process::is_running;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
     use crate::broker::spec::{BrokerKind, BrokerSpec};
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
     use crate::broker::{BrokerDriver, BrokerState};
+    use crate::process::is_running;
 
     fn context_plan(spec: &BrokerSpec, dir: &Path) -> LaunchPlan {
         let install = InstallPaths {

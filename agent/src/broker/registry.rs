@@ -313,10 +313,10 @@ fn status_of(name: &str, state: BrokerState, broker: &dyn RunningBroker) -> Brok
 mod tests {
     use super::*;
     use crate::broker::error::ErrorCode;
-    use crate::broker::process::is_running;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
     use crate::broker::spec::Product;
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
+    use crate::process::is_running;
     use std::time::Duration;
 
     fn registry(state: &std::path::Path) -> Brokers {
@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(brokers.start(spec.clone()).await.unwrap().pid, Some(pid));
 
         // The broker dies behind the agent's back: status says so, a start replaces it.
-        crate::broker::process::send_signal(pid, libc::SIGKILL);
+        crate::process::send_signal(pid, libc::SIGKILL);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let failed = loop {
             let status = brokers.status("native").await.unwrap();

@@ -109,6 +109,12 @@ pub(crate) fn spec_from(message: pb::BrokerSpec) -> Result<BrokerSpec, Status> {
                 )
             })?,
         },
+        // The kubernetes driver is being written; until it lands the request is refused.
+        pb::broker_spec::Kind::Kubernetes(_) => {
+            return Err(crate::service::status::unable(
+                "spec.kind.kubernetes: the kubernetes driver is not available in this agent",
+            ));
+        }
     };
     let bind = match (&kind, message.bind.as_str()) {
         (BrokerKind::External { .. }, _) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),

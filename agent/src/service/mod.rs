@@ -26,6 +26,8 @@ use self::access::{Access, authorize};
 use self::brokers::BrokerControl;
 use self::netem::NetemControl;
 use crate::config::{AgentConfig, NodeRole};
+use crate::install::k3s::K3s;
+use crate::install::nebula::Nebula;
 
 pub use self::netem::MAX_LEASE;
 
@@ -37,6 +39,8 @@ pub struct AgentService {
     capabilities: pb::Capabilities,
     netem: NetemControl,
     brokers: BrokerControl,
+    overlay: Nebula,
+    cluster: K3s,
     /// Fired at shutdown: running loads stop.
     shutdown: CancellationToken,
 }
@@ -62,6 +66,8 @@ impl AgentService {
         };
         let config = Arc::new(config);
         AgentService {
+            overlay: Nebula::new(&config),
+            cluster: K3s::new(&config),
             netem: NetemControl::new(netem, config.data_plane_interface.clone()),
             brokers: BrokerControl::new(config.state_dir.join("brokers")),
             capabilities,
@@ -70,11 +76,14 @@ impl AgentService {
         }
     }
 
-    /// Undoes what the agent did: stops loads, clears netem, stops brokers.
+    /// Undoes what the agent did: stops loads, clears netem, stops brokers, then stops the
+    /// k3s and Nebula children it supervises (units under systemd stay: they are installed).
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
         self.netem.clear_all().await;
         self.brokers.stop_all().await;
+        self.cluster.shutdown().await;
+        self.overlay.shutdown().await;
     }
 
     fn require(&self, role: NodeRole) -> Result<(), Status> {
@@ -228,5 +237,45 @@ impl pb::agent_server::Agent for AgentService {
         self.require(NodeRole::Loadgen)?;
         let stream = load::start(request.into_inner(), self.shutdown.clone())?;
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn install_overlay(
+        &self,
+        request: Request<pb::InstallOverlayRequest>,
+    ) -> Result<Response<pb::OverlayStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(
+            self.overlay.install(request.into_inner()).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn uninstall_overlay(
+        &self,
+        request: Request<pb::UninstallOverlayRequest>,
+    ) -> Result<Response<pb::OverlayStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(self.overlay.uninstall().await?))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn install_cluster(
+        &self,
+        request: Request<pb::InstallClusterRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(
+            self.cluster.install(request.into_inner()).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn uninstall_cluster(
+        &self,
+        request: Request<pb::UninstallClusterRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(self.cluster.uninstall().await?))
     }
 }

@@ -209,6 +209,8 @@ async fn start_local_agent(
         roles: node.roles.clone(),
         data_plane_interface: None,
         state_dir: files.path().join("state"),
+        nebula: None,
+        k3s: Default::default(),
     };
     let agent_credentials =
         Credentials::load(files.path(), "local").map_err(|e| RunError::Local(e.to_string()))?;

@@ -1,4 +1,4 @@
-//! Broker processes: command lines, children in their own process group, and the sweep that
+//! Child processes (brokers, Nebula, k3s): command lines, children in their own process group, and the sweep that
 //! proves a stopped broker left nothing running.
 //!
 //! Every process a native driver starts carries [`MARKER_VAR`] set to the instance's marker.
@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use super::error::BrokerError;
+use crate::broker::BrokerError;
 
 /// Environment variable tagging every process of one broker instance.
 pub const MARKER_VAR: &str = "CONTINUUM_BROKER_INSTANCE";
