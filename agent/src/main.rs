@@ -1,4 +1,6 @@
-//! `continuum-agent`: parse, set up tracing, serve until SIGTERM/SIGINT.
+//! `continuum-agent`: parse, set up tracing, serve until SIGTERM/SIGINT; or, with
+//! `uninstall`, remove what the installers put on the node (`bootstrap uninstall` runs it
+//! after stopping the daemon).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +14,14 @@ struct Args {
     /// The agent's configuration file.
     #[arg(long, default_value = "/etc/continuum/agent.toml")]
     config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Removes k3s and Nebula as the installers set them up (stop the daemon first).
+    Uninstall,
 }
 
 fn main() -> ExitCode {
@@ -41,11 +51,41 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::Uninstall) = args.command {
+        return runtime.block_on(uninstall(&config));
+    }
     match runtime.block_on(agent::server::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("continuum-agent: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs both installers' uninstall steps, k3s first (it runs over the overlay).
+async fn uninstall(config: &agent::config::AgentConfig) -> ExitCode {
+    let mut failed = false;
+    match agent::install::k3s::K3s::new(config).uninstall().await {
+        Ok(status) => println!("k3s: {}", status.detail),
+        Err(error) => {
+            failed = true;
+            println!("k3s: {error}");
+        }
+    }
+    match agent::install::nebula::Nebula::new(config)
+        .uninstall()
+        .await
+    {
+        Ok(status) => println!("nebula: {}", status.detail),
+        Err(error) => {
+            failed = true;
+            println!("nebula: {error}");
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -1,0 +1,237 @@
+//! What bootstrap puts on a node and where: the agent binary, its configuration, the
+//! project's and Nebula's certificates, and the systemd unit. Contents are computed locally
+//! so a second run can compare hashes and copy nothing when nothing changed.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::inventory::{Loaded, Node};
+use crate::state::State;
+
+/// The agent binary on a node (the unit's ExecStart).
+pub const AGENT_BINARY: &str = "/usr/local/bin/continuum-agent";
+/// The agent's configuration (the unit's `--config`).
+pub const AGENT_CONFIG: &str = "/etc/continuum/agent.toml";
+/// The unit file.
+pub const AGENT_UNIT: &str = "/etc/systemd/system/continuum-agent.service";
+/// The unit's name.
+pub const UNIT_NAME: &str = "continuum-agent.service";
+/// The agent's state folder (the unit's StateDirectory): brokers, installers, and
+/// bootstrap's own record of what it installed.
+pub const STATE_DIR: &str = "/var/lib/continuum-agent";
+/// Where bootstrap lists what it installed, for `bootstrap uninstall`.
+pub const RECORD: &str = "/var/lib/continuum-agent/bootstrap.record";
+/// PID of an agent started without systemd.
+pub const PID_FILE: &str = "/var/lib/continuum-agent/agent.pid";
+/// Log of an agent started without systemd.
+pub const LOG_FILE: &str = "/var/lib/continuum-agent/agent.log";
+
+/// Folders bootstrap may have to create, parents first. Only those it created are removed
+/// by uninstall.
+pub const DIRS: [&str; 7] = [
+    "/etc/continuum",
+    "/etc/continuum/tls",
+    "/etc/continuum/nebula",
+    "/usr/local/bin",
+    "/etc/systemd",
+    "/etc/systemd/system",
+    STATE_DIR,
+];
+
+const UNIT_TEXT: &str = include_str!("../../agent/systemd/continuum-agent.service");
+
+/// One file to have on a node.
+#[derive(Debug, Clone)]
+pub struct RemoteFile {
+    /// Absolute path on the node.
+    pub path: &'static str,
+    /// Its mode.
+    pub mode: u32,
+    /// Its content.
+    pub content: Vec<u8>,
+    /// SHA-256 of the content, hex.
+    pub sha256: String,
+}
+
+impl RemoteFile {
+    fn new(path: &'static str, mode: u32, content: Vec<u8>) -> Self {
+        let sha256 = hex::encode(Sha256::digest(&content));
+        RemoteFile {
+            path,
+            mode,
+            content,
+            sha256,
+        }
+    }
+}
+
+/// Why a node's files could not be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// A local file is missing or unreadable.
+    #[error("node {node}: {what} {path}: {source}{hint}")]
+    Read {
+        /// The node it is for.
+        node: String,
+        /// Which file.
+        what: &'static str,
+        /// Where.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+        /// What to do about it.
+        hint: String,
+    },
+}
+
+/// Every file `node` should have, in install order (the binary last, so a node never
+/// runs a new binary with an old configuration... nor starts before its certificates).
+pub fn files_for(
+    loaded: &Loaded,
+    state: &State,
+    node: &Node,
+) -> Result<Vec<RemoteFile>, LayoutError> {
+    let read = |what: &'static str, path: &Path, hint: &str| {
+        std::fs::read(path).map_err(|source| LayoutError::Read {
+            node: node.name.clone(),
+            what,
+            path: path.display().to_string(),
+            source,
+            hint: hint.to_string(),
+        })
+    };
+    let pki = state.pki_dir();
+    let mut files = vec![
+        RemoteFile::new(
+            "/etc/continuum/tls/ca.pem",
+            0o644,
+            read("project CA", &pki.join(proto::pki::CA_CERT_FILE), "")?,
+        ),
+        RemoteFile::new(
+            "/etc/continuum/tls/agent.pem",
+            0o644,
+            read(
+                "agent certificate",
+                &proto::pki::cert_path(&pki, &node.name),
+                "",
+            )?,
+        ),
+        RemoteFile::new(
+            "/etc/continuum/tls/agent.key",
+            0o600,
+            read("agent key", &proto::pki::key_path(&pki, &node.name), "")?,
+        ),
+    ];
+    if node.overlay.is_some() {
+        let (crt, key) = state.nebula_host(&node.name);
+        files.push(RemoteFile::new(
+            "/etc/continuum/nebula/ca.crt",
+            0o644,
+            read("Nebula CA", &state.nebula_ca(), "")?,
+        ));
+        files.push(RemoteFile::new(
+            "/etc/continuum/nebula/host.crt",
+            0o644,
+            read("Nebula certificate", &crt, "")?,
+        ));
+        files.push(RemoteFile::new(
+            "/etc/continuum/nebula/host.key",
+            0o600,
+            read("Nebula key", &key, "")?,
+        ));
+    }
+    files.push(RemoteFile::new(
+        AGENT_CONFIG,
+        0o644,
+        agent_config(node).into_bytes(),
+    ));
+    files.push(RemoteFile::new(
+        AGENT_UNIT,
+        0o644,
+        UNIT_TEXT.as_bytes().to_vec(),
+    ));
+    let binary = agent_binary(loaded, &node.arch);
+    let hint = format!(
+        "; build it (cargo build --release -p agent{}) or set [agent.binaries] {} in the inventory",
+        target_flag(&node.arch),
+        node.arch
+    );
+    files.push(RemoteFile::new(
+        AGENT_BINARY,
+        0o755,
+        read("agent binary", &binary, &hint)?,
+    ));
+    Ok(files)
+}
+
+/// The agent binary for `arch`: the inventory's, or for this machine's own architecture the
+/// `continuum-agent` beside the running `bootstrap` (both come out of one cargo build).
+pub fn agent_binary(loaded: &Loaded, arch: &str) -> PathBuf {
+    if let Some(path) = loaded.inventory.agent.binaries.get(arch) {
+        let base = loaded.path.parent().unwrap_or(Path::new("."));
+        return base.join(path);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("continuum-agent")));
+    match beside {
+        Some(path) if arch == std::env::consts::ARCH => path,
+        _ => PathBuf::from(format!(
+            "target/{}/release/continuum-agent",
+            target_triple(arch)
+        )),
+    }
+}
+
+fn target_triple(arch: &str) -> &'static str {
+    match arch {
+        "aarch64" => "aarch64-unknown-linux-gnu",
+        "armv7" => "armv7-unknown-linux-gnueabihf",
+        _ => "x86_64-unknown-linux-gnu",
+    }
+}
+
+fn target_flag(arch: &str) -> String {
+    if arch == std::env::consts::ARCH {
+        String::new()
+    } else {
+        format!(" --target {}", target_triple(arch))
+    }
+}
+
+/// The agent's `agent.toml` for `node`.
+pub fn agent_config(node: &Node) -> String {
+    let roles: Vec<String> = node
+        .kind
+        .agent_roles()
+        .iter()
+        .map(|role| format!("{:?}", role.as_str()))
+        .collect();
+    let mut text = format!(
+        "# Written by bootstrap for node {name} ({kind}); bootstrap rewrites it on every run.\n\
+         name = {name:?}\n\
+         listen = \"{listen}\"\n\
+         roles = [{roles}]\n\
+         data_plane_interface = {interface:?}\n\
+         state_dir = {STATE_DIR:?}\n\n\
+         [tls]\n\
+         ca = \"/etc/continuum/tls/ca.pem\"\n\
+         cert = \"/etc/continuum/tls/agent.pem\"\n\
+         key = \"/etc/continuum/tls/agent.key\"\n",
+        name = node.name,
+        kind = node.kind.as_str(),
+        listen = node.agent,
+        roles = roles.join(", "),
+        interface = node.data_interface,
+    );
+    if node.overlay.is_some() {
+        text.push_str(
+            "\n[nebula]\n\
+             ca = \"/etc/continuum/nebula/ca.crt\"\n\
+             cert = \"/etc/continuum/nebula/host.crt\"\n\
+             key = \"/etc/continuum/nebula/host.key\"\n",
+        );
+    }
+    text
+}
