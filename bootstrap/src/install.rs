@@ -76,6 +76,7 @@ pub async fn install(
             Err(problem) => problems.push(problem),
         }
     }
+    tracing::info!("every node reached and checked");
     if !problems.is_empty() {
         close_all(planned.iter().map(|(_, ssh, _)| ssh)).await;
         return Err(BootstrapError::Preflight(problems));
@@ -87,7 +88,9 @@ pub async fn install(
             .map(|((node, ssh, files), facts)| install_node(node, ssh, files, facts)),
     )
     .await;
+    tracing::info!("installed");
     close_all(planned.iter().map(|(_, ssh, _)| ssh)).await;
+    tracing::info!("connections closed");
     Ok(results)
 }
 

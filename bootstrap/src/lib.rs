@@ -66,6 +66,7 @@ pub async fn run_install(
     let outcomes = install::install(&loaded, options).await?;
     let state = state::State::new(loaded.state_dir.clone());
     let answers = check::check_agents(&state, &outcomes).await;
+    tracing::info!("agents checked");
     let mut text = check::table(&outcomes, &answers);
     let all_ok = answers.iter().all(Result::is_ok);
     if outcomes.iter().all(|o| o.change == NodeChange::Unchanged) {

@@ -1,0 +1,268 @@
+//! `bootstrap` against three nodes over real SSH (Debian's sshd in namespaces, see
+//! `ssh_nodes`): host keys honoured, install, every agent answering Info over mTLS, a second
+//! run that changes nothing, uninstall that leaves no file, unit or process; and nodes that
+//! cannot be reached or refuse the key stopping bootstrap before it writes anywhere.
+
+mod ssh_nodes;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use proto::agent::v1 as pb;
+use proto::mtls::Credentials;
+use ssh_nodes::{NODES, SshBed, agent_processes};
+use tests::isolated_netns_test;
+
+const SSHD: &str = "/usr/sbin/sshd";
+const NEBULA_CERT: &str = "/usr/bin/nebula-cert";
+
+fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every agent answers Info over mTLS with bootstrap's controller identity, from the laptop.
+fn agents_answer(bed: &SshBed) -> Result<Vec<pb::NodeInfo>> {
+    let credentials = Credentials::load(&bed.dir.path().join("state/pki"), "controller")?;
+    let mut infos = Vec::new();
+    for name in NODES {
+        let address = format!("{}:7100", bed.testbed.node(name).addr());
+        let credentials = credentials.clone();
+        let info = bed.testbed.node("laptop").run_in(|| async move {
+            let mut client =
+                controller::connect::connect_agent(&address, None, &credentials).await?;
+            anyhow::Ok(client.info(pb::InfoRequest {}).await?.into_inner())
+        })??;
+        ensure!(info.name == name, "{name} answered as {}", info.name);
+        infos.push(info);
+    }
+    Ok(infos)
+}
+
+#[test]
+fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
+    isolated_netns_test!(Ok(()));
+    if !tests::components_available(&[SSHD, NEBULA_CERT]) {
+        return Ok(());
+    }
+    let bed = SshBed::start("boot")?;
+    let inventory = bed.dir.path().join("lab.toml");
+    let known_hosts = bed.dir.path().join("known_hosts");
+    std::fs::write(&known_hosts, "")?;
+    std::fs::write(&inventory, bed.inventory("client_key", &known_hosts, &[]))?;
+    let inventory = inventory.display().to_string();
+
+    // First contact: unknown host keys are refused unless the user says to accept them.
+    let refused = bed.bootstrap(&[&inventory])?;
+    let said = text(&refused);
+    ensure!(
+        !refused.status.success(),
+        "unknown host keys must stop bootstrap"
+    );
+    for name in NODES {
+        ensure!(
+            said.contains(&format!("node {name}: host key of root@")),
+            "host-key refusal names {name}: {said}"
+        );
+        ensure!(
+            bed.left_behind(name)?.is_empty(),
+            "nothing written on {name}"
+        );
+    }
+    ensure!(
+        said.contains("--accept-new-host-keys")
+            && said.contains("nothing was installed on any node")
+    );
+
+    let first = bed.bootstrap(&[&inventory, "--accept-new-host-keys"])?;
+    let said = text(&first);
+    ensure!(first.status.success(), "install failed: {said}");
+    ensure!(
+        said.matches("started detached (no systemd as PID 1)")
+            .count()
+            == 3,
+        "{said}"
+    );
+    ensure!(said.matches("yes: agent").count() == 3, "{said}");
+    let infos = agents_answer(&bed)?;
+    ensure!(
+        infos[2].roles == ["broker", "netem"],
+        "worker roles: {:?}",
+        infos[2].roles
+    );
+    let pids: Vec<Option<u32>> = NODES.iter().map(|n| bed.agent_pid(n)).collect();
+    ensure!(
+        pids.iter().all(Option::is_some),
+        "every node has a running agent: {pids:?}"
+    );
+    let known = std::fs::read_to_string(&known_hosts)?;
+    ensure!(
+        known.lines().count() == 3,
+        "first contact recorded 3 host keys: {known}"
+    );
+
+    // What a node got, with private keys private.
+    let worker = bed.root("worker").join("upper");
+    for (path, mode) in [
+        ("etc/continuum/tls/agent.key", 0o600),
+        ("etc/continuum/nebula/host.key", 0o600),
+        ("etc/continuum/tls/agent.pem", 0o644),
+        ("usr/local/bin/continuum-agent", 0o755),
+        ("etc/systemd/system/continuum-agent.service", 0o644),
+    ] {
+        let meta = std::fs::metadata(worker.join(path)).with_context(|| path.to_string())?;
+        ensure!(
+            meta.permissions().mode() & 0o777 == mode,
+            "{path} mode {:o}",
+            meta.permissions().mode()
+        );
+    }
+    let config = std::fs::read_to_string(worker.join("etc/continuum/agent.toml"))?;
+    ensure!(
+        config.contains("name = \"worker\"") && config.contains("[nebula]"),
+        "{config}"
+    );
+    for key in ["ca.key", "controller.key"] {
+        let mode = std::fs::metadata(bed.dir.path().join("state/pki").join(key))?
+            .permissions()
+            .mode();
+        ensure!(mode & 0o777 == 0o600, "local {key} mode {mode:o}");
+    }
+
+    // A second run changes nothing and says so; the agents keep running untouched.
+    let second = bed.bootstrap(&[&inventory])?;
+    let said = text(&second);
+    ensure!(second.status.success(), "{said}");
+    ensure!(said.matches("unchanged").count() == 3, "{said}");
+    ensure!(
+        said.contains("nothing changed: every node already had this install"),
+        "{said}"
+    );
+    ensure!(
+        !said.contains("made "),
+        "no certificate was made again: {said}"
+    );
+    let again: Vec<Option<u32>> = NODES.iter().map(|n| bed.agent_pid(n)).collect();
+    ensure!(
+        again == pids,
+        "agents were not restarted: {pids:?} -> {again:?}"
+    );
+
+    // A changed node (its data interface) is updated alone and its agent restarted.
+    let edited = std::fs::read_to_string(&inventory)?.replacen(
+        "data_interface = \"eth0\"",
+        "data_interface = \"eth1\"",
+        1,
+    );
+    std::fs::write(&inventory, edited)?;
+    let third = bed.bootstrap(&[&inventory])?;
+    let said = text(&third);
+    ensure!(third.status.success(), "{said}");
+    ensure!(
+        said.matches("unchanged").count() == 2 && said.contains("1 file(s) written"),
+        "{said}"
+    );
+    ensure!(
+        bed.agent_pid("tester") != pids[0],
+        "tester's agent restarted with its new config"
+    );
+
+    // Uninstall: no file, unit, folder or process left on any node.
+    let removed = bed.bootstrap(&["uninstall", &inventory])?;
+    let said = text(&removed);
+    ensure!(removed.status.success(), "{said}");
+    for name in NODES {
+        let left = bed.left_behind(name)?;
+        ensure!(left.is_empty(), "{name} still has {left:?}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !agent_processes().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ensure!(
+        agent_processes().is_empty(),
+        "agents still running: {:?}",
+        agent_processes()
+    );
+    let twice = bed.bootstrap(&["uninstall", &inventory])?;
+    ensure!(
+        text(&twice)
+            .matches("nothing installed by bootstrap")
+            .count()
+            == 3,
+        "{}",
+        text(&twice)
+    );
+    Ok(())
+}
+
+#[test]
+fn unreachable_nodes_and_wrong_keys_stop_bootstrap_before_it_writes_anywhere() -> Result<()> {
+    isolated_netns_test!(Ok(()));
+    if !tests::components_available(&[SSHD, NEBULA_CERT]) {
+        return Ok(());
+    }
+    let bed = SshBed::start("bootbad")?;
+    let known_hosts = bed.dir.path().join("known_hosts");
+    std::fs::write(&known_hosts, bed.known_hosts()?)?;
+
+    // The worker's address has no sshd behind it (an address of the testbed nobody holds).
+    let nobody = bed
+        .testbed
+        .subnet()
+        .host(200)
+        .context("a free testbed address")?;
+    let inventory = bed.dir.path().join("unreachable.toml");
+    std::fs::write(
+        &inventory,
+        bed.inventory("client_key", &known_hosts, &[("worker", nobody)]),
+    )?;
+    let output = bed.bootstrap(&[&inventory.display().to_string()])?;
+    let said = text(&output);
+    ensure!(!output.status.success(), "{said}");
+    ensure!(
+        said.contains(&format!("node worker: cannot reach root@{nobody} over SSH")),
+        "{said}"
+    );
+    ensure!(said.contains("nothing was installed on any node"), "{said}");
+
+    // A key the nodes do not know.
+    let inventory = bed.dir.path().join("wrong-key.toml");
+    std::fs::write(&inventory, bed.inventory("other_key", &known_hosts, &[]))?;
+    let output = bed.bootstrap(&[&inventory.display().to_string()])?;
+    let said = text(&output);
+    ensure!(!output.status.success(), "{said}");
+    for name in NODES {
+        ensure!(
+            said.contains(&format!("node {name}: root@")) && said.contains("refused the SSH key"),
+            "{said}"
+        );
+    }
+
+    // Two headnodes: refused from the inventory alone, naming the node.
+    let inventory = bed.dir.path().join("two-headnodes.toml");
+    let text_two = bed
+        .inventory("client_key", &known_hosts, &[])
+        .replace("role = \"worker\"", "role = \"headnode\"");
+    std::fs::write(&inventory, text_two)?;
+    let output = bed.bootstrap(&[&inventory.display().to_string()])?;
+    let said = text(&output);
+    ensure!(
+        !output.status.success() && said.contains("node worker is a second headnode"),
+        "{said}"
+    );
+
+    for name in NODES {
+        let left = bed.left_behind(name)?;
+        ensure!(
+            left.is_empty(),
+            "{name} got {left:?} although bootstrap stopped"
+        );
+    }
+    ensure!(agent_processes().is_empty(), "no agent was started");
+    Ok(())
+}
