@@ -149,6 +149,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             .flat_map(|b| [netem(b, "tester"), netem(b, "worker")])
             .collect(),
         skipped: vec!["broker emqx: not installed on worker (optional), skipped".into()],
+        testbed: None,
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut throughput = Vec::new();

@@ -6,10 +6,12 @@
 //! scenarios (Table II) and tests (Table III) are built-in presets that fields override.
 //!
 //! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
-//!   `validate.rs`: the checks; `cells.rs`: the plan unrolled into measurement cells.
+//!   `validate.rs`: the checks; `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
+//!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells.
 
 mod cells;
 mod presets;
+mod testbed;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -17,6 +19,7 @@ mod validate;
 
 pub use cells::{Cell, CellPoint};
 pub use presets::{scenario_preset, test_preset, workload_for};
+pub use testbed::{NODE_PORTS, parse_overlay_cidr};
 pub use types::*;
 pub use validate::PlanError;
 

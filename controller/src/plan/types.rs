@@ -27,6 +27,9 @@ pub struct Plan {
     /// Per-phase deadlines.
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// Phases 2 and 3 of the study: the overlay and the cluster brokers run on.
+    #[serde(default)]
+    pub testbed: TestbedEntry,
     /// The testbed's nodes.
     pub nodes: Vec<NodeEntry>,
     /// Brokers to measure, one after the other.
@@ -102,6 +105,10 @@ pub struct NodeEntry {
     /// node, 127.0.0.1 when absent.
     #[serde(default)]
     pub data_address: Option<String>,
+    /// The node's overlay address with prefix (`198.19.0.2/24`, as in its Nebula
+    /// certificate); required on every node when `testbed.overlay = "nebula"`.
+    #[serde(default)]
+    pub overlay_ip: Option<String>,
 }
 
 impl NodeEntry {
@@ -121,6 +128,9 @@ pub enum BrokerKind {
     Embedded,
     /// Already running elsewhere; only its address is known.
     External,
+    /// A pinned official image on the k3s cluster (`testbed.orchestrator = "k3s"`),
+    /// deployed through the headnode's agent and pinned to `node`; `port` is its NodePort.
+    Kubernetes,
 }
 
 /// A broker to measure.
@@ -227,4 +237,60 @@ pub struct TestEntry {
     /// Client pairs, one cell each (throughput test).
     #[serde(default)]
     pub clients: Option<Vec<u32>>,
+}
+
+/// The overlay network of phase 2.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overlay {
+    /// The nodes' own network.
+    #[default]
+    None,
+    /// Nebula: the headnode is the lighthouse, every other node a member.
+    Nebula,
+}
+
+/// The orchestrator of phase 3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Orchestrator {
+    /// Brokers run as processes (native, embedded) or elsewhere (external).
+    #[default]
+    None,
+    /// k3s over the overlay: server on the headnode (no workloads), agents on broker nodes.
+    K3s,
+}
+
+/// `[testbed]`: what the controller installs before any broker (the study's phases 2, 3).
+/// Both are idempotent: a run on a testbed that has them changes nothing, and they stay
+/// up after the run (`bootstrap uninstall` removes them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TestbedEntry {
+    /// `none` or `nebula`.
+    pub overlay: Overlay,
+    /// `none` or `k3s` (needs the overlay: flannel runs over it).
+    pub orchestrator: Orchestrator,
+    /// The node that is the lighthouse and the k3s server.
+    pub headnode: Option<String>,
+    /// Nebula's UDP port on every node.
+    pub nebula_port: u16,
+    /// Nebula's tun device (netem's data-plane interface on the nodes).
+    pub overlay_interface: String,
+    /// How long each installer may take (k3s pulls images on first start).
+    #[serde(with = "humantime_serde")]
+    pub install_timeout: Duration,
+}
+
+impl Default for TestbedEntry {
+    fn default() -> Self {
+        TestbedEntry {
+            overlay: Overlay::None,
+            orchestrator: Orchestrator::None,
+            headnode: None,
+            nebula_port: 4242,
+            overlay_interface: "nebula1".into(),
+            install_timeout: Duration::from_secs(180),
+        }
+    }
 }

@@ -64,7 +64,7 @@ impl PlanError {
     }
 }
 
-fn invalid(
+pub(super) fn invalid(
     path: impl Into<String>,
     value: impl std::fmt::Display,
     problem: impl Into<String>,
@@ -77,7 +77,7 @@ fn invalid(
     }
 }
 
-fn quoted(text: &str) -> String {
+pub(super) fn quoted(text: &str) -> String {
     format!("{text:?}")
 }
 
@@ -101,6 +101,7 @@ impl Plan {
         }
         self.validate_nodes()?;
         self.validate_brokers()?;
+        self.validate_testbed()?;
         self.validate_scenarios()?;
         self.validate_tests()
     }
@@ -156,12 +157,20 @@ impl Plan {
                 ));
             }
             match broker.kind {
-                BrokerKind::Native => match broker.product.as_deref() {
+                BrokerKind::Native | BrokerKind::Kubernetes => match broker.product.as_deref() {
                     None => {
                         return Err(invalid(
                             path("product"),
                             "(absent)",
-                            format!("a native broker needs a product: {}", PRODUCTS.join(", ")),
+                            format!(
+                                "a {} broker needs a product: {}",
+                                if broker.kind == BrokerKind::Native {
+                                    "native"
+                                } else {
+                                    "kubernetes"
+                                },
+                                PRODUCTS.join(", ")
+                            ),
                         ));
                     }
                     Some(product) if !PRODUCTS.contains(&product) => {
@@ -191,7 +200,9 @@ impl Plan {
                 }
                 BrokerKind::Embedded => {}
             }
-            if broker.kind != BrokerKind::External {
+            // A kubernetes broker's node is the cluster node its pod is pinned to; the
+            // headnode's agent deploys it (checked in testbed.rs).
+            if broker.kind != BrokerKind::External && broker.kind != BrokerKind::Kubernetes {
                 let node = broker
                     .node
                     .as_deref()

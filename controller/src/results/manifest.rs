@@ -65,4 +65,41 @@ pub struct Manifest {
     pub netem: Vec<AppliedNetem>,
     /// Scenarios skipped and why (e.g. no netem on a node).
     pub skipped: Vec<String>,
+    /// The overlay and cluster phases 2 and 3 found or brought up (absent when the plan
+    /// asks for neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testbed: Option<TestbedRecord>,
+}
+
+/// What phases 2 and 3 left running, as the agents reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TestbedRecord {
+    /// Nebula on each node.
+    pub overlay: Vec<OverlayRecord>,
+    /// The k3s cluster as its server lists it.
+    pub cluster: Option<ClusterRecord>,
+}
+
+/// Nebula on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverlayRecord {
+    /// Node.
+    pub node: String,
+    /// Lighthouse or member.
+    pub lighthouse: bool,
+    /// Its overlay address with prefix.
+    pub overlay_cidr: String,
+    /// What the installer did ("started", "already running").
+    pub detail: String,
+    /// Overlay peers checked from this node: address, reachable, round trip or why not.
+    pub peers: Vec<(String, bool, String)>,
+}
+
+/// The k3s cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterRecord {
+    /// The server (headnode).
+    pub server: String,
+    /// Nodes as the server lists them: name, Ready, internal IP, taints.
+    pub nodes: Vec<(String, bool, String, Vec<String>)>,
 }

@@ -133,9 +133,16 @@ pub async fn connect_all(
     Ok((agents, locals))
 }
 
+/// Where brokers on `node` listen and clients dial: `data_address`, else the overlay address
+/// (phase 2 puts the data plane on it), else the agent's host.
 fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> Result<IpAddr, RunError> {
+    let overlay = node
+        .overlay_ip
+        .as_deref()
+        .and_then(crate::plan::parse_overlay_cidr)
+        .map(|(ip, _)| IpAddr::V4(ip));
     match &node.data_address {
-        None => Ok(fallback),
+        None => Ok(overlay.unwrap_or(fallback)),
         Some(text) => text.parse().map_err(|_| {
             RunError::Plan(format!(
                 "nodes.{}.data_address = {text:?}: not an IP address",

@@ -3,24 +3,26 @@
 //! each as it ends, clear netem, remove the broker; finally write the report. SIGINT and
 //! SIGTERM stop after undoing netem and brokers.
 //!
-//! - `agents.rs`: connecting (and starting a local agent); `scenario.rs`: netem per
-//!   scenario under leases; `cell.rs`: one measurement; this file: the loop and its undo.
+//! - `agents.rs`: connecting (and starting a local agent); `phases.rs`: the overlay and
+//!   the cluster (phases 2 and 3); `deploy.rs`: starting and removing a broker;
+//!   `scenario.rs`: netem per scenario under leases; `cell.rs`: one measurement; this file:
+//!   the loop and its undo.
 
 mod agents;
 mod cell;
+mod deploy;
+mod phases;
 mod scenario;
 
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use proto::agent::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
 pub use self::agents::{AgentHandle, LocalAgent};
 use self::cell::CellOutcome;
 use self::scenario::ScenarioOutcome;
-use crate::plan::{BrokerEntry, BrokerKind, Cell, OnFailure, Plan};
+use crate::plan::{Cell, OnFailure, Plan};
 use crate::results::{CellRecord, CellStatus, Manifest, NodeRecord, ResultsDir, ResultsError};
 
 /// Why a run could not be carried out (cells that fail are recorded, not errors).
@@ -184,11 +186,15 @@ pub async fn run_plan_observed(
             .collect(),
         netem: Vec::new(),
         skipped: Vec::new(),
+        testbed: None,
     };
     if let Ok(previous) = results.read_manifest() {
         manifest.netem = previous.netem;
         manifest.skipped = previous.skipped;
     }
+    results.write_manifest(&manifest)?;
+    // Phases 2 and 3: a failure here stops the run before any broker (nothing measured yet).
+    manifest.testbed = phases::prepare(plan, &agents).await?;
     results.write_manifest(&manifest)?;
     for node in &manifest.nodes {
         eprintln!(
@@ -220,7 +226,7 @@ pub async fn run_plan_observed(
         if pending.is_empty() {
             continue;
         }
-        let deployed = deploy(plan, broker, &agents).await;
+        let deployed = deploy::deploy(plan, broker, &agents).await;
         let address = match deployed {
             Ok(address) => address,
             Err((reason, skip)) => {
@@ -323,13 +329,8 @@ pub async fn run_plan_observed(
                         continue;
                     }
                 };
-                let watch = match broker.kind {
-                    BrokerKind::External => None,
-                    _ => broker
-                        .node
-                        .as_deref()
-                        .map(|node| (node, broker.name.as_str())),
-                };
+                let watch =
+                    deploy::deploying_node(plan, broker).map(|node| (node, broker.name.as_str()));
                 let (outcome, metrics) =
                     cell::run(plan, cell, spec, &agents, watch, &id, &cancel).await;
                 results.record_metrics(&metrics)?;
@@ -373,7 +374,7 @@ pub async fn run_plan_observed(
                 break;
             }
         }
-        undeploy(broker, &agents).await;
+        deploy::undeploy(plan, broker, &agents).await;
         if interrupted || cancel.is_cancelled() {
             interrupted = true;
             break;
@@ -495,101 +496,6 @@ fn record(
         );
     }
     Ok(())
-}
-
-/// Starts the broker on its node (or records an external one). Err carries the reason and
-/// whether its cells are skipped (an optional broker that is not installed) or failed.
-async fn deploy(
-    plan: &Plan,
-    broker: &BrokerEntry,
-    agents: &HashMap<String, AgentHandle>,
-) -> Result<SocketAddr, (String, bool)> {
-    if broker.kind == BrokerKind::External {
-        let address = broker.address.as_deref().unwrap_or_default();
-        return tokio::net::lookup_host(address)
-            .await
-            .ok()
-            .and_then(|mut addresses| addresses.next())
-            .ok_or_else(|| {
-                (
-                    format!("external address {address:?} does not resolve"),
-                    false,
-                )
-            });
-    }
-    let node = broker.node.as_deref().unwrap_or_default();
-    let mut agent = agents
-        .get(node)
-        .cloned()
-        .ok_or_else(|| (format!("node {node} has no agent"), false))?;
-    let kind = match broker.kind {
-        BrokerKind::Embedded => pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {}),
-        _ => pb::broker_spec::Kind::Native(pb::NativeBroker {
-            product: product(broker.product.as_deref()).into(),
-        }),
-    };
-    let spec = pb::BrokerSpec {
-        name: broker.name.clone(),
-        kind: Some(kind),
-        bind: agent.data_address.to_string(),
-        port: u32::from(broker.port),
-        options: [(
-            "start_deadline".to_string(),
-            humantime::format_duration(plan.timeouts.deploy).to_string(),
-        )]
-        .into(),
-    };
-    let started = tokio::time::timeout(
-        plan.timeouts.deploy + std::time::Duration::from_secs(5),
-        agent
-            .client
-            .start_broker(pb::StartBrokerRequest { spec: Some(spec) }),
-    )
-    .await
-    .map_err(|_| {
-        (
-            format!("not ready within {:?}", plan.timeouts.deploy),
-            false,
-        )
-    })?;
-    match started {
-        Ok(status) => status
-            .into_inner()
-            .address
-            .parse()
-            .map_err(|_| ("the agent reported no address".to_string(), false)),
-        Err(status) if status.code() == tonic::Code::FailedPrecondition && broker.optional => {
-            Err((status.message().to_string(), true))
-        }
-        Err(status) => Err((status.message().to_string(), false)),
-    }
-}
-
-async fn undeploy(broker: &BrokerEntry, agents: &HashMap<String, AgentHandle>) {
-    if broker.kind == BrokerKind::External {
-        return;
-    }
-    if let Some(mut agent) = broker.node.as_deref().and_then(|n| agents.get(n)).cloned()
-        && let Err(status) = agent
-            .client
-            .stop_broker(pb::StopBrokerRequest {
-                name: broker.name.clone(),
-            })
-            .await
-    {
-        tracing::warn!(broker = %broker.name, %status, "stopping the broker");
-    }
-}
-
-fn product(name: Option<&str>) -> pb::Product {
-    match name {
-        Some("mosquitto") => pb::Product::Mosquitto,
-        Some("rabbitmq") => pb::Product::Rabbitmq,
-        Some("emqx") => pb::Product::Emqx,
-        Some("vernemq") => pb::Product::Vernemq,
-        Some("hivemq") => pb::Product::Hivemq,
-        _ => pb::Product::Unspecified,
-    }
 }
 
 /// A short, stable-per-run fingerprint of a cell id: loadgen run ids are [A-Za-z0-9-].

@@ -1,0 +1,128 @@
+//! Starting a broker for a run and removing it after: native and embedded on their node,
+//! kubernetes through the headnode's agent (which has the cluster's kubectl) pinned to its
+//! node, external only resolved.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use proto::agent::v1 as pb;
+
+use super::AgentHandle;
+use crate::plan::{BrokerEntry, BrokerKind, Plan};
+
+/// The node whose agent deploys `broker` and whose Metrics watch it: its own node, or the
+/// headnode for a kubernetes broker; none for an external one.
+pub(super) fn deploying_node<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> Option<&'a str> {
+    match broker.kind {
+        BrokerKind::External => None,
+        BrokerKind::Kubernetes => plan.testbed.headnode.as_deref(),
+        BrokerKind::Native | BrokerKind::Embedded => broker.node.as_deref(),
+    }
+}
+
+/// Starts the broker on its node (or records an external one). Err carries the reason and
+/// whether its cells are skipped (an optional broker that is not installed) or failed.
+pub(super) async fn deploy(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<SocketAddr, (String, bool)> {
+    if broker.kind == BrokerKind::External {
+        let address = broker.address.as_deref().unwrap_or_default();
+        return tokio::net::lookup_host(address)
+            .await
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .ok_or_else(|| {
+                (
+                    format!("external address {address:?} does not resolve"),
+                    false,
+                )
+            });
+    }
+    let node = deploying_node(plan, broker).unwrap_or_default();
+    let mut agent = agents
+        .get(node)
+        .cloned()
+        .ok_or_else(|| (format!("node {node} has no agent"), false))?;
+    let kind = match broker.kind {
+        BrokerKind::Embedded => pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {}),
+        // The pod is pinned to the broker's node; the headnode's agent applies it.
+        BrokerKind::Kubernetes => pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+            product: product(broker.product.as_deref()).into(),
+            node: broker.node.clone().unwrap_or_default(),
+            namespace: String::new(),
+            node_port: u32::from(broker.port),
+        }),
+        BrokerKind::Native | BrokerKind::External => {
+            pb::broker_spec::Kind::Native(pb::NativeBroker {
+                product: product(broker.product.as_deref()).into(),
+            })
+        }
+    };
+    let spec = pb::BrokerSpec {
+        name: broker.name.clone(),
+        kind: Some(kind),
+        bind: agent.data_address.to_string(),
+        port: u32::from(broker.port),
+        options: [(
+            "start_deadline".to_string(),
+            humantime::format_duration(plan.timeouts.deploy).to_string(),
+        )]
+        .into(),
+    };
+    let started = tokio::time::timeout(
+        plan.timeouts.deploy + std::time::Duration::from_secs(5),
+        agent
+            .client
+            .start_broker(pb::StartBrokerRequest { spec: Some(spec) }),
+    )
+    .await
+    .map_err(|_| {
+        (
+            format!("not ready within {:?}", plan.timeouts.deploy),
+            false,
+        )
+    })?;
+    match started {
+        Ok(status) => status
+            .into_inner()
+            .address
+            .parse()
+            .map_err(|_| ("the agent reported no address".to_string(), false)),
+        Err(status) if status.code() == tonic::Code::FailedPrecondition && broker.optional => {
+            Err((status.message().to_string(), true))
+        }
+        Err(status) => Err((status.message().to_string(), false)),
+    }
+}
+
+pub(super) async fn undeploy(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    agents: &HashMap<String, AgentHandle>,
+) {
+    if let Some(mut agent) = deploying_node(plan, broker)
+        .and_then(|n| agents.get(n))
+        .cloned()
+        && let Err(status) = agent
+            .client
+            .stop_broker(pb::StopBrokerRequest {
+                name: broker.name.clone(),
+            })
+            .await
+    {
+        tracing::warn!(broker = %broker.name, %status, "stopping the broker");
+    }
+}
+
+fn product(name: Option<&str>) -> pb::Product {
+    match name {
+        Some("mosquitto") => pb::Product::Mosquitto,
+        Some("rabbitmq") => pb::Product::Rabbitmq,
+        Some("emqx") => pb::Product::Emqx,
+        Some("vernemq") => pb::Product::Vernemq,
+        Some("hivemq") => pb::Product::Hivemq,
+        _ => pb::Product::Unspecified,
+    }
+}

@@ -1,0 +1,283 @@
+//! Phases 2 and 3 of the study, before any broker is deployed: the Nebula overlay (the
+//! headnode as lighthouse first, then every other node as a member, then each member checks
+//! it reaches every other node through the tunnel) and the k3s cluster over it (the server on
+//! the headnode, tainted so workloads stay off it, then an agent on every other broker
+//! node, then the server must list them all Ready). Both installers are idempotent: on a
+//! testbed that already has them this changes nothing, and they stay up after the run.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use proto::agent::v1 as pb;
+
+use super::{AgentHandle, RunError};
+use crate::connect::status_text;
+use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan, parse_overlay_cidr};
+use crate::results::{ClusterRecord, OverlayRecord, TestbedRecord};
+
+/// The k3s API port on the server.
+const K3S_API_PORT: u16 = 6443;
+/// The cluster token's file in the controller's PKI folder (mode 0600).
+const TOKEN_FILE: &str = "k3s-token";
+
+/// Runs the phases the plan asks for; `None` when it asks for neither.
+pub async fn prepare(
+    plan: &Plan,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<Option<TestbedRecord>, RunError> {
+    if plan.testbed.overlay == Overlay::None {
+        return Ok(None);
+    }
+    let mut record = TestbedRecord {
+        overlay: overlay(plan, agents).await?,
+        cluster: None,
+    };
+    if plan.testbed.orchestrator == Orchestrator::K3s {
+        record.cluster = Some(cluster(plan, agents).await?);
+    }
+    Ok(Some(record))
+}
+
+fn headnode(plan: &Plan) -> Result<&NodeEntry, RunError> {
+    let name = plan.testbed.headnode.as_deref().unwrap_or_default();
+    plan.nodes
+        .iter()
+        .find(|n| n.name == name)
+        .ok_or_else(|| RunError::Plan(format!("testbed.headnode = {name:?}: no such node")))
+}
+
+fn agent(agents: &HashMap<String, AgentHandle>, node: &str) -> Result<AgentHandle, RunError> {
+    agents.get(node).cloned().ok_or_else(|| RunError::Agent {
+        node: node.to_string(),
+        problem: "no agent".into(),
+    })
+}
+
+fn overlay_ip(node: &NodeEntry) -> String {
+    node.overlay_ip
+        .as_deref()
+        .and_then(parse_overlay_cidr)
+        .map(|(ip, _)| ip.to_string())
+        .unwrap_or_default()
+}
+
+fn failed(node: &str, what: &str, status: &tonic::Status) -> RunError {
+    RunError::Agent {
+        node: node.to_string(),
+        problem: format!("{what}: {}", status_text(status)),
+    }
+}
+
+async fn overlay(
+    plan: &Plan,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<Vec<OverlayRecord>, RunError> {
+    let testbed = &plan.testbed;
+    let head = headnode(plan)?;
+    let head_host = head
+        .agent
+        .rsplit_once(':')
+        .map_or(head.agent.as_str(), |(h, _)| h);
+    let lighthouse = pb::OverlayLighthouse {
+        overlay_ip: overlay_ip(head),
+        underlay_address: format!("{head_host}:{}", testbed.nebula_port),
+    };
+    let timeout = Some(proto_duration(testbed.install_timeout));
+    let request = |node: &NodeEntry, check: Vec<String>| pb::InstallOverlayRequest {
+        lighthouse: node.name == head.name,
+        overlay_cidr: node.overlay_ip.clone().unwrap_or_default(),
+        lighthouses: if node.name == head.name {
+            Vec::new()
+        } else {
+            vec![lighthouse.clone()]
+        },
+        listen_port: u32::from(testbed.nebula_port),
+        interface: testbed.overlay_interface.clone(),
+        check_reachable: check,
+        timeout,
+    };
+    let mut order: Vec<&NodeEntry> = vec![head];
+    order.extend(plan.nodes.iter().filter(|n| n.name != head.name));
+    let mut records = Vec::new();
+    for node in order {
+        // A member proves the tunnel to every node brought up before it (the lighthouse
+        // first); the last member thereby checks the whole overlay.
+        let check: Vec<String> = records
+            .iter()
+            .map(|r: &OverlayRecord| {
+                r.overlay_cidr
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        let mut client = agent(agents, &node.name)?.client;
+        eprintln!(
+            "controller: overlay: Nebula on {} ({})",
+            node.name,
+            request(node, Vec::new()).overlay_cidr
+        );
+        let status = client
+            .install_overlay(request(node, check))
+            .await
+            .map_err(|s| failed(&node.name, "installing Nebula", &s))?
+            .into_inner();
+        if let Some(peer) = status.peers.iter().find(|p| !p.reachable) {
+            return Err(RunError::Agent {
+                node: node.name.clone(),
+                problem: format!(
+                    "overlay peer {} unreachable: {}",
+                    peer.overlay_ip, peer.detail
+                ),
+            });
+        }
+        records.push(OverlayRecord {
+            node: node.name.clone(),
+            lighthouse: node.name == head.name,
+            overlay_cidr: status.overlay_cidr.clone(),
+            detail: status.detail.clone(),
+            peers: status
+                .peers
+                .iter()
+                .map(|p| (p.overlay_ip.clone(), p.reachable, p.detail.clone()))
+                .collect(),
+        });
+        eprintln!("controller: overlay: {}: {}", node.name, status.detail);
+    }
+    Ok(records)
+}
+
+async fn cluster(
+    plan: &Plan,
+    agents: &HashMap<String, AgentHandle>,
+) -> Result<ClusterRecord, RunError> {
+    let testbed = &plan.testbed;
+    let head = headnode(plan)?;
+    let token = cluster_token(plan.pki_dir.as_deref())?;
+    let timeout = Some(proto_duration(testbed.install_timeout));
+    let server_request = pb::InstallClusterRequest {
+        role: Some(pb::install_cluster_request::Role::Server(pb::K3sServer {
+            schedule_workloads: false,
+        })),
+        token: token.clone(),
+        node_ip: overlay_ip(head),
+        flannel_interface: testbed.overlay_interface.clone(),
+        node_name: head.name.clone(),
+        labels: Default::default(),
+        timeout,
+    };
+    let mut server = agent(agents, &head.name)?.client;
+    eprintln!("controller: cluster: k3s server on {}", head.name);
+    let status = server
+        .install_cluster(server_request.clone())
+        .await
+        .map_err(|s| failed(&head.name, "installing the k3s server", &s))?
+        .into_inner();
+    eprintln!("controller: cluster: {}: {}", head.name, status.detail);
+    let workers: Vec<&NodeEntry> = plan
+        .nodes
+        .iter()
+        .filter(|n| n.name != head.name && n.roles.contains(&NodeRole::Broker))
+        .collect();
+    for node in &workers {
+        let request = pb::InstallClusterRequest {
+            role: Some(pb::install_cluster_request::Role::Agent(pb::K3sAgent {
+                server_url: format!("https://{}:{K3S_API_PORT}", overlay_ip(head)),
+            })),
+            token: token.clone(),
+            node_ip: overlay_ip(node),
+            flannel_interface: testbed.overlay_interface.clone(),
+            node_name: node.name.clone(),
+            labels: Default::default(),
+            timeout,
+        };
+        eprintln!("controller: cluster: k3s agent on {}", node.name);
+        let status = agent(agents, &node.name)?
+            .client
+            .install_cluster(request)
+            .await
+            .map_err(|s| failed(&node.name, "installing the k3s agent", &s))?
+            .into_inner();
+        eprintln!("controller: cluster: {}: {}", node.name, status.detail);
+    }
+    // The server is asked again (a no-op install) until it lists every worker Ready.
+    let started = Instant::now();
+    loop {
+        let status = server
+            .install_cluster(server_request.clone())
+            .await
+            .map_err(|s| failed(&head.name, "listing the cluster's nodes", &s))?
+            .into_inner();
+        let missing: Vec<&str> = workers
+            .iter()
+            .filter(|w| !status.nodes.iter().any(|n| n.name == w.name && n.ready))
+            .map(|w| w.name.as_str())
+            .collect();
+        if missing.is_empty() {
+            return Ok(ClusterRecord {
+                server: head.name.clone(),
+                nodes: status
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        (
+                            n.name.clone(),
+                            n.ready,
+                            n.internal_ip.clone(),
+                            n.taints.clone(),
+                        )
+                    })
+                    .collect(),
+            });
+        }
+        if started.elapsed() > testbed.install_timeout {
+            return Err(RunError::Agent {
+                node: head.name.clone(),
+                problem: format!(
+                    "the k3s server does not list {} as Ready within {:?}",
+                    missing.join(", "),
+                    testbed.install_timeout
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The cluster's shared secret: made once (32 random bytes, hex) and kept beside the
+/// controller's identity, so later runs join the same cluster.
+fn cluster_token(pki_dir: Option<&Path>) -> Result<String, RunError> {
+    let dir =
+        pki_dir.ok_or_else(|| RunError::Plan("pki_dir: k3s needs it for its token".into()))?;
+    let path = dir.join(TOKEN_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let token = text.trim().to_string();
+        if !token.is_empty() {
+            return Ok(token);
+        }
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|e| RunError::Plan(format!("reading /dev/urandom: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes()))
+        .map_err(|e| RunError::Plan(format!("writing {}: {e}", path.display())))?;
+    Ok(token)
+}
+
+fn proto_duration(value: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(value.subsec_nanos()).unwrap_or(0),
+    }
+}
