@@ -3,158 +3,21 @@
 //! worker), RunLoad across nodes, security and bad input. Every test runs isolated in its own
 //! network namespace (see `tests::netns`); traffic stays between the testbed's nodes.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use common::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
 use controller::clock;
 use controller::connect::connect_agent;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
-use tests::netns::{NodeProcess, Testbed};
+use proto::pki::{CertificateAuthority, IdentitySpec, Role};
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_stream::StreamExt;
 use tonic::Code;
-use tonic::transport::Channel;
-
-const AGENT_PORT: u16 = 7100;
-const AGENTS: [&str; 3] = ["tester", "headnode", "worker"];
-const READY_DEADLINE: Duration = Duration::from_secs(20);
-
-/// A testbed with an agent on each of tester, headnode and worker, and an empty controller
-/// node, plus the PKI they share.
-struct AgentBed {
-    testbed: Testbed,
-    pki: tempfile::TempDir,
-    agents: Vec<(String, NodeProcess)>,
-}
-
-impl AgentBed {
-    fn start() -> Result<Self> {
-        let nodes: Vec<_> = AGENTS
-            .iter()
-            .chain(&["controller"])
-            .map(|n| (*n).into())
-            .collect();
-        let testbed = Testbed::build("agents", &nodes)?;
-        let pki = tempfile::tempdir()?;
-        let ca = CertificateAuthority::generate("Continuum test CA")?;
-        let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
-        for name in AGENTS {
-            let addr = testbed.node(name).addr();
-            identities.push(
-                ca.issue(&IdentitySpec::new(Role::Agent, name).with_ip_address(addr.into()))?,
-            );
-        }
-        write_pki(pki.path(), &ca, &identities, Overwrite::Refuse)?;
-        let mut agents = Vec::new();
-        for name in AGENTS {
-            let node = testbed.node(name);
-            let config = write_agent_config(
-                pki.path(),
-                name,
-                SocketAddr::new(node.addr().into(), AGENT_PORT),
-            )?;
-            let mut command = node.command(env!("CARGO_BIN_EXE_continuum-agent"));
-            command.arg("--config").arg(&config).env("RUST_LOG", "warn");
-            agents.push((name.to_string(), node.spawn(&mut command)?));
-        }
-        Ok(AgentBed {
-            testbed,
-            pki,
-            agents,
-        })
-    }
-
-    fn address(&self, agent: &str) -> String {
-        format!("{}:{AGENT_PORT}", self.testbed.node(agent).addr())
-    }
-
-    fn credentials(&self, name: &str) -> Result<Credentials> {
-        Ok(Credentials::load(self.pki.path(), name)?)
-    }
-
-    /// Runs `f` in the controller node.
-    fn on_controller_node<F, Fut, T>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce() -> Fut + Send,
-        Fut: std::future::Future<Output = Result<T>>,
-        T: Send,
-    {
-        self.testbed.node("controller").run_in(f)?
-    }
-
-    /// Sends SIGTERM to every agent and checks each exits cleanly within `limit`.
-    fn terminate_agents(&mut self, limit: Duration) -> Result<()> {
-        for (name, process) in &mut self.agents {
-            // SAFETY: a plain kill(2) on our own child's PID.
-            unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + limit;
-            loop {
-                if let Some(status) = process.child_mut().try_wait()? {
-                    if !status.success() {
-                        bail!("agent {name} exited with {status} after SIGTERM");
-                    }
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("agent {name} did not exit within {limit:?} of SIGTERM");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn write_agent_config(pki: &Path, name: &str, listen: SocketAddr) -> Result<PathBuf> {
-    let state = pki.join(format!("{name}-state"));
-    std::fs::create_dir_all(&state)?;
-    // Brokers started as root drop to their own users, which must reach their files.
-    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let path = pki.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "name = \"{name}\"\nlisten = \"{listen}\"\ndata_plane_interface = \"eth0\"\nstate_dir = \"{}\"\n\
-             [tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            state.display(),
-            pki.join("ca.pem").display(),
-            pki.join(format!("{name}.pem")).display(),
-            pki.join(format!("{name}.key")).display(),
-        ),
-    )?;
-    Ok(path)
-}
-
-/// Connects, retrying until the agent answers Info or the deadline passes.
-async fn connect_when_ready(
-    address: &str,
-    credentials: &Credentials,
-) -> Result<AgentClient<Channel>> {
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        let attempt = async {
-            let mut client = connect_agent(address, None, credentials).await?;
-            client.info(pb::InfoRequest {}).await?;
-            anyhow::Ok(client)
-        };
-        match attempt.await {
-            Ok(client) => return Ok(client),
-            Err(error) if Instant::now() > deadline => {
-                return Err(error.context(format!("agent {address} never answered")));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration::try_from(d).expect("small durations convert")
-}
 
 fn mosquitto_spec(name: &str, bind: &str, port: u32) -> pb::BrokerSpec {
     pb::BrokerSpec {
@@ -166,39 +29,6 @@ fn mosquitto_spec(name: &str, bind: &str, port: u32) -> pb::BrokerSpec {
         port,
         options: Default::default(),
     }
-}
-
-/// A throughput workload against `broker`, as the controller would send it.
-fn workload(broker: &str, pairs: u32, messages: u64) -> Result<loadgen::WorkloadSpec> {
-    let (host, port) = broker.rsplit_once(':').context("host:port")?;
-    let mut spec = loadgen::cli::throughput_preset();
-    spec.broker.host = host.to_string();
-    spec.broker.port = port.parse()?;
-    spec.publishers = pairs;
-    spec.subscribers = pairs;
-    spec.messages_per_publisher = messages;
-    spec.payload = loadgen::size::ByteSize(64);
-    Ok(spec)
-}
-
-/// Runs a load on an agent and returns its result, checking the stream ends with one.
-async fn run_load(
-    client: &mut AgentClient<Channel>,
-    request: pb::RunLoadRequest,
-) -> Result<loadgen::RunResult> {
-    let mut events = client.run_load(request).await?.into_inner();
-    let mut progress = 0;
-    while let Some(event) = events.next().await {
-        match event?.event.context("empty event")? {
-            pb::run_load_event::Event::Progress(_) => progress += 1,
-            pb::run_load_event::Event::Result(result) => {
-                anyhow::ensure!(events.next().await.is_none(), "events after the result");
-                eprintln!("RunLoad: {progress} progress events, then the result");
-                return Ok(loadgen::RunResult::try_from(*result)?);
-            }
-        }
-    }
-    bail!("the stream ended without a result")
 }
 
 #[test]

@@ -1,0 +1,396 @@
+//! Running Nebula: the `continuum-nebula.service` unit where systemd is PID 1, so the overlay
+//! outlives agent restarts as an installed service should; a supervised child of the agent
+//! elsewhere (containers, the test namespaces), stopped at agent shutdown.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::{InstallError, systemd_is_pid1};
+use crate::process::{self, CommandLine, GroupChild};
+
+/// The unit's name.
+pub(super) const UNIT_NAME: &str = "continuum-nebula.service";
+/// Where units written by the agent go.
+const UNITS_DIR: &str = "/etc/systemd/system";
+/// How long one systemctl/journalctl call may take.
+const SYSTEMCTL_LIMIT: Duration = Duration::from_secs(60);
+/// How long Nebula gets to close its tunnels after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Marker of the processes this module starts (see [`process::MARKER_VAR`]).
+const MARKER: &str = "continuum-nebula";
+
+/// The installer's files under `<state_dir>/nebula/`, and the unit file under systemd.
+#[derive(Debug, Clone)]
+pub(super) struct Paths {
+    /// `<state_dir>/nebula`.
+    pub dir: PathBuf,
+    /// Nebula's configuration (0600: it names the key).
+    pub config: PathBuf,
+    /// The child's stdout and stderr (child mode).
+    pub log: PathBuf,
+    /// The child's PID, to find a Nebula left by an agent that died (child mode).
+    pub pid_file: PathBuf,
+    /// The unit file, when systemd runs this node.
+    pub unit: Option<PathBuf>,
+}
+
+impl Paths {
+    /// The files under `state_dir`; `systemd` says whether a unit is used.
+    pub fn new(state_dir: &Path, systemd: bool) -> Self {
+        let dir = state_dir.join("nebula");
+        Paths {
+            config: dir.join("config.yml"),
+            log: dir.join("nebula.log"),
+            pid_file: dir.join("nebula.pid"),
+            unit: systemd.then(|| Path::new(UNITS_DIR).join(UNIT_NAME)),
+            dir,
+        }
+    }
+}
+
+/// True when Nebula should run as a systemd unit: systemd is PID 1 and the agent shares its
+/// network namespace. A unit runs in PID 1's namespace, so an agent in a namespace of its
+/// own (a container, a test node) supervises Nebula itself to get the tun device there.
+pub(super) fn use_systemd() -> bool {
+    systemd_is_pid1() && shares_pid1_network_namespace()
+}
+
+fn shares_pid1_network_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |path: &str| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|meta| (meta.dev(), meta.ino()))
+    };
+    match (id("/proc/1/ns/net"), id("/proc/self/ns/net")) {
+        (Some(init), Some(own)) => init == own,
+        // Unreadable (not root): assume the usual case, the agent on the host.
+        _ => true,
+    }
+}
+
+/// Starts, watches and stops the one Nebula of this node.
+#[derive(Debug)]
+pub(super) struct Supervisor {
+    pub paths: Paths,
+    child: Option<GroupChild>,
+}
+
+impl Supervisor {
+    /// Nothing running yet.
+    pub fn new(paths: Paths) -> Self {
+        Supervisor { paths, child: None }
+    }
+
+    /// The PID of the Nebula this installer runs, if it is alive.
+    pub async fn pid(&mut self) -> Option<u32> {
+        if self.paths.unit.is_some() {
+            return self.unit_pid().await;
+        }
+        let child = self.child.as_mut()?;
+        child.exited().is_none().then(|| child.pid())
+    }
+
+    /// How the child exited, if it did (child mode; a unit is restarted by systemd).
+    pub fn exit_status(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.exited()?;
+        Some(status.to_string())
+    }
+
+    /// Starts Nebula with the configuration at `paths.config`; returns its PID.
+    pub async fn start(&mut self, binary: &Path) -> Result<u32, InstallError> {
+        let Some(unit) = self.paths.unit.clone() else {
+            let mut line = CommandLine::new(binary);
+            line.args = vec!["-config".into(), self.paths.config.display().to_string()];
+            let child = GroupChild::spawn(
+                "nebula",
+                &line,
+                &process::new_marker("nebula"),
+                &self.paths.dir,
+                &self.paths.log,
+            )
+            .map_err(|e| InstallError::Failed(e.to_string()))?;
+            let pid = child.pid();
+            self.child = Some(child);
+            write_private(&self.paths.pid_file, format!("{pid}\n").as_bytes())?;
+            return Ok(pid);
+        };
+        let text = unit_text(binary, &self.paths.config);
+        std::fs::write(&unit, text)
+            .map_err(|e| InstallError::Failed(format!("writing {}: {e}", unit.display())))?;
+        systemctl(&["daemon-reload"]).await?;
+        systemctl(&["enable", UNIT_NAME]).await?;
+        // restart starts a stopped unit and reloads a running one from scratch.
+        systemctl(&["restart", UNIT_NAME]).await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(pid) = self.unit_pid().await {
+                return Ok(pid);
+            }
+            if Instant::now() >= deadline {
+                return Err(InstallError::Failed(format!(
+                    "{UNIT_NAME} did not start: {}",
+                    self.log_tail().await
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops Nebula (the child, a Nebula an earlier agent left behind, or the unit, which
+    /// is also disabled); returns the PID that was stopped, if one ran.
+    pub async fn stop(&mut self) -> Result<Option<u32>, InstallError> {
+        if self.paths.unit.is_some() {
+            let pid = self.unit_pid().await;
+            if self.unit_installed() {
+                systemctl(&["disable", "--now", UNIT_NAME]).await?;
+            }
+            return Ok(pid);
+        }
+        let mut stopped = None;
+        if let Some(mut child) = self.child.take() {
+            if child.exited().is_none() {
+                stopped = Some(child.pid());
+            }
+            // SIGTERM lets Nebula tell its peers the tunnels are closing.
+            child.signal(libc::SIGTERM);
+            if child.wait_exit(STOP_GRACE).await.is_none() {
+                child.kill().await;
+            }
+        }
+        if let Some(pid) = self.stale_pid() {
+            stop_stray(pid).await?;
+            stopped = stopped.or(Some(pid));
+        }
+        remove_if_present(&self.paths.pid_file)?;
+        Ok(stopped)
+    }
+
+    /// A Nebula started by an earlier agent on this config (child mode), still running.
+    pub fn stale_pid(&self) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(&self.paths.pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let own = self.child.as_ref().map(GroupChild::pid);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let config = self.paths.config.display().to_string();
+        let ours = cmdline
+            .split(|&b| b == 0)
+            .any(|arg| arg == config.as_bytes());
+        (own != Some(pid) && ours && process::is_running(pid)).then_some(pid)
+    }
+
+    /// True if the unit file is there (systemd mode).
+    pub fn unit_installed(&self) -> bool {
+        self.paths.unit.as_ref().is_some_and(|unit| unit.exists())
+    }
+
+    /// Removes the unit file and tells systemd; returns whether there was one.
+    pub async fn remove_unit(&self) -> Result<bool, InstallError> {
+        let Some(unit) = self.paths.unit.as_ref().filter(|unit| unit.exists()) else {
+            return Ok(false);
+        };
+        remove_if_present(unit)?;
+        systemctl(&["daemon-reload"]).await?;
+        // A unit that failed stays listed until this; harmless if it did not.
+        let _ = systemctl(&["reset-failed", UNIT_NAME]).await;
+        Ok(true)
+    }
+
+    /// The last lines Nebula logged, for error messages.
+    pub async fn log_tail(&self) -> String {
+        if self.paths.unit.is_none() {
+            return process::log_tail(&self.paths.log, 20);
+        }
+        let mut line = CommandLine::new("journalctl");
+        line.args = ["-u", UNIT_NAME, "-n", "20", "--no-pager", "-o", "cat"]
+            .map(String::from)
+            .to_vec();
+        match process::run_bounded(&line, MARKER, SYSTEMCTL_LIMIT).await {
+            Ok((_, output)) => output,
+            Err(error) => format!("(no journal: {error})"),
+        }
+    }
+
+    async fn unit_pid(&self) -> Option<u32> {
+        if !self.unit_installed() {
+            return None;
+        }
+        let output = systemctl(&["show", "--property", "MainPID", "--value", UNIT_NAME])
+            .await
+            .ok()?;
+        output
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&pid| pid != 0 && process::is_running(pid))
+    }
+}
+
+/// The unit file: Nebula with the generated configuration, restarted if it dies.
+pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
+    format!(
+        "# Written by continuum-agent (InstallOverlay); UninstallOverlay removes it.\n\
+         [Unit]\n\
+         Description=Nebula overlay of the Continuum testbed\n\
+         Documentation=https://github.com/slackhq/nebula\n\
+         Wants=network-online.target\n\
+         After=network-online.target\n\
+         \n\
+         [Service]\n\
+         Type=simple\n\
+         ExecStart={} -config {}\n\
+         ExecReload=/bin/kill -HUP $MAINPID\n\
+         Restart=always\n\
+         RestartSec=2\n\
+         SyslogIdentifier=continuum-nebula\n\
+         \n\
+         [Install]\n\
+         WantedBy=multi-user.target\n",
+        systemd_quote(&binary.display().to_string()),
+        systemd_quote(&config.display().to_string()),
+    )
+}
+
+/// One ExecStart word: quoted when it holds blanks or quotes, with systemd's `%` and `$`
+/// specifiers escaped so a path is taken literally.
+fn systemd_quote(word: &str) -> String {
+    let escaped = word.replace('%', "%%").replace('$', "$$");
+    if escaped.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\' || c == '\'') {
+        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        escaped
+    }
+}
+
+async fn systemctl(args: &[&str]) -> Result<String, InstallError> {
+    let mut line = CommandLine::new("systemctl");
+    line.args = args.iter().map(|a| (*a).to_string()).collect();
+    let shown = format!("systemctl {}", args.join(" "));
+    match process::run_bounded(&line, MARKER, SYSTEMCTL_LIMIT).await {
+        Ok((status, output)) if status.success() => Ok(output),
+        Ok((status, output)) => Err(InstallError::Failed(format!(
+            "{shown}: {status}: {}",
+            output.trim()
+        ))),
+        Err(error) => Err(InstallError::Failed(format!("{shown}: {error}"))),
+    }
+}
+
+/// SIGTERM, then SIGKILL after the grace period, for a Nebula that is not our child.
+async fn stop_stray(pid: u32) -> Result<(), InstallError> {
+    process::send_signal(pid, libc::SIGTERM);
+    let deadline = Instant::now() + STOP_GRACE;
+    while process::is_running(pid) {
+        if Instant::now() >= deadline {
+            process::send_signal(pid, libc::SIGKILL);
+        }
+        if Instant::now() >= deadline + STOP_GRACE {
+            return Err(InstallError::Failed(format!(
+                "nebula (pid {pid}, left by an earlier agent) survived SIGKILL"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` with mode 0600 (created so, never readable by others).
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), InstallError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed =
+        |e: std::io::Error| InstallError::Failed(format!("writing {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(failed)?;
+    // An existing file keeps its mode on open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(failed)?;
+    file.write_all(bytes).map_err(failed)
+}
+
+/// Removes a file; one that is already gone is fine.
+pub(super) fn remove_if_present(path: &Path) -> Result<(), InstallError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(InstallError::Failed(format!(
+            "removing {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_runs_nebula_with_the_generated_config_and_restarts_it() {
+        let text = unit_text(
+            Path::new("/usr/bin/nebula"),
+            Path::new("/var/lib/continuum-agent/nebula/config.yml"),
+        );
+        for needed in [
+            "ExecStart=/usr/bin/nebula -config /var/lib/continuum-agent/nebula/config.yml\n",
+            "Restart=always\n",
+            "After=network-online.target\n",
+            "WantedBy=multi-user.target\n",
+            "ExecReload=/bin/kill -HUP $MAINPID\n",
+        ] {
+            assert!(text.contains(needed), "{needed:?} missing from\n{text}");
+        }
+        let odd = unit_text(
+            Path::new("/opt/my nebula/nebula"),
+            Path::new("/s/100%/c.yml"),
+        );
+        assert!(
+            odd.contains("ExecStart=\"/opt/my nebula/nebula\" -config /s/100%%/c.yml\n"),
+            "{odd}"
+        );
+    }
+
+    #[test]
+    fn systemd_accepts_the_unit() {
+        const ANALYZE: &str = "/usr/bin/systemd-analyze";
+        ::tests::skip_unless_installed!(ANALYZE);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("config.yml");
+        std::fs::write(&config, "").expect("config");
+        // verify checks that ExecStart's program exists: any executable stands in.
+        let unit = dir.path().join(UNIT_NAME);
+        std::fs::write(&unit, unit_text(Path::new("/bin/sh"), &config)).expect("unit");
+        let mut verify = std::process::Command::new(ANALYZE);
+        verify.arg("verify").arg(&unit);
+        let output =
+            ::tests::process::run_with_deadline(&mut verify, None, Duration::from_secs(30))
+                .expect("systemd-analyze runs");
+        let complaints = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{complaints}");
+        assert!(!complaints.contains(UNIT_NAME), "{complaints}");
+    }
+
+    #[test]
+    fn private_files_are_0600_even_when_they_existed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("config.yml");
+        std::fs::write(&path, "old").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_private(&path, b"new").expect("written");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        remove_if_present(&path).expect("removed");
+        remove_if_present(&path).expect("already gone is fine");
+    }
+}

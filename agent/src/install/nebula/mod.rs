@@ -1,0 +1,459 @@
+//! Nebula, phase 2 of the study: a lighthouse on the headnode, members elsewhere, brought up
+//! from an InstallOverlayRequest and proven by traffic through the tunnel.
+//!
+//! [`Nebula::install`] checks the whole request and the node's prerequisites (the `[nebula]`
+//! files bootstrap copies, the executable) before touching anything, writes the
+//! configuration under `<state_dir>/nebula/` (0600: it names the key), has `nebula -test`
+//! check it, runs Nebula (a systemd unit or a supervised child), waits for the tun device to
+//! carry the overlay address, then checks every `check_reachable` peer within the timeout.
+//!
+//! - The same request while Nebula runs restarts nothing ("already running"), but the peers
+//!   are checked again; a different one restarts Nebula with the new configuration.
+//! - A failure before Nebula is up leaves nothing behind: it is stopped and its files removed,
+//!   and the error carries the tail of its log.
+//! - An unreachable peer is an error naming it, but Nebula is left running: a peer that comes
+//!   up later is then found by repeating the same request, which restarts nothing.
+//! - [`Nebula::uninstall`] stops it and removes every file the installer wrote (not the
+//!   certificates: bootstrap copied them and removes them); "not installed" when there was
+//!   nothing to remove.
+//!
+//! # Layout
+//! - this file: [`Nebula`], the install and uninstall sequences.
+//! - `plan.rs`: request validation.
+//! - `config.rs`: the YAML configuration.
+//! - `daemon.rs`: the unit or the child, the installer's paths.
+//! - `tun.rs`: the tun device and its addresses, through rtnetlink.
+//! - `reach.rs`: the reachability check (TCP connects through the tunnel).
+
+mod config;
+mod daemon;
+mod plan;
+mod reach;
+mod tun;
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proto::agent::v1 as pb;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::InstallError;
+use crate::config::{AgentConfig, NebulaFiles};
+use crate::process::{self, CommandLine};
+use daemon::{Paths, Supervisor, write_private};
+use plan::Plan;
+
+/// How long `nebula -test` may take.
+const CONFIG_TEST_LIMIT: Duration = Duration::from_secs(20);
+/// Lines of Nebula's log quoted in errors.
+const LOG_LINES: usize = 15;
+
+/// This node's Nebula: installs, checks and removes it. Calls are serialised.
+#[derive(Debug)]
+pub struct Nebula {
+    files: Option<NebulaFiles>,
+    supervisor: Mutex<Supervisor>,
+}
+
+impl Nebula {
+    /// From the agent's configuration (its `[nebula]` files and state folder). Nebula runs as
+    /// a systemd unit where systemd is PID 1 and the agent is in its network namespace, as a
+    /// child of the agent elsewhere.
+    pub fn new(config: &AgentConfig) -> Self {
+        Self::with_paths(
+            config.nebula.clone(),
+            Paths::new(&config.state_dir, daemon::use_systemd()),
+        )
+    }
+
+    fn with_paths(files: Option<NebulaFiles>, paths: Paths) -> Self {
+        Nebula {
+            files,
+            supervisor: Mutex::new(Supervisor::new(paths)),
+        }
+    }
+
+    /// Brings Nebula up as the request says and checks the requested peers through the
+    /// tunnel; see the module docs for what is left behind on each kind of failure.
+    pub async fn install(
+        &self,
+        request: pb::InstallOverlayRequest,
+    ) -> Result<pb::OverlayStatus, InstallError> {
+        let plan = Plan::from_request(&request)?;
+        let (files, binary) = self.prerequisites()?;
+        let text = config::render(&plan, &files, &binary)?;
+        let mut supervisor = self.supervisor.lock().await;
+        let running = supervisor.pid().await;
+        let installed = std::fs::read_to_string(&supervisor.paths.config).ok();
+        let (pid, detail) = match running {
+            Some(pid) if installed.as_deref() == Some(text.as_str()) => {
+                (pid, "already running".to_string())
+            }
+            _ => {
+                let detail = if let Some(old) = running {
+                    format!(
+                        "restarted with a new configuration (the previous nebula, pid {old}, \
+                         was stopped)"
+                    )
+                } else if let Some(stale) = supervisor.stale_pid() {
+                    format!(
+                        "started (a nebula left by an earlier agent, pid {stale}, was stopped \
+                         first)"
+                    )
+                } else {
+                    "started".to_string()
+                };
+                supervisor.stop().await?;
+                let pid = start(&mut supervisor, &plan, &text, &binary, &files).await?;
+                (pid, detail)
+            }
+        };
+        tracing::info!(pid, interface = %plan.interface, cidr = %plan.cidr(), %detail, "nebula up");
+        let peers = reach::check(&plan.check_reachable, Instant::now() + plan.timeout).await;
+        let unreachable: Vec<String> = peers
+            .iter()
+            .filter(|peer| !peer.reachable)
+            .map(|peer| format!("{}: {}", peer.overlay_ip, peer.detail))
+            .collect();
+        if !unreachable.is_empty() {
+            return Err(InstallError::Failed(format!(
+                "through {}, overlay peer {}; nebula is left running (pid {pid}, {detail}): \
+                 repeat the same request once the peer is up. Nebula's log:\n{}",
+                plan.interface,
+                unreachable.join("; "),
+                supervisor.log_tail().await
+            )));
+        }
+        Ok(pb::OverlayStatus {
+            running: true,
+            interface: plan.interface.clone(),
+            overlay_cidr: plan.cidr(),
+            pid,
+            detail,
+            peers,
+        })
+    }
+
+    /// Stops Nebula and removes its configuration, unit, log and PID file (bootstrap's
+    /// certificate files stay); "not installed" when there was nothing.
+    pub async fn uninstall(&self) -> Result<pb::OverlayStatus, InstallError> {
+        let mut supervisor = self.supervisor.lock().await;
+        let interface = std::fs::read_to_string(&supervisor.paths.config)
+            .ok()
+            .and_then(|text| config::interface_of(&text));
+        let had_files = supervisor.paths.dir.exists();
+        let stopped = supervisor.stop().await?;
+        let had_unit = supervisor.remove_unit().await?;
+        remove_dir(&supervisor.paths.dir)?;
+        if let Some(interface) = &interface {
+            tun::wait_gone(interface).await?;
+        }
+        let mut done = Vec::new();
+        if let Some(pid) = stopped {
+            done.push(format!("stopped nebula (pid {pid})"));
+        }
+        if had_unit {
+            done.push(format!("removed {}", daemon::UNIT_NAME));
+        }
+        if had_files {
+            done.push(format!("removed {}", supervisor.paths.dir.display()));
+        }
+        let detail = if done.is_empty() {
+            "not installed".to_string()
+        } else {
+            done.join(", ")
+        };
+        tracing::info!(%detail, "nebula uninstalled");
+        Ok(pb::OverlayStatus {
+            running: false,
+            interface: interface.unwrap_or_default(),
+            detail,
+            ..Default::default()
+        })
+    }
+
+    /// Stops a Nebula child at agent shutdown (a unit stays: it is installed).
+    pub async fn shutdown(&self) {
+        let mut supervisor = self.supervisor.lock().await;
+        if supervisor.paths.unit.is_some() {
+            return;
+        }
+        match supervisor.stop().await {
+            Ok(Some(pid)) => tracing::info!(pid, "nebula stopped at shutdown"),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "stopping nebula at shutdown"),
+        }
+    }
+
+    /// The `[nebula]` files and the executable, or what bootstrap should have provided.
+    fn prerequisites(&self) -> Result<(NebulaFiles, PathBuf), InstallError> {
+        let files = self.files.clone().ok_or_else(|| {
+            InstallError::Missing(
+                "agent.toml has no [nebula] section: bootstrap copies Nebula's CA, this host's \
+                 certificate and key to the node and names them there (ca, cert, key)"
+                    .into(),
+            )
+        })?;
+        for (key, path, what) in [
+            ("ca", &files.ca, "Nebula's CA certificate"),
+            ("cert", &files.cert, "this host's Nebula certificate"),
+            ("key", &files.key, "this host's Nebula key"),
+        ] {
+            if !path.is_file() {
+                return Err(InstallError::Missing(format!(
+                    "[nebula] {key} = {}: no such file (bootstrap copies {what} there)",
+                    path.display()
+                )));
+            }
+        }
+        let binary = find_executable(&files.binary).ok_or_else(|| {
+            InstallError::Missing(format!(
+                "[nebula] binary = {}: no such executable{} (install Nebula, e.g. Debian's \
+                 `nebula` package, or point binary at it)",
+                files.binary.display(),
+                if files.binary.components().count() == 1 {
+                    " on PATH"
+                } else {
+                    ""
+                }
+            ))
+        })?;
+        Ok((files, binary))
+    }
+}
+
+/// Writes the configuration, has Nebula check it, starts it and waits for the tun device;
+/// on any failure stops it again and removes what was written.
+async fn start(
+    supervisor: &mut Supervisor,
+    plan: &Plan,
+    text: &str,
+    binary: &Path,
+    files: &NebulaFiles,
+) -> Result<u32, InstallError> {
+    let result = async {
+        let dir = &supervisor.paths.dir;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| InstallError::Failed(format!("creating {}: {e}", dir.display())))?;
+        write_private(&supervisor.paths.config, text.as_bytes())?;
+        test_config(binary, &supervisor.paths.config).await?;
+        let pid = supervisor.start(binary).await?;
+        tun::wait_up(supervisor, plan, files).await?;
+        Ok(pid)
+    }
+    .await;
+    if result.is_err() {
+        // Nothing half-installed: the error already quotes the log.
+        let _ = supervisor.stop().await;
+        let _ = supervisor.remove_unit().await;
+        let _ = remove_dir(&supervisor.paths.dir);
+    }
+    result
+}
+
+/// `nebula -test`: Nebula parses the configuration and loads the certificates, and exits.
+async fn test_config(binary: &Path, config: &Path) -> Result<(), InstallError> {
+    let mut line = CommandLine::new(binary);
+    line.args = vec![
+        "-test".into(),
+        "-config".into(),
+        config.display().to_string(),
+    ];
+    match process::run_bounded(&line, "continuum-nebula-test", CONFIG_TEST_LIMIT).await {
+        Ok((status, _)) if status.success() => Ok(()),
+        Ok((status, output)) => Err(InstallError::Failed(format!(
+            "nebula -test refused the configuration ({status}):\n{}",
+            last_lines(&output, LOG_LINES)
+        ))),
+        Err(error) => Err(InstallError::Failed(format!("nebula -test: {error}"))),
+    }
+}
+
+/// Removes the installer's folder; one that is already gone is fine.
+fn remove_dir(dir: &Path) -> Result<(), InstallError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(InstallError::Failed(format!(
+            "removing {}: {e}",
+            dir.display()
+        ))),
+    }
+}
+
+/// `binary` if it names an executable file, else (a bare name) its first match on PATH.
+fn find_executable(binary: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| {
+        std::fs::metadata(path)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if binary.components().count() > 1 {
+        return executable(binary).then(|| binary.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|candidate| executable(candidate))
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Nebula supervising a child, whatever runs this machine: a unit test must never
+    /// touch the machine's systemd.
+    fn child_mode(dir: &Path, files: Option<NebulaFiles>) -> Nebula {
+        Nebula::with_paths(files, Paths::new(dir, false))
+    }
+
+    /// Bootstrap's three files in `dir`, and `binary`.
+    fn files_in(dir: &Path, binary: PathBuf) -> NebulaFiles {
+        let files = NebulaFiles {
+            ca: dir.join("ca.crt"),
+            cert: dir.join("host.crt"),
+            key: dir.join("host.key"),
+            binary,
+        };
+        for file in [&files.ca, &files.cert, &files.key] {
+            std::fs::write(file, "x").expect("write");
+        }
+        files
+    }
+
+    /// An executable shell script standing in for `nebula`.
+    fn fake_nebula(dir: &Path, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("fake-nebula");
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    fn lighthouse_request() -> pb::InstallOverlayRequest {
+        pb::InstallOverlayRequest {
+            lighthouse: true,
+            overlay_cidr: "198.19.0.1/24".into(),
+            // Not a name the machine's own overlay would use.
+            interface: "cntm-fake0".into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_prerequisites_say_what_bootstrap_should_have_put_where() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let nebula = child_mode(dir.path(), None);
+        let error = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("no files");
+        assert!(
+            matches!(&error, InstallError::Missing(m) if m.contains("[nebula]")),
+            "{error}"
+        );
+        let files = NebulaFiles {
+            ca: dir.path().join("ca.crt"),
+            cert: dir.path().join("host.crt"),
+            key: dir.path().join("host.key"),
+            binary: "no-such-nebula-binary".into(),
+        };
+        let nebula = child_mode(dir.path(), Some(files.clone()));
+        let error = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("no ca");
+        assert!(error.to_string().contains("ca.crt"), "{error}");
+        let nebula = child_mode(dir.path(), Some(files_in(dir.path(), files.binary)));
+        let error = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("no binary");
+        assert!(matches!(&error, InstallError::Missing(_)), "{error}");
+        assert!(
+            error.to_string().contains("no-such-nebula-binary"),
+            "{error}"
+        );
+        // A bad request is refused before the prerequisites are even looked at.
+        let mut bad = lighthouse_request();
+        bad.overlay_cidr = "nope".into();
+        let error = nebula.install(bad).await.expect_err("invalid");
+        assert!(matches!(error, InstallError::Invalid { .. }), "{error}");
+        assert!(!dir.path().join("nebula").exists(), "nothing was written");
+        let status = nebula.uninstall().await.expect("uninstall");
+        assert_eq!(status.detail, "not installed");
+    }
+
+    #[tokio::test]
+    async fn a_config_nebula_refuses_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let binary = fake_nebula(
+            dir.path(),
+            "[ \"$1\" = -test ] && echo 'simulated: bad pki.key' >&2 && exit 1\nexit 0",
+        );
+        let nebula = child_mode(dir.path(), Some(files_in(dir.path(), binary)));
+        let error = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("refused");
+        let message = error.to_string();
+        assert!(message.contains("nebula -test refused"), "{message}");
+        assert!(message.contains("simulated: bad pki.key"), "{message}");
+        assert!(
+            !dir.path().join("nebula").exists(),
+            "nothing half-installed"
+        );
+        assert_eq!(
+            nebula.uninstall().await.expect("uninstall").detail,
+            "not installed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_nebula_that_dies_at_start_is_reported_with_its_log() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let binary = fake_nebula(
+            dir.path(),
+            "[ \"$1\" = -test ] && exit 0\necho 'simulated: failed to get tun device' >&2\nexit 3",
+        );
+        let nebula = child_mode(dir.path(), Some(files_in(dir.path(), binary)));
+        let error = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("died");
+        let message = error.to_string();
+        assert!(
+            message.contains("nebula exited (exit status: 3)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("simulated: failed to get tun device"),
+            "{message}"
+        );
+        assert!(
+            !dir.path().join("nebula").exists(),
+            "nothing half-installed"
+        );
+    }
+
+    #[test]
+    fn executables_are_found_by_path_or_on_path() {
+        assert_eq!(
+            find_executable(Path::new("/bin/sh")),
+            Some(PathBuf::from("/bin/sh"))
+        );
+        assert!(find_executable(Path::new("sh")).is_some());
+        assert_eq!(find_executable(Path::new("/nonexistent/nebula")), None);
+        assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
+    }
+}
