@@ -238,6 +238,11 @@ fn nebula_overlay_carries_mqtt_between_agents_and_leaves_nothing_behind() {
             failed.message().lines().next().unwrap_or_default()
         );
         assert!(failed.message().contains(&ghost_ip), "{}", failed.message());
+        assert_eq!(
+            failed.code(),
+            Code::Unavailable,
+            "worth retrying, not an internal fault"
+        );
         let same = install(
             tester,
             install_request(net, "tester", headnode_underlay, &[]),

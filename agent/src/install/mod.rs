@@ -10,8 +10,9 @@
 //!
 //! # Layout
 //! - this file: [`InstallError`] and its gRPC mapping, [`systemd_is_pid1`].
-//! - `nebula.rs`: config generation, the daemon, the reachability check.
-//! - `k3s.rs`: server/agent command lines, token, node list, uninstall steps.
+//! - `nebula/`: the request's checks, config generation, the daemon (unit or child), the
+//!   tun device, the reachability check.
+//! - `k3s/`: server/agent command lines, token, node list, uninstall steps (see its Layout).
 
 pub mod k3s;
 pub mod nebula;
@@ -37,6 +38,9 @@ pub enum InstallError {
     /// A step failed; the message says which and why (with the tail of its log).
     #[error("{0}")]
     Failed(String),
+    /// Installed, but a peer it must reach does not answer (yet): worth retrying.
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 impl InstallError {
@@ -55,6 +59,7 @@ impl From<InstallError> for Status {
             InstallError::Invalid { .. } => Code::InvalidArgument,
             InstallError::Missing(_) => Code::FailedPrecondition,
             InstallError::Failed(_) => Code::Internal,
+            InstallError::Unreachable(_) => Code::Unavailable,
         };
         Status::new(code, error.to_string())
     }

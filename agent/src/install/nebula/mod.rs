@@ -118,7 +118,7 @@ impl Nebula {
             .map(|peer| format!("{}: {}", peer.overlay_ip, peer.detail))
             .collect();
         if !unreachable.is_empty() {
-            return Err(InstallError::Failed(format!(
+            return Err(InstallError::Unreachable(format!(
                 "through {}, overlay peer {}; nebula is left running (pid {pid}, {detail}): \
                  repeat the same request once the peer is up. Nebula's log:\n{}",
                 plan.interface,
