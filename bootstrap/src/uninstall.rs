@@ -84,7 +84,7 @@ async fn remove(ssh: &Ssh) -> Result<Removal, SshError> {
     script.push_str(&remote::stop_detached_script());
     // The agent's own uninstall removes what its installers made (units, configs, k3s data).
     script.push_str(&format!(
-        "if [ -x {binary} ]; then {binary} --config {config} uninstall 2>&1 || echo 'the agent could not uninstall everything (see above)'; fi\n",
+        "if [ -x {binary} ]; then RUST_LOG=warn {binary} --config {config} uninstall 2>&1 || echo 'the agent could not uninstall everything (see above)'; fi\n",
         binary = layout::AGENT_BINARY,
         config = layout::AGENT_CONFIG,
     ));

@@ -43,6 +43,65 @@ fn agents_answer(bed: &SshBed) -> Result<Vec<pb::NodeInfo>> {
     Ok(infos)
 }
 
+/// Phase 2 on the installed agents, with the Nebula certificates bootstrap made: the
+/// headnode as lighthouse, then the members, each checking the tunnel to the lighthouse.
+fn bring_up_overlay(bed: &SshBed) -> Result<()> {
+    let credentials = Credentials::load(&bed.dir.path().join("state/pki"), "controller")?;
+    let lighthouse = pb::OverlayLighthouse {
+        overlay_ip: "198.19.0.2".into(),
+        underlay_address: format!("{}:4242", bed.testbed.node("headnode").addr()),
+    };
+    for (name, host) in [("headnode", 2), ("tester", 1), ("worker", 3)] {
+        let request = pb::InstallOverlayRequest {
+            lighthouse: name == "headnode",
+            overlay_cidr: format!("198.19.0.{host}/24"),
+            lighthouses: if name == "headnode" {
+                vec![]
+            } else {
+                vec![lighthouse.clone()]
+            },
+            listen_port: 4242,
+            interface: "nebula1".into(),
+            check_reachable: if name == "headnode" {
+                vec![]
+            } else {
+                vec!["198.19.0.2".into()]
+            },
+            timeout: None,
+        };
+        let address = format!("{}:7100", bed.testbed.node(name).addr());
+        let credentials = credentials.clone();
+        let status = bed.testbed.node("laptop").run_in(|| async move {
+            let mut client =
+                controller::connect::connect_agent(&address, None, &credentials).await?;
+            anyhow::Ok(client.install_overlay(request).await?.into_inner())
+        })??;
+        ensure!(
+            status.running && status.peers.iter().all(|p| p.reachable),
+            "{name}: {status:?}"
+        );
+        println!("overlay on {name}: {} (pid {})", status.detail, status.pid);
+    }
+    Ok(())
+}
+
+/// Nebula processes started by an installed agent (their config is in its state folder).
+fn installed_nebulas() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let text = String::from_utf8_lossy(&cmdline);
+                text.contains("nebula") && text.contains("/var/lib/continuum-agent/")
+            })
+        })
+        .collect()
+}
+
 #[test]
 fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
     isolated_netns_test!(Ok(()));
@@ -171,6 +230,17 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
         "tester's agent restarted with its new config"
     );
 
+    // Nebula brought up by the agents with bootstrap's certificates; uninstall must take it
+    // down too.
+    if tests::components_available(&["/usr/bin/nebula"]) {
+        bring_up_overlay(&bed)?;
+        ensure!(
+            installed_nebulas().len() == 3,
+            "three nebulas: {:?}",
+            installed_nebulas()
+        );
+    }
+
     // Uninstall: no file, unit, folder or process left on any node.
     let removed = bed.bootstrap(&["uninstall", &inventory])?;
     let said = text(&removed);
@@ -188,6 +258,16 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
         "agents still running: {:?}",
         agent_processes()
     );
+    if tests::components_available(&["/usr/bin/nebula"]) {
+        let nebulas = installed_nebulas();
+        ensure!(nebulas.is_empty(), "nebula still running: {nebulas:?}");
+        ensure!(
+            said.matches("nebula: removed /var/lib/continuum-agent/nebula")
+                .count()
+                == 3,
+            "the agent's uninstall removed Nebula on every node: {said}"
+        );
+    }
     let twice = bed.bootstrap(&["uninstall", &inventory])?;
     ensure!(
         text(&twice)
