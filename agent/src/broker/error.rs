@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::kubernetes::KubectlError;
 use super::spec::Product;
 
 /// The gRPC status code a [`BrokerError`] maps to. Kept here as a plain enum so this module
@@ -90,6 +91,19 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// The Kubernetes cluster did not do what was asked: kubectl cannot run, the API is
+    /// unreachable, an apply was refused, pod metrics are unavailable. What a failed start
+    /// applied has been deleted again. Maps to kubectl's code ([`KubectlError::code`]).
+    #[error("broker {name:?}: {context}: {source}")]
+    Kubernetes {
+        /// The instance name.
+        name: String,
+        /// What was being done.
+        context: String,
+        /// What kubectl said.
+        #[source]
+        source: KubectlError,
+    },
     /// Stopping left something behind or could not be confirmed. Maps to `Internal`.
     #[error("stopping broker {name:?}: {reason}")]
     StopFailed {
@@ -109,6 +123,7 @@ impl BrokerError {
             Self::NameInUse { .. } => ErrorCode::AlreadyExists,
             Self::Unknown { .. } => ErrorCode::NotFound,
             Self::NotReady { .. } => ErrorCode::Unavailable,
+            Self::Kubernetes { source, .. } => source.code(),
             Self::Io { .. } | Self::StopFailed { .. } => ErrorCode::Internal,
         }
     }

@@ -3,11 +3,13 @@
 //!
 //! A [`BrokerSpec`] names an instance and says how to run it: `native` (an installed product
 //! with a generated config that lifts its limits), `embedded` (rumqttd inside the agent,
-//! nothing to install) or `external` (an address the agent only records and probes). A
+//! nothing to install), `external` (an address the agent only records and probes) or
+//! `kubernetes` (a pinned official image on the k3s cluster, reached with kubectl). A
 //! broker counts as started only once an MQTT 3.1.1 CONNECT gets an accepting CONNACK.
 //! [`Brokers`] owns the running instances by name: starting the same spec twice is a no-op,
 //! stopping twice too, and [`Brokers::stop_all`] undoes everything at agent shutdown. The
-//! PID of each broker ([`BrokerStatus::pid`]) is what the Metrics RPC watches.
+//! PID of each broker ([`BrokerStatus::pid`]) is what the Metrics RPC watches; a broker
+//! with no process on this node (a pod) offers a [`UsageSampler`] instead.
 //!
 //! # Layout
 //! - `spec.rs`: [`BrokerSpec`], [`BrokerKind`], [`Product`], [`BrokerOptions`], and their
@@ -23,6 +25,7 @@
 //! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
 //! - `external.rs`: [`ExternalDriver`].
+//! - `kubernetes/`: [`KubernetesDriver`], manifests, kubectl, pod metrics (see its Layout).
 //! - `test_support.rs` (tests only): loopback specs, skip-or-fail for missing brokers, the
 //!   `/proc` leftover check, a raw MQTT client.
 
@@ -30,6 +33,7 @@ mod embedded;
 mod error;
 mod external;
 mod install;
+pub mod kubernetes;
 mod mosquitto;
 mod native;
 mod others;
@@ -44,23 +48,27 @@ mod test_support;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 pub use embedded::EmbeddedDriver;
 pub use error::{BrokerError, ErrorCode};
 pub use external::ExternalDriver;
 pub use install::InstallPaths;
+pub use kubernetes::{Kubectl, KubectlError, KubernetesDriver};
 pub use native::NativeDriver;
 pub use readiness::{ProbeError, probe, wait_ready};
 pub use registry::{Brokers, BrokersConfig};
 pub use spec::{
-    BrokerKind, BrokerOptions, BrokerSpec, DEFAULT_MAX_QUEUED_MESSAGES, MAX_NAME_LEN, Product,
+    BrokerKind, BrokerOptions, BrokerSpec, DEFAULT_MAX_QUEUED_MESSAGES, DEFAULT_NAMESPACE,
+    MAX_NAME_LEN, NODE_PORTS, Product,
 };
 
 /// A boxed, sendable future: what the object-safe driver traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Starts brokers of one kind. Implemented by [`NativeDriver`], [`EmbeddedDriver`] and
-/// [`ExternalDriver`]; [`Brokers`] picks the driver from the spec's kind.
+/// Starts brokers of one kind. Implemented by [`NativeDriver`], [`EmbeddedDriver`],
+/// [`ExternalDriver`] and [`KubernetesDriver`]; [`Brokers`] picks the driver from the spec's
+/// kind.
 pub trait BrokerDriver: Send + Sync + std::fmt::Debug {
     /// Starts the broker `spec` describes and returns once it answers MQTT. On failure
     /// nothing it started is left running.
@@ -78,14 +86,35 @@ pub trait RunningBroker: Send + std::fmt::Debug {
     fn address(&self) -> SocketAddr;
     /// The PID whose CPU and memory are the broker's: the broker process (the Erlang VM or
     /// the JVM under a start script) for native brokers, the agent's own for the embedded
-    /// one, none for an external one.
+    /// one, none for an external one or a pod.
     fn pid(&self) -> Option<u32>;
+    /// Where its CPU and memory come from when it has no process on this node (a pod on
+    /// Kubernetes); `None` for the others.
+    fn usage_sampler(&self) -> Option<Arc<dyn UsageSampler>> {
+        None
+    }
     /// Human-readable details: product, files, log.
     fn detail(&self) -> String;
     /// Its state right now: has the process exited, does the external address answer.
     fn check(&mut self) -> BoxFuture<'_, BrokerState>;
     /// Stops it gracefully, then by force, and confirms nothing it started survives.
     fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BrokerError>>;
+}
+
+/// CPU and memory of a broker at one moment, as a process sample states them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Usage {
+    /// CPU, percent of one core (above 100 on several cores).
+    pub cpu_percent: f64,
+    /// Memory in use, bytes.
+    pub memory_bytes: u64,
+}
+
+/// Samples the CPU and memory of a broker that has no process on this node.
+pub trait UsageSampler: Send + Sync + std::fmt::Debug {
+    /// Its usage now (or as recently as the source knows it); `Ok(None)` while the source
+    /// has none yet, e.g. before the metrics API has scraped a new pod.
+    fn sample(&self) -> BoxFuture<'_, Result<Option<Usage>, BrokerError>>;
 }
 
 /// The lifecycle state of a named instance.

@@ -12,20 +12,23 @@ use super::embedded::EmbeddedDriver;
 use super::error::BrokerError;
 use super::external::ExternalDriver;
 use super::install::InstallPaths;
+use super::kubernetes::{Kubectl, KubernetesDriver};
 use super::native::NativeDriver;
 use super::spec::{BrokerKind, BrokerSpec};
-use super::{BrokerDriver, BrokerState, BrokerStatus, RunningBroker};
+use super::{BrokerDriver, BrokerState, BrokerStatus, RunningBroker, UsageSampler};
 
 /// Where native brokers keep their files unless configured otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/continuum/brokers";
 
-/// How [`Brokers`] runs native products.
+/// How [`Brokers`] runs native products and reaches the Kubernetes cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokersConfig {
     /// Parent of each native instance's directory (`<state_dir>/<name>/`).
     pub state_dir: PathBuf,
     /// Where product executables are looked for.
     pub install: InstallPaths,
+    /// kubectl for Kubernetes brokers (`k3s kubectl --kubeconfig <file>` on the headnode).
+    pub kubectl: Kubectl,
 }
 
 impl Default for BrokersConfig {
@@ -33,6 +36,7 @@ impl Default for BrokersConfig {
         Self {
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             install: InstallPaths::default(),
+            kubectl: Kubectl::default(),
         }
     }
 }
@@ -43,6 +47,7 @@ pub struct Brokers {
     native: NativeDriver,
     embedded: EmbeddedDriver,
     external: ExternalDriver,
+    kubernetes: KubernetesDriver,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
 }
 
@@ -79,6 +84,7 @@ impl Brokers {
             native: NativeDriver::new(config.install, config.state_dir),
             embedded: EmbeddedDriver,
             external: ExternalDriver,
+            kubernetes: KubernetesDriver::new(config.kubectl),
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -94,6 +100,7 @@ impl Brokers {
             BrokerKind::Native { .. } => &self.native,
             BrokerKind::Embedded => &self.embedded,
             BrokerKind::External { .. } => &self.external,
+            BrokerKind::Kubernetes { .. } => &self.kubernetes,
         }
     }
 
@@ -252,6 +259,14 @@ impl Brokers {
         pids
     }
 
+    /// The usage sampler of `name` if it runs without a process on this node (a pod), for
+    /// the Metrics RPC. `None` if it has none, or while a start or stop holds it.
+    pub fn usage_sampler(&self, name: &str) -> Option<Arc<dyn UsageSampler>> {
+        let slot = self.existing(name)?;
+        let instance = slot.instance.try_lock().ok()?;
+        instance.as_ref()?.broker.usage_sampler()
+    }
+
     /// Stops every instance, concurrently, for agent shutdown. Returns the failures.
     pub async fn stop_all(&self) -> Vec<(String, BrokerError)> {
         let names = self.names();
@@ -323,6 +338,7 @@ mod tests {
         Brokers::new(BrokersConfig {
             state_dir: state.to_owned(),
             install: InstallPaths::default(),
+            kubectl: Kubectl::default(),
         })
     }
 

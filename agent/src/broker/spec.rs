@@ -41,9 +41,27 @@ pub enum BrokerKind {
         /// Where MQTT clients reach it.
         address: SocketAddr,
     },
+    /// A pinned official image on the Kubernetes cluster this agent reaches with kubectl:
+    /// ConfigMap + Deployment + NodePort Service, the pod pinned to `node`.
+    Kubernetes {
+        /// Which product.
+        product: Product,
+        /// The node the pod runs on (its `kubernetes.io/hostname` label).
+        node: String,
+        /// The namespace of its objects.
+        namespace: String,
+        /// The NodePort clients connect to; `None` means the product's default.
+        node_port: Option<u16>,
+    },
 }
 
-/// The brokers of the study (PAPER.md, Table I) that the native driver knows.
+/// Namespace of Kubernetes brokers unless the request names one.
+pub const DEFAULT_NAMESPACE: &str = "continuum";
+
+/// The NodePort range of a default Kubernetes API server (`--service-node-port-range`).
+pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
+
+/// The brokers of the study (PAPER.md, Table I), as the native and kubernetes drivers run them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Product {
     /// Eclipse Mosquitto.
@@ -151,21 +169,9 @@ impl BrokerSpec {
     /// Checks what can be checked without touching the node.
     pub fn validate(&self) -> Result<(), BrokerError> {
         validate_name(&self.name)?;
-        if let BrokerKind::External { address } = self.kind {
-            if address.port() == 0 {
-                return Err(BrokerError::invalid(
-                    "kind.address",
-                    address,
-                    "has port 0; an external broker needs its real port",
-                ));
-            }
-            if address.ip().is_unspecified() {
-                return Err(BrokerError::invalid(
-                    "kind.address",
-                    address,
-                    "is unspecified; give an address clients can connect to",
-                ));
-            }
+        self.kind.validate()?;
+        if matches!(self.kind, BrokerKind::Kubernetes { .. }) {
+            validate_object_name(&self.name)?;
         }
         if let Some(deadline) = self.options.start_deadline
             && (deadline.is_zero() || deadline > MAX_START_DEADLINE)
@@ -199,8 +205,109 @@ impl BrokerSpec {
             }
             BrokerKind::Embedded => format!("embedded on {}:{}", self.bind, self.port),
             BrokerKind::External { address } => format!("external at {address}"),
+            BrokerKind::Kubernetes {
+                product,
+                node,
+                namespace,
+                node_port,
+            } => {
+                let port = node_port.map_or_else(|| "default".to_owned(), |p| p.to_string());
+                format!("kubernetes {product} in {namespace} on node {node}, NodePort {port}")
+            }
         }
     }
+}
+
+impl BrokerKind {
+    /// Checks the kind's own fields (an external address, a Kubernetes target); errors name
+    /// them as `kind.<field>` (`kind.kubernetes.node` for the Kubernetes ones, as on the wire).
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        match self {
+            BrokerKind::External { address } => {
+                if address.port() == 0 {
+                    return Err(BrokerError::invalid(
+                        "kind.address",
+                        address,
+                        "has port 0; an external broker needs its real port",
+                    ));
+                }
+                if address.ip().is_unspecified() {
+                    return Err(BrokerError::invalid(
+                        "kind.address",
+                        address,
+                        "is unspecified; give an address clients can connect to",
+                    ));
+                }
+            }
+            BrokerKind::Kubernetes {
+                node,
+                namespace,
+                node_port,
+                ..
+            } => {
+                // The node name is matched as the value of the kubernetes.io/hostname label,
+                // and label values are at most 63 characters.
+                if !is_dns_name(node, 63, true) {
+                    return Err(BrokerError::invalid(
+                        "kind.kubernetes.node",
+                        node,
+                        "is not a Kubernetes node name (lower-case letters, digits, '-' and \
+                         '.', 1 to 63 characters, starting and ending alphanumeric)",
+                    ));
+                }
+                if !is_dns_name(namespace, 63, false) {
+                    return Err(BrokerError::invalid(
+                        "kind.kubernetes.namespace",
+                        namespace,
+                        "is not a namespace name (lower-case letters, digits and '-', 1 to 63 \
+                         characters, starting and ending alphanumeric)",
+                    ));
+                }
+                if let Some(port) = node_port
+                    && !NODE_PORTS.contains(port)
+                {
+                    return Err(BrokerError::invalid(
+                        "kind.kubernetes.node_port",
+                        port,
+                        format!(
+                            "is outside the NodePort range {}-{}",
+                            NODE_PORTS.start(),
+                            NODE_PORTS.end()
+                        ),
+                    ));
+                }
+            }
+            BrokerKind::Native { .. } | BrokerKind::Embedded => {}
+        }
+        Ok(())
+    }
+}
+
+/// True if `text` is an RFC 1123 label (`dots` false) or subdomain of at most `max` bytes:
+/// lower-case alphanumerics and '-' (and '.'), starting and ending alphanumeric.
+fn is_dns_name(text: &str, max: usize, dots: bool) -> bool {
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !text.is_empty()
+        && text.len() <= max
+        && edge_ok(text.chars().next())
+        && edge_ok(text.chars().last())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots && c == '.'))
+}
+
+/// A Kubernetes broker's name becomes the name of its Deployment and Service, and a Service
+/// name must be an RFC 1035 label: it starts with a letter.
+fn validate_object_name(name: &str) -> Result<(), BrokerError> {
+    if is_dns_name(name, 63, false) && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Ok(());
+    }
+    Err(BrokerError::invalid(
+        "name",
+        name,
+        "names the Kubernetes Deployment and Service, so it must be lower-case letters, \
+         digits and '-', start with a letter and end with a letter or digit",
+    ))
 }
 
 fn validate_name(name: &str) -> Result<(), BrokerError> {
@@ -283,6 +390,71 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("kind.address")
+        );
+    }
+
+    fn kubernetes(name: &str, node: &str, namespace: &str, node_port: Option<u16>) -> BrokerSpec {
+        let mut spec = spec(name);
+        spec.kind = BrokerKind::Kubernetes {
+            product: Product::Mosquitto,
+            node: node.to_owned(),
+            namespace: namespace.to_owned(),
+            node_port,
+        };
+        spec
+    }
+
+    #[test]
+    fn kubernetes_targets_are_checked_and_errors_name_the_field() {
+        let field_of = |spec: BrokerSpec| match spec.validate() {
+            Ok(()) => String::new(),
+            Err(error) => error.to_string().split(':').next().unwrap().to_owned(),
+        };
+        assert_eq!(
+            field_of(kubernetes("bench", "worker-1", "continuum", None)),
+            ""
+        );
+        assert_eq!(
+            field_of(kubernetes("b2", "node.example.org", "ns-1", Some(30000))),
+            ""
+        );
+        assert_eq!(
+            field_of(kubernetes("bench", "rpi4", "continuum", Some(32767))),
+            ""
+        );
+        for node in ["", "Worker", "-a", "a-", "a_b", &"n".repeat(64)] {
+            assert_eq!(
+                field_of(kubernetes("bench", node, "continuum", None)),
+                "kind.kubernetes.node",
+                "{node:?}"
+            );
+        }
+        for namespace in ["", "a.b", "Upper", "x-"] {
+            assert_eq!(
+                field_of(kubernetes("bench", "w", namespace, None)),
+                "kind.kubernetes.namespace",
+                "{namespace:?}"
+            );
+        }
+        for port in [1883, 29999, 32768] {
+            assert_eq!(
+                field_of(kubernetes("bench", "w", "continuum", Some(port))),
+                "kind.kubernetes.node_port",
+                "{port}"
+            );
+        }
+        // Valid agent names that cannot name a Service.
+        for name in ["Bench", "bench_1", "1bench", "bench-"] {
+            assert_eq!(
+                field_of(kubernetes(name, "w", "continuum", None)),
+                "name",
+                "{name:?}"
+            );
+        }
+        let text = kubernetes("bench", "w", "continuum", Some(31999)).summary();
+        assert_eq!(
+            text,
+            "kubernetes mosquitto in continuum on node w, NodePort 31999"
         );
     }
 }

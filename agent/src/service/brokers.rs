@@ -2,17 +2,18 @@
 //! registry starts and stops them, and its statuses go back as messages.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
+use super::metrics::Watched;
 use super::status::{invalid, missing};
 use crate::broker::{
     BrokerError, BrokerKind, BrokerOptions, BrokerSpec, BrokerState, BrokerStatus, Brokers,
-    BrokersConfig, ErrorCode, InstallPaths, Product,
+    BrokersConfig, DEFAULT_NAMESPACE, ErrorCode, InstallPaths, Kubectl, Product,
 };
+use crate::config::AgentConfig;
 
 /// The brokers this agent runs.
 pub(crate) struct BrokerControl {
@@ -20,13 +21,20 @@ pub(crate) struct BrokerControl {
 }
 
 impl BrokerControl {
-    /// Native brokers keep their files under `state_dir`.
-    pub(crate) fn new(state_dir: PathBuf) -> Self {
+    /// Native brokers keep their files under `<state_dir>/brokers`; Kubernetes brokers are
+    /// applied with `<k3s> kubectl --kubeconfig <the k3s server's kubeconfig>`.
+    pub(crate) fn new(config: &AgentConfig) -> Self {
+        Self::with(BrokersConfig {
+            state_dir: config.state_dir.join("brokers"),
+            install: InstallPaths::default(),
+            kubectl: Kubectl::k3s(&config.k3s.binary, Some(&config.kubeconfig_path())),
+        })
+    }
+
+    /// Brokers run as `config` says.
+    pub(crate) fn with(config: BrokersConfig) -> Self {
         BrokerControl {
-            brokers: Brokers::new(BrokersConfig {
-                state_dir,
-                install: InstallPaths::default(),
-            }),
+            brokers: Brokers::new(config),
         }
     }
 
@@ -49,15 +57,24 @@ impl BrokerControl {
         Ok(status_to_message(&status))
     }
 
-    /// The process the Metrics RPC watches for broker `name`.
-    pub(crate) async fn pid_of(&self, name: &str) -> Result<u32, Status> {
+    /// What the Metrics RPC watches for broker `name`: its process, or for a pod its
+    /// usage sampler, asked once here so that a cluster without the metrics API is a clear
+    /// error now rather than a stream of empty samples.
+    pub(crate) async fn watched(&self, name: &str) -> Result<Watched, Status> {
         let status = self.brokers.status(name).await.map_err(from_broker)?;
-        status.pid.ok_or_else(|| {
-            Status::failed_precondition(format!(
-                "broker {name} has no process to watch ({:?})",
-                status.state
-            ))
-        })
+        if let Some(pid) = status.pid {
+            return Ok(Watched::process(pid, name));
+        }
+        if status.state == BrokerState::Running
+            && let Some(sampler) = self.brokers.usage_sampler(name)
+        {
+            sampler.sample().await.map_err(from_broker)?;
+            return Ok(Watched::sampled(sampler, name));
+        }
+        Err(Status::failed_precondition(format!(
+            "broker {name} has no process to watch ({:?})",
+            status.state
+        )))
     }
 
     /// Stops every broker (agent shutdown); failures are logged, not fatal.
@@ -80,25 +97,54 @@ fn from_broker(error: BrokerError) -> Status {
     Status::new(code, error.to_string())
 }
 
-fn product_from(value: i32) -> Result<Product, Status> {
+fn product_from(value: i32, field: &str) -> Result<Product, Status> {
     match pb::Product::try_from(value) {
         Ok(pb::Product::Mosquitto) => Ok(Product::Mosquitto),
         Ok(pb::Product::Rabbitmq) => Ok(Product::RabbitMq),
         Ok(pb::Product::Emqx) => Ok(Product::Emqx),
         Ok(pb::Product::Vernemq) => Ok(Product::VerneMq),
         Ok(pb::Product::Hivemq) => Ok(Product::HiveMq),
-        Ok(pb::Product::Unspecified) | Err(_) => Err(invalid(
-            "spec.kind.native.product",
-            format!("{value} is not a broker product"),
-        )),
+        Ok(pb::Product::Unspecified) | Err(_) => {
+            Err(invalid(field, format!("{value} is not a broker product")))
+        }
     }
+}
+
+/// A Kubernetes target, its fields checked (errors name `spec.kind.kubernetes.<field>`).
+fn kubernetes_from(message: pb::KubernetesBroker) -> Result<BrokerKind, Status> {
+    if message.node.is_empty() {
+        return Err(missing("spec.kind.kubernetes.node"));
+    }
+    let node_port = match message.node_port {
+        0 => None,
+        port => Some(u16::try_from(port).map_err(|_| {
+            invalid(
+                "spec.kind.kubernetes.node_port",
+                format!("{port} is not a TCP port"),
+            )
+        })?),
+    };
+    let kind = BrokerKind::Kubernetes {
+        product: product_from(message.product, "spec.kind.kubernetes.product")?,
+        node: message.node,
+        namespace: if message.namespace.is_empty() {
+            DEFAULT_NAMESPACE.to_owned()
+        } else {
+            message.namespace
+        },
+        node_port,
+    };
+    // The kind's own errors read `kind.kubernetes.<field>: ...`.
+    kind.validate()
+        .map_err(|error| Status::invalid_argument(format!("spec.{error}")))?;
+    Ok(kind)
 }
 
 /// A requested broker as a checked spec; the registry checks name and port further.
 pub(crate) fn spec_from(message: pb::BrokerSpec) -> Result<BrokerSpec, Status> {
     let kind = match message.kind.ok_or_else(|| missing("spec.kind"))? {
         pb::broker_spec::Kind::Native(native) => BrokerKind::Native {
-            product: product_from(native.product)?,
+            product: product_from(native.product, "spec.kind.native.product")?,
         },
         pb::broker_spec::Kind::Embedded(_) => BrokerKind::Embedded,
         pb::broker_spec::Kind::External(external) => BrokerKind::External {
@@ -109,15 +155,13 @@ pub(crate) fn spec_from(message: pb::BrokerSpec) -> Result<BrokerSpec, Status> {
                 )
             })?,
         },
-        // The kubernetes driver is being written; until it lands the request is refused.
-        pb::broker_spec::Kind::Kubernetes(_) => {
-            return Err(crate::service::status::unable(
-                "spec.kind.kubernetes: the kubernetes driver is not available in this agent",
-            ));
-        }
+        pb::broker_spec::Kind::Kubernetes(kubernetes) => kubernetes_from(kubernetes)?,
     };
     let bind = match (&kind, message.bind.as_str()) {
-        (BrokerKind::External { .. }, _) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        // Neither binds on this node: the address is elsewhere (the node's NodePort).
+        (BrokerKind::External { .. } | BrokerKind::Kubernetes { .. }, _) => {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }
         (_, "") => return Err(missing("spec.bind")),
         (_, text) => text
             .parse()
@@ -244,5 +288,137 @@ mod tests {
             })
             .starts_with("spec.options.colour")
         );
+    }
+
+    fn kubernetes(node: &str, namespace: &str, node_port: u32) -> pb::BrokerSpec {
+        pb::BrokerSpec {
+            name: "bench".into(),
+            kind: Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+                product: pb::Product::Vernemq.into(),
+                node: node.into(),
+                namespace: namespace.into(),
+                node_port,
+            })),
+            // Ignored for Kubernetes brokers: the address is the node's NodePort.
+            bind: String::new(),
+            port: 0,
+            options: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_kubernetes_spec_converts_with_its_defaults() {
+        let spec = spec_from(kubernetes("worker-1", "", 0)).expect("valid");
+        assert_eq!(
+            spec.kind,
+            BrokerKind::Kubernetes {
+                product: Product::VerneMq,
+                node: "worker-1".into(),
+                namespace: "continuum".into(),
+                node_port: None,
+            }
+        );
+        assert_eq!(spec.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let spec = spec_from(kubernetes("worker-1", "lab", 31999)).expect("valid");
+        assert!(matches!(
+            spec.kind,
+            BrokerKind::Kubernetes { node_port: Some(31999), ref namespace, .. } if namespace == "lab"
+        ));
+    }
+
+    #[test]
+    fn bad_kubernetes_fields_are_named() {
+        let message = |m: pb::BrokerSpec| spec_from(m).expect_err("invalid").message().to_string();
+        for (bad, field) in [
+            (kubernetes("", "", 0), "spec.kind.kubernetes.node: missing"),
+            (kubernetes("Worker 1", "", 0), "spec.kind.kubernetes.node: "),
+            (
+                kubernetes("w", "Lab", 0),
+                "spec.kind.kubernetes.namespace: ",
+            ),
+            (
+                kubernetes("w", "", 1883),
+                "spec.kind.kubernetes.node_port: ",
+            ),
+            (
+                kubernetes("w", "", 70_000),
+                "spec.kind.kubernetes.node_port: ",
+            ),
+        ] {
+            let text = message(bad);
+            assert!(text.starts_with(field), "{text}");
+        }
+        let mut no_product = kubernetes("w", "", 0);
+        no_product.kind = Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+            product: 0,
+            node: "w".into(),
+            ..Default::default()
+        }));
+        assert!(message(no_product).starts_with("spec.kind.kubernetes.product"));
+    }
+
+    /// The Metrics RPC's lookup for a broker on Kubernetes (cluster faked: see fake_k3s.rs).
+    #[tokio::test]
+    async fn a_kubernetes_broker_is_watched_through_its_pod_metrics() {
+        use crate::broker::kubernetes::fake_k3s::{FakeK3s, broker_on_a_node_port};
+        use crate::service::metrics::Source;
+
+        let fake = FakeK3s::new();
+        let (pod, port) = broker_on_a_node_port().await;
+        let control = BrokerControl::with(BrokersConfig {
+            state_dir: fake.dir().join("state"),
+            kubectl: fake.kubectl(),
+            ..BrokersConfig::default()
+        });
+        let mut request = kubernetes("worker-1", "", port.into());
+        request.kind = Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+            product: pb::Product::Mosquitto.into(),
+            node: "worker-1".into(),
+            namespace: String::new(),
+            node_port: port.into(),
+        }));
+        let started = control
+            .start(pb::StartBrokerRequest {
+                spec: Some(request),
+            })
+            .await
+            .unwrap();
+        assert_eq!(started.pid, 0);
+        assert_eq!(started.address, format!("127.0.0.1:{port}"));
+
+        let watched = control.watched("bench").await.unwrap();
+        assert_eq!(watched.label, "bench");
+        assert!(matches!(watched.source, Source::Sampled(_)));
+
+        // Without the metrics API the lookup fails now, saying so, rather than streaming
+        // empty samples. (A fresh control: the sampler reuses an answer for a second.)
+        fake.fail(
+            "podmetrics.json",
+            "Error from server (NotFound): the server could not find the requested resource",
+        );
+        let control_b = BrokerControl::with(BrokersConfig {
+            state_dir: fake.dir().join("state-b"),
+            kubectl: fake.kubectl(),
+            ..BrokersConfig::default()
+        });
+        let mut other = kubernetes("worker-1", "", port.into());
+        other.name = "bench-b".into();
+        other.kind = Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+            product: pb::Product::Mosquitto.into(),
+            node: "worker-1".into(),
+            namespace: String::new(),
+            node_port: port.into(),
+        }));
+        control_b
+            .start(pb::StartBrokerRequest { spec: Some(other) })
+            .await
+            .unwrap();
+        let error = control_b.watched("bench-b").await.unwrap_err();
+        assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+        assert!(error.message().contains("metrics-server"), "{error:?}");
+
+        control.stop_all().await;
+        control_b.stop_all().await;
+        pod.stop().await.unwrap();
     }
 }

@@ -1,6 +1,8 @@
 //! The Metrics stream: node CPU and memory, and CPU/RSS of watched processes (the broker),
-//! sampled with sysinfo at the requested interval.
+//! sampled with sysinfo at the requested interval. A broker with no process on this node (a
+//! pod on Kubernetes) is sampled by its driver instead; its samples carry PID 0.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -10,15 +12,43 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::status::{invalid, missing};
+use crate::broker::{Usage, UsageSampler};
 
 /// Shortest interval: below it, CPU percentages are mostly noise.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A process to watch and what to call it.
+/// What to watch and what to call it.
 #[derive(Debug, Clone)]
 pub(crate) struct Watched {
-    pub pid: u32,
+    pub source: Source,
     pub label: String,
+}
+
+/// Where a watched broker's CPU and memory come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// A process on this node, read with sysinfo.
+    Process(u32),
+    /// A broker without one (a pod), read by its driver's sampler.
+    Sampled(Arc<dyn UsageSampler>),
+}
+
+impl Watched {
+    /// The process `pid`.
+    pub(crate) fn process(pid: u32, label: impl Into<String>) -> Self {
+        Self {
+            source: Source::Process(pid),
+            label: label.into(),
+        }
+    }
+
+    /// A broker read by `sampler`.
+    pub(crate) fn sampled(sampler: Arc<dyn UsageSampler>, label: impl Into<String>) -> Self {
+        Self {
+            source: Source::Sampled(sampler),
+            label: label.into(),
+        }
+    }
 }
 
 /// The sampling interval of a request, checked.
@@ -46,24 +76,39 @@ pub(crate) fn stream(
     let mut system = System::new().map_err(|e| Status::unavailable(format!("sysinfo: {e}")))?;
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {
-        let pids: Vec<Pid> = watched.iter().map(|w| Pid::from_u32(w.pid)).collect();
+        let pids: Vec<Pid> = watched
+            .iter()
+            .filter_map(|w| match w.source {
+                Source::Process(pid) => Some(Pid::from_u32(pid)),
+                Source::Sampled(_) => None,
+            })
+            .collect();
         refresh(&mut system, &pids);
         let mut ticker = tokio::time::interval(interval);
         ticker.tick().await; // the first tick is immediate; CPU needs one interval to measure
         let mut sent = 0u32;
+        let mut failed = Failures::default();
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                _ = tx.closed() => return,
+                _ = tx.closed() => break,
             }
             refresh(&mut system, &pids);
-            if tx.send(Ok(sample(&system, &watched))).await.is_err() {
-                return;
+            let usage = sampled_usage(&watched, &mut failed).await;
+            if tx
+                .send(Ok(sample(&system, &watched, &usage)))
+                .await
+                .is_err()
+            {
+                break;
             }
             sent += 1;
             if samples != 0 && sent >= samples {
-                return;
+                break;
             }
+        }
+        if let Some(last) = failed.last {
+            tracing::warn!(failed = failed.count, %last, "samplers failed; those samples say alive = false");
         }
     });
     Ok(ReceiverStream::new(rx))
@@ -81,7 +126,36 @@ fn refresh(system: &mut System, pids: &[Pid]) {
     }
 }
 
-fn sample(system: &System, watched: &[Watched]) -> pb::MetricsSample {
+/// Sampler failures of one stream, summarised once when it ends.
+#[derive(Debug, Default)]
+struct Failures {
+    count: u64,
+    last: Option<String>,
+}
+
+/// The usage each sampler reports now, in `watched` order (`None` for processes, and for a
+/// sampler with nothing to report or failing).
+async fn sampled_usage(watched: &[Watched], failed: &mut Failures) -> Vec<Option<Usage>> {
+    let results = futures_util::future::join_all(watched.iter().map(|w| async move {
+        match &w.source {
+            Source::Process(_) => Ok(None),
+            Source::Sampled(sampler) => sampler.sample().await,
+        }
+    }))
+    .await;
+    results
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|error| {
+                failed.count += 1;
+                failed.last = Some(error.to_string());
+                None
+            })
+        })
+        .collect()
+}
+
+fn sample(system: &System, watched: &[Watched], usage: &[Option<Usage>]) -> pb::MetricsSample {
     pb::MetricsSample {
         unix_ns: loadgen::clock::unix_now_ns(),
         cpu_percent: f64::from(system.global_cpu_usage()),
@@ -89,23 +163,39 @@ fn sample(system: &System, watched: &[Watched]) -> pb::MetricsSample {
         memory_total_bytes: system.total_memory(),
         processes: watched
             .iter()
-            .map(|w| match system.process(Pid::from_u32(w.pid)) {
-                Some(process) => pb::ProcessSample {
-                    pid: w.pid,
+            .zip(usage)
+            .map(|(w, usage)| match (&w.source, usage) {
+                (Source::Process(pid), _) => match system.process(Pid::from_u32(*pid)) {
+                    Some(process) => pb::ProcessSample {
+                        pid: *pid,
+                        label: w.label.clone(),
+                        cpu_percent: f64::from(process.cpu_usage()),
+                        rss_bytes: process.memory(),
+                        alive: true,
+                    },
+                    None => gone(*pid, &w.label),
+                },
+                (Source::Sampled(_), Some(usage)) => pb::ProcessSample {
+                    pid: 0,
                     label: w.label.clone(),
-                    cpu_percent: f64::from(process.cpu_usage()),
-                    rss_bytes: process.memory(),
+                    cpu_percent: usage.cpu_percent,
+                    rss_bytes: usage.memory_bytes,
                     alive: true,
                 },
-                None => pb::ProcessSample {
-                    pid: w.pid,
-                    label: w.label.clone(),
-                    cpu_percent: 0.0,
-                    rss_bytes: 0,
-                    alive: false,
-                },
+                (Source::Sampled(_), None) => gone(0, &w.label),
             })
             .collect(),
+    }
+}
+
+/// A sample of something with no reading: the process is gone, or the sampler has nothing.
+fn gone(pid: u32, label: &str) -> pb::ProcessSample {
+    pb::ProcessSample {
+        pid,
+        label: label.to_owned(),
+        cpu_percent: 0.0,
+        rss_bytes: 0,
+        alive: false,
     }
 }
 
@@ -114,6 +204,7 @@ mod tests {
     use tokio_stream::StreamExt;
 
     use super::*;
+    use crate::broker::BrokerError;
 
     #[tokio::test]
     async fn samples_the_node_and_a_busy_process() {
@@ -127,14 +218,8 @@ mod tests {
                 }
             })
         };
-        let me = Watched {
-            pid: std::process::id(),
-            label: "self".into(),
-        };
-        let gone = Watched {
-            pid: u32::MAX - 1,
-            label: "gone".into(),
-        };
+        let me = Watched::process(std::process::id(), "self");
+        let gone = Watched::process(u32::MAX - 1, "gone");
         let samples: Vec<_> = stream(Duration::from_millis(200), 2, vec![me, gone])
             .expect("stream")
             .collect()
@@ -151,6 +236,59 @@ mod tests {
         );
         assert!(last.processes[0].rss_bytes > 0);
         assert!(!last.processes[1].alive);
+    }
+
+    /// A sampler with one canned answer per call: usage, nothing yet, or a failure.
+    #[derive(Debug)]
+    struct Canned(std::sync::Mutex<Vec<Option<Usage>>>);
+
+    impl UsageSampler for Canned {
+        fn sample(&self) -> crate::broker::BoxFuture<'_, Result<Option<Usage>, BrokerError>> {
+            let next = self.0.lock().unwrap().pop();
+            Box::pin(async move {
+                next.ok_or_else(|| BrokerError::io("canned", std::io::Error::other("no more")))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sampled_broker_reports_what_its_sampler_says() {
+        let usage = Usage {
+            cpu_percent: 137.5,
+            memory_bytes: 42 << 20,
+        };
+        // Popped from the end: usage, then nothing yet, then a failure.
+        let sampler = Arc::new(Canned(std::sync::Mutex::new(vec![None, Some(usage)])));
+        let watched = vec![
+            Watched::sampled(sampler, "pod"),
+            Watched::process(std::process::id(), "self"),
+        ];
+        let samples: Vec<_> = stream(Duration::from_millis(100), 3, watched)
+            .expect("stream")
+            .collect()
+            .await;
+        let pods: Vec<pb::ProcessSample> = samples
+            .iter()
+            .map(|s| s.as_ref().expect("sample").processes[0].clone())
+            .collect();
+        let expected = |cpu_percent, rss_bytes, alive| pb::ProcessSample {
+            pid: 0,
+            label: "pod".into(),
+            cpu_percent,
+            rss_bytes,
+            alive,
+        };
+        assert_eq!(
+            pods,
+            [
+                expected(137.5, 42 << 20, true),
+                expected(0.0, 0, false),
+                expected(0.0, 0, false)
+            ]
+        );
+        // The process next to it is sampled as before.
+        let me = &samples[2].as_ref().expect("sample").processes[1];
+        assert!(me.alive && me.pid == std::process::id());
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl AgentService {
             overlay: Nebula::new(&config),
             cluster: K3s::new(&config),
             netem: NetemControl::new(netem, config.data_plane_interface.clone()),
-            brokers: BrokerControl::new(config.state_dir.join("brokers")),
+            brokers: BrokerControl::new(&config),
             capabilities,
             config,
             shutdown: CancellationToken::new(),
@@ -139,17 +139,10 @@ impl pb::agent_server::Agent for AgentService {
         let mut watched: Vec<metrics::Watched> = request
             .pids
             .iter()
-            .map(|pid| metrics::Watched {
-                pid: *pid,
-                label: format!("pid {pid}"),
-            })
+            .map(|pid| metrics::Watched::process(*pid, format!("pid {pid}")))
             .collect();
         for name in &request.brokers {
-            let pid = self.brokers.pid_of(name).await?;
-            watched.push(metrics::Watched {
-                pid,
-                label: name.clone(),
-            });
+            watched.push(self.brokers.watched(name).await?);
         }
         Ok(Response::new(Box::pin(metrics::stream(
             interval,
