@@ -136,6 +136,12 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
         head.3
     );
 
+    let report = std::fs::read_to_string(first.dir.join("report.md"))?;
+    ensure!(
+        report.contains("Overlay and cluster") && report.contains("lighthouse"),
+        "the report shows phases 2 and 3"
+    );
+
     // The fake saw the server, then the agent, with the controller's token in the environment.
     let token = std::fs::read_to_string(bed.pki.path().join("k3s-token"))?;
     let calls = fake.daemon_calls();

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use controller::plan::{CellPoint, Plan, TestKind, workload_for};
 use controller::report::{ReportFiles, check_svg, write_report};
 use controller::results::{
-    AppliedNetem, CellRecord, CellStatus, Manifest, MetricsRow, NodeRecord, ResultsDir,
+    AppliedNetem, CellRecord, CellStatus, ClusterRecord, Manifest, MetricsRow, NodeRecord,
+    OverlayRecord, ResultsDir, TestbedRecord,
 };
 use loadgen::result::ClientWindow;
 use loadgen::{RunResult, Summary};
@@ -149,7 +150,36 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             .flat_map(|b| [netem(b, "tester"), netem(b, "worker")])
             .collect(),
         skipped: vec!["broker emqx: not installed on worker (optional), skipped".into()],
-        testbed: None,
+        testbed: Some(TestbedRecord {
+            overlay: vec![
+                OverlayRecord {
+                    node: "headnode".into(),
+                    lighthouse: true,
+                    overlay_cidr: "198.19.0.2/24".into(),
+                    detail: "started".into(),
+                    peers: Vec::new(),
+                },
+                OverlayRecord {
+                    node: "worker".into(),
+                    lighthouse: false,
+                    overlay_cidr: "198.19.0.3/24".into(),
+                    detail: "already running".into(),
+                    peers: vec![("198.19.0.2".into(), true, "first answer 1.2 ms".into())],
+                },
+            ],
+            cluster: Some(ClusterRecord {
+                server: "headnode".into(),
+                nodes: vec![
+                    (
+                        "headnode".into(),
+                        true,
+                        "198.19.0.2".into(),
+                        vec!["node-role.kubernetes.io/control-plane=true:NoSchedule".into()],
+                    ),
+                    ("worker".into(), true, "198.19.0.3".into(), Vec::new()),
+                ],
+            }),
+        }),
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut throughput = Vec::new();
@@ -390,6 +420,17 @@ fn the_report_shows_what_was_recorded() {
 
     // Failures, retries and skips are counted with their reasons.
     assert!(md.contains("1 cell failed and left out of every figure and table"));
+    let overlay = table(&md, "| Node | Nebula |");
+    assert_eq!(
+        get(&overlay[1], "Peers reached"),
+        "198.19.0.2 first answer 1.2 ms"
+    );
+    assert_eq!(get(&overlay[0], "Nebula"), "lighthouse");
+    let cluster = table(&md, "| k3s node |");
+    assert_eq!(
+        get(&cluster[0], "Taints"),
+        "node-role.kubernetes.io/control-plane=true:NoSchedule"
+    );
     let reason = format!("agent worker lost: connection reset: 1 cell ({FAILED})");
     assert!(md.contains(&reason));
     assert!(md.contains("1 cell failed at first and measured on a later try"));

@@ -91,6 +91,9 @@ pub fn section(data: &RunData) -> Section {
          the true offset lies within the bound.",
     );
     section.blocks.push(Block::Table(nodes));
+    if let Some(testbed) = &manifest.testbed {
+        testbed_part(&mut section, testbed);
+    }
 
     section.heading("Network emulation applied");
     if manifest.netem.is_empty() {
@@ -159,6 +162,73 @@ pub fn section(data: &RunData) -> Section {
 }
 
 /// `1 cell`, `2 cells`.
+/// Phases 2 and 3: Nebula on each node with the peers it reached through the tunnel, and
+/// the k3s nodes as the server listed them.
+fn testbed_part(section: &mut Section, testbed: &crate::results::TestbedRecord) {
+    section.heading("Overlay and cluster");
+    section.paragraph(
+        "Brought up before any broker (phases 2 and 3 of the study); each node checked that \
+         the overlay peers before it answer through the tunnel.",
+    );
+    let mut overlay = Table::new(
+        &["Node", "Nebula", "Address", "Installer", "Peers reached"],
+        5,
+    );
+    for node in &testbed.overlay {
+        let peers: Vec<String> = node
+            .peers
+            .iter()
+            .map(|(ip, reachable, detail)| {
+                format!(
+                    "{ip} {}",
+                    if *reachable {
+                        detail.clone()
+                    } else {
+                        format!("UNREACHABLE: {detail}")
+                    }
+                )
+            })
+            .collect();
+        overlay.row(vec![
+            node.node.clone(),
+            if node.lighthouse {
+                "lighthouse"
+            } else {
+                "member"
+            }
+            .to_string(),
+            node.overlay_cidr.clone(),
+            node.detail.clone(),
+            if peers.is_empty() {
+                "-".to_string()
+            } else {
+                peers.join("; ")
+            },
+        ]);
+    }
+    section.blocks.push(Block::Table(overlay));
+    if let Some(cluster) = &testbed.cluster {
+        let mut nodes = Table::new(&["k3s node", "Ready", "Internal IP", "Taints"], 4);
+        for (name, ready, ip, taints) in &cluster.nodes {
+            nodes.row(vec![
+                name.clone(),
+                if *ready { "yes" } else { "no" }.to_string(),
+                ip.clone(),
+                if taints.is_empty() {
+                    "-".to_string()
+                } else {
+                    taints.join(", ")
+                },
+            ]);
+        }
+        section.paragraph(format!(
+            "The k3s cluster as its server ({}) lists it:",
+            cluster.server
+        ));
+        section.blocks.push(Block::Table(nodes));
+    }
+}
+
 fn cells(count: usize) -> String {
     if count == 1 {
         "1 cell".to_string()
