@@ -11,7 +11,8 @@
 //!   undoing everything; [`service`]: the gRPC service, one file per RPC group.
 //! - `main.rs`: the `continuum-agent` binary; `systemd/continuum-agent.service`: its unit.
 //! - [`broker`]: MQTT brokers behind one driver trait (native Mosquitto, RabbitMQ, EMQX,
-//!   VerneMQ, HiveMQ; embedded rumqttd; external), readiness by CONNECT/CONNACK, and
+//!   VerneMQ, HiveMQ; kubernetes: the same five as pinned images on k3s; embedded
+//!   rumqttd; external), readiness by CONNECT/CONNACK, and
 //!   [`broker::Brokers`], the running instances by name (see its own Layout).
 //! - [`install`]: the Nebula and k3s installers (phases 2 and 3), see its own Layout.
 //! - [`process`]: child processes in their own group, markers, the `/proc` sweep.
