@@ -27,6 +27,9 @@ pub struct Inventory {
     /// The agent: its port and the binary for each architecture.
     #[serde(default)]
     pub agent: AgentSettings,
+    /// k3s as an offline binary (for nodes without the official installer or a network).
+    #[serde(default)]
+    pub k3s: K3sSettings,
     /// The testbed's machines.
     pub nodes: Vec<NodeEntry>,
 }
@@ -81,6 +84,16 @@ impl Default for AgentSettings {
     }
 }
 
+/// `[k3s]`: offline k3s binaries that bootstrap copies to the headnode and the workers
+/// (`/usr/local/bin/k3s`, named in their agent.toml). Without one, the agent uses a `k3s`
+/// on the node's PATH (the official installer's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct K3sSettings {
+    /// The `k3s` binary per architecture, relative to the inventory file.
+    pub binaries: BTreeMap<String, PathBuf>,
+}
+
 /// What a node is in the study's testbed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,6 +114,11 @@ impl NodeKind {
             NodeKind::Headnode => "headnode",
             NodeKind::Worker => "worker",
         }
+    }
+
+    /// Whether k3s runs here (server on the headnode, agents on workers).
+    pub fn runs_k3s(self) -> bool {
+        self != NodeKind::Tester
     }
 
     /// What the agent on such a node may be asked to do. The headnode deploys brokers on
@@ -289,6 +307,15 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
         if !ARCHES.contains(&arch.as_str()) {
             return Err(invalid(
                 format!("agent.binaries.{arch}"),
+                arch,
+                format!("unknown architecture; use one of {ARCHES:?}"),
+            ));
+        }
+    }
+    for arch in inventory.k3s.binaries.keys() {
+        if !ARCHES.contains(&arch.as_str()) {
+            return Err(invalid(
+                format!("k3s.binaries.{arch}"),
                 arch,
                 format!("unknown architecture; use one of {ARCHES:?}"),
             ));

@@ -13,6 +13,8 @@ use crate::state::State;
 pub const AGENT_BINARY: &str = "/usr/local/bin/continuum-agent";
 /// The agent's configuration (the unit's `--config`).
 pub const AGENT_CONFIG: &str = "/etc/continuum/agent.toml";
+/// Where an offline k3s binary goes (`[k3s] binaries`).
+pub const K3S_BINARY: &str = "/usr/local/bin/k3s";
 /// The unit file.
 pub const AGENT_UNIT: &str = "/etc/systemd/system/continuum-agent.service";
 /// The unit's name.
@@ -85,8 +87,8 @@ pub enum LayoutError {
     },
 }
 
-/// Every file `node` should have, in install order (the binary last, so a node never
-/// runs a new binary with an old configuration... nor starts before its certificates).
+/// Every file `node` should have, in install order: certificates and configuration first,
+/// the agent binary last.
 pub fn files_for(
     loaded: &Loaded,
     state: &State,
@@ -141,10 +143,18 @@ pub fn files_for(
             read("Nebula key", &key, "")?,
         ));
     }
+    let k3s = k3s_binary(loaded, node);
+    if let Some(path) = &k3s {
+        files.push(RemoteFile::new(
+            K3S_BINARY,
+            0o755,
+            read("k3s binary", path, "; set [k3s] binaries in the inventory")?,
+        ));
+    }
     files.push(RemoteFile::new(
         AGENT_CONFIG,
         0o644,
-        agent_config(node).into_bytes(),
+        agent_config(node, k3s.is_some()).into_bytes(),
     ));
     files.push(RemoteFile::new(
         AGENT_UNIT,
@@ -200,8 +210,18 @@ fn target_flag(arch: &str) -> String {
     }
 }
 
-/// The agent's `agent.toml` for `node`.
-pub fn agent_config(node: &Node) -> String {
+/// The offline k3s binary `node` gets, if the inventory has one for its architecture.
+fn k3s_binary(loaded: &Loaded, node: &Node) -> Option<PathBuf> {
+    if !node.kind.runs_k3s() {
+        return None;
+    }
+    let path = loaded.inventory.k3s.binaries.get(&node.arch)?;
+    Some(loaded.path.parent().unwrap_or(Path::new(".")).join(path))
+}
+
+/// The agent's `agent.toml` for `node`; `k3s_pushed`: bootstrap copies k3s to
+/// [`K3S_BINARY`].
+pub fn agent_config(node: &Node, k3s_pushed: bool) -> String {
     let roles: Vec<String> = node
         .kind
         .agent_roles()
@@ -225,6 +245,9 @@ pub fn agent_config(node: &Node) -> String {
         roles = roles.join(", "),
         interface = node.data_interface,
     );
+    if k3s_pushed {
+        text.push_str(&format!("\n[k3s]\nbinary = {K3S_BINARY:?}\n"));
+    }
     if node.overlay.is_some() {
         text.push_str(
             "\n[nebula]\n\

@@ -112,7 +112,19 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
     let inventory = bed.dir.path().join("lab.toml");
     let known_hosts = bed.dir.path().join("known_hosts");
     std::fs::write(&known_hosts, "")?;
-    std::fs::write(&inventory, bed.inventory("client_key", &known_hosts, &[]))?;
+    // An offline k3s binary for the cluster nodes (a stand-in file: k3s cannot run here).
+    let k3s = bed.dir.path().join("k3s-offline");
+    std::fs::write(&k3s, "#!/bin/sh\necho 'k3s stand-in'\n")?;
+    let inventory_text = bed.inventory("client_key", &known_hosts, &[]).replacen(
+        "\n[[nodes]]",
+        &format!(
+            "\n[k3s]\nbinaries = {{ {} = {:?} }}\n\n[[nodes]]",
+            std::env::consts::ARCH,
+            k3s
+        ),
+        1,
+    );
+    std::fs::write(&inventory, inventory_text)?;
     let inventory = inventory.display().to_string();
 
     // First contact: unknown host keys are refused unless the user says to accept them.
@@ -172,6 +184,7 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
         ("etc/continuum/tls/agent.pem", 0o644),
         ("usr/local/bin/continuum-agent", 0o755),
         ("etc/systemd/system/continuum-agent.service", 0o644),
+        ("usr/local/bin/k3s", 0o755),
     ] {
         let meta = std::fs::metadata(worker.join(path)).with_context(|| path.to_string())?;
         ensure!(
@@ -182,8 +195,14 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
     }
     let config = std::fs::read_to_string(worker.join("etc/continuum/agent.toml"))?;
     ensure!(
-        config.contains("name = \"worker\"") && config.contains("[nebula]"),
+        config.contains("name = \"worker\"")
+            && config.contains("[nebula]")
+            && config.contains("binary = \"/usr/local/bin/k3s\""),
         "{config}"
+    );
+    ensure!(
+        !bed.root("tester").join("upper/usr/local/bin/k3s").exists(),
+        "k3s goes to the cluster nodes only"
     );
     for key in ["ca.key", "controller.key"] {
         let mode = std::fs::metadata(bed.dir.path().join("state/pki").join(key))?
