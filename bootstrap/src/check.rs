@@ -47,19 +47,25 @@ pub async fn check_agents(state: &State, outcomes: &[NodeOutcome]) -> Vec<Answer
 async fn ask(address: &str, name: &str, credentials: &Credentials) -> Answer {
     let started = Instant::now();
     let mut last = String::new();
-    while started.elapsed() < ANSWER_DEADLINE {
-        match controller::connect::connect_agent(address, None, credentials).await {
-            Ok(mut client) => match client.info(pb::InfoRequest {}).await {
-                Ok(reply) => {
-                    let info = reply.into_inner();
-                    if info.name != name {
-                        return Err(format!("the agent at {address} says it is {:?}", info.name));
-                    }
-                    return Ok(info);
-                }
-                Err(status) => last = controller::connect::status_text(&status),
-            },
-            Err(error) => last = controller::connect::error_chain(&error),
+    while let Some(left) = ANSWER_DEADLINE.checked_sub(started.elapsed()) {
+        let attempt = async {
+            let mut client = controller::connect::connect_agent(address, None, credentials)
+                .await
+                .map_err(|error| controller::connect::error_chain(&error))?;
+            client
+                .info(pb::InfoRequest {})
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| controller::connect::status_text(&status))
+        };
+        // A TLS handshake or a call that hangs counts against the same deadline.
+        match tokio::time::timeout(left, attempt).await {
+            Ok(Ok(info)) if info.name == name => return Ok(info),
+            Ok(Ok(info)) => {
+                return Err(format!("the agent at {address} says it is {:?}", info.name));
+            }
+            Ok(Err(error)) => last = error,
+            Err(_) => last = "no answer (timed out)".to_string(),
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

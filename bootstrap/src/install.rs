@@ -103,11 +103,27 @@ async fn preflight(node: &Node, ssh: &Ssh, files: &[RemoteFile]) -> Result<Facts
     let facts = remote::facts(ssh, files).await.map_err(|e| e.to_string())?;
     if facts.arch != node.arch {
         return Err(format!(
-            "node {}: the inventory says arch = {:?} but the node is {:?}",
-            node.name, node.arch, facts.arch
+            "node {}: nodes[{}].arch = {:?} in the inventory, but the node is {:?}",
+            node.name, node.index, node.arch, facts.arch
         ));
     }
+    // A file bootstrap would overwrite but did not put there (a k3s from the official
+    // installer, an agent installed by hand) is refused: uninstall would delete it.
+    for file in files {
+        if foreign(file, &facts) && facts.hashes.get(file.path) != Some(&file.sha256) {
+            return Err(format!(
+                "node {}: {} is already there and bootstrap did not install it; remove it, or \
+                 the inventory setting that asks for it, and run again",
+                node.name, file.path
+            ));
+        }
+    }
     Ok(facts)
+}
+
+/// True when `file` was on the node before bootstrap and is not in its record.
+fn foreign(file: &RemoteFile, facts: &Facts) -> bool {
+    facts.hashes.contains_key(file.path) && !facts.record.files.contains(file.path)
 }
 
 async fn install_node(node: &Node, ssh: &Ssh, files: &[RemoteFile], facts: Facts) -> NodeOutcome {
@@ -127,7 +143,18 @@ async fn apply(ssh: &Ssh, files: &[RemoteFile], facts: &Facts) -> Result<NodeCha
         .filter(|f| facts.hashes.get(f.path) != Some(&f.sha256))
         .collect();
     let wanted_record = wanted_record(files, facts);
-    if stale.is_empty() && facts.agent_running && wanted_record == facts.record {
+    // Files an earlier run wrote that this inventory no longer asks for (a k3s binary, the
+    // Nebula key of a node that left the overlay): removed, not forgotten.
+    let obsolete: Vec<&String> = facts
+        .record
+        .files
+        .difference(&wanted_record.files)
+        .collect();
+    if stale.is_empty()
+        && obsolete.is_empty()
+        && facts.agent_running
+        && wanted_record == facts.record
+    {
         return Ok(NodeChange::Unchanged);
     }
     let missing_dirs: Vec<&str> = layout::DIRS
@@ -141,20 +168,23 @@ async fn apply(ssh: &Ssh, files: &[RemoteFile], facts: &Facts) -> Result<NodeCha
     for file in &stale {
         remote::upload(ssh, file).await?;
     }
+    remote::remove_files(ssh, &obsolete).await?;
     remote::restart_agent(ssh, facts.systemd).await?;
     let started = if facts.systemd {
         "systemd unit enabled and restarted".to_string()
     } else {
         "started detached (no systemd as PID 1)".to_string()
     };
+    let mut changed: Vec<String> = stale.iter().map(|f| f.path.to_string()).collect();
+    changed.extend(obsolete.iter().map(|path| format!("removed {path}")));
     Ok(NodeChange::Changed {
-        files: stale.iter().map(|f| f.path.to_string()).collect(),
+        files: changed,
         started,
     })
 }
 
-/// The record after this run: every file bootstrap manages, and the folders it created now
-/// or in an earlier run.
+/// The record after this run: every file bootstrap writes (not one that was there, identical,
+/// before it came), and the folders it created now or in an earlier run.
 fn wanted_record(files: &[RemoteFile], facts: &Facts) -> remote::Record {
     let mut dirs: BTreeSet<String> = facts.record.dirs.clone();
     dirs.extend(
@@ -163,7 +193,11 @@ fn wanted_record(files: &[RemoteFile], facts: &Facts) -> remote::Record {
             .filter(|dir| !facts.dirs.contains(**dir))
             .map(|dir| dir.to_string()),
     );
-    let mut recorded: BTreeSet<String> = files.iter().map(|f| f.path.to_string()).collect();
+    let mut recorded: BTreeSet<String> = files
+        .iter()
+        .filter(|f| !foreign(f, facts))
+        .map(|f| f.path.to_string())
+        .collect();
     recorded.insert(layout::PID_FILE.to_string());
     recorded.insert(layout::LOG_FILE.to_string());
     remote::Record {

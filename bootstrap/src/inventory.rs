@@ -168,6 +168,8 @@ pub struct NodeEntry {
 /// A node with its settings resolved and checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
+    /// Its place in the inventory's `[[nodes]]`, for messages.
+    pub index: usize,
     /// Name.
     pub name: String,
     /// SSH host.
@@ -358,18 +360,33 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
                 format!("node {}: use one of {ARCHES:?}", entry.name),
             ));
         }
-        if entry.address.is_empty() || entry.address.contains(char::is_whitespace) {
+        if !ssh_word(&entry.address) || entry.address.contains('@') {
             return Err(invalid(
                 at("address"),
                 &entry.address,
-                "a host name or an IP address".into(),
+                format!("node {}: a host name or an IP address", entry.name),
             ));
         }
-        if entry.data_interface.is_empty() || entry.data_interface.len() > 15 {
+        let user = entry.user.as_deref().unwrap_or(&inventory.ssh.user);
+        if !ssh_word(user) || user.contains('@') {
+            return Err(invalid(
+                if entry.user.is_some() {
+                    at("user")
+                } else {
+                    "ssh.user".into()
+                },
+                &user,
+                format!("node {}: a login name", entry.name),
+            ));
+        }
+        if !interface_name(&entry.data_interface) {
             return Err(invalid(
                 at("data_interface"),
                 &entry.data_interface,
-                "an interface name has 1 to 15 characters".into(),
+                format!(
+                    "node {}: an interface name has 1 to 15 characters, none of them '/', ':' or blank",
+                    entry.name
+                ),
             ));
         }
         let overlay = match &entry.overlay_ip {
@@ -423,6 +440,7 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
             ));
         }
         nodes.push(Node {
+            index,
             name: entry.name.clone(),
             host: entry.address.clone(),
             user: entry
@@ -473,6 +491,24 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
         ));
     }
     Ok(nodes)
+}
+
+/// A name Linux accepts for a network interface.
+fn interface_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+}
+
+/// A word that ssh takes as a host or user and nothing else: not empty, no whitespace or
+/// control characters, and no leading `-` (which ssh would read as an option).
+fn ssh_word(text: &str) -> bool {
+    !text.is_empty()
+        && !text.starts_with('-')
+        && !text.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// `198.19.0.2/24` as address and prefix length.

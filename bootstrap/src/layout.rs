@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use agent::config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
+
 use crate::inventory::{Loaded, Node};
 use crate::state::State;
 
@@ -220,41 +222,73 @@ fn k3s_binary(loaded: &Loaded, node: &Node) -> Option<PathBuf> {
 }
 
 /// The agent's `agent.toml` for `node`; `k3s_pushed`: bootstrap copies k3s to
-/// [`K3S_BINARY`].
+/// [`K3S_BINARY`]. Serialised from the agent's own configuration type, so the agent reads
+/// exactly what is written here.
 pub fn agent_config(node: &Node, k3s_pushed: bool) -> String {
-    let roles: Vec<String> = node
-        .kind
-        .agent_roles()
-        .iter()
-        .map(|role| format!("{:?}", role.as_str()))
-        .collect();
-    let mut text = format!(
-        "# Written by bootstrap for node {name} ({kind}); bootstrap rewrites it on every run.\n\
-         name = {name:?}\n\
-         listen = \"{listen}\"\n\
-         roles = [{roles}]\n\
-         data_plane_interface = {interface:?}\n\
-         state_dir = {STATE_DIR:?}\n\n\
-         [tls]\n\
-         ca = \"/etc/continuum/tls/ca.pem\"\n\
-         cert = \"/etc/continuum/tls/agent.pem\"\n\
-         key = \"/etc/continuum/tls/agent.key\"\n",
-        name = node.name,
-        kind = node.kind.as_str(),
-        listen = node.agent,
-        roles = roles.join(", "),
-        interface = node.data_interface,
-    );
-    if k3s_pushed {
-        text.push_str(&format!("\n[k3s]\nbinary = {K3S_BINARY:?}\n"));
+    let config = AgentConfig {
+        name: node.name.clone(),
+        listen: node.agent,
+        tls: TlsFiles {
+            ca: "/etc/continuum/tls/ca.pem".into(),
+            cert: "/etc/continuum/tls/agent.pem".into(),
+            key: "/etc/continuum/tls/agent.key".into(),
+        },
+        roles: node.kind.agent_roles(),
+        data_plane_interface: Some(node.data_interface.clone()),
+        state_dir: STATE_DIR.into(),
+        nebula: node.overlay.map(|_| NebulaFiles {
+            ca: "/etc/continuum/nebula/ca.crt".into(),
+            cert: "/etc/continuum/nebula/host.crt".into(),
+            key: "/etc/continuum/nebula/host.key".into(),
+            binary: "nebula".into(),
+        }),
+        k3s: K3sSettings {
+            binary: if k3s_pushed {
+                K3S_BINARY.into()
+            } else {
+                "k3s".into()
+            },
+            data_dir: None,
+        },
+    };
+    let body = toml::to_string(&config).unwrap_or_else(|error| {
+        // Every field is a plain string, path or address: serialising cannot fail.
+        format!("# bootstrap could not write this configuration: {error}\n")
+    });
+    format!(
+        "# Written by bootstrap for node {} ({}); bootstrap rewrites it on every run.\n{body}",
+        node.name,
+        node.kind.as_str()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::NodeKind;
+
+    #[test]
+    fn the_agent_loads_the_configuration_bootstrap_writes() {
+        let node = Node {
+            index: 2,
+            name: "worker".into(),
+            host: "198.18.0.3".into(),
+            user: "root".into(),
+            port: 22,
+            arch: "x86_64".into(),
+            kind: NodeKind::Worker,
+            data_interface: "nebula1".into(),
+            overlay: Some(("198.19.0.3".parse().expect("ip"), 24)),
+            agent: "198.18.0.3:7100".parse().expect("address"),
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, agent_config(&node, true)).expect("write");
+        let loaded = AgentConfig::load(&path).expect("the agent accepts it");
+        assert_eq!(loaded.name, "worker");
+        assert_eq!(loaded.roles, NodeKind::Worker.agent_roles());
+        assert_eq!(loaded.k3s.binary, std::path::PathBuf::from(K3S_BINARY));
+        assert!(loaded.nebula.is_some());
+        assert_eq!(loaded.data_plane_interface.as_deref(), Some("nebula1"));
     }
-    if node.overlay.is_some() {
-        text.push_str(
-            "\n[nebula]\n\
-             ca = \"/etc/continuum/nebula/ca.crt\"\n\
-             cert = \"/etc/continuum/nebula/host.crt\"\n\
-             key = \"/etc/continuum/nebula/host.key\"\n",
-        );
-    }
-    text
 }

@@ -12,7 +12,8 @@ use crate::ssh::{Ssh, SshError, quote};
 pub struct Facts {
     /// `uname -m`, normalised to the inventory's names.
     pub arch: String,
-    /// systemd is PID 1.
+    /// systemd is PID 1 and the login shares its network namespace (a node in a network
+    /// namespace of a systemd host must not get host units).
     pub systemd: bool,
     /// SHA-256 of each managed file that exists.
     pub hashes: HashMap<String, String>,
@@ -53,7 +54,7 @@ pub async fn facts(ssh: &Ssh, files: &[RemoteFile]) -> Result<Facts, SshError> {
     let dirs: Vec<String> = layout::DIRS.iter().map(|d| quote(d)).collect();
     let script = format!(
         r#"echo "arch $(uname -m)"
-if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && [ -d /run/systemd/system ]; then echo "init systemd"; else echo "init other"; fi
+if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && [ -d /run/systemd/system ] && [ "$(readlink /proc/1/ns/net)" = "$(readlink /proc/$$/ns/net)" ]; then echo "init systemd"; else echo "init other"; fi
 for f in {paths}; do if [ -f "$f" ]; then echo "hash $(sha256sum "$f" | cut -d' ' -f1) $f"; fi; done
 for d in {dirs}; do if [ -d "$d" ]; then echo "dir $d"; fi; done
 if [ -f {record} ]; then sed 's/^/record /' {record}; fi
@@ -141,6 +142,18 @@ pub async fn upload(ssh: &Ssh, file: &RemoteFile) -> Result<(), SshError> {
         mode = file.mode
     );
     ssh.run(&format!("writing {}", file.path), &script, &file.content)
+        .await
+        .map(drop)
+}
+
+/// Removes files an earlier run wrote that are no longer wanted.
+pub async fn remove_files(ssh: &Ssh, paths: &[&String]) -> Result<(), SshError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let words: Vec<String> = paths.iter().map(|p| quote(p)).collect();
+    let script = format!("rm -f {}\n", words.join(" "));
+    ssh.run("removing files no longer wanted", &script, b"")
         .await
         .map(drop)
 }

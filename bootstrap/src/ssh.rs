@@ -13,7 +13,7 @@ use tokio::process::Command;
 use crate::inventory::{Node, SshDefaults};
 
 /// How long one remote command may take (a file upload of an agent binary included).
-const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(120);
 
 /// A node reached over SSH.
 #[derive(Debug, Clone)]
@@ -117,6 +117,11 @@ impl Ssh {
             "ControlPersist=60".into(),
             "-o".into(),
             "LogLevel=ERROR".into(),
+            // A node that stops answering mid-command fails the command within ~30 s.
+            "-o".into(),
+            "ServerAliveInterval=5".into(),
+            "-o".into(),
+            "ServerAliveCountMax=6".into(),
             "-p".into(),
             node.port.to_string(),
         ];
@@ -143,8 +148,20 @@ impl Ssh {
         &self.node
     }
 
-    /// Runs `script` with `sh -e` on the node, feeding `input` on stdin; returns stdout.
+    /// Runs `script` with `sh -e` on the node, feeding `input` on stdin, within
+    /// [`COMMAND_LIMIT`]; returns stdout.
     pub async fn run(&self, what: &str, script: &str, input: &[u8]) -> Result<String, SshError> {
+        self.run_within(what, script, input, COMMAND_LIMIT).await
+    }
+
+    /// [`Ssh::run`] with a limit of its own (uninstall waits for daemons to stop).
+    pub async fn run_within(
+        &self,
+        what: &str,
+        script: &str,
+        input: &[u8],
+        limit: Duration,
+    ) -> Result<String, SshError> {
         let shell = if self.sudo {
             "sudo -n sh -e -c "
         } else {
@@ -153,8 +170,8 @@ impl Ssh {
         let remote = format!("{shell}{}", quote(script));
         let mut child = Command::new("ssh")
             .args(&self.options)
-            .arg(&self.destination)
             .arg("--")
+            .arg(&self.destination)
             .arg(remote)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -165,15 +182,23 @@ impl Ssh {
                 node: self.node.clone(),
                 detail: format!("cannot run ssh: {e} (install openssh-client)"),
             })?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A command that does not read its input closes the pipe early: not an error.
-            let _ = stdin.write_all(input).await;
-        }
-        let output = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
+        let stdin = child.stdin.take();
+        let feed = async move {
+            if let Some(mut stdin) = stdin {
+                // A command that does not read its input closes the pipe early: not an error.
+                let _ = stdin.write_all(input).await;
+            }
+        };
+        // The upload is inside the limit too: a stalled node cannot hang bootstrap.
+        let work = async {
+            let ((), output) = tokio::join!(feed, child.wait_with_output());
+            output
+        };
+        let output = tokio::time::timeout(limit, work)
             .await
             .map_err(|_| SshError::Local {
                 node: self.node.clone(),
-                detail: format!("`{what}` did not finish within {COMMAND_LIMIT:?}"),
+                detail: format!("`{what}` did not finish within {limit:?}"),
             })?
             .map_err(|e| SshError::Local {
                 node: self.node.clone(),
@@ -226,7 +251,7 @@ impl Ssh {
     pub async fn close(&self) {
         let _ = Command::new("ssh")
             .args(&self.options)
-            .args(["-O", "exit"])
+            .args(["-O", "exit", "--"])
             .arg(&self.destination)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -124,14 +124,19 @@ impl State {
             ));
             ca
         };
+        // The label names the CA too: a certificate from a CA made anew is stale.
+        let ca_print = fingerprint(ca.cert_pem().as_bytes());
         let mut wanted = vec![(
             IdentitySpec::new(Role::Controller, CONTROLLER_NAME),
-            "controller".to_string(),
+            format!("controller by CA {ca_print}"),
         )];
         for node in nodes {
             let spec =
                 IdentitySpec::new(Role::Agent, node.name.clone()).with_ip_address(node.agent.ip());
-            wanted.push((spec, format!("agent {} ({})", node.name, node.agent.ip())));
+            wanted.push((
+                spec,
+                format!("agent {} ({}) by CA {ca_print}", node.name, node.agent.ip()),
+            ));
         }
         for (spec, label) in wanted {
             let name = spec.name.clone();
@@ -151,15 +156,18 @@ impl State {
         let mut made = Vec::new();
         let ca_key = dir.join("ca.key");
         if !ca_key.exists() {
-            nebula_cert(&[
-                "ca",
-                "-name",
-                "Continuum overlay",
-                "-out-crt",
-                &path_text(&self.nebula_ca()),
-                "-out-key",
-                &path_text(&ca_key),
-            ])?;
+            nebula_cert(
+                "the overlay's CA",
+                &[
+                    "ca",
+                    "-name",
+                    "Continuum overlay",
+                    "-out-crt",
+                    &path_text(&self.nebula_ca()),
+                    "-out-key",
+                    &path_text(&ca_key),
+                ],
+            )?;
             private_file(&ca_key)?;
             made.push(format!("Nebula CA {}", self.nebula_ca().display()));
         }
@@ -177,24 +185,27 @@ impl State {
                     fs::remove_file(old).map_err(|source| io("removing", old, source))?;
                 }
             }
-            nebula_cert(&[
-                "sign",
-                "-ca-crt",
-                &path_text(&self.nebula_ca()),
-                "-ca-key",
-                &path_text(&ca_key),
-                "-name",
+            nebula_cert(
                 &node.name,
-                "-ip",
-                &label,
-                "-out-crt",
-                &path_text(&crt),
-                "-out-key",
-                &path_text(&key),
-            ])?;
+                &[
+                    "sign",
+                    "-ca-crt",
+                    &path_text(&self.nebula_ca()),
+                    "-ca-key",
+                    &path_text(&ca_key),
+                    "-name",
+                    &node.name,
+                    "-ip",
+                    &format!("{ip}/{len}"),
+                    "-out-crt",
+                    &path_text(&crt),
+                    "-out-key",
+                    &path_text(&key),
+                ],
+            )?;
             private_file(&key)?;
             self.remember(&dir, &node.name, &label)?;
-            made.push(format!("Nebula certificate for {} ({label})", node.name));
+            made.push(format!("Nebula certificate for {} ({ip}/{len})", node.name));
         }
         Ok(made)
     }
@@ -211,7 +222,14 @@ impl State {
     }
 }
 
-fn nebula_cert(args: &[&str]) -> Result<(), StateError> {
+/// The first 16 hex digits of a SHA-256: enough to tell two CAs apart.
+fn fingerprint(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))[..16].to_string()
+}
+
+/// Runs `nebula-cert args` for `what` (a node's name, or the CA).
+fn nebula_cert(what: &str, args: &[&str]) -> Result<(), StateError> {
     let output = Command::new("nebula-cert").args(args).output().map_err(|e| {
         StateError::NebulaCert(format!(
             "cannot run it ({e}); install Nebula (Debian: apt install nebula) or drop overlay_ip from the inventory"
@@ -221,7 +239,7 @@ fn nebula_cert(args: &[&str]) -> Result<(), StateError> {
         Ok(())
     } else {
         Err(StateError::NebulaCert(format!(
-            "{} {}: {}",
+            "{} for {what} {}: {}",
             args.first().copied().unwrap_or_default(),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()

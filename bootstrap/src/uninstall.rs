@@ -13,6 +13,9 @@ use crate::ssh::{Ssh, SshError, quote};
 use crate::state::State;
 use crate::{BootstrapError, Options};
 
+/// How long one node's uninstall may take (agent stop, k3s and Nebula teardown).
+const UNINSTALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// What uninstall did on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {
@@ -83,8 +86,12 @@ async fn remove(ssh: &Ssh) -> Result<Removal, SshError> {
     }
     script.push_str(&remote::stop_detached_script());
     // The agent's own uninstall removes what its installers made (units, configs, k3s data).
+    // If it fails, nothing else is removed: the record and the binary stay for a retry.
     script.push_str(&format!(
-        "if [ -x {binary} ]; then RUST_LOG=warn {binary} --config {config} uninstall 2>&1 || echo 'the agent could not uninstall everything (see above)'; fi\n",
+        "if [ -x {binary} ]; then\n\
+         if ! RUST_LOG=warn {binary} --config {config} uninstall 2>&1; then\n\
+         echo 'the agent could not remove Nebula/k3s (above); nothing else was removed and the agent is stopped: fix it and run bootstrap uninstall again'\n\
+         exit 3\nfi\nfi\n",
         binary = layout::AGENT_BINARY,
         config = layout::AGENT_CONFIG,
     ));
@@ -107,7 +114,10 @@ async fn remove(ssh: &Ssh) -> Result<Removal, SshError> {
     if facts.systemd {
         script.push_str("systemctl daemon-reload\n");
     }
-    let output = ssh.run("removing the agent", &script, b"").await?;
+    // Stopping the agent and k3s may take minutes on a small node.
+    let output = ssh
+        .run_within("removing the agent", &script, b"", UNINSTALL_LIMIT)
+        .await?;
     Ok(Removal::Removed {
         removed: facts.record.files.len() + facts.record.dirs.len(),
         installers: output.trim().to_string(),

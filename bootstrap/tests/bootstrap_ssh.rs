@@ -249,6 +249,29 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
         "tester's agent restarted with its new config"
     );
 
+    // An inventory without the offline k3s: the binary bootstrap put there is removed, not
+    // forgotten.
+    let edited = std::fs::read_to_string(&inventory)?;
+    let without_k3s: String = edited
+        .lines()
+        .filter(|line| !line.starts_with("[k3s]") && !line.starts_with("binaries = "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&inventory, without_k3s)?;
+    let fourth = bed.bootstrap(&[&inventory])?;
+    let said = text(&fourth);
+    ensure!(fourth.status.success(), "{said}");
+    ensure!(
+        said.matches("2 file(s) written").count() == 2 && said.matches("unchanged").count() == 1,
+        "agent.toml rewritten and k3s removed on headnode and worker: {said}"
+    );
+    for name in ["headnode", "worker"] {
+        ensure!(
+            !bed.root(name).join("upper/usr/local/bin/k3s").exists(),
+            "{name} keeps no k3s"
+        );
+    }
+
     // Nebula brought up by the agents with bootstrap's certificates; uninstall must take it
     // down too.
     if tests::components_available(&["/usr/bin/nebula"]) {
@@ -328,6 +351,28 @@ fn unreachable_nodes_and_wrong_keys_stop_bootstrap_before_it_writes_anywhere() -
         "{said}"
     );
     ensure!(said.contains("nothing was installed on any node"), "{said}");
+
+    // A file bootstrap would overwrite but did not install (an agent put there by hand).
+    let foreign = bed
+        .root("worker")
+        .join("upper/usr/local/bin/continuum-agent");
+    std::fs::create_dir_all(foreign.parent().context("bin")?)?;
+    std::fs::write(&foreign, "#!/bin/sh\n# installed by hand\n")?;
+    let inventory = bed.dir.path().join("foreign.toml");
+    std::fs::write(&inventory, bed.inventory("client_key", &known_hosts, &[]))?;
+    let output = bed.bootstrap(&[&inventory.display().to_string()])?;
+    let said = text(&output);
+    ensure!(!output.status.success(), "{said}");
+    ensure!(
+        said.contains("node worker: /usr/local/bin/continuum-agent is already there and bootstrap did not install it")
+            && said.contains("nothing was installed on any node"),
+        "{said}"
+    );
+    ensure!(
+        std::fs::read_to_string(&foreign)?.contains("by hand"),
+        "the foreign file is untouched"
+    );
+    std::fs::remove_file(&foreign)?;
 
     // A key the nodes do not know.
     let inventory = bed.dir.path().join("wrong-key.toml");

@@ -125,6 +125,34 @@ fn other_mistakes_name_the_toml_path_and_value() {
         ),
         (format!("colour = 1\n{THREE_NODES}"), "colour"),
         ("nodes = []".to_string(), "list at least one node"),
+        (
+            THREE_NODES.replace("user = \"pi\"", "user = \"-oProxyCommand=touch /tmp/x\""),
+            "nodes[2].user",
+        ),
+        (
+            THREE_NODES.replace("address = \"198.18.0.1\"", "address = \"-oProxyCommand=x\""),
+            "nodes[0].address",
+        ),
+        (
+            format!("[ssh]\nuser = \"a b\"\n{THREE_NODES}"),
+            "ssh.user = \"a b\"",
+        ),
+        (
+            THREE_NODES.replacen(
+                "data_interface = \"nebula1\"",
+                "data_interface = \"eth0:1\"",
+                1,
+            ),
+            "nodes[0].data_interface = \"eth0:1\"",
+        ),
+        (
+            THREE_NODES.replacen(
+                "arch = \"x86_64\"",
+                "arch = \"x86_64\"\nagent_address = \"198.18.0.2\"",
+                1,
+            ),
+            "share its agent address",
+        ),
     ];
     for (text, expected) in cases {
         let error = error_of(&text);
