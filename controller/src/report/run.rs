@@ -161,7 +161,6 @@ pub fn section(data: &RunData) -> Section {
     section
 }
 
-/// `1 cell`, `2 cells`.
 /// Phases 2 and 3: Nebula on each node with the peers it reached through the tunnel, and
 /// the k3s nodes as the server listed them.
 fn testbed_part(section: &mut Section, testbed: &crate::results::TestbedRecord) {
@@ -229,6 +228,7 @@ fn testbed_part(section: &mut Section, testbed: &crate::results::TestbedRecord) 
     }
 }
 
+/// `1 cell`, `2 cells`.
 fn cells(count: usize) -> String {
     if count == 1 {
         "1 cell".to_string()

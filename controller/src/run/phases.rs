@@ -265,12 +265,19 @@ fn cluster_token(pki_dir: Option<&Path>) -> Result<String, RunError> {
         .and_then(|mut random| random.read_exact(&mut bytes))
         .map_err(|e| RunError::Plan(format!("reading /dev/urandom: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // Written beside, then renamed: an interrupted write never leaves an empty token.
+    let temporary = dir.join(format!("{TOKEN_FILE}.new"));
+    let _ = std::fs::remove_file(&temporary);
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
-        .and_then(|mut file| std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes()))
+        .open(&temporary)
+        .and_then(|mut file| {
+            std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temporary, &path))
         .map_err(|e| RunError::Plan(format!("writing {}: {e}", path.display())))?;
     Ok(token)
 }
@@ -279,5 +286,30 @@ fn proto_duration(value: Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),
         nanos: i32::try_from(value.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_cluster_token_is_made_once_private_and_reused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let first = cluster_token(Some(dir.path())).expect("made");
+        assert_eq!(first.len(), 64, "32 random bytes in hex");
+        let mode = std::fs::metadata(dir.path().join(TOKEN_FILE))
+            .expect("token file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(cluster_token(Some(dir.path())).expect("read"), first);
+        // An empty file (an interrupted write of an older version) is replaced.
+        std::fs::write(dir.path().join(TOKEN_FILE), "").expect("emptied");
+        let second = cluster_token(Some(dir.path())).expect("made again");
+        assert!(second.len() == 64 && second != first);
+        assert!(cluster_token(None).is_err(), "no pki_dir, no token");
     }
 }
