@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use common::nebula::{
-    NEBULA, NEBULA_CERT, TUN, nebula_section, overlay_ip, overlay_network, processes_mentioning,
-    tun_addresses, tun_bytes,
+    NEBULA, NEBULA_CERT, TUN, in_node, nebula_section, overlay_ip, overlay_network,
+    processes_mentioning, tun_addresses, tun_bytes,
 };
 use common::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
 use proto::agent::v1 as pb;
@@ -359,6 +359,8 @@ fn nebula_overlay_carries_mqtt_between_agents_and_leaves_nothing_behind() {
     .expect("controller session");
 }
 
+/// Also: the same request restarts Nebula when what it runs on is not what was asked for
+/// although its config text is unchanged (the tun lost its address; a re-issued certificate).
 #[test]
 fn a_certificate_for_another_address_leaves_nothing_and_sigterm_stops_nebula() {
     isolated_netns_test!();
@@ -375,6 +377,7 @@ fn a_certificate_for_another_address_leaves_nothing_and_sigterm_stops_nebula() {
     let pid = {
         let bed = &bed;
         let state = &state;
+        let nebula_pki = &nebula_pki;
         bed.on_controller_node(|| async move {
             let mut headnode = connect_when_ready(&bed.address("headnode"), &controller).await?;
             // The request says .5, the certificate was made for .1: refused once the tun
@@ -390,13 +393,56 @@ fn a_certificate_for_another_address_leaves_nothing_and_sigterm_stops_nebula() {
             assert!(!state.exists(), "nothing half-installed");
             assert_eq!(tun_addresses(bed.testbed.node("headnode")), None);
 
-            let status = install(
-                &mut headnode,
-                install_request(net, "headnode", headnode_underlay, &[]),
-            )
-            .await?;
+            let request = || install_request(net, "headnode", headnode_underlay, &[]);
+            let status = install(&mut headnode, request()).await?;
             assert_eq!(status.detail, "started");
-            Ok(status.pid)
+
+            // The tun lost its address behind Nebula's back: "already running" would be a
+            // lie, so the same request restarts it and says why.
+            let node = bed.testbed.node("headnode");
+            in_node(
+                node,
+                tests::netns::IP_BINARY,
+                &["addr", "del", &actual, "dev", TUN],
+            )?;
+            let again = install(&mut headnode, request()).await?;
+            eprintln!("tun without its address: {}", again.detail);
+            assert!(
+                again.detail.starts_with(&format!(
+                    "restarted: nebula (pid {}) ran this configuration but {TUN} did not \
+                     carry {actual}",
+                    status.pid
+                )),
+                "{}",
+                again.detail
+            );
+            assert_ne!(again.pid, status.pid);
+            assert!(!tests::process::is_running(status.pid));
+            let shown = tun_addresses(node).context("tun device")?;
+            assert!(shown.contains(&actual), "{shown}");
+
+            // A re-issued certificate and key at the same paths: the YAML is unchanged, the
+            // Nebula running it is not what bootstrap now provides.
+            for old in ["headnode.crt", "headnode.key"] {
+                std::fs::remove_file(nebula_pki.path().join(old))?;
+            }
+            nebula_section(nebula_pki.path(), net, "headnode")?;
+            let reissued = install(&mut headnode, request()).await?;
+            eprintln!("re-issued certificate: {}", reissued.detail);
+            assert!(
+                reissued
+                    .detail
+                    .starts_with("restarted with a new configuration"),
+                "{}",
+                reissued.detail
+            );
+            assert_ne!(reissued.pid, again.pid);
+            let same = install(&mut headnode, request()).await?;
+            assert_eq!(
+                (same.detail.as_str(), same.pid),
+                ("already running", reissued.pid)
+            );
+            Ok(reissued.pid)
         })
         .expect("controller session")
     };

@@ -7,19 +7,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::{InstallError, systemd_is_pid1};
+use super::super::InstallError;
+use super::super::system::{
+    journal_tail, remove_file, systemctl, systemd_quote, write_atomic, write_private,
+};
 use crate::process::{self, CommandLine, GroupChild};
 
 /// The unit's name.
 pub(super) const UNIT_NAME: &str = "continuum-nebula.service";
 /// Where units written by the agent go.
 const UNITS_DIR: &str = "/etc/systemd/system";
-/// How long one systemctl/journalctl call may take.
-const SYSTEMCTL_LIMIT: Duration = Duration::from_secs(60);
-/// How long Nebula gets to close its tunnels after SIGTERM before it is killed.
+/// How long Nebula gets to close its tunnels after SIGTERM before it is killed (part of
+/// [`crate::install::NEBULA_SHUTDOWN_BOUND`]).
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// Marker of the processes this module starts (see [`process::MARKER_VAR`]).
-const MARKER: &str = "continuum-nebula";
 
 /// The installer's files under `<state_dir>/nebula/`, and the unit file under systemd.
 #[derive(Debug, Clone)]
@@ -47,27 +47,6 @@ impl Paths {
             unit: systemd.then(|| Path::new(UNITS_DIR).join(UNIT_NAME)),
             dir,
         }
-    }
-}
-
-/// True when Nebula should run as a systemd unit: systemd is PID 1 and the agent shares its
-/// network namespace. A unit runs in PID 1's namespace, so an agent in a namespace of its
-/// own (a container, a test node) supervises Nebula itself to get the tun device there.
-pub(super) fn use_systemd() -> bool {
-    systemd_is_pid1() && shares_pid1_network_namespace()
-}
-
-fn shares_pid1_network_namespace() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let id = |path: &str| {
-        std::fs::metadata(path)
-            .ok()
-            .map(|meta| (meta.dev(), meta.ino()))
-    };
-    match (id("/proc/1/ns/net"), id("/proc/self/ns/net")) {
-        (Some(init), Some(own)) => init == own,
-        // Unreadable (not root): assume the usual case, the agent on the host.
-        _ => true,
     }
 }
 
@@ -117,9 +96,11 @@ impl Supervisor {
             write_private(&self.paths.pid_file, format!("{pid}\n").as_bytes())?;
             return Ok(pid);
         };
-        let text = unit_text(binary, &self.paths.config);
-        std::fs::write(&unit, text)
-            .map_err(|e| InstallError::Failed(format!("writing {}: {e}", unit.display())))?;
+        write_atomic(
+            &unit,
+            unit_text(binary, &self.paths.config).as_bytes(),
+            0o644,
+        )?;
         systemctl(&["daemon-reload"]).await?;
         systemctl(&["enable", UNIT_NAME]).await?;
         // restart starts a stopped unit and reloads a running one from scratch.
@@ -164,24 +145,14 @@ impl Supervisor {
             stop_stray(pid).await?;
             stopped = stopped.or(Some(pid));
         }
-        remove_if_present(&self.paths.pid_file)?;
+        remove_file(&self.paths.pid_file)?;
         Ok(stopped)
     }
 
     /// A Nebula started by an earlier agent on this config (child mode), still running.
     pub fn stale_pid(&self) -> Option<u32> {
-        let pid: u32 = std::fs::read_to_string(&self.paths.pid_file)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
         let own = self.child.as_ref().map(GroupChild::pid);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let config = self.paths.config.display().to_string();
-        let ours = cmdline
-            .split(|&b| b == 0)
-            .any(|arg| arg == config.as_bytes());
-        (own != Some(pid) && ours && process::is_running(pid)).then_some(pid)
+        recorded_pid(&self.paths).filter(|&pid| own != Some(pid))
     }
 
     /// True if the unit file is there (systemd mode).
@@ -194,7 +165,7 @@ impl Supervisor {
         let Some(unit) = self.paths.unit.as_ref().filter(|unit| unit.exists()) else {
             return Ok(false);
         };
-        remove_if_present(unit)?;
+        remove_file(unit)?;
         systemctl(&["daemon-reload"]).await?;
         // A unit that failed stays listed until this; harmless if it did not.
         let _ = systemctl(&["reset-failed", UNIT_NAME]).await;
@@ -206,14 +177,7 @@ impl Supervisor {
         if self.paths.unit.is_none() {
             return process::log_tail(&self.paths.log, 20);
         }
-        let mut line = CommandLine::new("journalctl");
-        line.args = ["-u", UNIT_NAME, "-n", "20", "--no-pager", "-o", "cat"]
-            .map(String::from)
-            .to_vec();
-        match process::run_bounded(&line, MARKER, SYSTEMCTL_LIMIT).await {
-            Ok((_, output)) => output,
-            Err(error) => format!("(no journal: {error})"),
-        }
+        journal_tail(UNIT_NAME, 20).await
     }
 
     async fn unit_pid(&self) -> Option<u32> {
@@ -243,7 +207,7 @@ pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
          \n\
          [Service]\n\
          Type=simple\n\
-         ExecStart={} -config {}\n\
+         ExecStart={} {} {}\n\
          ExecReload=/bin/kill -HUP $MAINPID\n\
          Restart=always\n\
          RestartSec=2\n\
@@ -252,33 +216,9 @@ pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
          [Install]\n\
          WantedBy=multi-user.target\n",
         systemd_quote(&binary.display().to_string()),
+        systemd_quote("-config"),
         systemd_quote(&config.display().to_string()),
     )
-}
-
-/// One ExecStart word: quoted when it holds blanks or quotes, with systemd's `%` and `$`
-/// specifiers escaped so a path is taken literally.
-fn systemd_quote(word: &str) -> String {
-    let escaped = word.replace('%', "%%").replace('$', "$$");
-    if escaped.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\' || c == '\'') {
-        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
-    } else {
-        escaped
-    }
-}
-
-async fn systemctl(args: &[&str]) -> Result<String, InstallError> {
-    let mut line = CommandLine::new("systemctl");
-    line.args = args.iter().map(|a| (*a).to_string()).collect();
-    let shown = format!("systemctl {}", args.join(" "));
-    match process::run_bounded(&line, MARKER, SYSTEMCTL_LIMIT).await {
-        Ok((status, output)) if status.success() => Ok(output),
-        Ok((status, output)) => Err(InstallError::Failed(format!(
-            "{shown}: {status}: {}",
-            output.trim()
-        ))),
-        Err(error) => Err(InstallError::Failed(format!("{shown}: {error}"))),
-    }
 }
 
 /// SIGTERM, then SIGKILL after the grace period, for a Nebula that is not our child.
@@ -299,35 +239,31 @@ async fn stop_stray(pid: u32) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` with mode 0600 (created so, never readable by others).
-pub(super) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), InstallError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let failed =
-        |e: std::io::Error| InstallError::Failed(format!("writing {}: {e}", path.display()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(failed)?;
-    // An existing file keeps its mode on open: set it.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(failed)?;
-    file.write_all(bytes).map_err(failed)
+/// The PID in the installer's PID file, if that process still runs Nebula on this
+/// installer's configuration (its command line names the config: a recycled PID does not).
+pub(super) fn recorded_pid(paths: &Paths) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(&paths.pid_file)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let config = paths.config.display().to_string();
+    let ours = cmdline
+        .split(|&b| b == 0)
+        .any(|arg| arg == config.as_bytes());
+    (ours && process::is_running(pid)).then_some(pid)
 }
 
-/// Removes a file; one that is already gone is fine.
-pub(super) fn remove_if_present(path: &Path) -> Result<(), InstallError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(InstallError::Failed(format!(
-            "removing {}: {e}",
-            path.display()
-        ))),
-    }
+/// Stops the Nebula the PID file names, without the supervisor: what shutdown does when a
+/// cancelled install does not let go of the supervisor in time.
+pub(super) async fn stop_recorded(paths: &Paths) -> Result<Option<u32>, InstallError> {
+    let Some(pid) = recorded_pid(paths) else {
+        return Ok(None);
+    };
+    stop_stray(pid).await?;
+    remove_file(&paths.pid_file)?;
+    Ok(Some(pid))
 }
 
 #[cfg(test)]
@@ -341,7 +277,7 @@ mod tests {
             Path::new("/var/lib/continuum-agent/nebula/config.yml"),
         );
         for needed in [
-            "ExecStart=/usr/bin/nebula -config /var/lib/continuum-agent/nebula/config.yml\n",
+            "ExecStart=\"/usr/bin/nebula\" \"-config\" \"/var/lib/continuum-agent/nebula/config.yml\"\n",
             "Restart=always\n",
             "After=network-online.target\n",
             "WantedBy=multi-user.target\n",
@@ -354,43 +290,19 @@ mod tests {
             Path::new("/s/100%/c.yml"),
         );
         assert!(
-            odd.contains("ExecStart=\"/opt/my nebula/nebula\" -config /s/100%%/c.yml\n"),
+            odd.contains("ExecStart=\"/opt/my nebula/nebula\" \"-config\" \"/s/100%%/c.yml\"\n"),
             "{odd}"
         );
     }
 
     #[test]
     fn systemd_accepts_the_unit() {
-        const ANALYZE: &str = "/usr/bin/systemd-analyze";
-        ::tests::skip_unless_installed!(ANALYZE);
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("config.yml");
         std::fs::write(&config, "").expect("config");
         // verify checks that ExecStart's program exists: any executable stands in.
         let unit = dir.path().join(UNIT_NAME);
         std::fs::write(&unit, unit_text(Path::new("/bin/sh"), &config)).expect("unit");
-        let mut verify = std::process::Command::new(ANALYZE);
-        verify.arg("verify").arg(&unit);
-        let output =
-            ::tests::process::run_with_deadline(&mut verify, None, Duration::from_secs(30))
-                .expect("systemd-analyze runs");
-        let complaints = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{complaints}");
-        assert!(!complaints.contains(UNIT_NAME), "{complaints}");
-    }
-
-    #[test]
-    fn private_files_are_0600_even_when_they_existed() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("config.yml");
-        std::fs::write(&path, "old").expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        write_private(&path, b"new").expect("written");
-        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(std::fs::read(&path).expect("read"), b"new");
-        remove_if_present(&path).expect("removed");
-        remove_if_present(&path).expect("already gone is fine");
+        crate::install::system::assert_systemd_accepts(&unit);
     }
 }

@@ -8,7 +8,10 @@
 //! carry the overlay address, then checks every `check_reachable` peer within the timeout.
 //!
 //! - The same request while Nebula runs restarts nothing ("already running"), but the peers
-//!   are checked again; a different one restarts Nebula with the new configuration.
+//!   are checked again; a different one restarts Nebula with the new configuration. "The
+//!   same" covers what the YAML does not show: the overlay address asked for and the
+//!   contents of the certificate files (both in the config's header), and the tun device
+//!   must still carry the address; otherwise Nebula is restarted and the detail says why.
 //! - A failure before Nebula is up leaves nothing behind: it is stopped and its files removed,
 //!   and the error carries the tail of its log.
 //! - An unreachable peer is an error naming it, but Nebula is left running: a peer that comes
@@ -16,6 +19,8 @@
 //! - [`Nebula::uninstall`] stops it and removes every file the installer wrote (not the
 //!   certificates: bootstrap copied them and removes them); "not installed" when there was
 //!   nothing to remove.
+//! - [`Nebula::shutdown`] cancels an install or uninstall in flight and stops a child within
+//!   [`crate::install::NEBULA_SHUTDOWN_BOUND`].
 //!
 //! # Layout
 //! - this file: [`Nebula`], the install and uninstall sequences.
@@ -31,18 +36,20 @@ mod plan;
 mod reach;
 mod tun;
 
-use std::os::unix::fs::DirBuilderExt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::InstallError;
+use super::system::{find_executable, is_bare_name, private_dir, remove_dir, write_private};
+use super::{InstallError, RELEASE_WAIT};
 use crate::config::{AgentConfig, NebulaFiles};
 use crate::process::{self, CommandLine};
-use daemon::{Paths, Supervisor, write_private};
+use daemon::{Paths, Supervisor};
 use plan::Plan;
 
 /// How long `nebula -test` may take.
@@ -54,24 +61,30 @@ const LOG_LINES: usize = 15;
 #[derive(Debug)]
 pub struct Nebula {
     files: Option<NebulaFiles>,
+    /// A copy of the supervisor's paths, for a shutdown that cannot get the supervisor.
+    paths: Paths,
     supervisor: Mutex<Supervisor>,
+    /// Cancelled by [`Nebula::shutdown`]: an install or uninstall in flight gives way.
+    shutting_down: CancellationToken,
 }
 
 impl Nebula {
     /// From the agent's configuration (its `[nebula]` files and state folder). Nebula runs as
-    /// a systemd unit where systemd is PID 1 and the agent is in its network namespace, as a
-    /// child of the agent elsewhere.
+    /// a systemd unit where [`crate::install::use_systemd`] says so, as a child of the agent
+    /// elsewhere.
     pub fn new(config: &AgentConfig) -> Self {
         Self::with_paths(
             config.nebula.clone(),
-            Paths::new(&config.state_dir, daemon::use_systemd()),
+            Paths::new(&config.state_dir, super::use_systemd()),
         )
     }
 
     fn with_paths(files: Option<NebulaFiles>, paths: Paths) -> Self {
         Nebula {
             files,
+            paths: paths.clone(),
             supervisor: Mutex::new(Supervisor::new(paths)),
+            shutting_down: CancellationToken::new(),
         }
     }
 
@@ -83,14 +96,37 @@ impl Nebula {
     ) -> Result<pb::OverlayStatus, InstallError> {
         let plan = Plan::from_request(&request)?;
         let (files, binary) = self.prerequisites()?;
-        let text = config::render(&plan, &files, &binary)?;
+        let text = config::render(&plan, &files, &config::pki_digest(&files)?, &binary)?;
+        self.unless_shutting_down(self.install_locked(plan, files, binary, text))
+            .await
+    }
+
+    async fn install_locked(
+        &self,
+        plan: Plan,
+        files: NebulaFiles,
+        binary: PathBuf,
+        text: String,
+    ) -> Result<pb::OverlayStatus, InstallError> {
         let mut supervisor = self.supervisor.lock().await;
         let running = supervisor.pid().await;
         let installed = std::fs::read_to_string(&supervisor.paths.config).ok();
-        let (pid, detail) = match running {
-            Some(pid) if installed.as_deref() == Some(text.as_str()) => {
-                (pid, "already running".to_string())
-            }
+        let same_config = installed.as_deref() == Some(text.as_str());
+        let (pid, detail) = match (running, same_config) {
+            (Some(old), true) => match tun_mismatch(&plan).await {
+                None => (old, "already running".to_string()),
+                Some(found) => {
+                    supervisor.stop().await?;
+                    let pid = start(&mut supervisor, &plan, &text, &binary, &files).await?;
+                    let detail = format!(
+                        "restarted: nebula (pid {old}) ran this configuration but {} did not \
+                         carry {} ({found}); it was stopped",
+                        plan.interface,
+                        plan.cidr(),
+                    );
+                    (pid, detail)
+                }
+            },
             _ => {
                 let detail = if let Some(old) = running {
                     format!(
@@ -139,6 +175,10 @@ impl Nebula {
     /// Stops Nebula and removes its configuration, unit, log and PID file (bootstrap's
     /// certificate files stay); "not installed" when there was nothing.
     pub async fn uninstall(&self) -> Result<pb::OverlayStatus, InstallError> {
+        self.unless_shutting_down(self.uninstall_locked()).await
+    }
+
+    async fn uninstall_locked(&self) -> Result<pb::OverlayStatus, InstallError> {
         let mut supervisor = self.supervisor.lock().await;
         let interface = std::fs::read_to_string(&supervisor.paths.config)
             .ok()
@@ -174,16 +214,45 @@ impl Nebula {
         })
     }
 
-    /// Stops a Nebula child at agent shutdown (a unit stays: it is installed).
+    /// Stops a Nebula child at agent shutdown (a unit stays: it is installed), within
+    /// [`crate::install::NEBULA_SHUTDOWN_BOUND`]: an install or uninstall in flight is
+    /// cancelled first, and later calls are refused.
     pub async fn shutdown(&self) {
-        let mut supervisor = self.supervisor.lock().await;
-        if supervisor.paths.unit.is_some() {
+        self.shutting_down.cancel();
+        if self.paths.unit.is_some() {
             return;
         }
-        match supervisor.stop().await {
+        let stopped = match tokio::time::timeout(RELEASE_WAIT, self.supervisor.lock()).await {
+            Ok(mut supervisor) => supervisor.stop().await,
+            Err(_) => {
+                tracing::warn!(
+                    "a cancelled nebula call did not let go within {RELEASE_WAIT:?}; stopping \
+                     nebula from its PID file"
+                );
+                daemon::stop_recorded(&self.paths).await
+            }
+        };
+        match stopped {
             Ok(Some(pid)) => tracing::info!(pid, "nebula stopped at shutdown"),
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "stopping nebula at shutdown"),
+        }
+    }
+
+    /// Runs `call` unless shutdown has begun, and abandons it (at its next await, which
+    /// releases the supervisor) when shutdown begins: shutdown then stops what it started.
+    async fn unless_shutting_down<T>(
+        &self,
+        call: impl Future<Output = Result<T, InstallError>>,
+    ) -> Result<T, InstallError> {
+        let refused = || InstallError::Failed("the agent is shutting down".into());
+        if self.shutting_down.is_cancelled() {
+            return Err(refused());
+        }
+        tokio::select! {
+            biased;
+            () = self.shutting_down.cancelled() => Err(refused()),
+            result = call => result,
         }
     }
 
@@ -213,7 +282,7 @@ impl Nebula {
                 "[nebula] binary = {}: no such executable{} (install Nebula, e.g. Debian's \
                  `nebula` package, or point binary at it)",
                 files.binary.display(),
-                if files.binary.components().count() == 1 {
+                if is_bare_name(&files.binary) {
                     " on PATH"
                 } else {
                     ""
@@ -234,12 +303,7 @@ async fn start(
     files: &NebulaFiles,
 ) -> Result<u32, InstallError> {
     let result = async {
-        let dir = &supervisor.paths.dir;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| InstallError::Failed(format!("creating {}: {e}", dir.display())))?;
+        private_dir(&supervisor.paths.dir)?;
         write_private(&supervisor.paths.config, text.as_bytes())?;
         test_config(binary, &supervisor.paths.config).await?;
         let pid = supervisor.start(binary).await?;
@@ -274,32 +338,14 @@ async fn test_config(binary: &Path, config: &Path) -> Result<(), InstallError> {
     }
 }
 
-/// Removes the installer's folder; one that is already gone is fine.
-fn remove_dir(dir: &Path) -> Result<(), InstallError> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(InstallError::Failed(format!(
-            "removing {}: {e}",
-            dir.display()
-        ))),
+/// Why the tun device does not carry the plan's address, or None if it does.
+async fn tun_mismatch(plan: &Plan) -> Option<String> {
+    match tun::addresses(&plan.interface).await {
+        Ok(Some(found)) if found.contains(&(plan.address, plan.prefix)) => None,
+        Ok(Some(found)) => Some(format!("it had {}", tun::describe(&found))),
+        Ok(None) => Some("the device was gone".into()),
+        Err(error) => Some(error),
     }
-}
-
-/// `binary` if it names an executable file, else (a bare name) its first match on PATH.
-fn find_executable(binary: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |path: &Path| {
-        std::fs::metadata(path)
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    };
-    if binary.components().count() > 1 {
-        return executable(binary).then(|| binary.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(binary))
-        .find(|candidate| executable(candidate))
 }
 
 fn last_lines(text: &str, n: usize) -> String {
@@ -446,14 +492,52 @@ mod tests {
         );
     }
 
-    #[test]
-    fn executables_are_found_by_path_or_on_path() {
-        assert_eq!(
-            find_executable(Path::new("/bin/sh")),
-            Some(PathBuf::from("/bin/sh"))
+    #[tokio::test(flavor = "multi_thread")]
+    async fn shutdown_cancels_an_install_in_flight_and_stops_the_child() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Passes the config test, then runs without ever bringing a tun device up: the
+        // install waits for it (20 s) unless shutdown cuts in.
+        let binary = fake_nebula(dir.path(), "[ \"$1\" = -test ] && exit 0\nexec sleep 60");
+        let nebula =
+            std::sync::Arc::new(child_mode(dir.path(), Some(files_in(dir.path(), binary))));
+        let installing = tokio::spawn({
+            let nebula = nebula.clone();
+            async move { nebula.install(lighthouse_request()).await }
+        });
+        let pid_file = dir.path().join("nebula/nebula.pid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pid: u32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "nebula was not started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let started = Instant::now();
+        nebula.shutdown().await;
+        assert!(
+            started.elapsed() < crate::install::NEBULA_SHUTDOWN_BOUND,
+            "{:?}",
+            started.elapsed()
         );
-        assert!(find_executable(Path::new("sh")).is_some());
-        assert_eq!(find_executable(Path::new("/nonexistent/nebula")), None);
+        let cancelled = installing.await.expect("joined").expect_err("cancelled");
+        assert!(
+            cancelled.to_string().contains("shutting down"),
+            "{cancelled}"
+        );
+        assert!(!process::is_running(pid), "the child was stopped");
+        let refused = nebula
+            .install(lighthouse_request())
+            .await
+            .expect_err("refused");
+        assert!(refused.to_string().contains("shutting down"), "{refused}");
+    }
+
+    #[test]
+    fn log_excerpts_keep_the_last_lines() {
         assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
     }
 }
