@@ -356,8 +356,10 @@ fn unreachable_nodes_and_wrong_keys_stop_bootstrap_before_it_writes_anywhere() -
     let foreign = bed
         .root("worker")
         .join("upper/usr/local/bin/continuum-agent");
-    std::fs::create_dir_all(foreign.parent().context("bin")?)?;
-    std::fs::write(&foreign, "#!/bin/sh\n# installed by hand\n")?;
+    bed.on_node(
+        "worker",
+        "mkdir -p /usr/local/bin && echo '# installed by hand' > /usr/local/bin/continuum-agent",
+    )?;
     let inventory = bed.dir.path().join("foreign.toml");
     std::fs::write(&inventory, bed.inventory("client_key", &known_hosts, &[]))?;
     let output = bed.bootstrap(&[&inventory.display().to_string()])?;
@@ -372,7 +374,7 @@ fn unreachable_nodes_and_wrong_keys_stop_bootstrap_before_it_writes_anywhere() -
         std::fs::read_to_string(&foreign)?.contains("by hand"),
         "the foreign file is untouched"
     );
-    std::fs::remove_file(&foreign)?;
+    bed.on_node("worker", "rm /usr/local/bin/continuum-agent")?;
 
     // A key the nodes do not know.
     let inventory = bed.dir.path().join("wrong-key.toml");
@@ -408,5 +410,37 @@ fn unreachable_nodes_and_wrong_keys_stop_bootstrap_before_it_writes_anywhere() -
         );
     }
     ensure!(agent_processes().is_empty(), "no agent was started");
+
+    // A node that fails after the checks (its key cannot be written: a folder stands where
+    // the upload's temporary file goes): the others are installed, and the report says the
+    // worker is partially installed and how to remove it all.
+    bed.on_node(
+        "worker",
+        "mkdir -p /etc/continuum/tls/agent.key.bootstrap-new",
+    )?;
+    let inventory = bed.dir.path().join("partial.toml");
+    std::fs::write(&inventory, bed.inventory("client_key", &known_hosts, &[]))?;
+    let inventory = inventory.display().to_string();
+    let output = bed.bootstrap(&[&inventory])?;
+    let said = text(&output);
+    ensure!(!output.status.success(), "{said}");
+    ensure!(
+        said.contains("FAILED, partially installed: node worker: `writing /etc/continuum/tls/agent.key` failed")
+            && said.contains("partially installed on worker; the other nodes are installed")
+            && said.contains(&format!("`bootstrap uninstall {inventory}` removes it all")),
+        "{said}"
+    );
+    ensure!(
+        said.matches("yes: agent").count() == 2,
+        "tester and headnode answer: {said}"
+    );
+    let removed = bed.bootstrap(&["uninstall", &inventory])?;
+    ensure!(removed.status.success(), "{}", text(&removed));
+    bed.on_node("worker", "rm -r /etc/continuum")?;
+    for name in NODES {
+        let left = bed.left_behind(name)?;
+        ensure!(left.is_empty(), "{name} still has {left:?}");
+    }
+    ensure!(agent_processes().is_empty(), "no agent left running");
     Ok(())
 }

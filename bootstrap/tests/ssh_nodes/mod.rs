@@ -194,6 +194,26 @@ impl SshBed {
         Ok(found)
     }
 
+    /// Runs `script` with `sh -e` in a node's mount namespace (its overlays), as the node
+    /// sees its files: writing to the upper folders directly would bypass the overlay.
+    pub fn on_node(&self, name: &str, script: &str) -> Result<()> {
+        let index = NODES
+            .iter()
+            .position(|n| *n == name)
+            .context("a node name")?;
+        let pid = self.sshd[index].id().to_string();
+        let output = Command::new("nsenter")
+            .args(["-t", &pid, "-m", "sh", "-e", "-c", script])
+            .output()
+            .context("running nsenter")?;
+        ensure!(
+            output.status.success(),
+            "on {name}: {script}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
+    }
+
     /// The PID in a node's agent PID file, if any.
     pub fn agent_pid(&self, name: &str) -> Option<u32> {
         fs::read_to_string(
