@@ -16,6 +16,7 @@ use tests::isolated_netns_test;
 
 const SSHD: &str = "/usr/sbin/sshd";
 const NEBULA_CERT: &str = "/usr/bin/nebula-cert";
+const SUDO: &str = "/usr/bin/sudo";
 
 fn text(output: &std::process::Output) -> String {
     format!(
@@ -105,25 +106,30 @@ fn installed_nebulas() -> Vec<u32> {
 #[test]
 fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
     isolated_netns_test!(Ok(()));
-    if !tests::components_available(&[SSHD, NEBULA_CERT]) {
+    if !tests::components_available(&[SSHD, NEBULA_CERT, SUDO]) {
         return Ok(());
     }
-    let bed = SshBed::start("boot")?;
+    let mut bed = SshBed::start("boot")?;
+    // The worker is reached as a user with passwordless sudo, not as root.
+    bed.add_sudo_user("worker", "bench")?;
     let inventory = bed.dir.path().join("lab.toml");
     let known_hosts = bed.dir.path().join("known_hosts");
     std::fs::write(&known_hosts, "")?;
     // An offline k3s binary for the cluster nodes (a stand-in file: k3s cannot run here).
     let k3s = bed.dir.path().join("k3s-offline");
     std::fs::write(&k3s, "#!/bin/sh\necho 'k3s stand-in'\n")?;
-    let inventory_text = bed.inventory("client_key", &known_hosts, &[]).replacen(
-        "\n[[nodes]]",
-        &format!(
-            "\n[k3s]\nbinaries = {{ {} = {:?} }}\n\n[[nodes]]",
-            std::env::consts::ARCH,
-            k3s
-        ),
-        1,
-    );
+    let inventory_text = bed
+        .inventory("client_key", &known_hosts, &[])
+        .replace("name = \"worker\"", "name = \"worker\"\nuser = \"bench\"")
+        .replacen(
+            "\n[[nodes]]",
+            &format!(
+                "\n[k3s]\nbinaries = {{ {} = {:?} }}\n\n[[nodes]]",
+                std::env::consts::ARCH,
+                k3s
+            ),
+            1,
+        );
     std::fs::write(&inventory, inventory_text)?;
     let inventory = inventory.display().to_string();
 
@@ -136,7 +142,7 @@ fn bootstrap_installs_checks_and_uninstalls_over_real_ssh() -> Result<()> {
     );
     for name in NODES {
         ensure!(
-            said.contains(&format!("node {name}: host key of root@")),
+            said.contains(&format!("node {name}: host key of ")),
             "host-key refusal names {name}: {said}"
         );
         ensure!(

@@ -24,6 +24,8 @@ pub struct SshBed {
     pub testbed: Testbed,
     pub dir: tempfile::TempDir,
     sshd: Vec<NodeProcess>,
+    /// What each node's upper folders held before bootstrap ran (a test's own setup).
+    baseline: std::collections::HashMap<String, Vec<String>>,
 }
 
 pub const NODES: [&str; 3] = ["tester", "headnode", "worker"];
@@ -81,7 +83,12 @@ impl SshBed {
                 .stderr(fs::File::create(root.join("sshd.log"))?);
             sshd.push(node.spawn(&mut command)?);
         }
-        let bed = SshBed { testbed, dir, sshd };
+        let bed = SshBed {
+            testbed,
+            dir,
+            sshd,
+            baseline: Default::default(),
+        };
         for name in NODES {
             bed.wait_for_sshd(name)?;
         }
@@ -181,6 +188,30 @@ impl SshBed {
     /// What a node's upper folders hold that the machine itself does not: files of any kind,
     /// and folders that do not exist outside the overlay. Empty = the node is as it was.
     pub fn left_behind(&self, name: &str) -> Result<Vec<String>> {
+        let mut found = self.upper_contents(name)?;
+        if let Some(baseline) = self.baseline.get(name) {
+            found.retain(|entry| !baseline.contains(entry));
+        }
+        Ok(found)
+    }
+
+    /// Makes a login `user` with passwordless sudo on a node (as on a Raspberry Pi), and
+    /// takes what that wrote as the node's baseline for [`SshBed::left_behind`].
+    pub fn add_sudo_user(&mut self, name: &str, user: &str) -> Result<()> {
+        self.on_node(
+            name,
+            &format!(
+                "useradd -M -s /bin/sh {user}\nusermod -p '*' {user}\n\
+                 echo '{user} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{user}\n\
+                 chmod 0440 /etc/sudoers.d/{user}\n"
+            ),
+        )?;
+        let contents = self.upper_contents(name)?;
+        self.baseline.insert(name.to_string(), contents);
+        Ok(())
+    }
+
+    fn upper_contents(&self, name: &str) -> Result<Vec<String>> {
         let mut found = Vec::new();
         for folder in OVERLAID {
             let upper = self.root(name).join("upper").join(folder);
