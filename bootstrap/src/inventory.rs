@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent::config::NodeRole;
+// The plan's overlay checks are the inventory's: one parser for both files.
+use controller::plan::{overlay_network, parse_overlay_cidr};
 use serde::{Deserialize, Serialize};
 
 /// The port agents listen on unless the inventory says otherwise.
@@ -392,7 +394,7 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
         let overlay = match &entry.overlay_ip {
             None => None,
             Some(text) => {
-                let parsed = parse_cidr(text).ok_or_else(|| {
+                let parsed = parse_overlay_cidr(text).ok_or_else(|| {
                     invalid(
                         at("overlay_ip"),
                         text,
@@ -469,7 +471,7 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
     if let Some(first) = nodes.first().and_then(|n| n.overlay) {
         for (index, node) in nodes.iter().enumerate() {
             if let Some((ip, len)) = node.overlay
-                && (len != first.1 || !same_network(ip, first.0, len))
+                && (len != first.1 || overlay_network(ip, len) != overlay_network(first.0, len))
             {
                 return Err(invalid(
                     format!("nodes[{index}].overlay_ip"),
@@ -509,19 +511,6 @@ fn ssh_word(text: &str) -> bool {
     !text.is_empty()
         && !text.starts_with('-')
         && !text.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
-/// `198.19.0.2/24` as address and prefix length.
-pub fn parse_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
-    let (ip, len) = text.split_once('/')?;
-    let len: u8 = len.parse().ok()?;
-    (len > 0 && len <= 32).then_some(())?;
-    Some((ip.parse().ok()?, len))
-}
-
-fn same_network(a: Ipv4Addr, b: Ipv4Addr, len: u8) -> bool {
-    let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-    u32::from(a) & mask == u32::from(b) & mask
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ mod validate;
 
 pub use cells::{Cell, CellPoint};
 pub use presets::{scenario_preset, test_preset, workload_for};
-pub use testbed::{NODE_PORTS, parse_overlay_cidr};
+pub use testbed::{NODE_PORTS, overlay_network, parse_overlay_cidr};
 pub use types::*;
 pub use validate::PlanError;
 

@@ -19,7 +19,8 @@ pub fn parse_overlay_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
     Some((ip.parse().ok()?, len))
 }
 
-fn network(ip: Ipv4Addr, len: u8) -> u32 {
+/// The network part of `ip/len`, to tell whether two addresses share an overlay network.
+pub fn overlay_network(ip: Ipv4Addr, len: u8) -> u32 {
     u32::from(ip) & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
 }
 
@@ -97,7 +98,10 @@ impl Plan {
                     ));
                 }
                 match first {
-                    Some((ip0, len0)) if len0 != len || network(ip0, len0) != network(ip, len) => {
+                    Some((ip0, len0))
+                        if len0 != len
+                            || overlay_network(ip0, len0) != overlay_network(ip, len) =>
+                    {
                         return Err(invalid(
                             path,
                             quoted(text),
