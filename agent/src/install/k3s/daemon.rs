@@ -3,18 +3,13 @@
 //! the tests run on; the unit side is kept to writing two files and calling `systemctl`.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::command::UNIT_MARK;
-use super::state::write_with_mode;
+use super::leftovers::{Record, STOP_GRACE, SWEEP_LIMIT, sweep_tree};
 use crate::install::InstallError;
-use crate::process::{CommandLine, GroupChild, log_tail, new_marker, run_bounded, sweep};
+use crate::install::system::{journal_tail, remove_file, systemctl, write_atomic, write_private};
+use crate::process::{CommandLine, GroupChild, log_tail, new_marker};
 
-/// How long k3s may take to stop on SIGTERM before its group is killed (a server flushes
-/// its datastore first).
-const STOP_GRACE: Duration = Duration::from_secs(20);
-/// How long one `systemctl` or `journalctl` call may take.
-const SYSTEMCTL_LIMIT: Duration = Duration::from_secs(60);
 /// Lines of log quoted in an error.
 const LOG_LINES: usize = 20;
 
@@ -25,37 +20,40 @@ pub(super) struct Supervised {
     /// Tags every process k3s starts (containerd, shims), so a stop leaves none behind.
     marker: String,
     log: PathBuf,
+    /// Where its PID and marker are recorded for a later agent (see `leftovers.rs`).
+    record: PathBuf,
     role: &'static str,
 }
 
 impl Supervised {
-    /// Starts `line` in `dir`, its output in `log` (truncated: an error quotes this start).
+    /// Starts `line` in `dir`, its output in `log` (truncated: an error quotes this start),
+    /// and records its PID and marker at `record`.
     pub(super) fn start(
         role: &'static str,
         line: &CommandLine,
         dir: &Path,
         log: &Path,
+        record: &Path,
     ) -> Result<Self, InstallError> {
-        match std::fs::remove_file(log) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(InstallError::Failed(format!(
-                    "removing the old log {}: {e}",
-                    log.display()
-                )));
-            }
-        }
+        remove_file(log)?;
         let marker = new_marker("k3s");
         let child = GroupChild::spawn(&format!("k3s {role}"), line, &marker, dir, log)
             .map_err(|e| InstallError::Failed(format!("starting k3s {role}: {e}")))?;
         tracing::info!(role, pid = child.pid(), log = %log.display(), "k3s started as a child");
-        Ok(Supervised {
+        let started = Supervised {
             child,
             marker,
             log: log.to_path_buf(),
+            record: record.to_path_buf(),
             role,
-        })
+        };
+        // Dropping `started` on error kills the group: no k3s runs unrecorded.
+        Record {
+            pid: started.pid(),
+            marker: started.marker.clone(),
+        }
+        .save(record)?;
+        Ok(started)
     }
 
     /// The daemon's PID.
@@ -80,7 +78,8 @@ impl Supervised {
     }
 
     /// SIGTERM, then SIGKILL to the group after [`STOP_GRACE`], then every process it
-    /// started; returns what was done, for the status detail.
+    /// started and their descendants (shims, containers), then its record; returns what was
+    /// done, for the status detail. At most 30 s (see [`crate::install::K3S_SHUTDOWN_BOUND`]).
     pub(super) async fn stop(mut self) -> String {
         let pid = self.pid();
         let mut how = if self.child.exited().is_some() {
@@ -97,10 +96,18 @@ impl Supervised {
                 )
             }
         };
-        let left = sweep(&self.marker, Duration::from_secs(5)).await;
-        if !left.is_empty() {
-            tracing::warn!(?left, "k3s processes survived SIGKILL");
-            how.push_str(&format!("; processes {left:?} survived SIGKILL"));
+        let swept = sweep_tree(&self.marker, &[], SWEEP_LIMIT).await;
+        if !swept.killed.is_empty() {
+            how.push_str(&format!(
+                "; killed {} process(es) it had started",
+                swept.killed.len()
+            ));
+        }
+        how.push_str(&swept.survivors_note());
+        if swept.survivors.is_empty()
+            && let Err(error) = remove_file(&self.record)
+        {
+            how.push_str(&format!("; {error}"));
         }
         how
     }
@@ -140,12 +147,8 @@ impl Systemd {
         unit_text: &str,
         env_text: &str,
     ) -> Result<(), InstallError> {
-        let env_path = self.env_path(unit);
-        write_with_mode(&env_path, env_text, 0o600)
-            .map_err(|e| InstallError::Failed(format!("writing {}: {e}", env_path.display())))?;
-        let unit_path = self.unit_path(unit);
-        write_with_mode(&unit_path, unit_text, 0o644)
-            .map_err(|e| InstallError::Failed(format!("writing {}: {e}", unit_path.display())))?;
+        write_private(&self.env_path(unit), env_text.as_bytes())?;
+        write_atomic(&self.unit_path(unit), unit_text.as_bytes(), 0o644)?;
         systemctl(&["daemon-reload"]).await?;
         // --no-block: a server unit is Type=notify with no start timeout; readiness is polled.
         systemctl(&["enable", "--now", "--no-block", unit]).await?;
@@ -196,45 +199,6 @@ impl Systemd {
 
     /// The end of the unit's journal, for errors.
     pub(super) async fn journal_tail(&self, unit: &str) -> String {
-        let mut line = CommandLine::new("journalctl");
-        let lines = LOG_LINES.to_string();
-        line.args = ["--unit", unit, "--lines", &lines, "--no-pager"]
-            .map(String::from)
-            .to_vec();
-        match run_bounded(&line, &new_marker("journalctl"), SYSTEMCTL_LIMIT).await {
-            Ok((_, output)) => output,
-            Err(error) => format!("(no journal: {error})"),
-        }
-    }
-}
-
-/// Runs `systemctl args`; its output, or a failure quoting it. `is-active` exits non-zero
-/// for an inactive unit, so its output is returned whatever the status.
-async fn systemctl(args: &[&str]) -> Result<String, InstallError> {
-    let mut line = CommandLine::new("systemctl");
-    line.args = args.iter().map(|a| a.to_string()).collect();
-    let shown = format!("systemctl {}", args.join(" "));
-    let (status, output) = run_bounded(&line, &new_marker("systemctl"), SYSTEMCTL_LIMIT)
-        .await
-        .map_err(|e| InstallError::Failed(format!("{shown}: {e}")))?;
-    if status.success() || args.first() == Some(&"is-active") {
-        Ok(output)
-    } else {
-        Err(InstallError::Failed(format!(
-            "{shown}: {status}: {}",
-            output.trim()
-        )))
-    }
-}
-
-/// Removes a file; false if it was not there.
-pub(super) fn remove_file(path: &Path) -> Result<bool, InstallError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(InstallError::Failed(format!(
-            "removing {}: {e}",
-            path.display()
-        ))),
+        journal_tail(unit, LOG_LINES).await
     }
 }

@@ -7,45 +7,51 @@
 //! or as a supervised child, and on the server waits until the node is listed Ready. It is
 //! idempotent: the applied request is remembered, the same one again restarts nothing, a
 //! different one restarts k3s and says what changed. [`K3s::uninstall`] stops k3s, runs the
-//! official uninstall scripts where present and removes every file it wrote.
+//! official uninstall scripts where present (else does `k3s-killall.sh`'s essential work
+//! itself, see `debris.rs`) and removes every file it wrote.
+//!
+//! A child's PID and marker are recorded in the installer's folder, so a k3s left running
+//! by an agent that was killed is found and stopped by the next install or uninstall
+//! (`continuum-agent uninstall` included) instead of running twice or losing its data dir.
+//! [`K3s::shutdown`] cancels an install or uninstall in flight and stops a child within
+//! [`crate::install::K3S_SHUTDOWN_BOUND`].
 //!
 //! # Layout
 //! - this file: [`K3s`], install and shutdown; `uninstall.rs`: the uninstall steps.
 //! - `request.rs`: the request checked into a plan; `labels.rs`: label syntax.
 //! - `command.rs`: the k3s and kubectl command lines, the unit and its EnvironmentFile.
-//! - `daemon.rs`: k3s as a child or as a unit; `nodes.rs`: the node list.
+//! - `daemon.rs`: k3s as a child or as a unit; `running.rs`: what runs, readiness;
+//!   `nodes.rs`: the node list.
+//! - `leftovers.rs`: the child's record, orphans, process-tree sweeps; `debris.rs`: mounts,
+//!   links and folders k3s leaves ([`HostPaths`]).
 //! - `state.rs`: the remembered request.
 
 mod command;
 mod daemon;
+mod debris;
 mod labels;
+mod leftovers;
 mod nodes;
 mod request;
+mod running;
 mod state;
 mod uninstall;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use proto::agent::v1 as pb;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
-use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use self::daemon::{Supervised, Systemd};
-use self::request::ClusterRole;
+pub use self::debris::HostPaths;
 use self::state::{Applied, Remembered};
-use super::InstallError;
+use super::system::{find_executable, is_bare_name, private_dir};
+use super::{InstallError, RELEASE_WAIT};
 use crate::config::AgentConfig;
-use crate::process::log_tail;
 
-/// How often readiness is re-checked.
-const POLL: Duration = Duration::from_millis(250);
-/// How long a freshly started agent must stay up to count as running (a bad flag or an
-/// unreadable data dir makes k3s exit within a second).
-const AGENT_SETTLE: Duration = Duration::from_secs(2);
-/// One `kubectl get nodes` call.
-const KUBECTL_LIMIT: Duration = Duration::from_secs(10);
 /// Where systemd units go.
 const UNIT_DIR: &str = "/etc/systemd/system";
 /// Both units, server's first.
@@ -62,9 +68,10 @@ pub enum Supervision {
 }
 
 impl Supervision {
-    /// Systemd where it is PID 1, a child elsewhere.
+    /// Systemd where [`crate::install::use_systemd`] says so (systemd is PID 1 and the
+    /// agent is in its network namespace), a child elsewhere.
     pub fn detect() -> Self {
-        if super::systemd_is_pid1() {
+        if super::use_systemd() {
             Supervision::Systemd
         } else {
             Supervision::Child
@@ -79,12 +86,16 @@ pub struct K3s {
     agent_name: String,
     data_dir: PathBuf,
     kubeconfig: PathBuf,
-    /// `<state_dir>/cluster`: the remembered request and the child's log.
+    /// `<state_dir>/cluster`: the remembered request, the child's log and record.
     own_dir: PathBuf,
     supervision: Supervision,
     systemd: Systemd,
+    /// Where k3s leaves mounts, links and folders, cleaned at uninstall without killall.
+    host: HostPaths,
     /// The child, in child mode. The lock also makes installs and uninstalls take turns.
     child: Mutex<Option<Supervised>>,
+    /// Cancelled by [`K3s::shutdown`]: an install or uninstall in flight gives way.
+    shutting_down: CancellationToken,
 }
 
 impl K3s {
@@ -105,8 +116,17 @@ impl K3s {
             own_dir: config.state_dir.join("cluster"),
             supervision,
             systemd: Systemd::new(PathBuf::from(UNIT_DIR)),
+            host: HostPaths::host(),
             child: Mutex::new(None),
+            shutting_down: CancellationToken::new(),
         }
+    }
+
+    /// The same installer with k3s's host paths (mounts, links, folders cleaned at
+    /// uninstall) set to `host`: tests point them into a folder of their own.
+    pub fn with_host_paths(mut self, host: HostPaths) -> Self {
+        self.host = host;
+        self
     }
 
     /// Brings k3s up as the request says and, on the server, waits until this node is
@@ -122,7 +142,20 @@ impl K3s {
             binary,
             supervision: self.supervision,
         };
+        self.unless_shutting_down(self.install_locked(wanted, timeout))
+            .await
+    }
+
+    async fn install_locked(
+        &self,
+        wanted: Applied,
+        timeout: std::time::Duration,
+    ) -> Result<pb::ClusterStatus, InstallError> {
         let role = wanted.plan.role.name();
+        let agent_note = match wanted.plan.role {
+            request::ClusterRole::Agent { .. } => format!("; {}", running::AGENT_JOIN_NOTE),
+            request::ClusterRole::Server { .. } => String::new(),
+        };
         let mut child = self.child.lock().await;
         let remembered = state::load(&self.request_path());
         let running = self.running_role(&mut child).await;
@@ -133,7 +166,9 @@ impl K3s {
             return Ok(status(
                 role,
                 pid,
-                format!("already running with this request (pid {pid}); nothing restarted"),
+                format!(
+                    "already running with this request (pid {pid}); nothing restarted{agent_note}"
+                ),
                 nodes,
             ));
         }
@@ -141,22 +176,58 @@ impl K3s {
         if let Some(stopped) = self.stop_daemon(&mut child, Some(&wanted)).await? {
             detail.push(stopped);
         }
-        state::private_dir(&self.own_dir)?;
-        state::private_dir(&self.data_dir)?;
+        private_dir(&self.own_dir)?;
+        private_dir(&self.data_dir)?;
         state::save(&self.request_path(), &wanted)?;
         let pid = self.start(&mut child, &wanted).await?;
-        detail.push(format!("started k3s {role} (pid {pid})"));
+        detail.push(format!("started k3s {role} (pid {pid}){agent_note}"));
         let nodes = self.wait_ready(&mut child, &wanted, timeout, true).await?;
         tracing::info!(role, pid, node = %wanted.plan.node_name, "k3s up");
         Ok(status(role, pid, detail.join("; "), nodes))
     }
 
-    /// Stops a k3s child at agent shutdown (a unit keeps running: it is installed). The
-    /// remembered request stays, so the same request after a restart starts it again.
+    /// Stops a k3s child at agent shutdown (a unit keeps running: it is installed), within
+    /// [`crate::install::K3S_SHUTDOWN_BOUND`]: an install or uninstall in flight is
+    /// cancelled first, and later calls are refused. The remembered request stays, so the
+    /// same request after a restart starts k3s again.
     pub async fn shutdown(&self) {
-        if let Some(child) = self.child.lock().await.take() {
-            let how = child.stop().await;
-            tracing::info!(%how, "k3s child stopped at agent shutdown");
+        self.shutting_down.cancel();
+        if self.supervision == Supervision::Systemd {
+            return;
+        }
+        match tokio::time::timeout(RELEASE_WAIT, self.child.lock()).await {
+            Ok(mut child) => {
+                if let Some(running) = child.take() {
+                    let how = running.stop().await;
+                    tracing::info!(%how, "k3s child stopped at agent shutdown");
+                }
+            }
+            Err(_) => tracing::warn!(
+                "a cancelled k3s call did not let go within {RELEASE_WAIT:?}; stopping k3s \
+                 from its record"
+            ),
+        }
+        // A stop the cancelled call had begun (its child was killed when it was dropped)
+        // is finished from the record: whatever k3s had started is swept.
+        if let Some(how) = leftovers::stop_recorded(&self.record_path()).await {
+            tracing::info!(%how, "k3s leftovers stopped at agent shutdown");
+        }
+    }
+
+    /// Runs `call` unless shutdown has begun, and abandons it (at its next await, which
+    /// releases the child's lock) when shutdown begins: shutdown then finishes the stop.
+    async fn unless_shutting_down<T>(
+        &self,
+        call: impl Future<Output = Result<T, InstallError>>,
+    ) -> Result<T, InstallError> {
+        let refused = || InstallError::Failed("the agent is shutting down".into());
+        if self.shutting_down.is_cancelled() {
+            return Err(refused());
+        }
+        tokio::select! {
+            biased;
+            () = self.shutting_down.cancelled() => Err(refused()),
+            result = call => result,
         }
     }
 
@@ -168,33 +239,14 @@ impl K3s {
         self.own_dir.join("k3s.log")
     }
 
-    /// The role of the k3s daemon that runs now, if any.
-    async fn running_role(&self, child: &mut Option<Supervised>) -> Option<&'static str> {
-        match self.supervision {
-            Supervision::Child => {
-                let running = child.as_mut()?;
-                running.exit_report().is_none().then(|| running.role())
-            }
-            Supervision::Systemd => {
-                for (unit, role) in UNITS.into_iter().zip(["server", "agent"]) {
-                    if self.systemd.is_active(unit).await {
-                        return Some(role);
-                    }
-                }
-                None
-            }
-        }
+    /// The running child's PID and marker (see `leftovers.rs`).
+    fn record_path(&self) -> PathBuf {
+        self.own_dir.join("k3s.pid.json")
     }
 
-    async fn pid(&self, child: &Option<Supervised>, role: &ClusterRole) -> u32 {
-        match self.supervision {
-            Supervision::Child => child.as_ref().map_or(0, Supervised::pid),
-            Supervision::Systemd => self.systemd.main_pid(command::unit_name(role)).await,
-        }
-    }
-
-    /// Stops whatever k3s runs, keeping the unit `wanted` will use and removing the other
-    /// one (a role change); None when nothing ran.
+    /// Stops whatever k3s runs (this agent's child, a child an earlier agent left running,
+    /// the units), keeping the unit `wanted` will use and removing the other one (a role
+    /// change); None when nothing ran.
     async fn stop_daemon(
         &self,
         child: &mut Option<Supervised>,
@@ -203,6 +255,9 @@ impl K3s {
         let mut done = Vec::new();
         if let Some(running) = child.take() {
             done.push(running.stop().await);
+        }
+        if let Some(orphan) = leftovers::stop_recorded(&self.record_path()).await {
+            done.push(orphan);
         }
         if self.supervision == Supervision::Systemd {
             let keep = wanted.map(|w| command::unit_name(&w.plan.role));
@@ -240,8 +295,13 @@ impl K3s {
         );
         match self.supervision {
             Supervision::Child => {
-                let started =
-                    Supervised::start(role.name(), &line, &self.own_dir, &self.log_path())?;
+                let started = Supervised::start(
+                    role.name(),
+                    &line,
+                    &self.own_dir,
+                    &self.log_path(),
+                    &self.record_path(),
+                )?;
                 let pid = started.pid();
                 *child = Some(started);
                 Ok(pid)
@@ -255,88 +315,6 @@ impl K3s {
                     .await?;
                 Ok(self.systemd.main_pid(unit).await)
             }
-        }
-    }
-
-    /// On the server, waits until this node is listed Ready and returns the node list; on
-    /// an agent just started, waits [`AGENT_SETTLE`] and checks it is still up.
-    async fn wait_ready(
-        &self,
-        child: &mut Option<Supervised>,
-        wanted: &Applied,
-        timeout: Duration,
-        just_started: bool,
-    ) -> Result<Vec<pb::ClusterNode>, InstallError> {
-        let role = wanted.plan.role.name();
-        let name = &wanted.plan.node_name;
-        let started = Instant::now();
-        if let ClusterRole::Agent { .. } = wanted.plan.role {
-            // Only the server can list nodes; an agent that stays up has joined or keeps
-            // retrying (its log says which).
-            while just_started && started.elapsed() < AGENT_SETTLE {
-                if let Some(report) = self.exit_report(child, &wanted.plan.role).await {
-                    return Err(InstallError::Failed(format!(
-                        "k3s agent did not stay up: {report}"
-                    )));
-                }
-                tokio::time::sleep(POLL).await;
-            }
-            return Ok(Vec::new());
-        }
-        let kubectl = command::kubectl_get_nodes(&wanted.binary, &self.kubeconfig);
-        loop {
-            if let Some(report) = self.exit_report(child, &wanted.plan.role).await {
-                return Err(InstallError::Failed(format!(
-                    "k3s {role} stopped before node {name} was Ready: {report}"
-                )));
-            }
-            let left = timeout.saturating_sub(started.elapsed());
-            let last = match nodes::list(&kubectl, left.clamp(POLL, KUBECTL_LIMIT)).await {
-                Ok(nodes) => match nodes::not_ready_reason(&nodes, name) {
-                    None => return Ok(nodes),
-                    Some(why) => why,
-                },
-                Err(why) => why,
-            };
-            if started.elapsed() >= timeout {
-                let tail = self.log_tail(&wanted.plan.role).await;
-                return Err(InstallError::Failed(format!(
-                    "k3s {role} did not list node {name} Ready within {timeout:?} (it is left \
-                     running; the same request waits again); last check: {last}; the end of \
-                     its log:\n{tail}"
-                )));
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// None while k3s runs; how it ended otherwise.
-    async fn exit_report(
-        &self,
-        child: &mut Option<Supervised>,
-        role: &ClusterRole,
-    ) -> Option<String> {
-        match self.supervision {
-            Supervision::Child => match child.as_mut() {
-                Some(running) => running.exit_report(),
-                None => Some("k3s is not running".into()),
-            },
-            Supervision::Systemd => {
-                let unit = command::unit_name(role);
-                if self.systemd.is_active(unit).await {
-                    None
-                } else {
-                    let journal = self.systemd.journal_tail(unit).await;
-                    Some(format!("{unit} is not active; its journal:\n{journal}"))
-                }
-            }
-        }
-    }
-
-    async fn log_tail(&self, role: &ClusterRole) -> String {
-        match self.supervision {
-            Supervision::Child => log_tail(&self.log_path(), 20),
-            Supervision::Systemd => self.systemd.journal_tail(command::unit_name(role)).await,
         }
     }
 }
@@ -388,21 +366,10 @@ fn status(role: &str, pid: u32, detail: String, nodes: Vec<pb::ClusterNode>) -> 
 
 /// The k3s executable: a bare name is looked up on PATH, a path must be executable.
 fn locate_binary(configured: &Path) -> Result<PathBuf, InstallError> {
-    let bare = configured.components().count() == 1 && !configured.to_string_lossy().contains('/');
-    let found = if bare {
-        std::env::var_os("PATH")
-            .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|dir| dir.join(configured))
-            .find(|candidate| is_executable(candidate))
-    } else {
-        Some(configured.to_path_buf()).filter(|path| is_executable(path))
-    };
-    if let Some(found) = found {
-        return std::path::absolute(&found)
-            .map_err(|e| InstallError::Failed(format!("{}: {e}", found.display())));
+    if let Some(found) = find_executable(configured) {
+        return Ok(found);
     }
+    let bare = is_bare_name(configured);
     let looked = if bare {
         format!("{} is not on PATH", configured.display())
     } else {
@@ -425,10 +392,4 @@ fn locate_binary(configured: &Path) -> Result<PathBuf, InstallError> {
          (mode 0755; set [k3s] binary in agent.toml if it lives elsewhere)",
         place.display()
     )))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }

@@ -2,8 +2,6 @@
 //! request ([`Applied`], a JSON file of mode 0600 because it holds the token), so the same
 //! request twice changes nothing and a different one is recognised as a change.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -11,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::Supervision;
 use super::request::ClusterPlan;
 use crate::install::InstallError;
+use crate::install::system::write_private;
 
 /// The request in force, with what ran it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,51 +55,21 @@ pub(super) fn load(path: &Path) -> Remembered {
     }
 }
 
-/// Writes the state file at `path` (mode 0600).
+/// Writes the state file at `path` (mode 0600, atomically).
 pub(super) fn save(path: &Path, applied: &Applied) -> Result<(), InstallError> {
-    let failed = |e: &dyn std::fmt::Display| {
+    let text = serde_json::to_string_pretty(applied).map_err(|e| {
         InstallError::Failed(format!(
             "remembering the request in {}: {e}",
             path.display()
         ))
-    };
-    let text = serde_json::to_string_pretty(applied).map_err(|e| failed(&e))?;
-    write_with_mode(path, &text, 0o600).map_err(|e| failed(&e))
-}
-
-/// Writes `text` to `path` with `mode` from the first byte (never briefly world-readable),
-/// through a temporary file and a rename, so a crash leaves the old file or the new one.
-pub(super) fn write_with_mode(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".new");
-    let temporary = PathBuf::from(temporary);
-    match std::fs::remove_file(&temporary) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&temporary)?;
-    // The umask may have taken bits away; set exactly what was asked.
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
-}
-
-/// Creates `dir` (and its parents) and makes it private to the agent's user.
-pub(super) fn private_dir(dir: &Path) -> Result<(), InstallError> {
-    std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
-        .map_err(|e| InstallError::Failed(format!("creating {}: {e}", dir.display())))
+    })?;
+    write_private(path, text.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
     use crate::install::k3s::request::ClusterRole;
 

@@ -1,6 +1,7 @@
 //! UninstallCluster: stop k3s, run the official installer's scripts where they exist
 //! (`k3s-killall.sh` stops the pods' containers, unmounts and removes the CNI interfaces;
 //! `k3s-uninstall.sh` / `k3s-agent-uninstall.sh` remove what that installer put in place),
+//! or without `k3s-killall.sh` do its essential work here (`leftovers.rs`, `debris.rs`),
 //! then remove every file this installer wrote. A second call finds nothing and says so.
 
 use std::path::{Path, PathBuf};
@@ -8,10 +9,13 @@ use std::time::Duration;
 
 use proto::agent::v1 as pb;
 
-use super::daemon::{Supervised, remove_file};
+use super::daemon::Supervised;
+use super::debris;
+use super::leftovers::{SWEEP_LIMIT, in_unit_cgroup, shims_under, sweep};
 use super::state::{self, Remembered};
 use super::{K3s, Supervision, UNITS, locate_binary};
 use crate::install::InstallError;
+use crate::install::system::{remove_dir, remove_file};
 use crate::process::{CommandLine, new_marker, run_bounded};
 
 /// Where the official installer puts its scripts, when they are not beside the binary.
@@ -20,13 +24,25 @@ const SCRIPT_DIR: &str = "/usr/local/bin";
 const KILLALL: &str = "k3s-killall.sh";
 /// killall unmounts every pod volume and waits for containers: minutes on a Raspberry Pi.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(300);
+/// Said whenever the agent stood in for `k3s-killall.sh`: what it left undone.
+const NO_IPTABLES_CLEANUP: &str = "k3s-killall.sh was not found, so the agent did its work \
+     except one part: kube-proxy's and flannel's iptables rules (KUBE-*, CNI-*, FLANNEL \
+     chains) are left in place until a reboot or a run of the official k3s-killall.sh";
 
 impl K3s {
     /// Stops k3s, runs its uninstall steps and removes its data, kubeconfig, unit, env
     /// file and remembered request. Idempotent: "not installed" when nothing is left.
     /// Every step is tried; if one fails the error lists it with what was done, and the
     /// remembered request stays so that a retry does the steps again.
+    ///
+    /// Without `k3s-killall.sh`, cleaning what k3s left on the host (processes, mounts,
+    /// links, folders) is best effort: whatever could not be cleaned is listed in the
+    /// detail, and the iptables rules are left (the detail says so).
     pub async fn uninstall(&self) -> Result<pb::ClusterStatus, InstallError> {
+        self.unless_shutting_down(self.uninstall_locked()).await
+    }
+
+    async fn uninstall_locked(&self) -> Result<pb::ClusterStatus, InstallError> {
         let mut child = self.child.lock().await;
         let remembered = state::load(&self.request_path());
         let role = remembered
@@ -43,26 +59,51 @@ impl K3s {
             Ok(None) => {}
             Err(error) => failed.push(error.to_string()),
         }
-        for script in self.scripts(role, &remembered) {
+        let scripts = self.scripts(role, &remembered);
+        let has_killall = scripts
+            .iter()
+            .any(|script| script.file_name().is_some_and(|name| name == KILLALL));
+        for script in scripts {
             match run_script(&script).await {
                 Ok(()) => done.push(format!("ran {}", script.display())),
                 Err(error) => failed.push(error),
             }
         }
-        for (path, removed) in [
-            (&self.kubeconfig, remove_file(&self.kubeconfig)),
-            (&self.data_dir, remove_dir(&self.data_dir)),
-        ] {
-            note_removal(&mut done, &mut failed, path, removed);
+        // Host debris is cleaned best effort: what fails is said, not fatal.
+        let mut not_cleaned = Vec::new();
+        if !has_killall {
+            let cleaned = self.clean_like_killall().await;
+            done.extend(cleaned.done);
+            not_cleaned = cleaned.failed;
         }
+        let kubeconfig = remove_file(&self.kubeconfig);
+        note_removal(&mut done, &mut failed, &self.kubeconfig, kubeconfig);
+        // A mount left below the data dir would have its own files removed through it.
+        let data = if debris::nothing_mounted_below(&self.data_dir) {
+            remove_dir(&self.data_dir)
+        } else {
+            Err(InstallError::Failed(format!(
+                "{} kept: something is still mounted below it",
+                self.data_dir.display()
+            )))
+        };
+        note_removal(&mut done, &mut failed, &self.data_dir, data);
         if failed.is_empty() {
             let removed = remove_dir(&self.own_dir);
             note_removal(&mut done, &mut failed, &self.own_dir, removed);
         }
         if failed.is_empty() {
             tracing::info!(?role, "k3s uninstalled");
-            Ok(stopped(role, format!("uninstalled: {}", done.join("; "))))
+            let mut detail = format!("uninstalled: {}", done.join("; "));
+            if !not_cleaned.is_empty() {
+                detail.push_str(&format!("; could not clean: {}", not_cleaned.join("; ")));
+            }
+            if !has_killall {
+                detail.push_str(&format!("; {NO_IPTABLES_CLEANUP}"));
+            }
+            Ok(stopped(role, detail))
         } else {
+            failed.extend(not_cleaned);
             Err(InstallError::Failed(format!(
                 "uninstall incomplete: {}; done: {}",
                 failed.join("; "),
@@ -73,6 +114,44 @@ impl K3s {
                 }
             )))
         }
+    }
+
+    /// What `k3s-killall.sh` does, but its iptables cleanup (see `debris.rs`): every process
+    /// k3s left (shims, containers; under systemd whatever is left in its units' cgroups,
+    /// which KillMode=process does not stop), then mounts, links and folders. The cgroups
+    /// are read from /proc rather than `systemctl kill --kill-whom=all`: by now our unit
+    /// is disabled and its file removed, and /proc answers whether or not it is loaded.
+    async fn clean_like_killall(&self) -> debris::Cleaned {
+        let systemd = self.supervision == Supervision::Systemd;
+        let swept = sweep(
+            || {
+                let mut roots = shims_under(&self.data_dir);
+                if systemd {
+                    for unit in UNITS {
+                        roots.extend(in_unit_cgroup(unit));
+                    }
+                }
+                roots
+            },
+            SWEEP_LIMIT,
+        )
+        .await;
+        let mut processes = debris::Cleaned::default();
+        if !swept.killed.is_empty() {
+            processes.done.push(format!(
+                "killed {} process(es) k3s had left (shims, containers)",
+                swept.killed.len()
+            ));
+        }
+        if !swept.survivors.is_empty() {
+            processes
+                .failed
+                .push(format!("processes {:?} survived SIGKILL", swept.survivors));
+        }
+        let mut cleaned = debris::clean(&self.host, &[&self.data_dir]).await;
+        processes.done.append(&mut cleaned.done);
+        processes.failed.append(&mut cleaned.failed);
+        processes
     }
 
     /// True when anything of k3s is on the node: a child, a remembered request, our files,
@@ -148,18 +227,6 @@ fn note_removal(
         Ok(true) => done.push(format!("removed {}", path.display())),
         Ok(false) => {}
         Err(error) => failed.push(error.to_string()),
-    }
-}
-
-/// Removes a folder and everything in it; false if it was not there.
-fn remove_dir(path: &Path) -> Result<bool, InstallError> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(InstallError::Failed(format!(
-            "removing {}: {e}",
-            path.display()
-        ))),
     }
 }
 
