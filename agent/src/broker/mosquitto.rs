@@ -43,12 +43,18 @@ pub fn plan(install: &InstallPaths, context: &PlanContext<'_>) -> Result<LaunchP
 
 /// The config file for a broker listening on `bind:port`.
 fn render_config(options: &BrokerOptions, bind: IpAddr, port: u16) -> String {
+    settings(options, &format!("listener {port} {bind}"))
+}
+
+/// Mosquitto's settings for a benchmark behind `listener` (a `listener` line), shared by
+/// the native driver and the kubernetes manifests; 1.6 and 2.x read them alike.
+pub(super) fn settings(options: &BrokerOptions, listener: &str) -> String {
     let inflight = options
         .max_inflight_messages
         .unwrap_or(DEFAULT_MAX_INFLIGHT);
     [
-        "# Written by the Continuum agent; regenerated at every start.".to_owned(),
-        format!("listener {port} {bind}"),
+        "# Written by the Continuum agent.".to_owned(),
+        listener.to_owned(),
         "allow_anonymous true".to_owned(),
         "persistence false".to_owned(),
         // max_packet_size is left unset (no limit beyond MQTT's 256 MB), and so is
@@ -58,7 +64,7 @@ fn render_config(options: &BrokerOptions, bind: IpAddr, port: u16) -> String {
         format!("max_inflight_messages {inflight}"),
         // $SYS counters, refreshed as often as Mosquitto allows.
         "sys_interval 1".to_owned(),
-        // The agent captures stdout into the instance's log file.
+        // The agent (or the container runtime) captures stdout.
         "log_dest stdout".to_owned(),
         "log_type error warning notice information".to_owned(),
         String::new(),

@@ -99,28 +99,7 @@ fn files(
     port: u16,
     inflight: Option<u16>,
 ) -> Vec<(std::path::PathBuf, String)> {
-    let mut config = format!(
-        "\
-# Written by the Continuum agent; regenerated at every start.
-# MQTT clients are anonymous and mapped to guest, and arrive from other nodes.
-loopback_users = none
-mqtt.listeners.tcp.default = {bind}:{port}
-mqtt.allow_anonymous = true
-mqtt.default_user = guest
-mqtt.default_pass = guest
-mqtt.vhost = /
-mqtt.exchange = amq.topic
-max_message_size = {MAX_MESSAGE_SIZE}
-# A nearly full disk must not block publishers mid-benchmark.
-disk_free_limit.absolute = 1MB
-log.console = true
-log.console.level = info
-"
-    );
-    if let Some(inflight) = inflight {
-        // The MQTT plugin's bound on unacknowledged deliveries per subscriber.
-        config.push_str(&format!("mqtt.prefetch = {inflight}\n"));
-    }
+    let config = settings(&format!("{bind}:{port}"), "", inflight);
     [
         ("rabbitmq.conf", config),
         ("enabled_plugins", "[rabbitmq_mqtt].\n".to_owned()),
@@ -133,6 +112,35 @@ log.console.level = info
     .into_iter()
     .map(|(name, text)| (dir.join(name), text))
     .collect()
+}
+
+/// `rabbitmq.conf` for a benchmark: the MQTT listener at `listener` (`host:port`, or a port),
+/// anonymous clients as guest, messages up to [`MAX_MESSAGE_SIZE`]; `extra` lines go before
+/// the logging ones. Shared by the native driver and the kubernetes manifests.
+pub(super) fn settings(listener: &str, extra: &str, inflight: Option<u16>) -> String {
+    let mut config = format!(
+        "\
+# Written by the Continuum agent.
+# MQTT clients are anonymous and mapped to guest, and arrive from other nodes.
+loopback_users = none
+mqtt.listeners.tcp.default = {listener}
+mqtt.allow_anonymous = true
+mqtt.default_user = guest
+mqtt.default_pass = guest
+mqtt.vhost = /
+mqtt.exchange = amq.topic
+max_message_size = {MAX_MESSAGE_SIZE}
+# A nearly full disk must not block publishers mid-benchmark.
+disk_free_limit.absolute = 1MB
+{extra}log.console = true
+log.console.level = info
+"
+    );
+    if let Some(inflight) = inflight {
+        // The MQTT plugin's bound on unacknowledged deliveries per subscriber.
+        config.push_str(&format!("mqtt.prefetch = {inflight}\n"));
+    }
+    config
 }
 
 /// The environment that makes every RabbitMQ and Erlang tool act on this instance only.

@@ -10,15 +10,10 @@
 use std::collections::BTreeMap;
 
 use crate::broker::others::{EMQX_MAX_PACKET_SIZE, HIVEMQ_MAX_PACKET_SIZE};
-use crate::broker::rabbitmq::MAX_MESSAGE_SIZE;
 use crate::broker::spec::{BrokerOptions, Product};
 
 /// The MQTT port inside every broker's container.
 pub const MQTT_PORT: u16 = 1883;
-
-/// Mosquitto's own default for unacknowledged QoS 1/2 messages per client, written out as the
-/// native driver does (`mosquitto.rs`).
-const MOSQUITTO_DEFAULT_INFLIGHT: u16 = 20;
 
 /// How the container reads the ConfigMap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,25 +85,8 @@ fn data<const N: usize>(entries: [(&str, String); N]) -> BTreeMap<String, String
 }
 
 fn mosquitto(options: &BrokerOptions) -> Profile {
-    let inflight = options
-        .max_inflight_messages
-        .unwrap_or(MOSQUITTO_DEFAULT_INFLIGHT);
-    // The settings of the native driver's config; 1.6 and 2.x read them alike.
-    let config = [
-        "# Written by the Continuum agent.".to_owned(),
-        format!("listener {MQTT_PORT}"),
-        "allow_anonymous true".to_owned(),
-        "persistence false".to_owned(),
-        // No max_packet_size and no message_size_limit: Mosquitto then accepts anything up
-        // to MQTT's own 256 MB.
-        format!("max_queued_messages {}", options.max_queued_messages()),
-        format!("max_inflight_messages {inflight}"),
-        "sys_interval 1".to_owned(),
-        "log_dest stdout".to_owned(),
-        "log_type error warning notice information".to_owned(),
-        String::new(),
-    ]
-    .join("\n");
+    // The native driver's settings; 1.6 and 2.x read them alike.
+    let config = super::super::mosquitto::settings(options, &format!("listener {MQTT_PORT}"));
     Profile {
         image: "eclipse-mosquitto:1.6.15-openssl",
         provenance: "The study deployed eclipse-mosquitto:1.6.15. This is the same Mosquitto \
@@ -168,31 +146,18 @@ fn emqx(options: &BrokerOptions) -> Profile {
 
 fn rabbitmq(options: &BrokerOptions) -> Profile {
     let limit_mib = 4096;
-    let mut config = format!(
-        "\
-# Written by the Continuum agent; read after the image's own conf.d files.
-# MQTT clients are anonymous, mapped to guest, and arrive from other nodes.
-loopback_users = none
-mqtt.listeners.tcp.default = {MQTT_PORT}
-mqtt.allow_anonymous = true
-mqtt.default_user = guest
-mqtt.default_pass = guest
-mqtt.vhost = /
-mqtt.exchange = amq.topic
-max_message_size = {MAX_MESSAGE_SIZE}
-# A nearly full disk must not block publishers mid-benchmark.
-disk_free_limit.absolute = 1MB
-# RabbitMQ does not see the pod's memory limit; its memory alarm is relative to this
-# (80% of the limit, as the RabbitMQ operator sets it).
-total_memory_available_override_value = {}
-log.console = true
-log.console.level = info
-",
+    // Read after the image's own conf.d files.
+    let extra = format!(
+        "# RabbitMQ does not see the pod's memory limit; its memory alarm is relative to this\n\
+         # (80% of the limit, as the RabbitMQ operator sets it).\n\
+         total_memory_available_override_value = {}\n",
         limit_mib * 1024 * 1024 / 5 * 4
     );
-    if let Some(inflight) = options.max_inflight_messages {
-        config.push_str(&format!("mqtt.prefetch = {inflight}\n"));
-    }
+    let config = super::super::rabbitmq::settings(
+        &MQTT_PORT.to_string(),
+        &extra,
+        options.max_inflight_messages,
+    );
     Profile {
         image: "rabbitmq:3.11.28",
         provenance: "The study deployed rabbitmq:3.11 (a moving tag) with the \
