@@ -20,6 +20,9 @@ use agent::install::InstallError;
 use agent::install::k3s::{K3s, Supervision};
 use proto::agent::v1 as pb;
 
+/// What k3s leaves behind: pods, a killed agent's k3s, host debris; and shutdown.
+#[path = "fixtures/k3s/leftovers.rs"]
+mod leftovers;
 #[path = "fixtures/k3s/support.rs"]
 mod support;
 use support::{Fake, Identity, Node, ServedAgent, alive, assert_empty, node_named, path, within};
@@ -100,6 +103,15 @@ async fn k3s_server_then_agent_join_and_uninstall_leaves_nothing() {
     assert!(
         joined.running && joined.role == "agent" && alive(joined.pid),
         "{joined:?}"
+    );
+    // An agent's own process cannot tell whether it joined: the status says so.
+    assert!(
+        joined.detail.contains("started k3s agent")
+            && joined
+                .detail
+                .ends_with("; joining is verified by the server's node list"),
+        "{}",
+        joined.detail
     );
     let started = fake.daemon_calls();
     assert_eq!(started.len(), 2, "{started:?}");
@@ -399,8 +411,8 @@ async fn agent_shutdown_stops_the_k3s_child_and_the_same_request_starts_it_again
 /// controller may install, and errors arrive as statuses naming the field.
 #[tokio::test(flavor = "multi_thread")]
 async fn k3s_install_through_the_grpc_service() {
-    if agent::install::systemd_is_pid1() {
-        eprintln!("skipped: systemd is PID 1 here, so the service would write real units");
+    if agent::install::use_systemd() {
+        eprintln!("skipped: systemd runs this namespace, so the service would write real units");
         return;
     }
     let fake = Fake::new();
@@ -438,7 +450,7 @@ async fn k3s_install_through_the_grpc_service() {
     fake.assert_no_process_left(&[status.pid]);
 }
 
-fn server_request() -> pb::InstallClusterRequest {
+pub(crate) fn server_request() -> pb::InstallClusterRequest {
     pb::InstallClusterRequest {
         role: Some(pb::install_cluster_request::Role::Server(pb::K3sServer {
             schedule_workloads: false,
