@@ -1,0 +1,181 @@
+//! A kubernetes broker through the whole controller: a plan with `kind = "kubernetes"` on a
+//! testbed whose phases 2 and 3 the controller runs first, the broker deployed through the
+//! headnode's agent and pinned to the worker, measured from the tester over the overlay,
+//! its pod's CPU and memory in metrics.csv, and deleted after.
+//!
+//! Nebula, the agents, the MQTT traffic and the broker process are real. k3s is NOT: it
+//! cannot be downloaded or run here, so the headnode and the worker run the fake `k3s` of
+//! `fixtures/cluster/fake-cluster.sh`, which plays the cluster through files and runs the
+//! broker "pod" as a real Mosquitto in the worker's namespace on the manifest's NodePort
+//! (what a NodePort Service would expose), with canned pod metrics.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context, Result, ensure};
+use common::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network};
+use common::{AGENT_PORT, AgentBed};
+use controller::plan::Plan;
+use controller::results::ResultsDir;
+use controller::run::{RunOptions, run_plan};
+use tests::isolated_netns_test;
+use tokio_util::sync::CancellationToken;
+
+const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+const FAKE: &str = include_str!("fixtures/cluster/fake-cluster.sh");
+const NODE_PORT: u16 = 31883;
+/// What the metrics API says of the pod: 0.25 cores, 100 MiB.
+const POD_METRICS: &str = r#"{"kind":"PodMetricsList","apiVersion":"metrics.k8s.io/v1beta1",
+"metadata":{},"items":[{"metadata":{"name":"mosquitto-5f4d8-x2x9q","namespace":"continuum"},
+"timestamp":"2026-11-30T10:00:00Z","window":"10.2s",
+"containers":[{"name":"mosquitto","usage":{"cpu":"250000000n","memory":"102400Ki"}}]}]}"#;
+
+fn plan_text(bed: &AgentBed, net: [u8; 3], results: &Path) -> String {
+    let node = |name: &str, roles: &str| {
+        format!(
+            "[[nodes]]\nname = \"{name}\"\nagent = \"{}:{AGENT_PORT}\"\nroles = {roles}\noverlay_ip = \"{}/24\"\n",
+            bed.testbed.node(name).addr(),
+            overlay_ip(net, name)
+        )
+    };
+    format!(
+        "name = \"kube\"\nrepetitions = 1\npki_dir = \"{pki}\"\nresults_dir = \"{results}\"\n\
+         [testbed]\noverlay = \"nebula\"\norchestrator = \"k3s\"\nheadnode = \"headnode\"\ninstall_timeout = \"60s\"\n\
+         {tester}{headnode}{worker}\
+         [[brokers]]\nname = \"mosquitto\"\nkind = \"kubernetes\"\nproduct = \"mosquitto\"\nnode = \"worker\"\nport = {NODE_PORT}\n\
+         [[scenarios]]\nname = \"local\"\n\
+         [[tests]]\nkind = \"latency\"\nloadgen = [\"tester\"]\npublishers = 5\nmessages = 20\nwarmup = 2\n",
+        pki = bed.pki.path().display(),
+        results = results.display(),
+        tester = node("tester", "[\"loadgen\", \"netem\"]"),
+        headnode = node("headnode", "[\"broker\", \"netem\"]"),
+        worker = node("worker", "[\"broker\", \"netem\"]"),
+    )
+}
+
+/// Mosquitto processes started as the fake's pod (their config is in the fake's folder).
+fn pods(fake: &Path) -> Vec<u32> {
+    common::nebula::processes_mentioning(&fake.join("pod.conf").display().to_string())
+}
+
+#[test]
+fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_controller() -> Result<()>
+{
+    isolated_netns_test!(Ok(()));
+    if !tests::components_available(&[NEBULA, NEBULA_CERT, MOSQUITTO]) {
+        return Ok(());
+    }
+    let fake = tempfile::tempdir()?;
+    let binary = fake.path().join("k3s");
+    std::fs::write(
+        &binary,
+        FAKE.replace("@DIR@", &fake.path().display().to_string()),
+    )?;
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::write(fake.path().join("podmetrics.json"), POD_METRICS)?;
+    let certs = tempfile::tempdir()?;
+    let mut bed = AgentBed::start_with("kube", |testbed, name| {
+        let mut extra = nebula_section(certs.path(), overlay_network(testbed), name)?;
+        if name != "tester" {
+            extra.push_str(&format!("[k3s]\nbinary = \"{}\"\n", binary.display()));
+        }
+        Ok(extra)
+    })?;
+    for name in ["headnode", "worker"] {
+        std::fs::write(
+            fake.path().join(format!("netns-{name}")),
+            bed.testbed.node(name).netns_name(),
+        )?;
+    }
+    let net = overlay_network(&bed.testbed);
+    let work = tempfile::tempdir()?;
+    let text = plan_text(&bed, net, &work.path().join("results"));
+    let plan = Plan::parse(&text, "kube.toml")?;
+    let summary = bed.on_controller_node(move || async move {
+        Ok(run_plan(
+            &plan,
+            &text,
+            RunOptions::default(),
+            CancellationToken::new(),
+        )
+        .await?)
+    })?;
+    ensure!(
+        (summary.measured, summary.failed, summary.skipped) == (1, 0, 0),
+        "{summary:?}"
+    );
+
+    // The manifests went to the headnode's kubectl, pinned to the worker, on the NodePort.
+    let calls = std::fs::read_to_string(fake.path().join("calls"))?;
+    ensure!(
+        calls.contains("get node worker -o json") && calls.contains("apply -f -"),
+        "{calls}"
+    );
+    let applied = std::fs::read_to_string(fake.path().join("applied.yaml"))?;
+    ensure!(
+        applied.contains("kubernetes.io/hostname: worker")
+            && applied.contains(&format!("nodePort: {NODE_PORT}"))
+            && applied.contains("image: eclipse-mosquitto:"),
+        "{applied}"
+    );
+    let results = ResultsDir::open(&summary.dir)?;
+    let (header, rows) = results.read_summary()?;
+    let column = header
+        .iter()
+        .position(|c| c == "broker_address")
+        .context("summary.csv has broker_address")?;
+    let address = &rows.first().context("one row")?[column];
+    ensure!(
+        *address == format!("mqtt://{}:{NODE_PORT}", overlay_ip(net, "worker")),
+        "measured at the worker's NodePort over the overlay: {address}"
+    );
+    let log = std::fs::read_to_string(fake.path().join("pod.log"))?;
+    ensure!(
+        log.contains(&format!("Opening ipv4 listen socket on port {NODE_PORT}")),
+        "the pod served the NodePort: {log}"
+    );
+
+    // The pod's CPU and memory, from the metrics API, are in metrics.csv under the broker.
+    let metrics = std::fs::read_to_string(summary.dir.join("metrics.csv"))?;
+    let header_line = metrics.lines().next().context("metrics header")?;
+    let columns: Vec<&str> = header_line.split(',').collect();
+    let column = |name: &str| columns.iter().position(|c| *c == name);
+    let (process, cpu, rss) = (
+        column("process").context("process column")?,
+        column("process_cpu_percent").context("cpu column")?,
+        column("process_rss_bytes").context("rss column")?,
+    );
+    let pod_rows: Vec<Vec<&str>> = metrics
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r.get(process) == Some(&"mosquitto"))
+        .collect();
+    ensure!(
+        !pod_rows.is_empty(),
+        "pod samples in metrics.csv: {metrics}"
+    );
+    for row in &pod_rows {
+        ensure!(
+            row[cpu].parse::<f64>().ok() == Some(25.0) && row[rss] == "104857600",
+            "0.25 cores and 100 MiB: {row:?}"
+        );
+    }
+
+    // Deleted after the run: the pod is gone.
+    ensure!(calls.contains("delete -f -"), "{calls}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !pods(fake.path()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    ensure!(
+        pods(fake.path()).is_empty(),
+        "the pod was stopped: {:?} still run; pid file said {:?}",
+        pods(fake.path()),
+        std::fs::read_to_string(fake.path().join("pod.pid")).ok()
+    );
+    bed.terminate_agents(std::time::Duration::from_secs(30))?;
+    Ok(())
+}
