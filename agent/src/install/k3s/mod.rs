@@ -195,22 +195,25 @@ impl K3s {
         if self.supervision == Supervision::Systemd {
             return;
         }
-        match tokio::time::timeout(RELEASE_WAIT, self.child.lock()).await {
-            Ok(mut child) => {
-                if let Some(running) = child.take() {
-                    let how = running.stop().await;
-                    tracing::info!(%how, "k3s child stopped at agent shutdown");
-                }
+        let child = match tokio::time::timeout(RELEASE_WAIT, self.child.lock()).await {
+            Ok(mut child) => child.take(),
+            Err(_) => {
+                tracing::warn!(
+                    "a cancelled k3s call did not let go within {RELEASE_WAIT:?}; stopping \
+                     k3s from its record"
+                );
+                None
             }
-            Err(_) => tracing::warn!(
-                "a cancelled k3s call did not let go within {RELEASE_WAIT:?}; stopping k3s \
-                 from its record"
-            ),
-        }
-        // A stop the cancelled call had begun (its child was killed when it was dropped)
-        // is finished from the record: whatever k3s had started is swept.
-        if let Some(how) = leftovers::stop_recorded(&self.record_path()).await {
-            tracing::info!(%how, "k3s leftovers stopped at agent shutdown");
+        };
+        // Without a child, the record still names a k3s whose stop the cancelled call had
+        // begun (its child was killed when the call was dropped), or one an earlier agent
+        // left: what it started is swept.
+        let how = match child {
+            Some(running) => Some(running.stop().await),
+            None => leftovers::stop_recorded(&self.record_path()).await,
+        };
+        if let Some(how) = how {
+            tracing::info!(%how, "k3s stopped at agent shutdown");
         }
     }
 
