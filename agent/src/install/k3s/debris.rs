@@ -18,8 +18,9 @@ use netlink_packet_route::link::LinkAttribute;
 /// them into a folder of its own so it never touches the machine's real kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPaths {
-    /// Folders under which every mount is undone, deepest first, before anything is removed
-    /// (a pod's hostPath volume is a bind mount: removing through it would delete host files).
+    /// Folders at or under which every mount is undone, deepest first, before anything is
+    /// removed (a pod's hostPath volume is a bind mount: removing through it would delete
+    /// host files).
     pub mount_roots: Vec<PathBuf>,
     /// Prefix of the pods' network namespaces (`/run/netns/cni-`): unmounted and removed.
     pub netns_prefix: PathBuf,
@@ -40,7 +41,12 @@ impl HostPaths {
     pub fn under(root: &Path) -> Self {
         let at = |path: &str| root.join(path);
         HostPaths {
-            mount_roots: vec![at("run/k3s"), at("var/lib/kubelet")],
+            // k3s-killall.sh's list; not /var/lib/kubelet itself, which may be a partition.
+            mount_roots: vec![
+                at("run/k3s"),
+                at("var/lib/kubelet/pods"),
+                at("var/lib/kubelet/plugins"),
+            ],
             netns_prefix: at("run/netns/cni-"),
             folders: vec![
                 at("run/k3s"),
@@ -70,18 +76,12 @@ pub(super) struct Cleaned {
     pub(super) failed: Vec<String>,
 }
 
-/// Unmounts below `host`'s mount roots and `extra_roots` (the data dir), removes the pods'
-/// network namespaces, deletes the links and removes the folders; best effort, every
-/// step tried.
-pub(super) async fn clean(host: &HostPaths, extra_roots: &[&Path]) -> Cleaned {
+/// Unmounts at or below `host`'s mount roots and strictly below `data_dir` (which may
+/// itself be a partition the user mounted), removes the pods' network namespaces, deletes
+/// the links and removes the folders; best effort, every step tried.
+pub(super) async fn clean(host: &HostPaths, data_dir: &Path) -> Cleaned {
     let mut cleaned = Cleaned::default();
-    let roots: Vec<&Path> = host
-        .mount_roots
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(extra_roots.iter().copied())
-        .collect();
-    unmount_below(&roots, &host.netns_prefix, &mut cleaned);
+    unmount_below(host, data_dir, &mut cleaned);
     delete_links(&host.links, &mut cleaned).await;
     let mut removed = Vec::new();
     for folder in &host.folders {
@@ -105,17 +105,19 @@ pub(super) async fn clean(host: &HostPaths, extra_roots: &[&Path]) -> Cleaned {
     cleaned
 }
 
-/// True when nothing is mounted at or below `dir`: only then may it be removed recursively.
+/// True when nothing is mounted strictly below `dir`: only then may it be removed
+/// recursively without deleting another filesystem's files.
 pub(super) fn nothing_mounted_below(dir: &Path) -> bool {
-    !mounts().iter().any(|m| m.starts_with(dir))
+    !mounts().iter().any(|m| m.starts_with(dir) && m != dir)
 }
 
-fn unmount_below(roots: &[&Path], netns_prefix: &Path, cleaned: &mut Cleaned) {
-    let prefix = netns_prefix.as_os_str().as_encoded_bytes();
+fn unmount_below(host: &HostPaths, data_dir: &Path, cleaned: &mut Cleaned) {
+    let prefix = host.netns_prefix.as_os_str().as_encoded_bytes();
     let mut targets: Vec<PathBuf> = mounts()
         .into_iter()
         .filter(|m| {
-            roots.iter().any(|root| m.starts_with(root))
+            host.mount_roots.iter().any(|root| m.starts_with(root))
+                || (m.starts_with(data_dir) && m != data_dir)
                 || m.as_os_str().as_encoded_bytes().starts_with(prefix)
         })
         .collect();
@@ -282,6 +284,8 @@ mod tests {
         assert!(host.folders.contains(&PathBuf::from("/var/lib/kubelet")));
         assert_eq!(host.netns_prefix, PathBuf::from("/run/netns/cni-"));
         assert!(nothing_mounted_below(Path::new("/nonexistent/k3s")));
-        assert!(!nothing_mounted_below(Path::new("/")));
+        assert!(!nothing_mounted_below(Path::new("/")), "/proc is below /");
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(nothing_mounted_below(dir.path()));
     }
 }

@@ -148,7 +148,7 @@ impl K3s {
                 .failed
                 .push(format!("processes {:?} survived SIGKILL", swept.survivors));
         }
-        let mut cleaned = debris::clean(&self.host, &[&self.data_dir]).await;
+        let mut cleaned = debris::clean(&self.host, &self.data_dir).await;
         processes.done.append(&mut cleaned.done);
         processes.failed.append(&mut cleaned.failed);
         processes
