@@ -20,7 +20,7 @@ struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// Removes k3s and Nebula as the installers set them up (stop the daemon first).
+    /// Removes k3s and Nebula as the installers set them up, stopping what a daemon left running.
     Uninstall,
 }
 

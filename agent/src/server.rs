@@ -41,12 +41,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let tls = credentials.server_tls()?;
+    // On the signal, undo at once: the server's graceful stop waits for in-flight calls, and
+    // a load or an install in flight ends only once the service's shutdown cancels it.
+    let undo = Arc::clone(&service);
+    let shutdown = async move {
+        shutdown.await;
+        undo.shutdown().await;
+    };
     let served = Server::builder()
         .tls_config(tls)?
         .add_service(AgentServer::from_arc(Arc::clone(&service)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
-    // Undo first, report the server's error after: a node must never stay impaired.
+    // Again after the last call ended (a broker a call started meanwhile), and when the
+    // server failed: a node must never stay impaired.
     service.shutdown().await;
     Ok(served?)
 }

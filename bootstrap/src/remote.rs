@@ -191,14 +191,14 @@ pub async fn restart_agent(ssh: &Ssh, systemd: bool) -> Result<(), SshError> {
     ssh.run("starting the agent", &script, b"").await.map(drop)
 }
 
-/// Stops a detached agent: SIGTERM (it clears netem and stops its brokers), up to 30 s,
-/// then SIGKILL.
+/// Stops a detached agent: SIGTERM (it clears netem, stops its brokers, k3s and Nebula),
+/// up to 240 s as the unit's TimeoutStopSec, then SIGKILL.
 pub fn stop_detached_script() -> String {
     format!(
         r#"pid=$(cat {pid} 2>/dev/null || true)
 if [ -n "$pid" ] && [ "$(readlink /proc/$pid/exe 2>/dev/null | sed 's/ (deleted)$//')" = {binary} ]; then
   kill -TERM "$pid" 2>/dev/null || true
-  n=0; while [ -d /proc/$pid ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
+  n=0; while [ -d /proc/$pid ] && [ $n -lt 2400 ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL "$pid" 2>/dev/null || true
 fi
 rm -f {pid}

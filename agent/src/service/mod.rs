@@ -82,8 +82,8 @@ impl AgentService {
         self.shutdown.cancel();
         self.netem.clear_all().await;
         self.brokers.stop_all().await;
-        self.cluster.shutdown().await;
-        self.overlay.shutdown().await;
+        // k3s and Nebula stop independently; together within the longer of their bounds.
+        tokio::join!(self.cluster.shutdown(), self.overlay.shutdown());
     }
 
     fn require(&self, role: NodeRole) -> Result<(), Status> {
