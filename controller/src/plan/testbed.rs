@@ -219,7 +219,7 @@ mod tests {
             (
                 study.replace(
                     "overlay_ip = \"198.19.0.3/24\"",
-                    "overlay_ip = \"10.0.0.3/24\"",
+                    "overlay_ip = \"203.0.113.3/24\"",
                 ),
                 "not in the overlay network",
             ),

@@ -159,7 +159,7 @@ mod tests {
         ClusterPlan {
             role,
             token: "K10abc::server:s3cret".into(),
-            node_ip: [10, 42, 0, 1].into(),
+            node_ip: [198, 19, 0, 1].into(),
             flannel_interface: "nebula1".into(),
             node_name: "headnode".into(),
             labels: [("site".to_string(), "lab".to_string())].into(),
@@ -195,8 +195,8 @@ mod tests {
         );
         assert_eq!(values(&line, "--write-kubeconfig-mode"), ["0600"]);
         assert_eq!(values(&line, "--node-name"), ["headnode"]);
-        assert_eq!(values(&line, "--node-ip"), ["10.42.0.1"]);
-        assert_eq!(values(&line, "--advertise-address"), ["10.42.0.1"]);
+        assert_eq!(values(&line, "--node-ip"), ["198.19.0.1"]);
+        assert_eq!(values(&line, "--advertise-address"), ["198.19.0.1"]);
         assert_eq!(values(&line, "--flannel-iface"), ["nebula1"]);
         assert_eq!(
             values(&line, "--node-label"),
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn the_agent_line_joins_through_the_environment() {
-        let url = "https://10.42.0.1:6443";
+        let url = "https://198.19.0.1:6443";
         let mut agent = plan(ClusterRole::Agent {
             server_url: url.into(),
         });
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(env_file_text(&line), "K3S_TOKEN='K10abc::server:s3cret'\n");
 
         let agent = plan(ClusterRole::Agent {
-            server_url: "https://10.42.0.1:6443".into(),
+            server_url: "https://198.19.0.1:6443".into(),
         });
         let line = daemon_line(
             Path::new("/k3s"),
@@ -297,7 +297,7 @@ mod tests {
         assert!(unit_text(&agent.role, &line, env_file).contains("Type=exec\n"));
         assert_eq!(
             env_file_text(&line),
-            "K3S_TOKEN='K10abc::server:s3cret'\nK3S_URL='https://10.42.0.1:6443'\n"
+            "K3S_TOKEN='K10abc::server:s3cret'\nK3S_URL='https://198.19.0.1:6443'\n"
         );
         assert_eq!(unit_name(&agent.role), "k3s-agent.service");
     }

@@ -116,11 +116,11 @@ mod tests {
             "labels": {"continuum.io/role": "headnode", "node-role.kubernetes.io/control-plane": "true"}
           },
           "spec": {
-            "podCIDR": "10.42.0.0/24",
+            "podCIDR": "198.18.200.0/24",
             "taints": [{"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "value": "true"}]
           },
           "status": {
-            "addresses": [{"address": "10.42.0.1", "type": "InternalIP"}, {"address": "headnode", "type": "Hostname"}],
+            "addresses": [{"address": "198.19.0.1", "type": "InternalIP"}, {"address": "headnode", "type": "Hostname"}],
             "conditions": [
               {"type": "MemoryPressure", "status": "False"},
               {"type": "Ready", "status": "True", "reason": "KubeletReady"}
@@ -133,7 +133,7 @@ mod tests {
           "metadata": {"name": "worker", "labels": {"continuum.io/role": "worker"}},
           "spec": {"taints": [{"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready"}]},
           "status": {
-            "addresses": [{"address": "10.42.0.2", "type": "InternalIP"}],
+            "addresses": [{"address": "198.19.0.2", "type": "InternalIP"}],
             "conditions": [{"type": "Ready", "status": "False"}]
           }
         }
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(nodes.len(), 2);
         assert_eq!(nodes[0].name, "headnode");
         assert!(nodes[0].ready);
-        assert_eq!(nodes[0].internal_ip, "10.42.0.1");
+        assert_eq!(nodes[0].internal_ip, "198.19.0.1");
         assert_eq!(nodes[0].labels["continuum.io/role"], "headnode");
         assert_eq!(
             nodes[0].taints,

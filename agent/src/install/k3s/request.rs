@@ -267,7 +267,7 @@ fn node_name(requested: &str, agent_name: &str) -> Result<String, String> {
 /// `https://host:port`, host a DNS name, an IPv4 address or a bracketed IPv6 address.
 fn check_server_url(url: &str) -> Result<(), String> {
     let expected = || {
-        format!("{url:?}: expected https://<server overlay ip>:<port>, e.g. https://10.42.0.1:6443")
+        format!("{url:?}: expected https://<server overlay ip>:<port>, e.g. https://198.19.0.1:6443")
     };
     if url.is_empty() {
         return Err("required: the server's URL, https://<server overlay ip>:6443".into());
@@ -313,7 +313,7 @@ mod tests {
                 schedule_workloads: false,
             })),
             token: "K10abc::server:s3cret".into(),
-            node_ip: "10.42.0.1".into(),
+            node_ip: "198.19.0.1".into(),
             flannel_interface: "nebula1".into(),
             node_name: String::new(),
             labels: [(
@@ -339,7 +339,7 @@ mod tests {
     fn a_good_request_becomes_a_plan_with_defaults() {
         let (plan, timeout) = validate(&server_request(), "Head_Node").expect("valid");
         assert_eq!(plan.node_name, "head-node");
-        assert_eq!(plan.node_ip, IpAddr::from([10, 42, 0, 1]));
+        assert_eq!(plan.node_ip, IpAddr::from([198, 19, 0, 1]));
         assert_eq!(timeout, DEFAULT_TIMEOUT);
         assert!(
             !format!("{plan:?}").contains("s3cret"),
@@ -355,7 +355,7 @@ mod tests {
             ("token", Box::new(|r| r.token = "two words".into())),
             ("token", Box::new(|r| r.token = "tab\there".into())),
             ("token", Box::new(|r| r.token = "dollar$sign".into())),
-            ("node_ip", Box::new(|r| r.node_ip = "10.42.0".into())),
+            ("node_ip", Box::new(|r| r.node_ip = "198.19.0".into())),
             ("node_ip", Box::new(|r| r.node_ip = "0.0.0.0".into())),
             (
                 "flannel_interface",
@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn server_urls_must_be_https_host_port() {
         for good in [
-            "https://10.42.0.1:6443",
+            "https://198.19.0.1:6443",
             "https://headnode.lab:6443",
             "https://[fd00::1]:6443",
         ] {
@@ -417,11 +417,11 @@ mod tests {
         }
         for bad in [
             "",
-            "http://10.42.0.1:6443",
-            "https://10.42.0.1",
-            "https://10.42.0.1:0",
-            "https://10.42.0.1:6443/path",
-            "https://user@10.42.0.1:6443",
+            "http://198.19.0.1:6443",
+            "https://198.19.0.1",
+            "https://198.19.0.1:0",
+            "https://198.19.0.1:6443/path",
+            "https://user@198.19.0.1:6443",
             "https://[fd00::1:6443",
             "https://-bad-.host:6443",
         ] {
@@ -429,7 +429,7 @@ mod tests {
         }
         let mut request = server_request();
         request.role = Some(pb::install_cluster_request::Role::Agent(pb::K3sAgent {
-            server_url: "10.42.0.1:6443".into(),
+            server_url: "198.19.0.1:6443".into(),
         }));
         assert_eq!(field_of(&request), "role.agent.server_url");
     }
@@ -442,7 +442,7 @@ mod tests {
         after.labels.insert("a".into(), "b".into());
         assert_eq!(after.changes_from(&before), ["token", "labels"]);
         after.role = ClusterRole::Agent {
-            server_url: "https://10.42.0.1:6443".into(),
+            server_url: "https://198.19.0.1:6443".into(),
         };
         assert_eq!(after.changes_from(&before)[0], "role");
         assert!(before.changes_from(&before).is_empty());

@@ -81,10 +81,10 @@ mod tests {
         let applied = Applied {
             plan: ClusterPlan {
                 role: ClusterRole::Agent {
-                    server_url: "https://10.42.0.1:6443".into(),
+                    server_url: "https://198.19.0.1:6443".into(),
                 },
                 token: "secret".into(),
-                node_ip: [10, 42, 0, 2].into(),
+                node_ip: [198, 19, 0, 2].into(),
                 flannel_interface: "nebula1".into(),
                 node_name: "worker".into(),
                 labels: Default::default(),

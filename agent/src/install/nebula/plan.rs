@@ -293,7 +293,7 @@ mod tests {
         assert!(Plan::from_request(&r).is_ok());
         r.lighthouses[1].overlay_ip = "198.19.0.1".into();
         assert!(refused(&r).1.contains("twice"));
-        r.lighthouses[1].overlay_ip = "10.0.0.1".into();
+        r.lighthouses[1].overlay_ip = "203.0.113.1".into();
         assert!(refused(&r).1.contains("outside the overlay"));
 
         let mut r = member();
