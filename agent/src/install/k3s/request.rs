@@ -267,7 +267,9 @@ fn node_name(requested: &str, agent_name: &str) -> Result<String, String> {
 /// `https://host:port`, host a DNS name, an IPv4 address or a bracketed IPv6 address.
 fn check_server_url(url: &str) -> Result<(), String> {
     let expected = || {
-        format!("{url:?}: expected https://<server overlay ip>:<port>, e.g. https://198.19.0.1:6443")
+        format!(
+            "{url:?}: expected https://<server overlay ip>:<port>, e.g. https://198.19.0.1:6443"
+        )
     };
     if url.is_empty() {
         return Err("required: the server's URL, https://<server overlay ip>:6443".into());
