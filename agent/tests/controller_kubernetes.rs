@@ -131,6 +131,14 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
         *address == format!("mqtt://{}:{NODE_PORT}", overlay_ip(net, "worker")),
         "measured at the worker's NodePort over the overlay: {address}"
     );
+    let deployed = results.read_manifest()?.brokers;
+    ensure!(
+        deployed.len() == 1
+            && deployed[0].node == "headnode"
+            && deployed[0].detail.contains("eclipse-mosquitto:")
+            && deployed[0].detail.contains("on node worker"),
+        "the manifest says what ran where: {deployed:?}"
+    );
     let log = std::fs::read_to_string(fake.path().join("pod.log"))?;
     ensure!(
         log.contains(&format!("Opening ipv4 listen socket on port {NODE_PORT}")),

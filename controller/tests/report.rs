@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use controller::plan::{CellPoint, Plan, TestKind, workload_for};
 use controller::report::{ReportFiles, check_svg, write_report};
 use controller::results::{
-    AppliedNetem, CellRecord, CellStatus, ClusterRecord, Manifest, MetricsRow, NodeRecord,
-    OverlayRecord, ResultsDir, TestbedRecord,
+    AppliedNetem, BrokerRecord, CellRecord, CellStatus, ClusterRecord, Manifest, MetricsRow,
+    NodeRecord, OverlayRecord, ResultsDir, TestbedRecord,
 };
 use loadgen::result::ClientWindow;
 use loadgen::{RunResult, Summary};
@@ -150,6 +150,12 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             .flat_map(|b| [netem(b, "tester"), netem(b, "worker")])
             .collect(),
         skipped: vec!["broker emqx: not installed on worker (optional), skipped".into()],
+        brokers: vec![BrokerRecord {
+            name: "mosquitto".into(),
+            node: "headnode".into(),
+            address: "198.19.0.3:31883".into(),
+            detail: "mosquitto (eclipse-mosquitto:1.6.15-openssl) as Deployment continuum/mosquitto on node worker, NodePort 31883".into(),
+        }],
         testbed: Some(TestbedRecord {
             overlay: vec![
                 OverlayRecord {
@@ -420,6 +426,8 @@ fn the_report_shows_what_was_recorded() {
 
     // Failures, retries and skips are counted with their reasons.
     assert!(md.contains("1 cell failed and left out of every figure and table"));
+    let deployed = table(&md, "| Broker | Deployed by |");
+    assert!(get(&deployed[0], "What runs").contains("eclipse-mosquitto:1.6.15-openssl"));
     let overlay = table(&md, "| Node | Nebula |");
     assert_eq!(
         get(&overlay[1], "Peers reached"),

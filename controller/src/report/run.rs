@@ -91,6 +91,21 @@ pub fn section(data: &RunData) -> Section {
          the true offset lies within the bound.",
     );
     section.blocks.push(Block::Table(nodes));
+    if !manifest.brokers.is_empty() {
+        section.heading("Brokers as deployed");
+        section
+            .paragraph("What each broker's agent reported running, and where clients dialled it.");
+        let mut brokers = Table::new(&["Broker", "Deployed by", "Address", "What runs"], 4);
+        for broker in &manifest.brokers {
+            brokers.row(vec![
+                broker.name.clone(),
+                broker.node.clone(),
+                broker.address.clone(),
+                broker.detail.clone(),
+            ]);
+        }
+        section.blocks.push(Block::Table(brokers));
+    }
     if let Some(testbed) = &manifest.testbed {
         testbed_part(&mut section, testbed);
     }

@@ -69,6 +69,22 @@ pub struct Manifest {
     /// asks for neither).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testbed: Option<TestbedRecord>,
+    /// Each broker as it was deployed (the last deployment, on a resumed run).
+    #[serde(default)]
+    pub brokers: Vec<BrokerRecord>,
+}
+
+/// A broker as the agent that started it described it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// The plan's broker name.
+    pub name: String,
+    /// The node whose agent deployed it (the headnode for a kubernetes broker).
+    pub node: String,
+    /// Where clients dialled it.
+    pub address: String,
+    /// What runs: product and process, or image, Deployment and node.
+    pub detail: String,
 }
 
 /// What phases 2 and 3 left running, as the agents reported it.

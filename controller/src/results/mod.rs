@@ -15,7 +15,7 @@ mod manifest;
 mod summary;
 
 pub use manifest::{
-    AppliedNetem, ClusterRecord, Manifest, NodeRecord, OverlayRecord, TestbedRecord,
+    AppliedNetem, BrokerRecord, ClusterRecord, Manifest, NodeRecord, OverlayRecord, TestbedRecord,
 };
 pub use summary::{
     CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_FIXED_COLUMNS, split_csv_line,

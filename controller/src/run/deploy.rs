@@ -20,19 +20,31 @@ pub(super) fn deploying_node<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> Opt
     }
 }
 
+/// A broker ready for its cells: where clients dial it, and what the agent said it runs
+/// (product, process or image, node) for the manifest.
+#[derive(Debug, Clone)]
+pub(super) struct Deployed {
+    pub address: SocketAddr,
+    pub detail: String,
+}
+
 /// Starts the broker on its node (or records an external one). Err carries the reason and
 /// whether its cells are skipped (an optional broker that is not installed) or failed.
 pub(super) async fn deploy(
     plan: &Plan,
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
-) -> Result<SocketAddr, (String, bool)> {
+) -> Result<Deployed, (String, bool)> {
     if broker.kind == BrokerKind::External {
         let address = broker.address.as_deref().unwrap_or_default();
         return tokio::net::lookup_host(address)
             .await
             .ok()
             .and_then(|mut addresses| addresses.next())
+            .map(|address| Deployed {
+                address,
+                detail: "external: run by someone else".to_string(),
+            })
             .ok_or_else(|| {
                 (
                     format!("external address {address:?} does not resolve"),
@@ -85,11 +97,17 @@ pub(super) async fn deploy(
         )
     })?;
     match started {
-        Ok(status) => status
-            .into_inner()
-            .address
-            .parse()
-            .map_err(|_| ("the agent reported no address".to_string(), false)),
+        Ok(status) => {
+            let status = status.into_inner();
+            let address = status
+                .address
+                .parse()
+                .map_err(|_| ("the agent reported no address".to_string(), false))?;
+            Ok(Deployed {
+                address,
+                detail: status.detail,
+            })
+        }
         Err(status) if status.code() == tonic::Code::FailedPrecondition && broker.optional => {
             Err((status.message().to_string(), true))
         }

@@ -23,7 +23,9 @@ pub use self::agents::{AgentHandle, LocalAgent};
 use self::cell::CellOutcome;
 use self::scenario::ScenarioOutcome;
 use crate::plan::{Cell, OnFailure, Plan};
-use crate::results::{CellRecord, CellStatus, Manifest, NodeRecord, ResultsDir, ResultsError};
+use crate::results::{
+    BrokerRecord, CellRecord, CellStatus, Manifest, NodeRecord, ResultsDir, ResultsError,
+};
 
 /// Why a run could not be carried out (cells that fail are recorded, not errors).
 #[derive(Debug, thiserror::Error)]
@@ -187,10 +189,12 @@ pub async fn run_plan_observed(
         netem: Vec::new(),
         skipped: Vec::new(),
         testbed: None,
+        brokers: Vec::new(),
     };
     if let Ok(previous) = results.read_manifest() {
         manifest.netem = previous.netem;
         manifest.skipped = previous.skipped;
+        manifest.brokers = previous.brokers;
     }
     results.write_manifest(&manifest)?;
     // Phases 2 and 3: a failure here stops the run before any broker (nothing measured yet).
@@ -228,7 +232,20 @@ pub async fn run_plan_observed(
         }
         let deployed = deploy::deploy(plan, broker, &agents).await;
         let address = match deployed {
-            Ok(address) => address,
+            Ok(deployed) => {
+                let record = BrokerRecord {
+                    name: broker.name.clone(),
+                    node: deploy::deploying_node(plan, broker)
+                        .unwrap_or("-")
+                        .to_string(),
+                    address: deployed.address.to_string(),
+                    detail: deployed.detail,
+                };
+                manifest.brokers.retain(|b| b.name != record.name);
+                manifest.brokers.push(record);
+                results.write_manifest(&manifest)?;
+                deployed.address
+            }
             Err((reason, skip)) => {
                 let status = if skip {
                     CellStatus::Skipped
