@@ -12,31 +12,26 @@
 //! Every test runs isolated in its own network namespace (see `tests::netns`); traffic stays
 //! between the testbed's nodes, all in 198.18.0.0/15.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use common::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
 use controller::connect::connect_agent;
 use controller::plan::Plan;
 use controller::report::check_svg;
 use controller::results::ResultsDir;
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
-use proto::agent::v1::agent_client::AgentClient;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
-use tests::netns::{NodeProcess, Testbed};
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
-use tonic::transport::Channel;
 
-const AGENT_PORT: u16 = 7100;
-const AGENTS: [&str; 3] = ["tester", "headnode", "worker"];
-const READY_DEADLINE: Duration = Duration::from_secs(20);
 /// Set (to a plan file) only in the re-executed helper process.
 const HELPER_PLAN_VAR: &str = "CONTINUUM_E2E_CONTROLLER_PLAN";
 /// The test the helper process runs.
@@ -57,63 +52,47 @@ const CHROMIUM_FLAGS: [&str; 9] = [
 ];
 
 /// A testbed with agents on tester, headnode and worker (each with the roles given, all by
-/// default), a controller node, nodes without agents, the PKI and a work folder.
+/// default), a controller node, nodes without agents, the PKI (common::AgentBed) and a work
+/// folder.
 struct Bed {
-    testbed: Testbed,
-    pki: tempfile::TempDir,
+    bed: AgentBed,
     work: tempfile::TempDir,
-    agents: Vec<(String, NodeProcess)>,
+}
+
+// The agent bed's testbed, PKI and agents, as `bed.testbed` and so on.
+impl std::ops::Deref for Bed {
+    type Target = AgentBed;
+
+    fn deref(&self) -> &AgentBed {
+        &self.bed
+    }
+}
+
+impl std::ops::DerefMut for Bed {
+    fn deref_mut(&mut self) -> &mut AgentBed {
+        &mut self.bed
+    }
 }
 
 impl Bed {
     fn start(prefix: &str, roles: &[(&str, &str)], bare_nodes: &[&str]) -> Result<Self> {
-        let nodes: Vec<_> = AGENTS
-            .iter()
-            .chain(&["controller"])
-            .chain(bare_nodes)
-            .map(|n| (*n).into())
-            .collect();
-        let testbed = Testbed::build(prefix, &nodes)?;
-        let pki = tempfile::tempdir()?;
-        let ca = CertificateAuthority::generate("Continuum e2e CA")?;
-        let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
-        for name in AGENTS {
-            let addr = testbed.node(name).addr();
-            identities.push(
-                ca.issue(&IdentitySpec::new(Role::Agent, name).with_ip_address(addr.into()))?,
-            );
-        }
-        write_pki(pki.path(), &ca, &identities, Overwrite::Refuse)?;
-        let mut agents = Vec::new();
-        for name in AGENTS {
-            let node = testbed.node(name);
-            let role_line = roles
+        let bed = AgentBed::start_with_nodes(prefix, bare_nodes, |_, name| {
+            Ok(roles
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, roles)| format!("roles = [{roles}]\n"))
-                .unwrap_or_default();
-            let config = write_agent_config(
-                pki.path(),
-                name,
-                SocketAddr::new(node.addr().into(), AGENT_PORT),
-                &role_line,
-            )?;
-            let mut command = node.command(env!("CARGO_BIN_EXE_continuum-agent"));
-            command.arg("--config").arg(&config).env("RUST_LOG", "warn");
-            agents.push((name.to_string(), node.spawn(&mut command)?));
-        }
+                .unwrap_or_default())
+        })?;
         let bed = Bed {
-            testbed,
-            pki,
+            bed,
             work: tempfile::tempdir()?,
-            agents,
         };
         bed.wait_for_agents()?;
         Ok(bed)
     }
 
     fn ip(&self, node: &str) -> String {
-        self.testbed.node(node).addr().to_string()
+        self.bed.testbed.node(node).addr().to_string()
     }
 
     fn address(&self, node: &str) -> String {
@@ -125,7 +104,7 @@ impl Bed {
     }
 
     fn controller_credentials(&self) -> Result<Credentials> {
-        Ok(Credentials::load(self.pki.path(), "controller")?)
+        Ok(Credentials::load(self.bed.pki.path(), "controller")?)
     }
 
     /// Runs `f` in the controller node.
@@ -135,7 +114,7 @@ impl Bed {
         Fut: std::future::Future<Output = Result<T>>,
         T: Send,
     {
-        self.testbed.node("controller").run_in(f)?
+        self.bed.testbed.node("controller").run_in(f)?
     }
 
     /// Polls every agent from the controller node until it answers Info.
@@ -152,7 +131,8 @@ impl Bed {
 
     /// The PID of a node's agent process.
     fn agent_pid(&self, node: &str) -> u32 {
-        self.agents
+        self.bed
+            .agents
             .iter()
             .find(|(name, _)| name == node)
             .map(|(_, process)| process.id())
@@ -165,7 +145,7 @@ impl Bed {
             "name = \"{name}\"\nrepetitions = {repetitions}\nresults_dir = \"{}\"\npki_dir = \"{}\"\n\n\
              [timeouts]\nconnect = \"5s\"\ndeploy = \"60s\"\nnetem = \"10s\"\ncell = \"60s\"\n\n",
             self.results_root().display(),
-            self.pki.path().display()
+            self.bed.pki.path().display()
         )
     }
 
@@ -249,48 +229,6 @@ impl Bed {
             }
             Ok(())
         })
-    }
-}
-
-fn write_agent_config(pki: &Path, name: &str, listen: SocketAddr, roles: &str) -> Result<PathBuf> {
-    let state = pki.join(format!("{name}-state"));
-    std::fs::create_dir_all(&state)?;
-    // Brokers started as root drop to their own users, which must reach their files.
-    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let path = pki.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "name = \"{name}\"\nlisten = \"{listen}\"\ndata_plane_interface = \"eth0\"\nstate_dir = \"{}\"\n{roles}\
-             [tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            state.display(),
-            pki.join("ca.pem").display(),
-            pki.join(format!("{name}.pem")).display(),
-            pki.join(format!("{name}.key")).display(),
-        ),
-    )?;
-    Ok(path)
-}
-
-/// Connects, retrying until the agent answers Info or the deadline passes.
-async fn connect_when_ready(
-    address: &str,
-    credentials: &Credentials,
-) -> Result<AgentClient<Channel>> {
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        let attempt = async {
-            let mut client = connect_agent(address, None, credentials).await?;
-            client.info(pb::InfoRequest {}).await?;
-            anyhow::Ok(client)
-        };
-        match attempt.await {
-            Ok(client) => return Ok(client),
-            Err(error) if Instant::now() > deadline => {
-                return Err(error.context(format!("agent {address} never answered")));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
     }
 }
 

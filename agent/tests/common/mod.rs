@@ -51,9 +51,19 @@ impl AgentBed {
         prefix: &str,
         extra: impl Fn(&Testbed, &str) -> Result<String>,
     ) -> Result<Self> {
+        Self::start_with_nodes(prefix, &[], extra)
+    }
+
+    /// [`AgentBed::start_with`], plus `bare_nodes` without an agent.
+    pub fn start_with_nodes(
+        prefix: &str,
+        bare_nodes: &[&str],
+        extra: impl Fn(&Testbed, &str) -> Result<String>,
+    ) -> Result<Self> {
         let nodes: Vec<_> = AGENTS
             .iter()
             .chain(&["controller"])
+            .chain(bare_nodes)
             .map(|n| (*n).into())
             .collect();
         let testbed = Testbed::build(prefix, &nodes)?;
@@ -139,7 +149,8 @@ impl AgentBed {
     }
 }
 
-/// Writes `<pki>/<name>.toml` for an agent listening on `listen`, with `extra` appended.
+/// Writes `<pki>/<name>.toml` for an agent listening on `listen`, with `extra` appended
+/// (top-level keys such as `roles`, then sections: the TLS files are an inline table).
 pub fn write_agent_config(
     pki: &Path,
     name: &str,
@@ -155,7 +166,7 @@ pub fn write_agent_config(
         &path,
         format!(
             "name = \"{name}\"\nlisten = \"{listen}\"\ndata_plane_interface = \"eth0\"\nstate_dir = \"{}\"\n\
-             [tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n{extra}",
+             tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\n{extra}",
             state.display(),
             pki.join("ca.pem").display(),
             pki.join(format!("{name}.pem")).display(),
