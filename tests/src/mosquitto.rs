@@ -81,7 +81,12 @@ impl MosquittoOptions {
             // message_size_limit is left out: its default 0 already means no
             // limit, and writing it only earns a deprecation note in the log.
             "log_dest stdout".to_owned(),
-            "log_type error warning notice information".to_owned(),
+            // One type per line: Mosquitto reads only the first word of a log_type line (with
+            // "error warning notice information" on one line it logged errors alone).
+            "log_type error".to_owned(),
+            "log_type warning".to_owned(),
+            "log_type notice".to_owned(),
+            "log_type information".to_owned(),
         ];
         if let Some(inflight) = self.max_inflight_messages {
             lines.push(format!("max_inflight_messages {inflight}"));

@@ -64,9 +64,15 @@ pub(super) fn settings(options: &BrokerOptions, listener: &str) -> String {
         format!("max_inflight_messages {inflight}"),
         // $SYS counters, refreshed as often as Mosquitto allows.
         "sys_interval 1".to_owned(),
-        // The agent (or the container runtime) captures stdout.
-        "log_dest stdout".to_owned(),
-        "log_type error warning notice information".to_owned(),
+        // The agent (or the container runtime) captures it; stderr is unbuffered, so the
+        // start line (with the version the agent reports) is there at once.
+        "log_dest stderr".to_owned(),
+        // One type per line: Mosquitto reads only the first word of a log_type line (with
+        // "error warning notice information" on one line it logged errors alone).
+        "log_type error".to_owned(),
+        "log_type warning".to_owned(),
+        "log_type notice".to_owned(),
+        "log_type information".to_owned(),
         String::new(),
     ]
     .join("\n")
@@ -147,6 +153,12 @@ mod tests {
         );
         assert_eq!(broker.check().await, BrokerState::Running);
         probe(address, PROBE_TIMEOUT).await.unwrap();
+        let detail = broker.detail();
+        assert!(
+            detail.starts_with("mosquitto ")
+                && detail.chars().nth(10).is_some_and(|c| c.is_ascii_digit()),
+            "the version from its log: {detail}"
+        );
 
         // The same port again is refused before anything is spawned.
         let mut again = spec.clone();

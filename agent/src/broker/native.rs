@@ -387,8 +387,12 @@ impl RunningBroker for NativeBroker {
     }
 
     fn detail(&self) -> String {
+        let version = std::fs::read(&self.log)
+            .ok()
+            .and_then(|log| version_in_log(self.product, &String::from_utf8_lossy(&log)))
+            .unwrap_or_else(|| "(version not in its log)".to_string());
         format!(
-            "{} (pid {}), files in {}, log {}",
+            "{} {version} (pid {}), files in {}, log {}",
             self.product,
             self.pid,
             self.dir.display(),
@@ -415,8 +419,52 @@ impl RunningBroker for NativeBroker {
     }
 }
 
+/// The version a broker announces in its log as it starts, for the products whose start
+/// line is known: Mosquitto ("mosquitto version 2.0.11 starting") and RabbitMQ ("Starting
+/// RabbitMQ 3.10.8 on Erlang ..."). The others say nothing here rather than guess.
+pub(super) fn version_in_log(product: Product, log: &str) -> Option<String> {
+    let marker = match product {
+        Product::Mosquitto => "mosquitto version ",
+        Product::RabbitMq => "Starting RabbitMQ ",
+        Product::Emqx | Product::VerneMq | Product::HiveMq => return None,
+    };
+    let start = log.find(marker)? + marker.len();
+    let version: String = log[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
+        .collect();
+    version
+        .starts_with(|c: char| c.is_ascii_digit())
+        .then_some(version)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn versions_are_read_from_the_start_lines_only_where_known() {
+        use super::{Product, version_in_log};
+        let mosquitto =
+            "1796013085: mosquitto version 2.0.11 starting\n1796013085: Using default config.";
+        assert_eq!(
+            version_in_log(Product::Mosquitto, mosquitto).as_deref(),
+            Some("2.0.11")
+        );
+        let rabbit = "2026-11-30 [info] <0.229.0>  Starting RabbitMQ 3.10.8 on Erlang 25.2.3 [jit]";
+        assert_eq!(
+            version_in_log(Product::RabbitMq, rabbit).as_deref(),
+            Some("3.10.8")
+        );
+        assert_eq!(version_in_log(Product::Mosquitto, "no start line"), None);
+        assert_eq!(
+            version_in_log(Product::Mosquitto, "mosquitto version starting"),
+            None
+        );
+        assert_eq!(
+            version_in_log(Product::Emqx, "EMQX 5.0.22 is running now!"),
+            None
+        );
+    }
+
     use super::*;
     use crate::broker::error::ErrorCode;
     use crate::broker::spec::BrokerOptions;

@@ -295,6 +295,11 @@ mod tests {
         );
         assert_eq!(broker.check().await, BrokerState::Running);
         probe(broker.address(), PROBE_TIMEOUT).await.unwrap();
+        let detail = broker.detail();
+        assert!(
+            !detail.contains("version not in its log"),
+            "the version from its log: {detail}"
+        );
         let tagged = tagged_processes("rabbit");
         assert!(
             tagged.len() >= 3,
