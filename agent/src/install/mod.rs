@@ -125,6 +125,24 @@ fn shares_pid1_network_namespace() -> bool {
     }
 }
 
+/// Runs `call` unless `shutting_down` has fired, and abandons it (at its next await, which
+/// releases the installer's lock) when it fires: the installer's shutdown then finishes the
+/// stop. Shared by both installers.
+pub(crate) async fn unless_shutting_down<T>(
+    shutting_down: &tokio_util::sync::CancellationToken,
+    call: impl std::future::Future<Output = Result<T, InstallError>>,
+) -> Result<T, InstallError> {
+    let refused = || InstallError::Failed("the agent is shutting down".into());
+    if shutting_down.is_cancelled() {
+        return Err(refused());
+    }
+    tokio::select! {
+        biased;
+        () = shutting_down.cancelled() => Err(refused()),
+        result = call => result,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,6 @@ mod running;
 mod state;
 mod uninstall;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use proto::agent::v1 as pb;
@@ -142,8 +141,7 @@ impl K3s {
             binary,
             supervision: self.supervision,
         };
-        self.unless_shutting_down(self.install_locked(wanted, timeout))
-            .await
+        super::unless_shutting_down(&self.shutting_down, self.install_locked(wanted, timeout)).await
     }
 
     async fn install_locked(
@@ -214,23 +212,6 @@ impl K3s {
         };
         if let Some(how) = how {
             tracing::info!(%how, "k3s stopped at agent shutdown");
-        }
-    }
-
-    /// Runs `call` unless shutdown has begun, and abandons it (at its next await, which
-    /// releases the child's lock) when shutdown begins: shutdown then finishes the stop.
-    async fn unless_shutting_down<T>(
-        &self,
-        call: impl Future<Output = Result<T, InstallError>>,
-    ) -> Result<T, InstallError> {
-        let refused = || InstallError::Failed("the agent is shutting down".into());
-        if self.shutting_down.is_cancelled() {
-            return Err(refused());
-        }
-        tokio::select! {
-            biased;
-            () = self.shutting_down.cancelled() => Err(refused()),
-            result = call => result,
         }
     }
 

@@ -39,7 +39,7 @@ impl K3s {
     /// links, folders) is best effort: whatever could not be cleaned is listed in the
     /// detail, and the iptables rules are left (the detail says so).
     pub async fn uninstall(&self) -> Result<pb::ClusterStatus, InstallError> {
-        self.unless_shutting_down(self.uninstall_locked()).await
+        crate::install::unless_shutting_down(&self.shutting_down, self.uninstall_locked()).await
     }
 
     async fn uninstall_locked(&self) -> Result<pb::ClusterStatus, InstallError> {

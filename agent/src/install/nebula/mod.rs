@@ -38,7 +38,6 @@ mod plan;
 mod reach;
 mod tun;
 
-use std::future::Future;
 use std::path::PathBuf;
 
 use proto::agent::v1 as pb;
@@ -93,8 +92,11 @@ impl Nebula {
         let plan = Plan::from_request(&request)?;
         let (files, binary) = self.prerequisites()?;
         let text = config::render(&plan, &files, &config::pki_digest(&files)?, &binary)?;
-        self.unless_shutting_down(self.install_locked(plan, files, binary, text))
-            .await
+        super::unless_shutting_down(
+            &self.shutting_down,
+            self.install_locked(plan, files, binary, text),
+        )
+        .await
     }
 
     async fn install_locked(
@@ -171,7 +173,7 @@ impl Nebula {
     /// Stops Nebula and removes its configuration, unit, log and PID file (bootstrap's
     /// certificate files stay); "not installed" when there was nothing.
     pub async fn uninstall(&self) -> Result<pb::OverlayStatus, InstallError> {
-        self.unless_shutting_down(self.uninstall_locked()).await
+        super::unless_shutting_down(&self.shutting_down, self.uninstall_locked()).await
     }
 
     async fn uninstall_locked(&self) -> Result<pb::OverlayStatus, InstallError> {
@@ -232,23 +234,6 @@ impl Nebula {
             Ok(Some(pid)) => tracing::info!(pid, "nebula stopped at shutdown"),
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "stopping nebula at shutdown"),
-        }
-    }
-
-    /// Runs `call` unless shutdown has begun, and abandons it (at its next await, which
-    /// releases the supervisor) when shutdown begins: shutdown then stops what it started.
-    async fn unless_shutting_down<T>(
-        &self,
-        call: impl Future<Output = Result<T, InstallError>>,
-    ) -> Result<T, InstallError> {
-        let refused = || InstallError::Failed("the agent is shutting down".into());
-        if self.shutting_down.is_cancelled() {
-            return Err(refused());
-        }
-        tokio::select! {
-            biased;
-            () = self.shutting_down.cancelled() => Err(refused()),
-            result = call => result,
         }
     }
 
