@@ -1,16 +1,31 @@
 #!/usr/bin/env python3
-"""loadgen's speed and memory figures against Mosquitto on loopback, beside the targets.
+"""loadgen beside another MQTT load tool on one Mosquitto, runs alternating, figures in pairs.
 
-Run: python3 bench/loadgen.py [--runs N]. Starts its own Mosquitto on a free 127.0.0.1 port,
-builds loadgen in release mode and prints, for each figure, the median over the runs, the
-spread, and the target. CPU is loadgen's own (user + system, from the OS: getrusage of the
-child), divided by the messages published (each also received once in the throughput test).
-This machine is shared and has 2 cores that broker and loadgen share: read medians.
+Run: python3 bench/loadgen.py [--pairs N] [--peer PATH] [--spread N]
+
+The peer is mqttv5-cli's `bench` command (crates.io: `cargo install mqttv5-cli --version
+0.29.10`, then `mqttv5` on PATH or --peer PATH). Both tools drive the same private Mosquitto on
+127.0.0.1 (a free port), alternating A B A B so that both see the same machine; every ratio is
+taken within one pair of runs, never against a figure from another day.
+
+Workloads (100 publisher/subscriber pairs, each pair on its own topic, QoS 0, 12-byte payloads:
+mqttv5's smallest):
+  fast   as fast as each tool goes. loadgen: the study's burst of 1000 messages per publisher.
+         mqttv5: `--mode hol-blocking` unpaced for 1 s (it has no counted mode). Its load time
+         for 100,000 messages is taken from its own measured rate.
+  paced  both at an offered 100,000 msg/s for 1 s (1000 messages per pair).
+
+Per run: the tool's CPU per message delivered (user + system of the whole process, from
+getrusage of the child), its wall time, its peak RSS, and Mosquitto's CPU per message delivered
+(utime + stime from /proc/PID/stat before and after). Then loadgen alone: --spread consecutive
+runs of `loadgen throughput --clients 100 --messages 1000` (wall max/min), and the latency
+preset at the study's rate and at ten times it.
+This machine is shared and noisy: read the ratios within pairs and the medians.
 """
 import argparse
 import json
 import os
-import resource
+import re
 import shutil
 import socket
 import statistics
@@ -21,15 +36,20 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOADGEN = os.path.join(ROOT, "target", "release", "loadgen")
-# mqtt-stresser, the study's tool, on this machine for the same run (see shared/DESIGN.md).
-STUDY_TOOL_CPU_US = 8.0
-STUDY_TOOL_WALL_S = 0.71
+PAIRS, MESSAGES, PAYLOAD = 100, 1000, 12
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def process_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def start_mosquitto(workdir):
@@ -51,74 +71,139 @@ def start_mosquitto(workdir):
     sys.exit("mosquitto did not start within 10 s")
 
 
-def run_loadgen(args):
-    """Runs loadgen, returns (summary JSON, CPU seconds of the child, wall seconds)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    done = subprocess.run([LOADGEN, "--no-progress", "--json", *args], capture_output=True, text=True)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        sys.exit(f"loadgen {' '.join(args)} failed: {done.stderr.strip()}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(done.stdout), cpu, wall
+class Measured:
+    """One run of one tool: what it cost itself and the broker, per message delivered."""
+
+    def __init__(self, tool, wall, cpu, rss_mb, broker_cpu, delivered, load_s, extra=""):
+        self.tool, self.wall, self.cpu, self.rss_mb = tool, wall, cpu, rss_mb
+        self.broker_cpu, self.delivered, self.load_s, self.extra = broker_cpu, delivered, load_s, extra
+
+    def cpu_us(self):
+        return self.cpu * 1e6 / max(self.delivered, 1)
+
+    def broker_us(self):
+        return self.broker_cpu * 1e6 / max(self.delivered, 1)
+
+    def time_per_100k(self):
+        return self.load_s * 100_000 / max(self.delivered, 1)
 
 
-def row(name, values, target, fmt="{:.2f}", ok=None):
-    median = statistics.median(values)
-    spread = f"{fmt.format(min(values))}..{fmt.format(max(values))}"
-    verdict = "" if ok is None else ("met" if ok(median) else "MISSED")
-    print(f"  {name:<48} {fmt.format(median):>12}  ({spread:<22}) target {target:<14} {verdict}")
+def timed(command, broker_pid):
+    """Runs `command`, returns (stdout, stderr, wall s, CPU s, peak RSS MB, broker CPU s), the
+    CPU and RSS of this child alone (wait4)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        broker_before = process_cpu_s(broker_pid)
+        started = time.monotonic()
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.monotonic() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        broker_cpu = process_cpu_s(broker_pid) - broker_before
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if child.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed: {stderr.strip()[-500:]}")
+    return stdout, stderr, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, broker_cpu
+
+
+def run_loadgen(args, port, broker_pid):
+    out, _, wall, cpu, rss, broker_cpu = timed(
+        [LOADGEN, "--no-progress", "--json", "throughput", "--broker", f"127.0.0.1:{port}",
+         "--clients", str(PAIRS), "--payload", f"{PAYLOAD}B", *args], broker_pid)
+    summary = json.loads(out)
+    extra = f"loadgen: busy {summary['generator']['busy_percent']:.0f} % of {summary['generator']['cpu_capacity']:.1f} CPU"
+    if summary["generator"]["limited"]:
+        extra += " GENERATOR-LIMITED: " + "; ".join(summary["generator"]["reasons"])
+    return Measured("loadgen", wall, cpu, rss, broker_cpu, summary["received"],
+                    summary["load_wall_ms"] / 1e3, extra), summary
+
+
+def run_peer(peer, args, port, broker_pid):
+    out, err, wall, cpu, rss, broker_cpu = timed(
+        [peer, "bench", "-H", "127.0.0.1", "-p", str(port), "--mode", "hol-blocking",
+         "--topics", str(PAIRS), "--pub-connections", str(PAIRS), "--sub-connections", str(PAIRS),
+         "--qos", "0", "--payload-size", str(PAYLOAD), "--warmup", "0", "--duration", "1", *args],
+        broker_pid)
+    results = json.loads(out)["results"]
+    received = results["total_messages"]
+    published = re.search(r"published: (\d+)", err)
+    rate = results["measured_rate"]
+    extra = f"mqttv5: published {published.group(1) if published else '?'}, received {received}"
+    return Measured("mqttv5", wall, cpu, rss, broker_cpu, received, received / max(rate, 1), extra)
+
+
+def print_pairs(title, pairs):
+    print(f"\n{title}")
+    print("  pair  tool     delivered  CPU/msg(us)  wall(s)  load/100k msgs(s)  RSS(MB)  broker CPU/msg(us)")
+    ratios = {"cpu": [], "wall": [], "load": [], "broker": [], "rss": []}
+    for n, (lg, peer) in enumerate(pairs, 1):
+        for m in (lg, peer):
+            print(f"  {n:>4}  {m.tool:<7} {m.delivered:>10}  {m.cpu_us():>11.2f}  {m.wall:>7.2f}"
+                  f"  {m.time_per_100k():>17.3f}  {m.rss_mb:>7.1f}  {m.broker_us():>18.2f}")
+        ratios["cpu"].append(lg.cpu_us() / peer.cpu_us())
+        ratios["wall"].append(lg.wall / peer.wall)
+        ratios["load"].append(lg.time_per_100k() / peer.time_per_100k())
+        ratios["broker"].append(lg.broker_us() / peer.broker_us())
+        ratios["rss"].append(lg.rss_mb / peer.rss_mb)
+        print(f"        ratio loadgen/mqttv5: CPU/msg {ratios['cpu'][-1]:.2f}, wall {ratios['wall'][-1]:.2f}, "
+              f"load time {ratios['load'][-1]:.2f}, broker CPU/msg {ratios['broker'][-1]:.2f}, RSS {ratios['rss'][-1]:.2f}")
+        print(f"        {lg.extra}; {peer.extra}")
+    print("  median ratio (range over pairs) loadgen/mqttv5:")
+    for name, label in [("cpu", "tool CPU per message"), ("wall", "wall time, whole process"),
+                        ("load", "load time for 100,000 messages"), ("broker", "broker CPU per message"),
+                        ("rss", "peak RSS")]:
+        values = ratios[name]
+        print(f"    {label:<34} {statistics.median(values):.2f}  ({min(values):.2f}..{max(values):.2f})")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=5, help="pairs of runs per workload")
+    parser.add_argument("--spread", type=int, default=10, help="consecutive loadgen runs for the spread")
+    parser.add_argument("--peer", default=shutil.which("mqttv5"), help="the mqttv5 binary")
     options = parser.parse_args()
     if not shutil.which("mosquitto"):
         sys.exit("mosquitto is not installed (apt-get install mosquitto)")
+    if not options.peer or not os.path.exists(options.peer):
+        sys.exit("the peer is missing: cargo install mqttv5-cli --version 0.29.10 (or --peer PATH)")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "loadgen"], cwd=ROOT, check=True)
+    version = subprocess.run([options.peer, "--version"], capture_output=True, text=True).stdout.strip()
     workdir = tempfile.mkdtemp(prefix="loadgen-bench-")
     broker, port = start_mosquitto(workdir)
-    target = ["--broker", f"127.0.0.1:{port}"]
+    mosquitto_version = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0]
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs; {mosquitto_version} on 127.0.0.1:{port}; "
+          f"peer {version}; {PAIRS} pairs, QoS 0, {PAYLOAD} B")
     try:
-        print(f"loadgen throughput --clients 100 --messages 1000 against Mosquitto 127.0.0.1:{port}, {options.runs} runs")
-        cpu_engine, cpu_process, wall_load, wall_process, receive, publish, per_client, lost = [], [], [], [], [], [], [], []
-        for _ in range(options.runs):
-            summary, cpu, wall = run_loadgen(["throughput", "--clients", "100", "--messages", "1000", *target])
-            cpu_engine.append(summary["loadgen_cpu_per_message_us"])
-            cpu_process.append(cpu * 1e6 / summary["published"])
-            wall_load.append(summary["load_wall_ms"] / 1e3)
-            wall_process.append(wall)
-            receive.append(summary["receive_rate"]["msgs_per_s"])
-            publish.append(summary["publish_rate"]["msgs_per_s"])
-            per_client.append(summary["receive_rate_per_client"]["median_msgs_per_s"])
-            lost.append(summary["lost"])
-        row("CPU per message, whole process (µs)", cpu_process, f"<= {STUDY_TOOL_CPU_US / 2}", ok=lambda v: v <= STUDY_TOOL_CPU_US / 2)
-        row("CPU per message, load phase only (µs)", cpu_engine, f"<= {STUDY_TOOL_CPU_US / 2}", ok=lambda v: v <= STUDY_TOOL_CPU_US / 2)
-        row("wall time, load phase (s)", wall_load, f"<= {STUDY_TOOL_WALL_S}", ok=lambda v: v <= STUDY_TOOL_WALL_S)
-        row("wall time, whole process incl. 200 connects (s)", wall_process, "(info)")
-        row("aggregate receive rate, steady window (msg/s)", receive, "(info)", fmt="{:.0f}")
-        row("per-client receive rate, median (msg/s)", per_client, "(info)", fmt="{:.0f}")
-        row("messages lost", lost, "0", fmt="{:.0f}", ok=lambda v: v == 0)
+        fast, paced = [], []
+        for _ in range(options.pairs):
+            lg, _ = run_loadgen(["--messages", str(MESSAGES)], port, broker.pid)
+            fast.append((lg, run_peer(options.peer, [], port, broker.pid)))
+        for _ in range(options.pairs):
+            lg, _ = run_loadgen(["--rate", "100000", "--duration", "1s", "--warmup", "0s"], port, broker.pid)
+            paced.append((lg, run_peer(options.peer, ["--rate", "100000"], port, broker.pid)))
+        print_pairs("fast: loadgen burst 100 x 1000 | mqttv5 hol-blocking unpaced, 1 s", fast)
+        print_pairs("paced: both at an offered 100,000 msg/s for 1 s", paced)
 
-        print("\nloadgen throughput --clients 800 --messages 100 (peak memory)")
-        rss = []
-        for _ in range(max(1, options.runs // 2)):
-            summary, _, _ = run_loadgen(["throughput", "--clients", "800", "--messages", "100", *target])
-            rss.append(summary["loadgen_peak_rss_mb"])
-        row("peak RSS (MB)", rss, "< 100", fmt="{:.1f}", ok=lambda v: v < 100)
+        print(f"\nloadgen alone, {options.spread} consecutive runs of throughput --clients {PAIRS} --messages {MESSAGES}")
+        walls, notes = [], []
+        for _ in range(options.spread):
+            lg, summary = run_loadgen(["--messages", str(MESSAGES)], port, broker.pid)
+            walls.append(lg.wall)
+            if summary["generator"]["limited"]:
+                notes.append("; ".join(summary["generator"]["reasons"]))
+        print("  wall (s): " + " ".join(f"{w:.3f}" for w in walls))
+        print(f"  max/min {max(walls) / min(walls):.2f} (at most 1.25 asked)")
+        for note in notes:
+            print(f"  loadgen said: {note}")
 
-        print("\nloadgen latency (100 publishers -> 1 subscriber, 10 B, QoS 1, every 250 ms, 1800 measured)")
-        p50, p99, delay = [], [], []
-        for _ in range(max(1, options.runs // 2)):
-            summary, _, _ = run_loadgen(["latency", *target])
-            p50.append(summary["latency"]["p50_us"])
-            p99.append(summary["latency"]["p99_us"])
-            delay.append(summary["send_delay"]["p50_us"])
-        row("latency p50 (µs)", p50, "< 200", fmt="{:.1f}", ok=lambda v: v < 200)
-        row("latency p99 (µs)", p99, "< 1000", fmt="{:.1f}", ok=lambda v: v < 1000)
-        row("send delay p50, part of the latency (µs)", delay, "(info)", fmt="{:.1f}")
+        for publishers, label in [(100, "the study's rate: 100 publishers every 250 ms"),
+                                  (1000, "ten times it: 1000 publishers every 250 ms")]:
+            out, *_ = timed([LOADGEN, "--no-progress", "--json", "latency", "--broker", f"127.0.0.1:{port}",
+                             "--publishers", str(publishers)], broker.pid)
+            s = json.loads(out)
+            print(f"\nlatency preset at {label}: p50 {s['latency']['p50_us']:.1f} us, p99 {s['latency']['p99_us']:.1f} us, "
+                  f"send delay p50 {s['send_delay']['p50_us']:.1f} us ({s['latency']['count']} measured)")
     finally:
         broker.terminate()
         broker.wait(timeout=10)

@@ -38,7 +38,9 @@ pub struct DeliveryTracker {
 }
 
 impl DeliveryTracker {
-    /// A tracker for messages of `publishers`, each sending `messages_per_publisher`.
+    /// A tracker for messages of `publishers`, each sending at most `messages_per_publisher`
+    /// (a bound: the bitmaps grow with the sequence numbers actually seen, so a timed run
+    /// whose count is not known in advance costs only what it sends).
     pub fn new(publishers: Range<u32>, messages_per_publisher: u64) -> Self {
         let count = publishers.len();
         DeliveryTracker {
@@ -60,11 +62,16 @@ impl DeliveryTracker {
         let words = usize::try_from(self.messages_per_publisher.div_ceil(64)).unwrap_or(usize::MAX);
         let slot = (publisher - self.publishers.start) as usize;
         let track = self.tracks[slot].get_or_insert_with(|| PublisherTrack {
-            seen: vec![0; words],
+            seen: Vec::new(),
             highest: None,
             unique: 0,
         });
         let (word, bit) = ((seq / 64) as usize, 1u64 << (seq % 64));
+        if word >= track.seen.len() {
+            // Doubling keeps the growth amortised; never past what the workload can number.
+            let grown = (word + 1).max(track.seen.len() * 2).max(16).min(words);
+            track.seen.resize(grown, 0);
+        }
         if track.seen[word] & bit != 0 {
             self.duplicates += 1;
             return Delivery::Duplicate;

@@ -14,7 +14,8 @@ use crate::engine::{Phase, Status};
 use crate::result::RunResult;
 use crate::size::ByteSize;
 use crate::spec::{
-    BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology, WorkloadSpec,
+    BrokerTarget, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing,
+    Qos, Topology, WorkloadSpec,
 };
 use crate::summary::Summary;
 use crate::{LoadgenError, output};
@@ -44,7 +45,8 @@ pub enum Command {
     /// The study's latency-vs-payload test: as `latency`, with `--size 1KB|10KB|1MB`.
     Payload(WorkloadArgs),
     /// The study's throughput test: N publishers and N subscribers in pairs, QoS 0, 10 B,
-    /// M messages per publisher as fast as the broker takes them.
+    /// M messages per publisher as fast as the broker takes them (a burst). With --duration
+    /// (and --warmup 2s) it is a sustained test instead: closed loop, or open loop at --rate.
     Throughput(WorkloadArgs),
     /// Runs a workload from a TOML spec file; flags override its fields.
     Run {
@@ -109,18 +111,34 @@ pub struct WorkloadArgs {
     /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
     #[arg(long, visible_alias = "size")]
     pub payload: Option<ByteSize>,
-    /// Messages per publisher, warm-up included.
-    #[arg(long)]
+    /// Messages per publisher, warm-up included (a counted run).
+    #[arg(long, conflicts_with = "duration")]
     pub messages: Option<u64>,
-    /// Warm-up messages per publisher, excluded from the figures.
-    #[arg(long)]
-    pub warmup: Option<u64>,
+    /// Warm-up excluded from the figures: a number of messages per publisher (counted runs)
+    /// or a time such as 2s (timed runs).
+    #[arg(long, value_parser = parse_warmup)]
+    pub warmup: Option<WarmupArg>,
+    /// A timed run: measure for this long after the warm-up (e.g. 10s); sustained rates.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
     /// Open loop: one message per publisher every INTERVAL (e.g. 250ms).
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "burst")]
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with_all = ["burst", "rate", "closed_loop"])]
     pub interval: Option<Duration>,
+    /// Open loop at an offered rate: messages per second of all publishers together.
+    #[arg(long, value_name = "PER_SECOND", conflicts_with_all = ["burst", "closed_loop"])]
+    pub rate: Option<u64>,
+    /// Closed loop (timed): each publisher keeps its window full for --duration.
+    #[arg(long, conflicts_with = "burst")]
+    pub closed_loop: bool,
     /// Burst: as fast as the broker takes them.
     #[arg(long)]
     pub burst: bool,
+    /// Runtime threads for the load (0 = half the CPUs this process may use, at least one).
+    #[arg(long)]
+    pub threads: Option<u16>,
+    /// Receive coalescing: auto, off, or a sleep such as 50us.
+    #[arg(long)]
+    pub coalescing: Option<Coalescing>,
     /// QoS 1/2 messages a publisher may have unacknowledged.
     #[arg(long)]
     pub inflight: Option<u16>,
@@ -160,6 +178,24 @@ pub struct WorkloadArgs {
     /// Each subscriber reads at most this many messages per second (a slow consumer).
     #[arg(long, value_name = "PER_SECOND")]
     pub subscriber_rate_limit: Option<u32>,
+}
+
+/// A warm-up given on the command line: a count of messages or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmupArg {
+    /// Messages per publisher.
+    Messages(u64),
+    /// A time.
+    Time(Duration),
+}
+
+fn parse_warmup(text: &str) -> Result<WarmupArg, String> {
+    if let Ok(count) = text.parse::<u64>() {
+        return Ok(WarmupArg::Messages(count));
+    }
+    humantime::parse_duration(text)
+        .map(WarmupArg::Time)
+        .map_err(|_| format!("{text:?} is neither a number of messages nor a time like 2s"))
 }
 
 fn parse_address(text: &str) -> Result<(String, u16), String> {
@@ -223,10 +259,13 @@ pub fn latency_preset() -> WorkloadSpec {
         payload: ByteSize(10),
         messages_per_publisher: 20,
         warmup_messages: 2,
+        duration: None,
+        warmup: None,
         pacing: Pacing::OpenLoop {
             interval: Duration::from_millis(250),
         },
         connection: ConnectionOptions::default(),
+        engine: EngineOptions::default(),
         drain: DrainOptions::default(),
         subscriber_rate_limit: None,
         shard: None,
@@ -265,14 +304,39 @@ impl WorkloadArgs {
         set(&mut spec.subscribers, self.subscribers);
         set(&mut spec.topology, self.topology);
         set(&mut spec.payload, self.payload);
-        set(&mut spec.messages_per_publisher, self.messages);
-        set(&mut spec.warmup_messages, self.warmup);
+        if let Some(messages) = self.messages {
+            spec.messages_per_publisher = messages;
+            spec.duration = None;
+            spec.warmup = None;
+        }
+        if let Some(duration) = self.duration {
+            // A timed run: the preset's counts give way, and a burst becomes a closed loop.
+            spec.duration = Some(duration);
+            spec.messages_per_publisher = 0;
+            spec.warmup_messages = 0;
+            if spec.pacing == Pacing::Burst {
+                spec.pacing = Pacing::ClosedLoop;
+            }
+        }
+        match self.warmup {
+            Some(WarmupArg::Messages(count)) => spec.warmup_messages = count,
+            Some(WarmupArg::Time(time)) => spec.warmup = Some(time),
+            None => {}
+        }
         if let Some(interval) = self.interval {
             spec.pacing = Pacing::OpenLoop { interval };
+        }
+        if let Some(rate) = self.rate {
+            spec.pacing = Pacing::Rate { rate };
+        }
+        if self.closed_loop {
+            spec.pacing = Pacing::ClosedLoop;
         }
         if self.burst {
             spec.pacing = Pacing::Burst;
         }
+        set(&mut spec.engine.threads, self.threads);
+        set(&mut spec.engine.coalescing, self.coalescing);
         set(&mut spec.connection.inflight, self.inflight);
         if self.ramp_up.is_some() {
             spec.connection.ramp_up_per_second = self.ramp_up;
@@ -389,7 +453,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 !cli.output.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let (status_tx, status_rx) = watch::channel(Status::default());
             let progress = show_progress.then(|| tokio::spawn(progress_bar(status_rx)));
-            let outcome = crate::engine::run(&spec, cancel, Some(status_tx)).await;
+            let outcome = crate::runtime::run_dedicated(
+                spec,
+                crate::engine::StartBarrier::default(),
+                cancel,
+                Some(status_tx),
+            )
+            .await;
             if let Some(progress) = progress {
                 let _ = progress.await;
             }

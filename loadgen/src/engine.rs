@@ -14,13 +14,14 @@ use crate::LoadgenError;
 use crate::clock::{RunClock, unix_now_ns};
 use crate::codec::{Codec, ConnectFields};
 use crate::live::{Live, Progress};
-use crate::pacer::{self, PacedPublisher, Release, Schedule};
-use crate::publisher::{self, PublisherJob, PublisherOutcome, PublisherPacing};
-use crate::result::{ResourceUsage, RunResult};
+use crate::pacer::{self, PacedPublisher, Release};
+use crate::publisher::{self, PublisherJob, PublisherOutcome, PublisherPacing, Warmup};
+use crate::result::RunResult;
 use crate::session::{self, ConnectFailure, Session};
-use crate::spec::{Pacing, WorkloadSpec};
+use crate::spec::{Pacing, Qos, RunLength, WorkloadSpec};
 use crate::subscriber::{self, SubscriberJob, SubscriberOutcome};
 use crate::transport::Dialer;
+use crate::usage::{Monitor, Reading, Scope};
 
 /// Handshakes under way at once while connecting, so a broker's listen backlog is not flooded.
 const CONCURRENT_HANDSHAKES: usize = 64;
@@ -86,6 +87,17 @@ pub async fn run_at(
     cancel: CancellationToken,
     status: Option<watch::Sender<Status>>,
 ) -> Result<RunResult, LoadgenError> {
+    run_scoped(spec, barrier, cancel, status, Scope::Process).await
+}
+
+/// [`run_at`], measuring the CPU of `scope` (a dedicated run's own threads).
+pub(crate) async fn run_scoped(
+    spec: &WorkloadSpec,
+    barrier: StartBarrier,
+    cancel: CancellationToken,
+    status: Option<watch::Sender<Status>>,
+    scope: Scope,
+) -> Result<RunResult, LoadgenError> {
     spec.validate()?;
     let run_id = spec.run_id.clone().unwrap_or_else(generate_run_id);
     let shard = spec.effective_shard();
@@ -94,13 +106,21 @@ pub async fn run_at(
     let clock = barrier
         .origin_unix_ns
         .map_or_else(RunClock::start_now, RunClock::aligned_to_unix);
-    let live = Arc::new(Live::new());
+    // A closed loop at QoS 0 has no acknowledgements to wait for: its window is end to end,
+    // counted by the subscribers of this instance (validation keeps them in one instance).
+    let end_to_end_window = spec.pacing == Pacing::ClosedLoop && spec.qos == Qos::AtMostOnce;
+    let live = Arc::new(Live::new(if end_to_end_window {
+        spec.publishers as usize
+    } else {
+        0
+    }));
     let report = |update: &dyn Fn(&mut Status)| {
         if let Some(sender) = &status {
             sender.send_modify(|s| update(s));
         }
     };
-    let planned_publishes = shard.publishers.len() as u64 * spec.messages_per_publisher;
+    let planned_publishes =
+        shard.publishers.len() as u64 * spec.planned_messages_per_publisher().unwrap_or(0);
     let planned_connections = (shard.publishers.len() + shard.subscribers.len()) as u64;
     report(&|s| {
         s.planned_publishes = planned_publishes;
@@ -136,7 +156,8 @@ pub async fn run_at(
         )
         .await?;
 
-    let usage_before = resource_usage();
+    let usage_before = Reading::now(&scope);
+    let monitor = Monitor::start(scope.clone(), clock);
     let earliest_start_ns = clock.now_ns() + START_BARRIER_DELAY.as_nanos() as u64;
     let start_ns = match barrier.start_at_ns {
         None => earliest_start_ns,
@@ -147,14 +168,15 @@ pub async fn run_at(
             });
         }
     };
+    let timing = Timing::of(spec, start_ns);
     let stop_subscribers = CancellationToken::new();
     let mut subscribers = JoinSet::new();
     for (id, session) in subscriber_sessions {
         let job = SubscriberJob {
             id,
             publishers: spec.topology.publishers_of(id, spec.publishers),
-            messages_per_publisher: spec.messages_per_publisher,
-            warmup: spec.warmup_messages,
+            seq_limit: timing.seq_limit,
+            warmup: timing.warmup,
             header: spec.header_encoding(),
             rate_limit: spec.subscriber_rate_limit,
             keep_alive: spec.connection.keep_alive,
@@ -171,10 +193,11 @@ pub async fn run_at(
         &run_id,
         codec,
         clock,
-        start_ns,
+        &timing,
         publisher_sessions,
         &live,
         &cancel,
+        &scope,
     )?;
     let publisher_outcomes = await_publishers(publishers, &live, &status).await?;
     if let Some((handle, pacer_cancel_token)) = pacer {
@@ -185,7 +208,7 @@ pub async fn run_at(
     report(&|s| s.phase = Phase::Draining);
     let published: u64 = publisher_outcomes.iter().map(|o| o.published).sum();
     let expected = expected_local_deliveries(spec, &shard, &publisher_outcomes);
-    let publishing_ends = publishing_ends_ns(spec, start_ns);
+    let publishing_ends = timing.publishing_ends_ns;
     drain(
         spec,
         clock,
@@ -203,19 +226,40 @@ pub async fn run_at(
             .push(joined.map_err(|e| LoadgenError::Internal(format!("subscriber task: {e}")))?);
     }
     let load_wall_ns = clock.now_ns().saturating_sub(start_ns);
-    let usage_after = resource_usage();
+    let usage_after = Reading::now(&scope);
+    let samples = monitor.finish().await;
 
     fill_result(&mut result, publisher_outcomes, subscriber_outcomes, &live);
     result.load_wall_ns = load_wall_ns;
-    result.resources = ResourceUsage {
-        cpu_user_ns: usage_after
-            .cpu_user_ns
-            .saturating_sub(usage_before.cpu_user_ns),
-        cpu_system_ns: usage_after
-            .cpu_system_ns
-            .saturating_sub(usage_before.cpu_system_ns),
-        peak_rss_bytes: usage_after.peak_rss_bytes,
+    let threads = crate::runtime::threads_for(spec);
+    result.resources = usage_before.until(usage_after, threads);
+    let (from_ns, until_ns) = match timing.end_ns {
+        Some(end_ns) => {
+            let from_ns = match timing.warmup {
+                Warmup::Until(from_ns) => from_ns,
+                Warmup::Messages(_) => start_ns,
+            };
+            result.measured_window = Some(crate::result::MeasuredWindow {
+                start_ns,
+                from_ns,
+                until_ns: end_ns,
+            });
+            (from_ns, end_ns)
+        }
+        None => {
+            let last_publish = result.publisher_windows.iter().map(|w| w.last_ns).max();
+            let last_receive = live.last_receive_ns.load(Ordering::Relaxed);
+            let last = last_publish.unwrap_or(start_ns).max(last_receive);
+            (start_ns, last.max(start_ns + 1))
+        }
     };
+    result.instances.push(crate::usage::instance_load(
+        &samples,
+        from_ns,
+        until_ns,
+        crate::usage::capacity_milli(threads),
+        shard.clone(),
+    ));
     result.interrupted = cancel.is_cancelled();
     report(&|s| {
         s.phase = Phase::Done;
@@ -402,16 +446,90 @@ impl Connector<'_> {
 
 type PacerHandle = (std::thread::JoinHandle<()>, CancellationToken);
 
+/// When a run's messages go out and which are measured, fixed once the start is known.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    start_ns: u64,
+    /// Timed runs: nothing is published at or after this.
+    end_ns: Option<u64>,
+    warmup: Warmup,
+    /// Sequence numbers below this belong to the run.
+    seq_limit: u64,
+    /// When the workload's last message is due to leave.
+    publishing_ends_ns: u64,
+}
+
+impl Timing {
+    fn of(spec: &WorkloadSpec, start_ns: u64) -> Self {
+        let header_limit = spec.header_encoding().max_messages_per_publisher();
+        match spec.length() {
+            RunLength::Counted {
+                per_publisher,
+                warmup,
+            } => Timing {
+                start_ns,
+                end_ns: None,
+                warmup: Warmup::Messages(warmup),
+                seq_limit: per_publisher,
+                publishing_ends_ns: last_due_ns(spec, start_ns, per_publisher),
+            },
+            RunLength::Timed { warmup, measure } => {
+                let warmup_ns = nanos(warmup);
+                let end_ns = start_ns
+                    .saturating_add(warmup_ns)
+                    .saturating_add(nanos(measure));
+                Timing {
+                    start_ns,
+                    end_ns: Some(end_ns),
+                    warmup: Warmup::Until(start_ns.saturating_add(warmup_ns)),
+                    seq_limit: spec
+                        .planned_messages_per_publisher()
+                        .unwrap_or(header_limit)
+                        .min(header_limit),
+                    publishing_ends_ns: end_ns,
+                }
+            }
+        }
+    }
+
+    /// Messages publisher `id` sends: its share of a counted run, what its schedule holds
+    /// before the end of a timed one, or (closed loop) as many as the header can number.
+    fn messages_of(&self, spec: &WorkloadSpec, id: u32) -> u64 {
+        match (spec.schedule_of(id), self.end_ns) {
+            (Some(schedule), Some(end_ns)) => {
+                schedule.starting_at(self.start_ns).messages_before(end_ns)
+            }
+            (None, Some(_)) => self.seq_limit,
+            (_, None) => self.seq_limit,
+        }
+    }
+}
+
+/// A counted run's last intended send time (its start for a burst).
+fn last_due_ns(spec: &WorkloadSpec, start_ns: u64, per_publisher: u64) -> u64 {
+    let last = spec.publishers.saturating_sub(1);
+    spec.schedule_of(last).map_or(start_ns, |schedule| {
+        schedule
+            .starting_at(start_ns)
+            .intended_ns(per_publisher.saturating_sub(1))
+    })
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn start_publishers(
     spec: &WorkloadSpec,
     run_id: &str,
     codec: Codec,
     clock: RunClock,
-    start_ns: u64,
+    timing: &Timing,
     sessions: Vec<(u32, Session)>,
     live: &Arc<Live>,
     cancel: &CancellationToken,
+    scope: &Scope,
 ) -> Result<(JoinSet<PublisherOutcome>, Option<PacerHandle>), LoadgenError> {
     let header = spec.header_encoding();
     let payload_len =
@@ -425,15 +543,12 @@ fn start_publishers(
         let template = codec
             .publish_template(&spec.topic_of(run_id, id), spec.qos, payload_len)
             .map_err(|e| LoadgenError::Internal(e.to_string()))?;
-        let pacing = match spec.pacing {
-            Pacing::Burst => PublisherPacing::Burst { start_ns },
-            Pacing::OpenLoop { interval } => {
-                let interval_ns = interval.as_nanos() as u64;
-                // Publishers are spread evenly over one interval, as independent clients are.
-                let schedule = Schedule {
-                    first_ns: start_ns + interval_ns * u64::from(id) / u64::from(spec.publishers),
-                    interval_ns,
-                };
+        let pacing = match spec.schedule_of(id) {
+            None => PublisherPacing::Flat {
+                start_ns: timing.start_ns,
+            },
+            Some(schedule) => {
+                let schedule = schedule.starting_at(timing.start_ns);
                 let release = Arc::new(Release::default());
                 paced.push(PacedPublisher {
                     schedule,
@@ -447,13 +562,21 @@ fn start_publishers(
             template,
             header,
             padding: padding.clone(),
-            messages: spec.messages_per_publisher,
-            warmup: spec.warmup_messages,
+            messages: timing.messages_of(spec, id),
+            end_ns: timing.end_ns,
+            warmup: timing.warmup,
             qos: spec.qos,
             inflight: spec.connection.inflight,
             keep_alive: spec.connection.keep_alive,
             drain_timeout: spec.drain.timeout,
             pacing,
+            credit: live.credits.get(id as usize).map(|credit| {
+                let fanout = spec
+                    .topology
+                    .fanout_of(id, spec.publishers, spec.subscribers);
+                (credit.clone(), fanout)
+            }),
+            credit_timeout: spec.drain.idle,
             clock,
             live: live.clone(),
             cancel: cancel.clone(),
@@ -464,7 +587,11 @@ fn start_publishers(
         None
     } else {
         let token = cancel.child_token();
-        let handle = pacer::spawn(clock, paced, spec.messages_per_publisher, token.clone())
+        let threads = match scope {
+            Scope::Threads(threads) => Some(threads.clone()),
+            Scope::Process => None,
+        };
+        let handle = pacer::spawn(clock, paced, timing.end_ns, token.clone(), threads)
             .map_err(|e| LoadgenError::Internal(format!("pacer thread: {e}")))?;
         Some((handle, token))
     };
@@ -520,20 +647,6 @@ fn expected_local_deliveries(
     )
 }
 
-/// When the workload's last message is due to leave: for an instance that only subscribes,
-/// silence before then means nothing (its publishers run elsewhere, on the same schedule).
-fn publishing_ends_ns(spec: &WorkloadSpec, start_ns: u64) -> u64 {
-    match spec.pacing {
-        Pacing::Burst => start_ns,
-        Pacing::OpenLoop { interval } => {
-            let interval_ns = interval.as_nanos() as u64;
-            let last_offset =
-                interval_ns * u64::from(spec.publishers - 1) / u64::from(spec.publishers);
-            start_ns + last_offset + interval_ns * (spec.messages_per_publisher - 1)
-        }
-    }
-}
-
 /// Waits until every expected delivery arrived, nothing arrived for `drain.idle` after the
 /// last message was due, the deadline passed, or the run was cancelled.
 async fn drain(
@@ -575,6 +688,7 @@ fn fill_result(
     for outcome in publishers {
         let slot = outcome.id as usize;
         result.published[slot] += outcome.published;
+        result.sent_late_after_end += outcome.sent_late_after_end;
         result.acknowledged[slot] += outcome.acknowledged;
         result.publisher_windows.extend(outcome.window);
         outcome.series.fold_into(&mut result.publish_series);
@@ -608,19 +722,4 @@ fn fill_result(
 fn generate_run_id() -> String {
     let mixed = unix_now_ns() ^ (u64::from(std::process::id()) << 40);
     format!("{:010x}", mixed & 0xff_ffff_ffff)
-}
-
-fn resource_usage() -> ResourceUsage {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ns = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000_000 + (t.tv_usec as u64) * 1_000;
-    ResourceUsage {
-        cpu_user_ns: ns(usage.ru_utime),
-        cpu_system_ns: ns(usage.ru_stime),
-        peak_rss_bytes: (usage.ru_maxrss as u64) * 1024,
-    }
 }

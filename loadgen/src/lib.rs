@@ -10,11 +10,13 @@
 //! # Layout
 //! - [`spec`]: the workload (serde, validated with TOML paths); [`size`]: byte sizes.
 //! - [`engine`]: the phases of a run; [`publisher`] and [`subscriber`]: one task per
-//!   connection; [`pacer`]: the open-loop schedule; [`session`]: connecting.
+//!   connection; [`pacer`]: the open-loop schedule; [`session`]: connecting;
+//!   [`runtime`]: the threads a run lives on; [`usage`]: what it cost loadgen itself.
 //! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS;
 //!   [`header`]: the measurement header; [`clock`]: the run clock.
 //! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
-//!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it.
+//!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
+//!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit.
 //! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command.
 
 pub mod accounting;
@@ -22,23 +24,28 @@ pub mod cli;
 pub mod clock;
 pub mod codec;
 pub mod engine;
+pub mod generator;
 pub mod header;
 mod live;
 pub mod output;
 mod pacer;
 mod publisher;
 pub mod result;
+pub mod runtime;
 pub mod series;
 mod session;
 pub mod size;
 pub mod spec;
+pub mod steadiness;
 mod subscriber;
 pub mod summary;
 pub mod transport;
+pub mod usage;
 
 pub use engine::{Phase, Role, StartBarrier, Status, run, run_at};
 pub use live::Progress;
 pub use result::RunResult;
+pub use runtime::run_dedicated;
 pub use session::ConnectFailure;
 pub use spec::WorkloadSpec;
 pub use summary::Summary;

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hdrhistogram::Histogram;
+use tokio::sync::Notify;
 
 use crate::result::new_histogram;
 
@@ -17,11 +18,14 @@ pub(crate) struct Live {
     pub last_receive_ns: AtomicU64,
     pub latency: Mutex<Histogram<u64>>,
     pub send_delay: Mutex<Histogram<u64>>,
+    /// Closed loop at QoS 0: one per global publisher index; empty otherwise.
+    pub credits: Vec<std::sync::Arc<Credit>>,
 }
 
 impl Live {
-    pub fn new() -> Self {
+    pub fn new(credits: usize) -> Self {
         Live {
+            credits: (0..credits).map(|_| Default::default()).collect(),
             published: AtomicU64::new(0),
             received: AtomicU64::new(0),
             received_unique: AtomicU64::new(0),
@@ -46,6 +50,58 @@ impl Live {
             published: self.published.load(Ordering::Relaxed),
             received: self.received.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A closed loop's end-to-end window at QoS 0, for one publisher: how many of its messages
+/// its subscribers received, and when to wake it.
+#[derive(Debug)]
+pub(crate) struct Credit {
+    delivered: AtomicU64,
+    /// Wake the publisher once `delivered` reaches this; `u64::MAX` when it is not waiting.
+    wake_at: AtomicU64,
+    notify: Notify,
+}
+
+impl Default for Credit {
+    fn default() -> Self {
+        Credit {
+            delivered: AtomicU64::new(0),
+            wake_at: AtomicU64::new(u64::MAX),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl Credit {
+    /// Deliveries so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Acquire)
+    }
+
+    /// A subscriber received `count` more of this publisher's messages.
+    pub fn add(&self, count: u64) {
+        let total = self.delivered.fetch_add(count, Ordering::AcqRel) + count;
+        if total >= self.wake_at.load(Ordering::Acquire)
+            && self.wake_at.swap(u64::MAX, Ordering::AcqRel) != u64::MAX
+        {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Asks to be woken when deliveries reach `target`; false when they already have.
+    pub fn wake_when(&self, target: u64) -> bool {
+        self.wake_at.store(target, Ordering::Release);
+        if self.delivered() >= target {
+            self.wake_at.store(u64::MAX, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// Resolves after a wake-up asked for with [`Credit::wake_when`].
+    pub async fn changed(&self) {
+        self.notify.notified().await;
     }
 }
 

@@ -9,7 +9,9 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 
 use crate::result::RunResult;
-use crate::summary::{AggregateRate, LatencySummary, PerClientRates, Summary, WindowKind};
+use crate::summary::{
+    AggregateRate, LatencySummary, PerClientRates, RateKind, Summary, WindowKind,
+};
 
 /// A figure could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +46,23 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> OutputError + '_ {
 pub fn render_table(summary: &Summary) -> String {
     let mut out = String::new();
     let s = summary;
-    let pacing = match s.interval_ms {
-        Some(interval) => format!("open loop, every {interval} ms per publisher"),
-        None => "burst".to_string(),
+    let pacing = match (s.pacing.as_str(), s.interval_ms, s.offered_rate_msgs_per_s) {
+        ("rate", Some(interval), Some(rate)) => format!(
+            "open loop at an offered {rate:.0} msg/s (every {interval:.3} ms per publisher)"
+        ),
+        (_, Some(interval), _) => format!("open loop, every {interval} ms per publisher"),
+        ("closed-loop", _, _) => "closed loop (each publisher keeps its window full)".to_string(),
+        _ => "burst (as fast as the broker takes them)".to_string(),
+    };
+    let length = match (s.duration_s, s.warmup_s) {
+        (Some(duration), warmup) => format!(
+            "measured for {duration} s after a {} s warm-up",
+            warmup.unwrap_or(0.0)
+        ),
+        (None, _) => format!(
+            "{} messages per publisher ({} warm-up)",
+            s.messages_per_publisher, s.warmup_messages
+        ),
     };
     let _ = writeln!(
         out,
@@ -55,13 +71,8 @@ pub fn render_table(summary: &Summary) -> String {
     );
     let _ = writeln!(
         out,
-        "  {} publishers -> {} subscribers ({}), {} B payloads, {} messages per publisher ({} warm-up), {pacing}",
-        s.publishers,
-        s.subscribers,
-        s.topology,
-        s.payload_bytes,
-        s.messages_per_publisher,
-        s.warmup_messages
+        "  {} publishers -> {} subscribers ({}), {} B payloads, {length}, {pacing}",
+        s.publishers, s.subscribers, s.topology, s.payload_bytes,
     );
     let _ = writeln!(out, "  header: {}", s.header);
     if s.interrupted {
@@ -102,13 +113,14 @@ pub fn render_table(summary: &Summary) -> String {
         "\nlatency (µs)              count      min      p50      p90      p99    p99.9      max     mean      IQR"
     );
     latency_row(&mut out, "end-to-end", &s.latency);
-    if s.interval_ms.is_some() {
+    if s.offered_rate_msgs_per_s.is_some() {
         latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
     }
     latency_row(&mut out, "connect", &s.connect_time);
+    let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
         out,
-        "\nthroughput (msg/s)        aggregate  window              per client: min    median       max"
+        "throughput (msg/s)        aggregate  window              per client: min    median       max"
     );
     rate_row(
         &mut out,
@@ -127,11 +139,60 @@ pub fn render_table(summary: &Summary) -> String {
         "  (aggregate = all clients together over the window; per client = each client's own rate, \
          the figure mqtt-stresser reported as its median)"
     );
+    if let Some(steady) = &s.steadiness {
+        let _ = writeln!(
+            out,
+            "  measured window: receive {:.0} msg/s, halves {:.0} / {:.0}, whole seconds {} .. {}, backlog {} -> {}{}",
+            steady.receive_msgs_per_s,
+            steady.receive_first_half_msgs_per_s,
+            steady.receive_second_half_msgs_per_s,
+            steady
+                .receive_slowest_second_msgs_per_s
+                .map_or("-".to_string(), |r| format!("{r:.0}")),
+            steady
+                .receive_fastest_second_msgs_per_s
+                .map_or("-".to_string(), |r| format!("{r:.0}")),
+            steady.backlog_at_start,
+            steady.backlog_at_end,
+            steady
+                .delivered_percent_of_offered
+                .map_or(String::new(), |p| format!(
+                    ", delivered {p:.2} % of offered"
+                ))
+        );
+        for reason in &steady.reasons {
+            let _ = writeln!(out, "  NOT STEADY: {reason}");
+        }
+    }
     let _ = writeln!(
         out,
         "\nloadgen: {:.0} ms CPU, {:.2} µs CPU per message (publish + delivery), peak RSS {:.1} MB, load wall time {:.0} ms",
         s.loadgen_cpu_ms, s.loadgen_cpu_per_message_us, s.loadgen_peak_rss_mb, s.load_wall_ms
     );
+    let g = &s.generator;
+    let _ = writeln!(
+        out,
+        "  busy {:.0} % of its {:.1} CPU (busiest second {:.0} %), waited for a CPU {:.1} % of its runnable time, throttled {:.1} %{}",
+        g.busy_percent,
+        g.cpu_capacity,
+        g.peak_busy_percent,
+        g.cpu_wait_percent,
+        g.throttled_percent,
+        if g.sent_late_after_end > 0 {
+            format!(
+                ", {} messages left after the schedule ended",
+                g.sent_late_after_end
+            )
+        } else {
+            String::new()
+        }
+    );
+    for reason in &g.reasons {
+        let _ = writeln!(
+            out,
+            "  GENERATOR-LIMITED: {reason}: the figures may show loadgen's limit, not the broker's"
+        );
+    }
     if !s.errors.is_empty() {
         let errors: Vec<String> = s
             .errors
@@ -141,6 +202,26 @@ pub fn render_table(summary: &Summary) -> String {
         let _ = writeln!(out, "errors: {}", errors.join(", "));
     }
     out
+}
+
+/// What the rates below are, in one line: never a burst presented as a sustained rate.
+fn rate_kind_line(s: &Summary) -> String {
+    match s.rate_kind {
+        RateKind::Burst => format!(
+            "BURST rates: {} messages per publisher as fast as possible, over a {:.0} ms window; \
+             queues filling and draining, not a rate the broker sustains",
+            s.messages_per_publisher, s.receive_rate.window_ms
+        ),
+        RateKind::Paced => "PACED rates: they follow the open-loop schedule".to_string(),
+        RateKind::Sustained => format!(
+            "SUSTAINED rates over the measured {:.1} s window (steady: both halves within 5 %, backlog bounded)",
+            s.receive_rate.window_ms / 1e3
+        ),
+        RateKind::Unsteady => format!(
+            "UNSTEADY rates over the measured {:.1} s window: NOT a rate the broker sustained (reasons below)",
+            s.receive_rate.window_ms / 1e3
+        ),
+    }
 }
 
 fn latency_row(out: &mut String, name: &str, l: &LatencySummary) {
@@ -153,6 +234,7 @@ fn latency_row(out: &mut String, name: &str, l: &LatencySummary) {
 
 fn rate_row(out: &mut String, name: &str, rate: &AggregateRate, clients: &PerClientRates) {
     let window = match rate.window {
+        WindowKind::Measured => format!("measured {:.0} ms", rate.window_ms),
         WindowKind::Steady => format!("steady {:.0} ms", rate.window_ms),
         WindowKind::Full => format!("full {:.0} ms", rate.window_ms),
         WindowKind::None => "none".to_string(),

@@ -2,9 +2,11 @@
 //! times.
 //!
 //! Tokio's timer has millisecond granularity, and in open loop every µs of lateness is counted
-//! as latency. The pacer sleeps with a 1 ns timer slack and spins the last stretch, then wakes
-//! the publisher whose message is due; publishers stamp the intended time, so any remaining
-//! lateness shows in the latency and, separately, in the send-delay histogram.
+//! as latency. The pacer sleeps with a 1 ns timer slack and, where messages are far apart,
+//! spins the last stretch; where they are close together (an offered rate of thousands per
+//! second) it releases everything due at each wake-up instead, so it never spins a core away
+//! from the broker. Publishers stamp the intended time, so any remaining lateness shows in the
+//! latency and, separately, in the send-delay histogram.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +16,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
+use crate::spec::Schedule;
+use crate::usage::RunThreads;
 
 /// How many messages of one publisher are due.
 #[derive(Debug, Default)]
@@ -30,24 +34,6 @@ impl Release {
     pub async fn changed(&self) {
         self.notify.notified().await;
     }
-
-    fn release(&self, count: u64) {
-        self.released.store(count, Ordering::Release);
-        self.notify.notify_one();
-    }
-}
-
-/// The intended send times of one publisher: `first_ns + seq * interval_ns`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Schedule {
-    pub first_ns: u64,
-    pub interval_ns: u64,
-}
-
-impl Schedule {
-    pub fn intended_ns(&self, seq: u64) -> u64 {
-        self.first_ns + seq * self.interval_ns
-    }
 }
 
 /// One publisher as the pacer sees it.
@@ -57,45 +43,127 @@ pub(crate) struct PacedPublisher {
     pub release: Arc<Release>,
 }
 
-/// Spin this long before a deadline instead of sleeping through it.
+/// Spin this long before a deadline instead of sleeping through it...
 const SPIN_BEFORE: Duration = Duration::from_micros(150);
+/// ...but only when the next message is at least this far away, so spinning stays a small
+/// share of the pacer's time (a quarter at most).
+const SPIN_WHEN_GAP_OVER: Duration = Duration::from_micros(600);
+/// Shortest sleep between two wake-ups; what falls due meanwhile is released together.
+const MIN_SLEEP: Duration = Duration::from_micros(20);
 
-/// Runs the pacer on its own thread until every message is released or `cancel` fires.
-/// `publishers` must be ordered by their first intended time.
+/// Runs the pacer on its own thread until every message due before `end_ns` is released (or
+/// each counted schedule is exhausted), or `cancel` fires. `publishers` must be ordered by
+/// their first intended time and share one interval, so that due times follow the order
+/// (seq, publisher).
 pub(crate) fn spawn(
     clock: RunClock,
     publishers: Vec<PacedPublisher>,
-    messages: u64,
+    end_ns: Option<u64>,
     cancel: CancellationToken,
+    threads: Option<RunThreads>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("loadgen-pacer".into())
         .spawn(move || {
+            if let Some(threads) = threads {
+                threads.register_current();
+            }
             reduce_timer_slack();
-            for seq in 0..messages {
-                for publisher in &publishers {
-                    if cancel.is_cancelled() {
-                        return;
+            let mut cursor = Cursor::new(&publishers, end_ns);
+            // Which publishers a batch released to, each woken once per batch.
+            let mut touched: Vec<usize> = Vec::with_capacity(publishers.len());
+            let mut batch_of = vec![u64::MAX; publishers.len()];
+            let mut batch = 0u64;
+            while let Some(next_ns) = cursor.next_due() {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                wait_until(&clock, next_ns);
+                let now = clock.now_ns();
+                batch += 1;
+                touched.clear();
+                while let Some((index, seq)) = cursor.take_due(now) {
+                    publishers[index]
+                        .release
+                        .released
+                        .store(seq + 1, Ordering::Release);
+                    if batch_of[index] != batch {
+                        batch_of[index] = batch;
+                        touched.push(index);
                     }
-                    sleep_until(clock.instant_at(publisher.schedule.intended_ns(seq)));
-                    publisher.release.release(seq + 1);
+                }
+                for &index in &touched {
+                    publishers[index].release.notify.notify_one();
                 }
             }
         })
 }
 
-fn sleep_until(deadline: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return;
+/// The next (publisher, seq) to release, walking due times in order.
+struct Cursor<'a> {
+    publishers: &'a [PacedPublisher],
+    end_ns: Option<u64>,
+    seq: u64,
+    index: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(publishers: &'a [PacedPublisher], end_ns: Option<u64>) -> Self {
+        Cursor {
+            publishers,
+            end_ns,
+            seq: 0,
+            index: 0,
         }
-        let remaining = deadline - now;
-        if remaining > SPIN_BEFORE {
-            std::thread::sleep(remaining - SPIN_BEFORE);
-        } else {
+    }
+
+    /// When the next message is due; `None` when everything was released.
+    fn next_due(&self) -> Option<u64> {
+        let publisher = self.publishers.get(self.index)?;
+        if publisher
+            .schedule
+            .limit
+            .is_some_and(|limit| self.seq >= limit)
+        {
+            return None;
+        }
+        let due = publisher.schedule.intended_ns(self.seq);
+        match self.end_ns {
+            Some(end) if due >= end => None,
+            _ => Some(due),
+        }
+    }
+
+    /// The next entry if it is due at `now_ns`, advancing past it.
+    fn take_due(&mut self, now_ns: u64) -> Option<(usize, u64)> {
+        let due = self.next_due()?;
+        if due > now_ns {
+            return None;
+        }
+        let taken = (self.index, self.seq);
+        self.index += 1;
+        if self.index == self.publishers.len() {
+            self.index = 0;
+            self.seq += 1;
+        }
+        Some(taken)
+    }
+}
+
+fn wait_until(clock: &RunClock, due_ns: u64) {
+    let deadline = clock.instant_at(due_ns);
+    let now = Instant::now();
+    if now >= deadline {
+        return;
+    }
+    let gap = deadline - now;
+    if gap > SPIN_WHEN_GAP_OVER {
+        std::thread::sleep(gap - SPIN_BEFORE);
+        while Instant::now() < deadline {
             std::hint::spin_loop();
         }
+    } else {
+        std::thread::sleep(gap.max(MIN_SLEEP));
     }
 }
 
@@ -110,6 +178,15 @@ fn reduce_timer_slack() {
 mod tests {
     use super::*;
 
+    fn schedule(first_ns: u64, interval_ns: u64, limit: Option<u64>) -> Schedule {
+        Schedule {
+            start_ns: 0,
+            first_ps: u128::from(first_ns) * 1_000,
+            interval_ps: u128::from(interval_ns) * 1_000,
+            limit,
+        }
+    }
+
     #[test]
     fn releases_every_message_in_schedule_order() {
         let clock = RunClock::start_now();
@@ -119,19 +196,52 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, release)| PacedPublisher {
-                schedule: Schedule {
-                    first_ns: start + i as u64 * 100_000,
-                    interval_ns: 1_000_000,
-                },
+                schedule: schedule(i as u64 * 100_000, 1_000_000, Some(5)).starting_at(start),
                 release: release.clone(),
             })
             .collect();
-        spawn(clock, publishers, 5, CancellationToken::new())
+        spawn(clock, publishers, None, CancellationToken::new(), None)
             .expect("thread starts")
             .join()
             .expect("pacer finishes");
         assert!(releases.iter().all(|r| r.released() == 5));
         // The last release cannot come before the last intended time.
         assert!(clock.now_ns() >= start + 200_000 + 4 * 1_000_000);
+    }
+
+    #[test]
+    fn a_timed_schedule_stops_at_the_end_and_releases_close_messages_together() {
+        let clock = RunClock::start_now();
+        let start = clock.now_ns() + 1_000_000;
+        // 4 publishers, each every 40 µs: the workload offers one message per 10 µs, closer
+        // than the pacer sleeps, so each wake-up releases several.
+        let releases: Vec<Arc<Release>> = (0..4).map(|_| Arc::new(Release::default())).collect();
+        let publishers = releases
+            .iter()
+            .enumerate()
+            .map(|(i, release)| PacedPublisher {
+                schedule: schedule(i as u64 * 10_000, 40_000, None).starting_at(start),
+                release: release.clone(),
+            })
+            .collect();
+        let end = start + 20_000_000; // 20 ms: 500 messages per publisher
+        spawn(clock, publishers, Some(end), CancellationToken::new(), None)
+            .expect("thread starts")
+            .join()
+            .expect("pacer finishes");
+        for release in &releases {
+            assert_eq!(release.released(), 500);
+        }
+    }
+
+    #[test]
+    fn schedules_count_the_messages_due_before_an_end() {
+        let s = schedule(250, 1_000, None);
+        assert_eq!(s.messages_before(0), 0);
+        assert_eq!(s.messages_before(250), 0);
+        assert_eq!(s.messages_before(251), 1);
+        assert_eq!(s.messages_before(1_250), 1);
+        assert_eq!(s.messages_before(1_251), 2);
+        assert_eq!(schedule(0, 10, Some(3)).messages_before(1_000), 3);
     }
 }

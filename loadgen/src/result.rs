@@ -38,15 +38,88 @@ pub struct ClientWindow {
     pub count: u64,
 }
 
-/// CPU and memory of the loadgen process(es) while the load ran.
+/// CPU and memory of the loadgen instance(s) while the load ran (from the start barrier to
+/// the end of the drain), summed over instances where that makes sense.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceUsage {
-    /// User CPU time, ns.
+    /// User CPU time, ns (clock-tick resolution).
     pub cpu_user_ns: u64,
-    /// System CPU time, ns.
+    /// System CPU time, ns (clock-tick resolution).
     pub cpu_system_ns: u64,
     /// Peak resident set of the largest instance, bytes.
     pub peak_rss_bytes: u64,
+    /// CPU time of loadgen's own threads (schedstat, ns resolution), ns.
+    #[serde(default)]
+    pub cpu_ns: u64,
+    /// Time loadgen's threads were ready to run but waited for a CPU, ns: a starved
+    /// generator.
+    #[serde(default)]
+    pub cpu_wait_ns: u64,
+    /// Time a CPU quota of loadgen's cgroup held its tasks back, ns.
+    #[serde(default)]
+    pub throttled_ns: u64,
+    /// CPU loadgen could use at most (its threads, the CPUs it may run on, its cgroup's
+    /// quota, whichever is least), in thousandths of a CPU.
+    #[serde(default)]
+    pub cpu_capacity_milli: u32,
+}
+
+impl ResourceUsage {
+    /// CPU time of the run: the precise figure where there is one.
+    pub fn total_cpu_ns(&self) -> u64 {
+        if self.cpu_ns > 0 {
+            self.cpu_ns
+        } else {
+            self.cpu_user_ns + self.cpu_system_ns
+        }
+    }
+
+    /// Adds another instance's usage.
+    pub fn add(&mut self, other: &ResourceUsage) {
+        self.cpu_user_ns += other.cpu_user_ns;
+        self.cpu_system_ns += other.cpu_system_ns;
+        self.peak_rss_bytes = self.peak_rss_bytes.max(other.peak_rss_bytes);
+        self.cpu_ns += other.cpu_ns;
+        self.cpu_wait_ns += other.cpu_wait_ns;
+        self.throttled_ns += other.throttled_ns;
+        self.cpu_capacity_milli = self
+            .cpu_capacity_milli
+            .saturating_add(other.cpu_capacity_milli);
+    }
+}
+
+/// What one loadgen instance spent on its shard: whether the generator, not the broker, may
+/// have been the limit. Kept per instance (a merge concatenates), since percentages of
+/// different machines do not add.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceLoad {
+    /// The part of the workload the instance ran.
+    pub shard: Shard,
+    /// CPU it could use at most (threads, affinity, cgroup quota), thousandths of a CPU.
+    pub cpu_capacity_milli: u32,
+    /// The window the percentages cover: the measured window of a timed run, else from the
+    /// start to the last message published or received; ms.
+    pub window_ms: f64,
+    /// Its CPU time over the window as a share of its capacity, percent.
+    pub busy_percent: f64,
+    /// The highest share over any 1-s stretch of the window (all of it when shorter), percent.
+    pub peak_busy_percent: f64,
+    /// Time its threads were ready but waited for a CPU, as a share of their runnable time
+    /// (running + waiting), percent.
+    pub cpu_wait_percent: f64,
+    /// Time its cgroup's CPU quota held it back, as a share of the window, percent.
+    pub throttled_percent: f64,
+}
+
+/// The measured window of a timed run on the run clock, ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeasuredWindow {
+    /// The start barrier (publishing starts).
+    pub start_ns: u64,
+    /// The warm-up ends and the measured window begins.
+    pub from_ns: u64,
+    /// Publishing ends.
+    pub until_ns: u64,
 }
 
 /// Everything one run recorded, in mergeable form.
@@ -73,6 +146,10 @@ pub struct RunResult {
     pub published: Vec<u64>,
     /// Per global publisher: QoS 1/2 handshakes the broker completed.
     pub acknowledged: Vec<u64>,
+    /// Open loop, timed: messages due before the end of publishing that left after it (the
+    /// publishers, or the broker's backpressure, fell behind the schedule).
+    #[serde(default)]
+    pub sent_late_after_end: u64,
     /// Per global publisher: distinct (publisher, seq) received, summed over subscribers.
     pub delivered_unique: Vec<u64>,
     /// PUBLISH packets received by subscribers, copies included.
@@ -97,6 +174,12 @@ pub struct RunResult {
     pub load_wall_ns: u64,
     /// The run was cancelled before it finished.
     pub interrupted: bool,
+    /// Timed runs: the window the figures are taken over.
+    #[serde(default)]
+    pub measured_window: Option<MeasuredWindow>,
+    /// What each instance spent (one entry per instance that contributed).
+    #[serde(default)]
+    pub instances: Vec<InstanceLoad>,
 }
 
 /// Results of different workloads or runs cannot be merged.
@@ -120,6 +203,7 @@ impl RunResult {
             connect_time: new_histogram(),
             published: vec![0; publishers],
             acknowledged: vec![0; publishers],
+            sent_late_after_end: 0,
             delivered_unique: vec![0; publishers],
             received: 0,
             duplicates: 0,
@@ -132,6 +216,8 @@ impl RunResult {
             resources: ResourceUsage::default(),
             load_wall_ns: 0,
             interrupted: false,
+            measured_window: None,
+            instances: Vec::new(),
         }
     }
 
@@ -184,6 +270,7 @@ impl RunResult {
             }
         }
         self.shards.extend(other.shards.iter().cloned());
+        self.sent_late_after_end += other.sent_late_after_end;
         self.received += other.received;
         self.duplicates += other.duplicates;
         self.out_of_order += other.out_of_order;
@@ -196,14 +283,11 @@ impl RunResult {
         for (kind, count) in &other.errors {
             self.count_error(kind, *count);
         }
-        self.resources.cpu_user_ns += other.resources.cpu_user_ns;
-        self.resources.cpu_system_ns += other.resources.cpu_system_ns;
-        self.resources.peak_rss_bytes = self
-            .resources
-            .peak_rss_bytes
-            .max(other.resources.peak_rss_bytes);
+        self.resources.add(&other.resources);
         self.load_wall_ns = self.load_wall_ns.max(other.load_wall_ns);
         self.interrupted |= other.interrupted;
+        self.measured_window = self.measured_window.or(other.measured_window);
+        self.instances.extend(other.instances.iter().cloned());
         Ok(())
     }
 
@@ -279,7 +363,8 @@ mod tests {
     use super::*;
     use crate::size::ByteSize;
     use crate::spec::{
-        BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Topology,
+        BrokerTarget, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing, Qos,
+        Topology,
     };
     use crate::summary::Summary;
 
@@ -301,8 +386,11 @@ mod tests {
             payload: ByteSize(16),
             messages_per_publisher: 50,
             warmup_messages: 0,
+            duration: None,
+            warmup: None,
             pacing: Pacing::Burst,
             connection: ConnectionOptions::default(),
+            engine: EngineOptions::default(),
             drain: DrainOptions::default(),
             subscriber_rate_limit: None,
             shard: None,

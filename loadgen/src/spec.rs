@@ -4,6 +4,10 @@
 //! agent over gRPC. A spec always describes the *whole* workload; a [`Shard`] says which of its
 //! publishers and subscribers this instance runs, so several loadgen instances can share one
 //! workload and their results merge exactly.
+//!
+//! A run is either *counted* (`messages_per_publisher`, the study's burst and latency tests) or
+//! *timed* (`duration` after a `warmup`, for sustained rates); [`RunLength`] is the view the
+//! engine uses.
 
 use std::fmt;
 use std::ops::Range;
@@ -38,17 +42,30 @@ pub struct WorkloadSpec {
     pub qos: Qos,
     /// Exact payload size of every PUBLISH, measurement header included.
     pub payload: ByteSize,
-    /// Messages each publisher sends, warm-up included.
+    /// Counted runs: messages each publisher sends, warm-up included. 0 in a timed run (one
+    /// with a `duration`).
+    #[serde(default)]
     pub messages_per_publisher: u64,
-    /// The first messages of each publisher are sent and counted but excluded from latency and
-    /// rate figures.
+    /// Counted runs: the first messages of each publisher are sent and counted but excluded
+    /// from latency and rate figures.
     #[serde(default)]
     pub warmup_messages: u64,
-    /// Open loop on a schedule, or burst.
+    /// Timed runs: how long the measured part lasts, after the warm-up.
+    #[serde(default, with = "humantime_serde")]
+    pub duration: Option<Duration>,
+    /// Timed runs: publishing before the measured part; its messages are sent and counted but
+    /// excluded from latency and rate figures.
+    #[serde(default, with = "humantime_serde")]
+    pub warmup: Option<Duration>,
+    /// When publishers send: on a schedule (open loop, per publisher or as an offered rate),
+    /// as fast as the window allows for a duration (closed loop), or a counted burst.
     pub pacing: Pacing,
     /// Connection settings shared by every client.
     #[serde(default)]
     pub connection: ConnectionOptions,
+    /// How the engine itself runs (threads, waiting for the network).
+    #[serde(default)]
+    pub engine: EngineOptions,
     /// How long to wait for in-flight messages after the last publish.
     #[serde(default)]
     pub drain: DrainOptions,
@@ -226,9 +243,104 @@ pub enum Pacing {
         #[serde(with = "humantime_serde")]
         interval: Duration,
     },
-    /// Each publisher sends its messages as fast as the broker (TCP and the in-flight window)
-    /// takes them.
+    /// Open loop at an offered rate over all publishers together: message k of the workload
+    /// (publisher k mod P) is due at k / rate seconds; latency from the intended time.
+    Rate {
+        /// Messages per second offered by all publishers together.
+        rate: u64,
+    },
+    /// Each publisher keeps its in-flight window full (QoS 1/2) or TCP busy (QoS 0) for the
+    /// run's `duration`: what the broker takes, sustained.
+    ClosedLoop,
+    /// Each publisher sends its `messages_per_publisher` as fast as the broker (TCP and the
+    /// in-flight window) takes them: the study's burst, which ends before any steady state.
     Burst,
+}
+
+impl Pacing {
+    /// True for the schedules whose messages are stamped with their intended send time.
+    pub fn is_open_loop(&self) -> bool {
+        matches!(self, Pacing::OpenLoop { .. } | Pacing::Rate { .. })
+    }
+
+    /// The mode's name as written in a spec.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Pacing::OpenLoop { .. } => "open-loop",
+            Pacing::Rate { .. } => "rate",
+            Pacing::ClosedLoop => "closed-loop",
+            Pacing::Burst => "burst",
+        }
+    }
+}
+
+/// How long a run lasts, as the engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLength {
+    /// Each publisher sends `per_publisher` messages; the first `warmup` are not measured.
+    Counted {
+        /// Messages per publisher, warm-up included.
+        per_publisher: u64,
+        /// Leading messages excluded from the figures.
+        warmup: u64,
+    },
+    /// Publishing lasts `warmup + measure`; messages stamped in the warm-up are not measured.
+    Timed {
+        /// Publishing before the measured window.
+        warmup: Duration,
+        /// The measured window.
+        measure: Duration,
+    },
+}
+
+/// The longest timed run: its rate series (10 ms buckets) stay a few MB.
+pub const MAX_DURATION: Duration = Duration::from_secs(3_600);
+/// The highest offered rate: one message per 100 ns over all publishers.
+pub const MAX_RATE: u64 = 10_000_000;
+
+/// The intended send times of one open-loop publisher, in ps so that an offered rate that
+/// does not divide a second keeps its exact average.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// The run's start on the run clock, ns.
+    pub start_ns: u64,
+    /// The first message's offset from the start, ps.
+    pub first_ps: u128,
+    /// Time between two messages of this publisher, ps.
+    pub interval_ps: u128,
+    /// Counted runs: messages this publisher sends.
+    pub limit: Option<u64>,
+}
+
+impl Schedule {
+    /// The same schedule starting at `start_ns`.
+    pub fn starting_at(self, start_ns: u64) -> Self {
+        Schedule { start_ns, ..self }
+    }
+
+    /// When message `seq` is due, ns on the run clock.
+    pub fn intended_ns(&self, seq: u64) -> u64 {
+        let offset_ps = self
+            .first_ps
+            .saturating_add(u128::from(seq).saturating_mul(self.interval_ps));
+        self.start_ns
+            .saturating_add(u64::try_from(offset_ps / 1_000).unwrap_or(u64::MAX))
+    }
+
+    /// How many messages are due strictly before `end_ns` (capped by a counted run's limit).
+    pub fn messages_before(&self, end_ns: u64) -> u64 {
+        let span_ps = u128::from(end_ns.saturating_sub(self.start_ns)) * 1_000;
+        let due = if span_ps <= self.first_ps {
+            0
+        } else {
+            u64::try_from((span_ps - self.first_ps).div_ceil(self.interval_ps)).unwrap_or(u64::MAX)
+        };
+        self.limit.map_or(due, |limit| due.min(limit))
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Connection settings shared by all clients.
@@ -267,6 +379,108 @@ impl Default for ConnectionOptions {
             inflight: 20,
             max_packet_size: None,
         }
+    }
+}
+
+/// How the engine runs: on its own runtime, so that an agent's other work and the load do
+/// not share threads, with settings that keep the instrument's cost to the broker low.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineOptions {
+    /// Runtime threads; 0 chooses: half the CPUs this process may use, at least one (a load
+    /// generator beside the broker on one host should not take the broker's cores).
+    pub threads: u16,
+    /// Receive coalescing.
+    pub coalescing: Coalescing,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: 0,
+            coalescing: Coalescing::Auto,
+        }
+    }
+}
+
+/// Receive coalescing: before an idle engine thread waits for the network, it first sleeps as
+/// long as it has just been busy (at most a cap), when it has been busy at least half of the
+/// recent time, and reads what arrived meanwhile in one go.
+/// On one host (loopback, veth) the broker's write() does the receiver's TCP work and wakes a
+/// waiting reader, and a reader that acknowledges every segment at once keeps the broker's
+/// Nagle from coalescing its writes; a reader that is not waiting costs the broker neither.
+/// Like a NIC's adaptive interrupt moderation, it trades a bounded delay, only under heavy
+/// load, for fewer wake-ups of the broker and of loadgen itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coalescing {
+    /// On for bursts (cap 2 ms) and offered rates (cap 1 ms); off for the open-loop latency
+    /// tests, whose figure is the delay, and for closed loops, whose own rate a delay in the
+    /// loop would lower.
+    Auto,
+    /// Never: every arrival is read at once.
+    Off,
+    /// On with this cap, whatever the pacing (at most 1 ms).
+    Sleep(Duration),
+}
+
+/// The coalescing cap `Auto` uses for bursts.
+pub const AUTO_COALESCING_BURST: Duration = Duration::from_millis(2);
+/// The coalescing cap `Auto` uses for offered rates.
+pub const AUTO_COALESCING_RATE: Duration = Duration::from_millis(1);
+/// The longest coalescing sleep.
+pub const MAX_COALESCING: Duration = Duration::from_millis(5);
+
+impl Coalescing {
+    /// The sleep this setting gives for `pacing`, if any.
+    pub fn sleep_for(self, pacing: &Pacing) -> Option<Duration> {
+        match self {
+            Coalescing::Off => None,
+            Coalescing::Sleep(sleep) => Some(sleep),
+            Coalescing::Auto => match pacing {
+                Pacing::Burst => Some(AUTO_COALESCING_BURST),
+                Pacing::Rate { .. } => Some(AUTO_COALESCING_RATE),
+                Pacing::OpenLoop { .. } | Pacing::ClosedLoop => None,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Coalescing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Coalescing::Auto => f.write_str("auto"),
+            Coalescing::Off => f.write_str("off"),
+            Coalescing::Sleep(sleep) => write!(f, "{}", humantime::format_duration(*sleep)),
+        }
+    }
+}
+
+impl std::str::FromStr for Coalescing {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "auto" => Ok(Coalescing::Auto),
+            "off" => Ok(Coalescing::Off),
+            other => humantime::parse_duration(other)
+                .map(Coalescing::Sleep)
+                .map_err(|_| {
+                    format!("{other:?} is not \"auto\", \"off\" or a duration like \"50us\"")
+                }),
+        }
+    }
+}
+
+impl Serialize for Coalescing {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Coalescing {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -391,23 +605,7 @@ impl WorkloadSpec {
                 format!("over MQTT's packet limit of {MQTT_MAX_REMAINING_LENGTH} bytes (256 MB)"),
             ));
         }
-        if self.messages_per_publisher == 0 {
-            return Err(invalid(
-                "messages_per_publisher",
-                0,
-                "at least one message is needed",
-            ));
-        }
-        if self.warmup_messages >= self.messages_per_publisher {
-            return Err(invalid(
-                "warmup_messages",
-                self.warmup_messages,
-                format!(
-                    "must be fewer than messages_per_publisher ({})",
-                    self.messages_per_publisher
-                ),
-            ));
-        }
+        self.validate_length(encoding)?;
         if u64::from(self.publishers) > encoding.max_publishers() {
             return Err(invalid(
                 "publishers",
@@ -418,26 +616,8 @@ impl WorkloadSpec {
                 ),
             ));
         }
-        if self.messages_per_publisher > encoding.max_messages_per_publisher() {
-            return Err(invalid(
-                "messages_per_publisher",
-                self.messages_per_publisher,
-                format!(
-                    "a {payload} B payload carries the {encoding} header, which numbers at most {} messages",
-                    encoding.max_messages_per_publisher()
-                ),
-            ));
-        }
-        if let Pacing::OpenLoop { interval } = self.pacing
-            && interval.is_zero()
-        {
-            return Err(invalid(
-                "pacing.interval",
-                "0s",
-                "open loop needs an interval above zero (use mode = \"burst\" for as fast as possible)",
-            ));
-        }
         self.validate_connection()?;
+        self.validate_engine()?;
         if self.drain.timeout.is_zero() {
             return Err(invalid("drain.timeout", "0s", "must be above zero"));
         }
@@ -446,6 +626,18 @@ impl WorkloadSpec {
                 "subscriber_rate_limit",
                 0,
                 "must be above zero when set",
+            ));
+        }
+        if let Some(shard) = &self.shard
+            && self.pacing == Pacing::ClosedLoop
+            && self.qos == Qos::AtMostOnce
+            && (shard.publishers != (0..self.publishers)
+                || shard.subscribers != (0..self.subscribers))
+        {
+            return Err(invalid(
+                "pacing.mode",
+                "\"closed-loop\"",
+                "a closed loop at QoS 0 counts its window end to end, so one instance must run every publisher and subscriber (use QoS 1 or an offered rate to split the load)",
             ));
         }
         if let Some(shard) = &self.shard {
@@ -478,6 +670,155 @@ impl WorkloadSpec {
                 "run_id",
                 format!("{run_id:?}"),
                 "use letters, digits and '-' only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counted or timed, and a pacing that fits: the combinations a run can honestly carry out.
+    fn validate_length(&self, encoding: HeaderEncoding) -> Result<(), SpecError> {
+        let payload = self.payload.bytes();
+        match self.pacing {
+            Pacing::OpenLoop { interval } if interval.is_zero() => {
+                return Err(invalid(
+                    "pacing.interval",
+                    "0s",
+                    "open loop needs an interval above zero (use mode = \"burst\" for as fast as possible)",
+                ));
+            }
+            Pacing::Rate { rate: 0 } => {
+                return Err(invalid(
+                    "pacing.rate",
+                    0,
+                    "an offered rate must be above zero (use mode = \"closed-loop\" for as fast as the broker takes them)",
+                ));
+            }
+            Pacing::Rate { rate } if rate > MAX_RATE => {
+                return Err(invalid(
+                    "pacing.rate",
+                    rate,
+                    format!("at most {MAX_RATE} messages/s"),
+                ));
+            }
+            _ => {}
+        }
+        match self.duration {
+            None => {
+                if self.warmup.is_some() {
+                    return Err(invalid(
+                        "warmup",
+                        humantime::format_duration(self.warmup.unwrap_or_default()),
+                        "a warm-up time needs a duration (counted runs use warmup_messages)",
+                    ));
+                }
+                if self.pacing == Pacing::ClosedLoop {
+                    return Err(invalid(
+                        "pacing.mode",
+                        "\"closed-loop\"",
+                        "a closed loop runs for a duration: set duration (and warmup)",
+                    ));
+                }
+                if self.messages_per_publisher == 0 {
+                    return Err(invalid(
+                        "messages_per_publisher",
+                        0,
+                        "at least one message is needed (or a duration for a timed run)",
+                    ));
+                }
+                if self.warmup_messages >= self.messages_per_publisher {
+                    return Err(invalid(
+                        "warmup_messages",
+                        self.warmup_messages,
+                        format!(
+                            "must be fewer than messages_per_publisher ({})",
+                            self.messages_per_publisher
+                        ),
+                    ));
+                }
+            }
+            Some(duration) => {
+                let shown = humantime::format_duration(duration);
+                if duration.is_zero() {
+                    return Err(invalid("duration", "0s", "must be above zero"));
+                }
+                if duration > MAX_DURATION {
+                    return Err(invalid(
+                        "duration",
+                        shown,
+                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
+                    ));
+                }
+                if self.warmup.unwrap_or_default() > MAX_DURATION {
+                    return Err(invalid(
+                        "warmup",
+                        humantime::format_duration(self.warmup.unwrap_or_default()),
+                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
+                    ));
+                }
+                if self.pacing == Pacing::Burst {
+                    return Err(invalid(
+                        "pacing.mode",
+                        "\"burst\"",
+                        "a burst is counted (messages_per_publisher); for a duration use mode = \"closed-loop\" or \"rate\"",
+                    ));
+                }
+                if self.messages_per_publisher != 0 {
+                    return Err(invalid(
+                        "messages_per_publisher",
+                        self.messages_per_publisher,
+                        "a timed run (duration) sends as many as its pacing allows: leave it out",
+                    ));
+                }
+                if self.warmup_messages != 0 {
+                    return Err(invalid(
+                        "warmup_messages",
+                        self.warmup_messages,
+                        "a timed run's warm-up is a time: use warmup = \"2s\"",
+                    ));
+                }
+            }
+        }
+        let most = encoding.max_messages_per_publisher();
+        if let Some(planned) = self.planned_messages_per_publisher()
+            && planned > most
+        {
+            let (path, value) = if self.duration.is_some() {
+                (
+                    "duration",
+                    humantime::format_duration(self.run_time()).to_string(),
+                )
+            } else {
+                ("messages_per_publisher", planned.to_string())
+            };
+            return Err(invalid(
+                path,
+                value,
+                format!(
+                    "{planned} messages per publisher; a {payload} B payload carries the {encoding} header, which numbers at most {most}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_engine(&self) -> Result<(), SpecError> {
+        if let Coalescing::Sleep(sleep) = self.engine.coalescing
+            && (sleep.is_zero() || sleep > MAX_COALESCING)
+        {
+            return Err(invalid(
+                "engine.coalescing",
+                humantime::format_duration(sleep),
+                format!(
+                    "must lie between 1us and {} (or be \"off\")",
+                    humantime::format_duration(MAX_COALESCING)
+                ),
+            ));
+        }
+        if self.engine.threads > 1024 {
+            return Err(invalid(
+                "engine.threads",
+                self.engine.threads,
+                "at most 1024",
             ));
         }
         Ok(())
@@ -531,6 +872,74 @@ impl WorkloadSpec {
             toml::from_str(text).map_err(|e| crate::LoadgenError::SpecSyntax(e.to_string()))?;
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// Counted or timed, as the engine runs it (call on a validated spec).
+    pub fn length(&self) -> RunLength {
+        match self.duration {
+            Some(measure) => RunLength::Timed {
+                warmup: self.warmup.unwrap_or_default(),
+                measure,
+            },
+            None => RunLength::Counted {
+                per_publisher: self.messages_per_publisher,
+                warmup: self.warmup_messages,
+            },
+        }
+    }
+
+    /// Publishing time of a timed run, warm-up included (zero for counted runs).
+    pub fn run_time(&self) -> Duration {
+        match self.length() {
+            RunLength::Timed { warmup, measure } => warmup.saturating_add(measure),
+            RunLength::Counted { .. } => Duration::ZERO,
+        }
+    }
+
+    /// Messages each publisher will send, when the spec fixes it: counted runs, and timed
+    /// runs on a schedule; `None` for a closed loop.
+    pub fn planned_messages_per_publisher(&self) -> Option<u64> {
+        match (self.length(), &self.pacing) {
+            (RunLength::Counted { per_publisher, .. }, _) => Some(per_publisher),
+            (RunLength::Timed { .. }, Pacing::ClosedLoop | Pacing::Burst) => None,
+            (RunLength::Timed { .. }, _) => {
+                let schedule = self.schedule_of(0)?;
+                Some(schedule.messages_before(schedule.start_ns + nanos(self.run_time())))
+            }
+        }
+    }
+
+    /// The open-loop schedule of `publisher` relative to a start at 0 (`None` for closed
+    /// loop and burst). Publishers are spread evenly over one interval, as independent clients
+    /// are; at an offered rate, message k of the workload is due at k / rate.
+    pub fn schedule_of(&self, publisher: u32) -> Option<Schedule> {
+        let publishers = u128::from(self.publishers.max(1));
+        let (interval_ps, first_ps) = match self.pacing {
+            Pacing::OpenLoop { interval } => {
+                let interval_ps = interval.as_nanos().saturating_mul(1_000);
+                (
+                    interval_ps,
+                    interval_ps * u128::from(publisher) / publishers,
+                )
+            }
+            Pacing::Rate { rate } => {
+                let rate = u128::from(rate.max(1));
+                (
+                    1_000_000_000_000 * publishers / rate,
+                    1_000_000_000_000 * u128::from(publisher) / rate,
+                )
+            }
+            Pacing::ClosedLoop | Pacing::Burst => return None,
+        };
+        Some(Schedule {
+            start_ns: 0,
+            first_ps,
+            interval_ps: interval_ps.max(1),
+            limit: match self.length() {
+                RunLength::Counted { per_publisher, .. } => Some(per_publisher),
+                RunLength::Timed { .. } => None,
+            },
+        })
     }
 
     /// The shard this instance runs: the explicit one, or everything.
@@ -589,8 +998,11 @@ mod tests {
             payload: ByteSize(10),
             messages_per_publisher: 10,
             warmup_messages: 0,
+            duration: None,
+            warmup: None,
             pacing: Pacing::Burst,
             connection: ConnectionOptions::default(),
+            engine: EngineOptions::default(),
             drain: DrainOptions::default(),
             subscriber_rate_limit: None,
             shard: None,

@@ -15,6 +15,7 @@ use crate::clock::RunClock;
 use crate::codec::{AckKind, Incoming};
 use crate::header::HeaderEncoding;
 use crate::live::{Live, SampleBuffer, WindowTracker};
+use crate::publisher::Warmup;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
 use crate::session::{READ_CHUNK, Session};
@@ -25,8 +26,9 @@ pub(crate) struct SubscriberJob {
     pub id: u32,
     /// Global indices of the publishers whose messages reach it.
     pub publishers: Range<u32>,
-    pub messages_per_publisher: u64,
-    pub warmup: u64,
+    /// Sequence numbers at or above this are not of this run.
+    pub seq_limit: u64,
+    pub warmup: Warmup,
     pub header: HeaderEncoding,
     /// Messages per second this subscriber reads at most.
     pub rate_limit: Option<u32>,
@@ -53,7 +55,7 @@ struct Ended(&'static str);
 /// Runs one subscriber until `job.stop` fires or the connection ends.
 pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberOutcome {
     let mut state = State {
-        tracker: DeliveryTracker::new(job.publishers.clone(), job.messages_per_publisher),
+        tracker: DeliveryTracker::new(job.publishers.clone(), job.seq_limit),
         received: 0,
         unique: 0,
         window: WindowTracker::default(),
@@ -66,19 +68,29 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
     let mut last_write = Instant::now();
     let mut read_allowed_at: Option<Instant> = None;
+    // Made once: per read, a fresh timer entry and cancellation waker cost more than the read.
+    let stop = job.stop.cancelled();
+    tokio::pin!(stop);
+    let ping = tokio::time::sleep(ping_every);
+    tokio::pin!(ping);
     loop {
         session.read_buffer.reserve(READ_CHUNK);
         let read = tokio::select! {
             biased;
-            _ = job.stop.cancelled() => break,
+            _ = &mut stop => break,
             read = session.reader.read_buf(&mut session.read_buffer) => read,
-            _ = tokio::time::sleep_until(last_write + ping_every) => {
-                if session.codec.ping(&mut out).is_err() || session.writer.write_all(&out).await.is_err() {
-                    state.errors.push(("write_failed", 1));
-                    break;
+            _ = &mut ping => {
+                // Re-armed lazily: acknowledgements written meanwhile moved the due time.
+                let due = last_write + ping_every;
+                if Instant::now() >= due {
+                    if session.codec.ping(&mut out).is_err() || session.writer.write_all(&out).await.is_err() {
+                        state.errors.push(("write_failed", 1));
+                        break;
+                    }
+                    out.clear();
+                    last_write = Instant::now();
                 }
-                out.clear();
-                last_write = Instant::now();
+                ping.as_mut().reset(last_write + ping_every);
                 continue;
             }
         };
@@ -120,7 +132,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             read_allowed_at = Some(allowed);
             tokio::select! {
                 _ = tokio::time::sleep_until(allowed) => {}
-                _ = job.stop.cancelled() => break,
+                _ = &mut stop => break,
             }
         }
     }
@@ -196,16 +208,25 @@ impl State {
                         self.tracker.record(header.publisher, header.seq)
                     {
                         self.unique += 1;
+                        if let Some(credit) = job.live.credits.get(header.publisher as usize) {
+                            credit.add(1);
+                        }
                     } else {
                         continue;
                     }
-                    if u64::from(header.seq) >= job.warmup {
+                    let latency = job.header.latency_ns(header.stamp_ns, now_ns);
+                    // The compact header's stamp is truncated: restore it from the latency.
+                    let stamp_ns = latency.map_or(header.stamp_ns, |l| now_ns.saturating_sub(l));
+                    let measured = job.warmup.measured(u64::from(header.seq), stamp_ns);
+                    if measured {
                         self.window.add(now_ns);
-                        self.series.add(now_ns, 1);
-                        match job.header.latency_ns(header.stamp_ns, now_ns) {
+                        match latency {
                             Some(latency) => latencies.push(latency),
                             None => self.negative_latency += 1,
                         }
+                    }
+                    if measured || job.warmup.series_counts_warmup() {
+                        self.series.add(now_ns, 1);
                     }
                 }
                 Incoming::PubRel(pkid)

@@ -2,18 +2,23 @@
 //!
 //! Field names carry their units (`_us`, `_msgs_per_s`, `_percent`) so the JSON needs no
 //! legend. Two kinds of rate are kept apart on purpose: the *aggregate* rate of all clients
-//! together over the steady-state window (what the broker sustained), and the distribution of
-//! *per-client* rates (what the study's tool, mqtt-stresser, printed as its median).
+//! together over a window, and the distribution of *per-client* rates (what the study's tool,
+//! mqtt-stresser, printed as its median). And every aggregate says what it is
+//! ([`RateKind`]): a burst's rates describe a few hundred milliseconds of filling and
+//! draining queues, not a rate the broker sustains; only a timed run judged steady
+//! ([`crate::steadiness`]) gives a sustained rate.
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::generator::GeneratorCheck;
 use crate::header::HeaderEncoding;
 use crate::result::{ClientWindow, RunResult};
 use crate::series::RateSeries;
 use crate::spec::{Pacing, Qos};
+use crate::steadiness::Steadiness;
 
 /// Percentiles of one histogram, in µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -59,10 +64,40 @@ impl LatencySummary {
     }
 }
 
+/// What a run's aggregate rates are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateKind {
+    /// A counted burst (the study's throughput test): rates over its short window, which is
+    /// mostly queues filling and draining; not a rate the broker sustains.
+    Burst,
+    /// A counted open-loop run (the latency tests): the rate follows the schedule.
+    Paced,
+    /// A timed run judged steady: a rate the broker sustained over the measured window.
+    Sustained,
+    /// A timed run that was not steady (see the steadiness reasons): not a sustained rate.
+    Unsteady,
+}
+
+impl RateKind {
+    /// As written in tables: `burst`, `paced`, `sustained`, `unsteady`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateKind::Burst => "burst",
+            RateKind::Paced => "paced",
+            RateKind::Sustained => "sustained",
+            RateKind::Unsteady => "unsteady",
+        }
+    }
+}
+
 /// Which window an aggregate rate was taken over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WindowKind {
+    /// A timed run's measured window: after the warm-up until publishing ended, in whole
+    /// 10 ms buckets.
+    Measured,
     /// While every client was active: from the last client's first measured message to the
     /// first client's last one, in whole 10 ms buckets.
     Steady,
@@ -116,10 +151,18 @@ pub struct Summary {
     pub subscribers: u32,
     /// Topic layout.
     pub topology: String,
-    /// "open-loop" or "burst".
+    /// "open-loop", "rate", "closed-loop" or "burst".
     pub pacing: String,
     /// Open loop: interval per publisher, ms.
     pub interval_ms: Option<f64>,
+    /// Open loop: the publish rate the schedule offers, all publishers together, msg/s.
+    pub offered_rate_msgs_per_s: Option<f64>,
+    /// Timed runs: the measured window's length, s.
+    pub duration_s: Option<f64>,
+    /// Timed runs: the warm-up before it, s.
+    pub warmup_s: Option<f64>,
+    /// What the aggregate rates below are: burst, paced, sustained or unsteady.
+    pub rate_kind: RateKind,
     /// Payload size on the wire, bytes.
     pub payload_bytes: u64,
     /// Which measurement header the payload carried, and why.
@@ -162,6 +205,10 @@ pub struct Summary {
     pub publish_rate_per_client: PerClientRates,
     /// Per-subscriber rate distribution.
     pub receive_rate_per_client: PerClientRates,
+    /// Timed runs: whether the broker sustained the rate, and by which criteria.
+    pub steadiness: Option<Steadiness>,
+    /// Whether loadgen itself was the limit.
+    pub generator: GeneratorCheck,
     /// Failures by kind.
     pub errors: BTreeMap<String, u64>,
     /// Loadgen's CPU (user + system) per message published, its deliveries included, µs:
@@ -199,7 +246,30 @@ impl Summary {
         let whole = result.covers_whole_workload();
         let lost = whole.then(|| expected_deliveries.saturating_sub(delivered_unique));
         let lost_percent = lost.map(|lost| percent(lost, expected_deliveries));
-        let cpu_ns = result.resources.cpu_user_ns + result.resources.cpu_system_ns;
+        let cpu_ns = result.resources.total_cpu_ns();
+        let steadiness = crate::steadiness::judge(result);
+        let rate_kind = match (&steadiness, &spec.pacing) {
+            (Some(verdict), _) if verdict.steady => RateKind::Sustained,
+            (Some(_), _) => RateKind::Unsteady,
+            (None, _) if result.measured_window.is_some() => RateKind::Unsteady,
+            (None, Pacing::Burst | Pacing::ClosedLoop) => RateKind::Burst,
+            (None, _) => RateKind::Paced,
+        };
+        let (publish_rate, receive_rate) = match result.measured_window {
+            Some(window) => (
+                measured_rate(&result.publish_series, window),
+                measured_rate(&result.receive_series, window),
+            ),
+            None => (
+                aggregate_rate(&result.publish_series, &result.publisher_windows),
+                aggregate_rate(&result.receive_series, &result.subscriber_windows),
+            ),
+        };
+        let per_publisher_interval_s = match spec.pacing {
+            Pacing::OpenLoop { interval } => Some(interval.as_secs_f64()),
+            Pacing::Rate { rate } => Some(f64::from(spec.publishers) / rate.max(1) as f64),
+            Pacing::ClosedLoop | Pacing::Burst => None,
+        };
         Summary {
             run_id: result.run_id.clone(),
             broker: spec.broker.to_string(),
@@ -208,14 +278,15 @@ impl Summary {
             publishers: spec.publishers,
             subscribers: spec.subscribers,
             topology: spec.topology.to_string(),
-            pacing: match spec.pacing {
-                Pacing::OpenLoop { .. } => "open-loop".to_string(),
-                Pacing::Burst => "burst".to_string(),
-            },
-            interval_ms: match spec.pacing {
-                Pacing::OpenLoop { interval } => Some(interval.as_secs_f64() * 1e3),
-                Pacing::Burst => None,
-            },
+            pacing: spec.pacing.mode().to_string(),
+            interval_ms: per_publisher_interval_s.map(|s| s * 1e3),
+            offered_rate_msgs_per_s: per_publisher_interval_s
+                .map(|s| f64::from(spec.publishers) / s.max(f64::MIN_POSITIVE)),
+            duration_s: spec.duration.map(|d| d.as_secs_f64()),
+            warmup_s: spec
+                .duration
+                .map(|_| spec.warmup.unwrap_or_default().as_secs_f64()),
+            rate_kind,
             payload_bytes: spec.payload.bytes(),
             header: header_note(result.header, spec.payload.bytes()),
             messages_per_publisher: spec.messages_per_publisher,
@@ -233,10 +304,12 @@ impl Summary {
             latency: LatencySummary::of(&result.latency),
             send_delay: LatencySummary::of(&result.send_delay),
             connect_time: LatencySummary::of(&result.connect_time),
-            publish_rate: aggregate_rate(&result.publish_series, &result.publisher_windows),
-            receive_rate: aggregate_rate(&result.receive_series, &result.subscriber_windows),
+            publish_rate,
+            receive_rate,
             publish_rate_per_client: per_client(&result.publisher_windows),
             receive_rate_per_client: per_client(&result.subscriber_windows),
+            steadiness,
+            generator: crate::generator::check(result),
             errors: result
                 .errors
                 .iter()
@@ -290,6 +363,27 @@ fn qos_violations(qos: Qos, lost: Option<u64>, duplicates: u64) -> Vec<String> {
         ));
     }
     violations
+}
+
+/// A timed run's rate over its measured window.
+fn measured_rate(series: &RateSeries, window: crate::result::MeasuredWindow) -> AggregateRate {
+    match crate::steadiness::whole_buckets(window).and_then(|(first, last)| {
+        let bucket = crate::series::BUCKET_NS;
+        series.rate_within(first * bucket, last * bucket)
+    }) {
+        Some((rate, from, to)) => AggregateRate {
+            msgs_per_s: rate,
+            window: WindowKind::Measured,
+            window_start_ms: from as f64 / 1e6,
+            window_ms: (to - from) as f64 / 1e6,
+        },
+        None => AggregateRate {
+            msgs_per_s: 0.0,
+            window: WindowKind::None,
+            window_start_ms: 0.0,
+            window_ms: 0.0,
+        },
+    }
 }
 
 fn aggregate_rate(series: &RateSeries, windows: &[ClientWindow]) -> AggregateRate {

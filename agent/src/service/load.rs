@@ -25,7 +25,9 @@ pub(crate) fn start(
     let cancel = shutdown.child_token();
     tokio::spawn(async move {
         let (status_tx, mut status_rx) = watch::channel(loadgen::Status::default());
-        let run = loadgen::run_at(&spec, barrier, cancel.clone(), Some(status_tx));
+        // On a runtime of its own (loadgen::runtime): the load does not share this agent's
+        // threads, and its CPU figures are its own threads', not the agent's.
+        let run = loadgen::run_dedicated(spec, barrier, cancel.clone(), Some(status_tx));
         tokio::pin!(run);
         let mut caller_gone = false;
         let outcome = loop {

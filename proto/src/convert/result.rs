@@ -5,7 +5,8 @@ use std::ops::Range;
 use hdrhistogram::Histogram;
 use loadgen::header::HeaderEncoding;
 use loadgen::result::{
-    ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, ResourceUsage, RunResult, histogram_v2,
+    ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad, MeasuredWindow,
+    ResourceUsage, RunResult, histogram_v2,
 };
 use loadgen::series::RateSeries;
 use loadgen::spec::Shard;
@@ -95,6 +96,31 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         "subscriber_windows",
     )?;
     let resources = required(message.resources, at, "resources")?;
+    let instances = message
+        .instances
+        .into_iter()
+        .enumerate()
+        .map(|(i, instance)| {
+            let at = format!("{at}.instances[{i}]");
+            let shard = shard_from_proto(required(instance.shard, &at, "shard")?, &at)?;
+            within(&shard.publishers, spec.publishers, &at, "shard.publishers")?;
+            within(
+                &shard.subscribers,
+                spec.subscribers,
+                &at,
+                "shard.subscribers",
+            )?;
+            Ok(InstanceLoad {
+                shard,
+                cpu_capacity_milli: instance.cpu_capacity_milli,
+                window_ms: instance.window_ms,
+                busy_percent: instance.busy_percent,
+                peak_busy_percent: instance.peak_busy_percent,
+                cpu_wait_percent: instance.cpu_wait_percent,
+                throttled_percent: instance.throttled_percent,
+            })
+        })
+        .collect::<Result<Vec<InstanceLoad>, ConversionError>>()?;
     Ok(RunResult {
         run_id: message.run_id,
         shards,
@@ -121,9 +147,20 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
             cpu_user_ns: resources.cpu_user_ns,
             cpu_system_ns: resources.cpu_system_ns,
             peak_rss_bytes: resources.peak_rss_bytes,
+            cpu_ns: resources.cpu_ns,
+            cpu_wait_ns: resources.cpu_wait_ns,
+            throttled_ns: resources.throttled_ns,
+            cpu_capacity_milli: resources.cpu_capacity_milli,
         },
         load_wall_ns: message.load_wall_ns,
         interrupted: message.interrupted,
+        sent_late_after_end: message.sent_late_after_end,
+        measured_window: message.measured_window.map(|w| MeasuredWindow {
+            start_ns: w.start_ns,
+            from_ns: w.from_ns,
+            until_ns: w.until_ns,
+        }),
+        instances,
         spec,
     })
 }
@@ -263,9 +300,32 @@ impl TryFrom<&RunResult> for pb::RunResult {
                 cpu_user_ns: result.resources.cpu_user_ns,
                 cpu_system_ns: result.resources.cpu_system_ns,
                 peak_rss_bytes: result.resources.peak_rss_bytes,
+                cpu_ns: result.resources.cpu_ns,
+                cpu_wait_ns: result.resources.cpu_wait_ns,
+                throttled_ns: result.resources.throttled_ns,
+                cpu_capacity_milli: result.resources.cpu_capacity_milli,
             }),
             load_wall_ns: result.load_wall_ns,
             interrupted: result.interrupted,
+            sent_late_after_end: result.sent_late_after_end,
+            measured_window: result.measured_window.map(|w| pb::MeasuredWindow {
+                start_ns: w.start_ns,
+                from_ns: w.from_ns,
+                until_ns: w.until_ns,
+            }),
+            instances: result
+                .instances
+                .iter()
+                .map(|instance| pb::InstanceLoad {
+                    shard: Some(pb::Shard::from(&instance.shard)),
+                    cpu_capacity_milli: instance.cpu_capacity_milli,
+                    window_ms: instance.window_ms,
+                    busy_percent: instance.busy_percent,
+                    peak_busy_percent: instance.peak_busy_percent,
+                    cpu_wait_percent: instance.cpu_wait_percent,
+                    throttled_percent: instance.throttled_percent,
+                })
+                .collect(),
         })
     }
 }
@@ -345,7 +405,26 @@ mod tests {
             cpu_user_ns: 1_500_000_000,
             cpu_system_ns: 700_000_000,
             peak_rss_bytes: 48 << 20,
+            cpu_ns: 2_210_000_123,
+            cpu_wait_ns: 31_000_000,
+            throttled_ns: 5_000,
+            cpu_capacity_milli: 1_500,
         };
+        result.sent_late_after_end = 7;
+        result.measured_window = Some(MeasuredWindow {
+            start_ns: 50_000_000,
+            from_ns: 2_050_000_000,
+            until_ns: 12_050_000_000,
+        });
+        result.instances = vec![InstanceLoad {
+            shard: result.shards[0].clone(),
+            cpu_capacity_milli: 1_500,
+            window_ms: 10_000.0,
+            busy_percent: 41.5,
+            peak_busy_percent: 60.25,
+            cpu_wait_percent: 1.5,
+            throttled_percent: 0.0,
+        }];
         result.load_wall_ns = 11_000_000_000;
         result.interrupted = true;
         result

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use loadgen::size::ByteSize;
 use loadgen::spec::{
-    BrokerTarget, ConnectionOptions, DrainOptions, MqttVersion, Pacing, Qos, Shard, Topology,
-    WorkloadSpec,
+    BrokerTarget, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing,
+    Qos, Shard, Topology, WorkloadSpec,
 };
 
 use super::{
@@ -40,10 +40,22 @@ pub(super) fn spec_from_proto(
         payload: ByteSize(message.payload),
         messages_per_publisher: message.messages_per_publisher,
         warmup_messages: message.warmup_messages,
+        duration: message
+            .duration
+            .map(|d| duration(Some(d), at, "duration"))
+            .transpose()?,
+        warmup: message
+            .warmup
+            .map(|d| duration(Some(d), at, "warmup"))
+            .transpose()?,
         pacing: pacing_from_proto(message.pacing, at)?,
         connection: connection_from_proto(
             required(message.connection, at, "connection")?,
             &field(at, "connection"),
+        )?,
+        engine: engine_from_proto(
+            required(message.engine, at, "engine")?,
+            &field(at, "engine"),
         )?,
         drain: drain_from_proto(required(message.drain, at, "drain")?, &field(at, "drain"))?,
         subscriber_rate_limit: message.subscriber_rate_limit,
@@ -108,7 +120,28 @@ fn pacing_from_proto(
             interval: duration(open_loop.interval, &at_pacing, "interval")?,
         }),
         pb::workload_spec::Pacing::Burst(pb::Burst {}) => Ok(Pacing::Burst),
+        pb::workload_spec::Pacing::Rate(pb::Rate { rate }) => Ok(Pacing::Rate { rate }),
+        pb::workload_spec::Pacing::ClosedLoop(pb::ClosedLoop {}) => Ok(Pacing::ClosedLoop),
     }
+}
+
+fn engine_from_proto(
+    message: pb::EngineOptions,
+    at: &str,
+) -> Result<EngineOptions, ConversionError> {
+    let coalescing: Coalescing =
+        message
+            .coalescing
+            .parse()
+            .map_err(|problem: String| ConversionError::Invalid {
+                path: field(at, "coalescing"),
+                value: format!("{:?}", message.coalescing),
+                problem,
+            })?;
+    Ok(EngineOptions {
+        threads: narrow_u16(message.threads, at, "threads")?,
+        coalescing,
+    })
 }
 
 fn connection_from_proto(
@@ -162,6 +195,14 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
                     })
                 }
                 Pacing::Burst => pb::workload_spec::Pacing::Burst(pb::Burst {}),
+                Pacing::Rate { rate } => pb::workload_spec::Pacing::Rate(pb::Rate { rate }),
+                Pacing::ClosedLoop => pb::workload_spec::Pacing::ClosedLoop(pb::ClosedLoop {}),
+            }),
+            duration: spec.duration.map(duration_to_proto),
+            warmup: spec.warmup.map(duration_to_proto),
+            engine: Some(pb::EngineOptions {
+                threads: spec.engine.threads.into(),
+                coalescing: spec.engine.coalescing.to_string(),
             }),
             connection: Some(pb::ConnectionOptions::from(&spec.connection)),
             drain: Some(pb::DrainOptions {
@@ -274,10 +315,13 @@ pub(super) mod tests {
             payload: ByteSize(10),
             messages_per_publisher: 40,
             warmup_messages: 4,
+            duration: None,
+            warmup: None,
             pacing: Pacing::OpenLoop {
                 interval: Duration::from_millis(250),
             },
             connection: ConnectionOptions::default(),
+            engine: EngineOptions::default(),
             drain: DrainOptions::default(),
             subscriber_rate_limit: None,
             shard: None,
@@ -304,6 +348,8 @@ pub(super) mod tests {
             payload: ByteSize(1_000_000),
             messages_per_publisher: 1_000,
             warmup_messages: 0,
+            duration: None,
+            warmup: None,
             pacing: Pacing::Burst,
             connection: ConnectionOptions {
                 client_id_prefix: "cq".into(),
@@ -313,6 +359,10 @@ pub(super) mod tests {
                 connect_timeout: Duration::from_millis(1_500),
                 inflight: 20,
                 max_packet_size: Some(ByteSize(2_000_000)),
+            },
+            engine: EngineOptions {
+                threads: 3,
+                coalescing: Coalescing::Sleep(Duration::from_micros(250)),
             },
             drain: DrainOptions {
                 timeout: Duration::from_secs(10),
@@ -347,6 +397,28 @@ pub(super) mod tests {
         fan_out.qos = Qos::AtMostOnce;
         fan_out.shard = None;
         assert_eq!(round_trip(&fan_out), fan_out);
+    }
+
+    #[test]
+    fn timed_specs_round_trip_with_their_pacing() {
+        let mut spec = open_loop_spec();
+        spec.messages_per_publisher = 0;
+        spec.warmup_messages = 0;
+        spec.duration = Some(Duration::from_secs(10));
+        spec.warmup = Some(Duration::from_millis(2_500));
+        for pacing in [Pacing::Rate { rate: 50_000 }, Pacing::ClosedLoop] {
+            spec.pacing = pacing;
+            spec.qos = Qos::AtLeastOnce;
+            spec.engine.coalescing = Coalescing::Off;
+            assert_eq!(round_trip(&spec), spec);
+        }
+        let error = error_of(|m| {
+            m.engine = Some(pb::EngineOptions {
+                threads: 0,
+                coalescing: "sometimes".into(),
+            })
+        });
+        assert_eq!(error.path(), "spec.engine.coalescing");
     }
 
     fn error_of(mutate: impl FnOnce(&mut pb::WorkloadSpec)) -> ConversionError {

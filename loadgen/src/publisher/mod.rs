@@ -1,47 +1,76 @@
-//! One publisher connection: writes its messages (burst or on the pacer's schedule) and, in
-//! the same task, reads the broker's acknowledgements.
+//! One publisher connection: writes its messages (burst, closed loop, or on the pacer's
+//! schedule) and, in the same task, reads the broker's acknowledgements (`acks.rs`); what it
+//! waits for between messages is in `wait.rs`.
 //!
 //! PUBLISH packets come from a template encoded once; per message only the packet id and the
 //! measurement header are written, and up to [`BATCH_MESSAGES`] packets go out in one write.
+
+mod acks;
+mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::wait::{Stop, Waits};
 use crate::clock::RunClock;
-use crate::codec::{AckKind, Codec, Incoming, PublishTemplate};
+use crate::codec::{AckKind, Codec, PublishTemplate};
 use crate::header::{HeaderEncoding, MessageHeader};
-use crate::live::{Live, SampleBuffer, WindowTracker};
-use crate::pacer::{Release, Schedule};
+use crate::live::{Credit, Live, SampleBuffer, WindowTracker};
+use crate::pacer::Release;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
 use crate::session::Session;
-use crate::spec::Qos;
-use crate::transport::{ReadHalf, WriteHalf};
+use crate::spec::{Qos, Schedule};
+use crate::transport::WriteHalf;
 
 /// Most packets written in one syscall.
 pub(crate) const BATCH_MESSAGES: usize = 32;
 /// Flush once this many bytes are buffered.
 const BATCH_BYTES: usize = 16 * 1024;
-/// After DISCONNECT, how long to wait for the broker to close the socket.
-const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// When a publisher sends.
 #[derive(Debug, Clone)]
 pub(crate) enum PublisherPacing {
-    /// As fast as possible from `start_ns` on.
-    Burst { start_ns: u64 },
+    /// As fast as the window allows from `start_ns` on (burst, closed loop).
+    Flat { start_ns: u64 },
     /// When the pacer releases each message; stamped with its intended time.
     OpenLoop {
         schedule: Schedule,
         release: Arc<Release>,
     },
+}
+
+/// Which messages are warm-up: sent and counted, kept out of latency and rate figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Warmup {
+    /// The first `n` of each publisher (counted runs).
+    Messages(u64),
+    /// Those stamped before this time on the run clock (timed runs).
+    Until(u64),
+}
+
+impl Warmup {
+    /// True when message `seq`, stamped `stamp_ns`, is measured.
+    pub fn measured(self, seq: u64, stamp_ns: u64) -> bool {
+        match self {
+            Warmup::Messages(n) => seq >= n,
+            Warmup::Until(end_ns) => stamp_ns >= end_ns,
+        }
+    }
+
+    /// Timed runs count warm-up messages in the rate series too: the measured window then
+    /// selects by time, so the series say what crossed the broker when (as its own counters
+    /// do).
+    pub fn series_counts_warmup(self) -> bool {
+        matches!(self, Warmup::Until(_))
+    }
 }
 
 /// Everything one publisher needs.
@@ -52,13 +81,21 @@ pub(crate) struct PublisherJob {
     pub header: HeaderEncoding,
     /// Zeros after the header, shared by all publishers.
     pub padding: Arc<[u8]>,
+    /// Messages to send; a closed loop sends until `end_ns` instead.
     pub messages: u64,
-    pub warmup: u64,
+    /// Timed runs: no message leaves at or after this time on the run clock.
+    pub end_ns: Option<u64>,
+    pub warmup: Warmup,
     pub qos: Qos,
     pub inflight: u16,
     pub keep_alive: Duration,
     pub drain_timeout: Duration,
     pub pacing: PublisherPacing,
+    /// Closed loop at QoS 0: the end-to-end window (deliveries its subscribers saw), and
+    /// how many subscribers receive each message.
+    pub credit: Option<(Arc<Credit>, u32)>,
+    /// A message not delivered within this long counts as lost for the closed-loop window.
+    pub credit_timeout: Duration,
     pub clock: RunClock,
     pub live: Arc<Live>,
     pub cancel: CancellationToken,
@@ -69,6 +106,9 @@ pub(crate) struct PublisherJob {
 pub(crate) struct PublisherOutcome {
     pub id: u32,
     pub published: u64,
+    /// Open loop: messages that left after the schedule's end although they were due before
+    /// it (the publisher, or the broker's backpressure, could not keep up).
+    pub sent_late_after_end: u64,
     pub acknowledged: u64,
     pub window: Option<ClientWindow>,
     pub series: LocalSeries,
@@ -83,6 +123,7 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
         read_buffer,
         codec,
         receive_maximum,
+        ..
     } = session;
     let window = usize::from(job.inflight.min(receive_maximum.unwrap_or(u16::MAX)).max(1));
     let permits = Semaphore::new(window);
@@ -99,12 +140,13 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
     };
     let (mut written, read_errors) = tokio::join!(
         write_loop(&job, writer, codec, pubrel_rx, &links),
-        read_loop(reader, read_buffer, codec, pubrel_tx, &links),
+        acks::read_loop(reader, read_buffer, codec, pubrel_tx, &links),
     );
     written.errors.extend(read_errors);
     PublisherOutcome {
         id: job.id,
         published: written.published,
+        sent_late_after_end: written.sent_late_after_end,
         acknowledged: acknowledged.load(Ordering::Relaxed),
         window: written.window.finish(job.id),
         series: written.series,
@@ -124,6 +166,7 @@ struct Links<'a> {
 #[derive(Default)]
 struct Written {
     published: u64,
+    sent_late_after_end: u64,
     window: WindowTracker,
     series: LocalSeries,
     errors: Vec<(&'static str, u64)>,
@@ -175,14 +218,6 @@ impl Writer<'_> {
     }
 }
 
-/// Why a wait ended.
-enum Wake {
-    Ready,
-    PubRel(u16),
-    PingDue,
-    Stop,
-}
-
 async fn write_loop(
     job: &PublisherJob,
     sink: WriteHalf,
@@ -199,8 +234,9 @@ async fn write_loop(
         live: &job.live,
         written: Written::default(),
     };
-    let _ = publish_all(job, &mut writer, &mut pubrel_rx, links).await;
-    let _ = await_acknowledgements(job, &mut writer, &mut pubrel_rx, links).await;
+    let mut waits = Waits::new(job, links);
+    let _ = publish_all(job, &mut writer, &mut pubrel_rx, links, &mut waits).await;
+    let _ = acks::await_acknowledgements(job, &mut writer, &mut pubrel_rx, links).await;
     // A clean goodbye, so the broker does not count an abnormal disconnect.
     if codec.disconnect(&mut writer.out).is_ok() && writer.flush().await.is_ok() {
         let _ = writer.sink.shutdown().await;
@@ -214,47 +250,65 @@ async fn publish_all(
     writer: &mut Writer<'_>,
     pubrel_rx: &mut mpsc::Receiver<u16>,
     links: &Links<'_>,
+    waits: &mut Waits<'_>,
 ) -> Result<(), Stopped> {
-    let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
-    if let PublisherPacing::Burst { start_ns } = &job.pacing {
-        tokio::select! {
-            _ = tokio::time::sleep_until(job.clock.instant_at(*start_ns).into()) => {}
-            _ = job.cancel.cancelled() => return Ok(()),
-        }
+    if let PublisherPacing::Flat { start_ns } = &job.pacing
+        && waits
+            .until_start(job.clock.instant_at(*start_ns))
+            .await
+            .is_err()
+    {
+        return Ok(());
     }
     let mut send_delays = SampleBuffer::new(&job.live.send_delay);
     let mut header_bytes = [0u8; 16];
     let header_len = job.header.len();
+    let counts_warmup = job.warmup.series_counts_warmup();
     let mut seq: u64 = 0;
     let mut batch_clock: Option<u64> = None;
     while seq < job.messages {
-        if let PublisherPacing::OpenLoop { release, .. } = &job.pacing {
-            while release.released() <= seq {
-                writer.flush().await?;
-                let wake = tokio::select! {
-                    _ = release.changed() => Wake::Ready,
-                    Some(pkid) = pubrel_rx.recv() => Wake::PubRel(pkid),
-                    _ = tokio::time::sleep_until(writer.last_write + ping_every) => Wake::PingDue,
-                    _ = links.reader_done.cancelled() => Wake::Stop,
-                    _ = job.cancel.cancelled() => Wake::Stop,
-                };
-                handle_wake(wake, writer)?;
-            }
+        // A flat timed run ends here, before a permit or credit is taken for a message that
+        // would never be sent.
+        if writer.pending == 0
+            && let (PublisherPacing::Flat { .. }, Some(end_ns)) = (&job.pacing, job.end_ns)
+            && job.clock.now_ns() >= end_ns
+        {
+            break;
         }
-        if job.qos != Qos::AtMostOnce {
-            acquire_permit(job, writer, pubrel_rx, links, ping_every).await?;
+        let mut waited = Ok(());
+        if let PublisherPacing::OpenLoop { release, .. } = &job.pacing
+            && release.released() <= seq
+        {
+            waited = waits.for_release(release, seq, writer, pubrel_rx).await;
+        }
+        if waited.is_ok() {
+            waited = match (job.qos, &job.credit) {
+                (Qos::AtMostOnce, Some((credit, fanout))) => {
+                    waits
+                        .for_credit(credit, *fanout, seq, job, writer, pubrel_rx)
+                        .await
+                }
+                (Qos::AtMostOnce, None) => Ok(()),
+                _ => waits.for_permit(links.permits, writer, pubrel_rx).await,
+            };
+        }
+        match waited {
+            Ok(()) => {}
+            Err(Stop::Ended) => break,
+            Err(Stop::Stopped) => return Err(Stopped),
         }
         while let Ok(pkid) = pubrel_rx.try_recv() {
             writer.encode_ack(AckKind::PubRel, pkid);
         }
-        // One clock reading per batch in burst mode: the batch leaves in one write anyway.
+        // One clock reading per batch in a flat run: the batch leaves in one write anyway.
+        // A wait flushes the batch (nothing pending), and what follows is a new batch.
         let now = match (&job.pacing, batch_clock) {
-            (PublisherPacing::Burst { .. }, Some(now)) => now,
+            (PublisherPacing::Flat { .. }, Some(now)) if writer.pending > 0 => now,
             _ => job.clock.now_ns(),
         };
         batch_clock = Some(now);
         let stamp_ns = match &job.pacing {
-            PublisherPacing::Burst { .. } => now,
+            PublisherPacing::Flat { .. } => now,
             PublisherPacing::OpenLoop { schedule, .. } => schedule.intended_ns(seq),
         };
         // Packet ids cycle through 1..=65535; the window never exceeds 65535.
@@ -268,17 +322,25 @@ async fn publish_all(
         job.header.encode(header, &mut header_bytes);
         writer.out.extend_from_slice(&header_bytes[..header_len]);
         writer.out.extend_from_slice(&job.padding);
-        if seq >= job.warmup {
+        let measured = job.warmup.measured(seq, stamp_ns);
+        if measured {
             writer.written.window.add(now);
-            writer.written.series.add(now, 1);
             if let PublisherPacing::OpenLoop { .. } = job.pacing {
                 send_delays.push(now.saturating_sub(stamp_ns));
             }
         }
+        if measured || counts_warmup {
+            writer.written.series.add(now, 1);
+        }
+        if let (PublisherPacing::OpenLoop { .. }, Some(end_ns)) = (&job.pacing, job.end_ns)
+            && now > end_ns
+        {
+            writer.written.sent_late_after_end += 1;
+        }
         seq += 1;
         writer.pending += 1;
         let more_due = match &job.pacing {
-            PublisherPacing::Burst { .. } => seq < job.messages,
+            PublisherPacing::Flat { .. } => seq < job.messages,
             PublisherPacing::OpenLoop { release, .. } => release.released() > seq,
         };
         if !more_due || writer.out.len() >= BATCH_BYTES || writer.pending as usize >= BATCH_MESSAGES
@@ -290,148 +352,16 @@ async fn publish_all(
             }
         }
     }
+    if job.end_ns.is_some()
+        && seq >= job.messages
+        && job.messages > 0
+        && let PublisherPacing::Flat { .. } = job.pacing
+    {
+        // The header numbers no more messages: this publisher stopped before the end.
+        writer
+            .written
+            .errors
+            .push(("sequence_numbers_exhausted", 1));
+    }
     writer.flush().await
-}
-
-fn handle_wake(wake: Wake, writer: &mut Writer<'_>) -> Result<(), Stopped> {
-    match wake {
-        Wake::Ready => {}
-        Wake::PubRel(pkid) => writer.encode_ack(AckKind::PubRel, pkid),
-        Wake::PingDue => writer.encode_ping(),
-        Wake::Stop => return Err(Stopped),
-    }
-    Ok(())
-}
-
-async fn acquire_permit(
-    job: &PublisherJob,
-    writer: &mut Writer<'_>,
-    pubrel_rx: &mut mpsc::Receiver<u16>,
-    links: &Links<'_>,
-    ping_every: Duration,
-) -> Result<(), Stopped> {
-    if let Ok(permit) = links.permits.try_acquire() {
-        permit.forget();
-        return Ok(());
-    }
-    loop {
-        // Whatever is buffered must reach the broker, or its acknowledgements never come.
-        writer.flush().await?;
-        let wake = tokio::select! {
-            permit = links.permits.acquire() => match permit {
-                Ok(permit) => { permit.forget(); Wake::Ready }
-                Err(_) => Wake::Stop,
-            },
-            Some(pkid) = pubrel_rx.recv() => Wake::PubRel(pkid),
-            _ = tokio::time::sleep_until(writer.last_write + ping_every) => Wake::PingDue,
-            _ = links.reader_done.cancelled() => Wake::Stop,
-            _ = job.cancel.cancelled() => Wake::Stop,
-        };
-        if let Wake::Ready = wake {
-            return Ok(());
-        }
-        handle_wake(wake, writer)?;
-    }
-}
-
-/// Drain: waits until the broker acknowledged every QoS 1/2 message, or the deadline.
-async fn await_acknowledgements(
-    job: &PublisherJob,
-    writer: &mut Writer<'_>,
-    pubrel_rx: &mut mpsc::Receiver<u16>,
-    links: &Links<'_>,
-) -> Result<(), Stopped> {
-    if job.qos == Qos::AtMostOnce {
-        return Ok(());
-    }
-    let deadline = Instant::now() + job.drain_timeout;
-    let window = u32::try_from(links.window).unwrap_or(u32::MAX);
-    loop {
-        writer.flush().await?;
-        if links.permits.available_permits() == links.window {
-            return Ok(());
-        }
-        tokio::select! {
-            all = links.permits.acquire_many(window) => {
-                drop(all);
-                return Ok(());
-            }
-            Some(pkid) = pubrel_rx.recv() => writer.encode_ack(AckKind::PubRel, pkid),
-            _ = tokio::time::sleep_until(deadline) => {
-                let missing = links.window - links.permits.available_permits();
-                writer.written.errors.push(("ack_timeout", missing as u64));
-                return Err(Stopped);
-            }
-            _ = links.reader_done.cancelled() => return Err(Stopped),
-            _ = job.cancel.cancelled() => return Err(Stopped),
-        }
-    }
-}
-
-async fn read_loop(
-    mut source: ReadHalf,
-    mut buffer: BytesMut,
-    codec: Codec,
-    pubrel_tx: mpsc::Sender<u16>,
-    links: &Links<'_>,
-) -> Vec<(&'static str, u64)> {
-    let mut errors = Vec::new();
-    let mut closing_since: Option<Instant> = None;
-    loop {
-        buffer.reserve(4096);
-        let read = tokio::select! {
-            read = source.read_buf(&mut buffer) => read,
-            _ = links.writer_done.cancelled(), if closing_since.is_none() => {
-                closing_since = Some(Instant::now());
-                continue;
-            }
-            _ = tokio::time::sleep_until(closing_since.unwrap_or_else(Instant::now) + CLOSE_GRACE), if closing_since.is_some() => break,
-        };
-        let writer_finished = links.writer_done.is_cancelled();
-        match read {
-            Ok(0) => {
-                if !writer_finished {
-                    errors.push(("connection_closed", 1));
-                }
-                break;
-            }
-            Err(_) => {
-                if !writer_finished {
-                    errors.push(("read_failed", 1));
-                }
-                break;
-            }
-            Ok(_) => {}
-        }
-        if let Err(kind) = handle_acks(&codec, &mut buffer, &pubrel_tx, links).await {
-            errors.push((kind, 1));
-            break;
-        }
-    }
-    links.reader_done.cancel();
-    errors
-}
-
-async fn handle_acks(
-    codec: &Codec,
-    buffer: &mut BytesMut,
-    pubrel_tx: &mpsc::Sender<u16>,
-    links: &Links<'_>,
-) -> Result<(), &'static str> {
-    loop {
-        match codec.decode(buffer) {
-            Ok(None) => return Ok(()),
-            Ok(Some(Incoming::PubAck(_) | Incoming::PubComp(_))) => {
-                links.acknowledged.fetch_add(1, Ordering::Relaxed);
-                links.permits.add_permits(1);
-            }
-            Ok(Some(Incoming::PubRec(pkid))) => {
-                // The writer may be gone at shutdown; then nobody needs the PUBREL.
-                let _ = pubrel_tx.send(pkid).await;
-            }
-            Ok(Some(Incoming::Disconnect(_))) => return Err("broker_disconnected"),
-            Ok(Some(_)) => {}
-            Err(_) => return Err("protocol_error"),
-        }
-    }
 }

@@ -1,0 +1,130 @@
+//! Whether loadgen itself was the limit of a run: an instrument that cannot keep up measures
+//! itself, not the broker.
+//!
+//! Judged per instance from what the kernel says it spent ([`crate::result::InstanceLoad`]):
+//! its CPU near its capacity (threads, affinity, quota), its threads kept waiting for a CPU
+//! (the machine was oversubscribed: a busy broker beside it, another job), or its cgroup's
+//! quota throttling it. Falling behind an open-loop schedule is reported beside these, but
+//! alone it is not the generator's fault: a broker that stops reading holds the publishers
+//! back through TCP just the same.
+
+use serde::{Deserialize, Serialize};
+
+use crate::result::RunResult;
+
+/// CPU share of its capacity above which an instance counts as saturated, percent.
+pub const BUSY_LIMIT_PERCENT: f64 = 90.0;
+/// Share of runnable time spent waiting for a CPU above which an instance was starved.
+pub const WAIT_LIMIT_PERCENT: f64 = 25.0;
+/// Share of the window its quota throttled it above which it was held back.
+pub const THROTTLE_LIMIT_PERCENT: f64 = 5.0;
+
+/// The verdict on the generator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GeneratorCheck {
+    /// Some instance was, or may have been, the limit.
+    pub limited: bool,
+    /// Why, in words with figures (empty when not limited).
+    pub reasons: Vec<String>,
+    /// Highest CPU share of its capacity of any instance over the window, percent.
+    pub busy_percent: f64,
+    /// Highest such share over any 1-s stretch, percent.
+    pub peak_busy_percent: f64,
+    /// Highest share of runnable time spent waiting for a CPU, percent.
+    pub cpu_wait_percent: f64,
+    /// Highest share of the window throttled by a CPU quota, percent.
+    pub throttled_percent: f64,
+    /// CPU the instances could use together, CPUs.
+    pub cpu_capacity: f64,
+    /// Open loop: messages that left after the schedule's end although due before it.
+    pub sent_late_after_end: u64,
+}
+
+/// Judges the generator of a (possibly merged) result.
+pub fn check(result: &RunResult) -> GeneratorCheck {
+    let mut reasons = Vec::new();
+    let most = |f: fn(&crate::result::InstanceLoad) -> f64| {
+        result.instances.iter().map(f).fold(0.0, f64::max)
+    };
+    let several = result.instances.len() > 1;
+    for (n, instance) in result.instances.iter().enumerate() {
+        let who = if several {
+            format!("loadgen instance {} ", n + 1)
+        } else {
+            "loadgen ".to_string()
+        };
+        let capacity = f64::from(instance.cpu_capacity_milli) / 1000.0;
+        if instance.busy_percent >= BUSY_LIMIT_PERCENT
+            || instance.peak_busy_percent >= BUSY_LIMIT_PERCENT
+        {
+            reasons.push(format!(
+                "{who}used {:.0} % of the {capacity:.1} CPU it may use ({:.0} % at its busiest second)",
+                instance.busy_percent, instance.peak_busy_percent
+            ));
+        }
+        if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
+            reasons.push(format!(
+                "{who}waited for a CPU {:.0} % of the time it was ready to run (the machine was oversubscribed)",
+                instance.cpu_wait_percent
+            ));
+        }
+        if instance.throttled_percent >= THROTTLE_LIMIT_PERCENT {
+            reasons.push(format!(
+                "{who}was throttled by its cgroup's CPU quota {:.0} % of the time",
+                instance.throttled_percent
+            ));
+        }
+    }
+    GeneratorCheck {
+        limited: !reasons.is_empty(),
+        reasons,
+        busy_percent: most(|i| i.busy_percent),
+        peak_busy_percent: most(|i| i.peak_busy_percent),
+        cpu_wait_percent: most(|i| i.cpu_wait_percent),
+        throttled_percent: most(|i| i.throttled_percent),
+        cpu_capacity: result
+            .instances
+            .iter()
+            .map(|i| f64::from(i.cpu_capacity_milli) / 1000.0)
+            .sum(),
+        sent_late_after_end: result.sent_late_after_end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::InstanceLoad;
+
+    fn instance(busy: f64, wait: f64, throttled: f64) -> InstanceLoad {
+        InstanceLoad {
+            shard: crate::spec::Shard {
+                publishers: 0..1,
+                subscribers: 0..1,
+            },
+            cpu_capacity_milli: 1000,
+            window_ms: 1000.0,
+            busy_percent: busy,
+            peak_busy_percent: busy,
+            cpu_wait_percent: wait,
+            throttled_percent: throttled,
+        }
+    }
+
+    #[test]
+    fn each_limit_is_named_and_an_idle_generator_is_not_limited() {
+        let spec = crate::cli::throughput_preset();
+        let mut result = RunResult::empty(&spec, "g");
+        result.instances.push(instance(30.0, 2.0, 0.0));
+        assert!(!check(&result).limited);
+        result.instances.push(instance(97.0, 40.0, 20.0));
+        let verdict = check(&result);
+        assert!(verdict.limited);
+        let text = verdict.reasons.join(" | ");
+        assert!(text.contains("instance 2 used 97 %"), "{text}");
+        assert!(text.contains("waited for a CPU 40 %"), "{text}");
+        assert!(text.contains("throttled"), "{text}");
+        assert_eq!(verdict.busy_percent, 97.0);
+        assert_eq!(verdict.cpu_capacity, 2.0);
+    }
+}

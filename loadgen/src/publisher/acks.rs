@@ -1,0 +1,120 @@
+//! The reading half of a publisher: the broker's acknowledgements, and the drain that waits
+//! for the last of them.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Links, PublisherJob, Stopped, Writer};
+use crate::codec::{AckKind, Codec, Incoming};
+use crate::spec::Qos;
+use crate::transport::ReadHalf;
+
+/// After DISCONNECT, how long to wait for the broker to close the socket.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Drain: waits until the broker acknowledged every QoS 1/2 message, or the deadline.
+pub(super) async fn await_acknowledgements(
+    job: &PublisherJob,
+    writer: &mut Writer<'_>,
+    pubrel_rx: &mut mpsc::Receiver<u16>,
+    links: &Links<'_>,
+) -> Result<(), Stopped> {
+    if job.qos == Qos::AtMostOnce {
+        return Ok(());
+    }
+    let deadline = Instant::now() + job.drain_timeout;
+    let window = u32::try_from(links.window).unwrap_or(u32::MAX);
+    loop {
+        writer.flush().await?;
+        if links.permits.available_permits() == links.window {
+            return Ok(());
+        }
+        tokio::select! {
+            all = links.permits.acquire_many(window) => {
+                drop(all);
+                return Ok(());
+            }
+            Some(pkid) = pubrel_rx.recv() => writer.encode_ack(AckKind::PubRel, pkid),
+            _ = tokio::time::sleep_until(deadline) => {
+                let missing = links.window - links.permits.available_permits();
+                writer.written.errors.push(("ack_timeout", missing as u64));
+                return Err(Stopped);
+            }
+            _ = links.reader_done.cancelled() => return Err(Stopped),
+            _ = job.cancel.cancelled() => return Err(Stopped),
+        }
+    }
+}
+
+pub(super) async fn read_loop(
+    mut source: ReadHalf,
+    mut buffer: BytesMut,
+    codec: Codec,
+    pubrel_tx: mpsc::Sender<u16>,
+    links: &Links<'_>,
+) -> Vec<(&'static str, u64)> {
+    let mut errors = Vec::new();
+    let mut closing_since: Option<Instant> = None;
+    loop {
+        buffer.reserve(4096);
+        let read = tokio::select! {
+            read = source.read_buf(&mut buffer) => read,
+            _ = links.writer_done.cancelled(), if closing_since.is_none() => {
+                closing_since = Some(Instant::now());
+                continue;
+            }
+            _ = tokio::time::sleep_until(closing_since.unwrap_or_else(Instant::now) + CLOSE_GRACE), if closing_since.is_some() => break,
+        };
+        let writer_finished = links.writer_done.is_cancelled();
+        match read {
+            Ok(0) => {
+                if !writer_finished {
+                    errors.push(("connection_closed", 1));
+                }
+                break;
+            }
+            Err(_) => {
+                if !writer_finished {
+                    errors.push(("read_failed", 1));
+                }
+                break;
+            }
+            Ok(_) => {}
+        }
+        if let Err(kind) = handle_acks(&codec, &mut buffer, &pubrel_tx, links).await {
+            errors.push((kind, 1));
+            break;
+        }
+    }
+    links.reader_done.cancel();
+    errors
+}
+
+async fn handle_acks(
+    codec: &Codec,
+    buffer: &mut BytesMut,
+    pubrel_tx: &mpsc::Sender<u16>,
+    links: &Links<'_>,
+) -> Result<(), &'static str> {
+    loop {
+        match codec.decode(buffer) {
+            Ok(None) => return Ok(()),
+            Ok(Some(Incoming::PubAck(_) | Incoming::PubComp(_))) => {
+                links.acknowledged.fetch_add(1, Ordering::Relaxed);
+                links.permits.add_permits(1);
+            }
+            Ok(Some(Incoming::PubRec(pkid))) => {
+                // The writer may be gone at shutdown; then nobody needs the PUBREL.
+                let _ = pubrel_tx.send(pkid).await;
+            }
+            Ok(Some(Incoming::Disconnect(_))) => return Err("broker_disconnected"),
+            Ok(Some(_)) => {}
+            Err(_) => return Err("protocol_error"),
+        }
+    }
+}

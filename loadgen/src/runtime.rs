@@ -1,0 +1,179 @@
+//! The threads a run lives on: a runtime of its own, built from the spec's
+//! [`EngineOptions`](crate::spec::EngineOptions), whether the run was started by the `loadgen`
+//! command or by an agent (whose own runtime keeps serving gRPC meanwhile).
+//!
+//! Two settings make loadgen cheap for a broker on the same host (see the README's finding):
+//! few threads (one on a 2-core machine, so the broker keeps a core of its own) and receive
+//! coalescing (an idle thread sleeps briefly before it waits in epoll, so the broker's writes
+//! find no waiter to wake).
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{StartBarrier, Status};
+use crate::spec::WorkloadSpec;
+use crate::usage::{RunThreads, Scope};
+use crate::{LoadgenError, RunResult};
+
+/// CPUs this process may run on (its affinity mask), at least one.
+pub fn cpus_allowed() -> usize {
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
+    let counted = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            libc::CPU_COUNT(&set) as usize
+        } else {
+            0
+        }
+    };
+    if counted > 0 {
+        counted
+    } else {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    }
+}
+
+/// The runtime threads a spec asks for: its own figure, or half the CPUs allowed.
+pub fn threads_for(spec: &WorkloadSpec) -> usize {
+    match spec.engine.threads {
+        0 => (cpus_allowed() / 2).max(1),
+        threads => usize::from(threads),
+    }
+}
+
+/// Builds the runtime `spec` runs on; its threads register in `threads`.
+fn build(
+    spec: &WorkloadSpec,
+    threads_of_run: &RunThreads,
+) -> std::io::Result<tokio::runtime::Runtime> {
+    let threads = threads_for(spec);
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    builder.enable_all().thread_name("loadgen");
+    let registry = threads_of_run.clone();
+    builder.on_thread_start(move || registry.register_current());
+    if let Some(cap) = spec.engine.coalescing.sleep_for(&spec.pacing) {
+        builder.on_thread_unpark(woke_up);
+        builder.on_thread_park(move || coalesce(cap));
+    }
+    builder.build()
+}
+
+/// Below this share of its time spent busy, a thread does not coalesce: the load is light,
+/// wake-ups are few, and a sleep would only add delay.
+const COALESCE_FROM_BUSY_SHARE: f64 = 0.5;
+
+/// A runtime thread's recent busy and idle stretches, for the coalescing sleep.
+#[derive(Debug, Clone, Copy, Default)]
+struct Duty {
+    /// When it last woke up (busy since), or last went idle.
+    since: Option<Instant>,
+    busy: bool,
+    /// Exponentially weighted averages of busy and idle stretches, ns.
+    busy_ns: f64,
+    idle_ns: f64,
+}
+
+thread_local! {
+    static DUTY: Cell<Duty> = Cell::new(Duty::default());
+}
+
+/// Weight of the newest stretch in the averages.
+const DUTY_WEIGHT: f64 = 0.2;
+
+fn woke_up() {
+    DUTY.with(|cell| {
+        let mut duty = cell.get();
+        if let (Some(since), false) = (duty.since, duty.busy) {
+            let idle = since.elapsed().as_nanos() as f64;
+            duty.idle_ns += DUTY_WEIGHT * (idle - duty.idle_ns);
+        }
+        duty.since = Some(Instant::now());
+        duty.busy = true;
+        cell.set(duty);
+    });
+}
+
+/// The coalescing sleep, before the thread waits in epoll: when it has been busy at least half
+/// of the recent time, it sleeps as long as its last busy stretch (at most `cap`), as a plain
+/// nanosleep during which it is not an epoll waiter. A light load (one client, a modest rate)
+/// is not delayed at all; a heavy one sleeps up to the cap and reads what arrived meanwhile in
+/// one go, which keeps the thread's duty cycle, so it never lowers what the thread can do.
+fn coalesce(cap: Duration) {
+    let sleep = DUTY.with(|cell| {
+        let mut duty = cell.get();
+        let busy = match (duty.since, duty.busy) {
+            (Some(since), true) => since.elapsed(),
+            _ => Duration::ZERO,
+        };
+        duty.busy_ns += DUTY_WEIGHT * (busy.as_nanos() as f64 - duty.busy_ns);
+        let share = duty.busy_ns / (duty.busy_ns + duty.idle_ns).max(1.0);
+        duty.since = Some(Instant::now());
+        duty.busy = false;
+        cell.set(duty);
+        if share >= COALESCE_FROM_BUSY_SHARE {
+            busy.min(cap)
+        } else {
+            Duration::ZERO
+        }
+    });
+    if !sleep.is_zero() {
+        std::thread::sleep(sleep);
+    }
+}
+
+/// Runs `spec` on a runtime of its own (see [`build`]) on a new thread; the future resolves
+/// when the run ends. Cancelling `cancel` stops the run as [`crate::run_at`] does.
+pub async fn run_dedicated(
+    spec: WorkloadSpec,
+    barrier: StartBarrier,
+    cancel: CancellationToken,
+    status: Option<watch::Sender<Status>>,
+) -> Result<RunResult, LoadgenError> {
+    let (done_tx, done_rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("loadgen-run".into())
+        .spawn(move || {
+            let threads = RunThreads::default();
+            threads.register_current();
+            let outcome = match build(&spec, &threads) {
+                Ok(runtime) => runtime.block_on(crate::engine::run_scoped(
+                    &spec,
+                    barrier,
+                    cancel,
+                    status,
+                    Scope::Threads(threads.clone()),
+                )),
+                Err(error) => Err(LoadgenError::Internal(format!(
+                    "cannot start the load's runtime: {error}"
+                ))),
+            };
+            let _ = done_tx.send(outcome);
+        })
+        .map_err(|e| LoadgenError::Internal(format!("cannot start the load's thread: {e}")))?;
+    done_rx
+        .await
+        .map_err(|_| LoadgenError::Internal("the load's thread ended without a result".into()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn automatic_threads_leave_half_the_cpus() {
+        let mut spec = crate::cli::throughput_preset();
+        spec.engine.threads = 0;
+        assert_eq!(threads_for(&spec), (cpus_allowed() / 2).max(1));
+        spec.engine.threads = 3;
+        assert_eq!(threads_for(&spec), 3);
+    }
+}

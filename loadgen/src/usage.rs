@@ -1,0 +1,407 @@
+//! What a run cost loadgen itself, read from the kernel: CPU time and time spent waiting for a
+//! CPU (schedstat) of its own threads, CPU bandwidth throttling of its cgroup, and the CPU
+//! capacity it may use at all. These say whether loadgen, not the broker, was the limit.
+//!
+//! A run started with [`crate::run_dedicated`] knows its threads (the runtime's workers, the
+//! pacer) and measures only them, so an agent's gRPC work or an embedded broker in the same
+//! process is not counted as load-generator CPU. A run started on someone else's runtime
+//! falls back to the whole process.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RunClock;
+use crate::result::{InstanceLoad, ResourceUsage};
+use crate::spec::Shard;
+
+/// How often the monitor reads the counters during a run.
+const MONITOR_INTERVAL: Duration = Duration::from_millis(100);
+/// The stretch over which the peak CPU share is taken.
+const PEAK_SPAN_NS: u64 = 1_000_000_000;
+
+/// The threads of one run, registered as they start.
+#[derive(Debug, Clone, Default)]
+pub struct RunThreads {
+    tids: Arc<Mutex<Vec<i32>>>,
+}
+
+impl RunThreads {
+    /// Registers the calling thread.
+    pub fn register_current(&self) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let mut tids = self.tids.lock().unwrap_or_else(|p| p.into_inner());
+        if !tids.contains(&tid) {
+            tids.push(tid);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<i32> {
+        self.tids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Which threads a reading covers.
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    /// The registered threads of a dedicated run.
+    Threads(RunThreads),
+    /// Every thread of this process.
+    Process,
+}
+
+/// Counters at one instant; two readings give a run's usage.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reading {
+    cpu_ns: u64,
+    cpu_user_ns: u64,
+    cpu_system_ns: u64,
+    wait_ns: u64,
+    throttled_ns: u64,
+}
+
+/// Per-thread schedstat: CPU time and run-queue wait, ns.
+fn schedstat(tid: i32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// Per-thread user and system time from `stat`, ns (clock-tick resolution).
+fn thread_times(tid: i32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let after_name = text.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // After the name: state is field 3 of stat(5); utime and stime are fields 14 and 15.
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let tick_ns = 1_000_000_000 / clock_ticks_per_second();
+    Some((ticks(11)? * tick_ns, ticks(12)? * tick_ns))
+}
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+fn all_threads() -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn process_rusage() -> (u64, u64, u64) {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ns = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000_000 + (t.tv_usec as u64) * 1_000;
+    (
+        ns(usage.ru_utime),
+        ns(usage.ru_stime),
+        (usage.ru_maxrss as u64) * 1024,
+    )
+}
+
+impl Reading {
+    pub(crate) fn now(scope: &Scope) -> Self {
+        let tids = match scope {
+            Scope::Threads(threads) => threads.snapshot(),
+            Scope::Process => all_threads(),
+        };
+        let mut reading = Reading {
+            throttled_ns: cgroup::throttled_ns().unwrap_or(0),
+            ..Reading::default()
+        };
+        for tid in &tids {
+            if let Some((cpu, wait)) = schedstat(*tid) {
+                reading.cpu_ns += cpu;
+                reading.wait_ns += wait;
+            }
+        }
+        match scope {
+            Scope::Threads(_) => {
+                for tid in &tids {
+                    if let Some((user, system)) = thread_times(*tid) {
+                        reading.cpu_user_ns += user;
+                        reading.cpu_system_ns += system;
+                    }
+                }
+            }
+            Scope::Process => {
+                let (user, system, _) = process_rusage();
+                reading.cpu_user_ns = user;
+                reading.cpu_system_ns = system;
+                if reading.cpu_ns == 0 {
+                    reading.cpu_ns = user + system;
+                }
+            }
+        }
+        reading
+    }
+
+    /// The usage between `self` (earlier) and `later`.
+    pub(crate) fn until(self, later: Reading, threads: usize) -> ResourceUsage {
+        let (_, _, peak_rss_bytes) = process_rusage();
+        ResourceUsage {
+            cpu_user_ns: later.cpu_user_ns.saturating_sub(self.cpu_user_ns),
+            cpu_system_ns: later.cpu_system_ns.saturating_sub(self.cpu_system_ns),
+            peak_rss_bytes,
+            cpu_ns: later.cpu_ns.saturating_sub(self.cpu_ns),
+            cpu_wait_ns: later.wait_ns.saturating_sub(self.wait_ns),
+            throttled_ns: later.throttled_ns.saturating_sub(self.throttled_ns),
+            cpu_capacity_milli: capacity_milli(threads),
+        }
+    }
+}
+
+/// CPU this process can use with `threads` threads: the least of the threads, the CPUs it
+/// may run on and its cgroup's quota, in thousandths of a CPU.
+pub(crate) fn capacity_milli(threads: usize) -> u32 {
+    let cpus = crate::runtime::cpus_allowed();
+    let capacity = [threads.max(1) * 1000, cpus * 1000]
+        .into_iter()
+        .chain(cgroup::quota_milli())
+        .min()
+        .unwrap_or(1000);
+    u32::try_from(capacity).unwrap_or(u32::MAX)
+}
+
+/// Readings taken through a run, so that the generator's share of its CPU can be judged over
+/// the window that matters (not diluted by connecting or an idle drain).
+#[derive(Debug)]
+pub(crate) struct Monitor {
+    samples: Arc<Mutex<Vec<(u64, Reading)>>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    scope: Scope,
+    clock: RunClock,
+}
+
+impl Monitor {
+    /// Starts reading every 100 ms, with a first reading now.
+    pub(crate) fn start(scope: Scope, clock: RunClock) -> Self {
+        let samples = Arc::new(Mutex::new(vec![(clock.now_ns(), Reading::now(&scope))]));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (samples, stop, scope) = (samples.clone(), stop.clone(), scope.clone());
+            async move {
+                let mut ticker = tokio::time::interval(MONITOR_INTERVAL);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    let sample = (clock.now_ns(), Reading::now(&scope));
+                    samples
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(sample);
+                }
+            }
+        });
+        Monitor {
+            samples,
+            stop,
+            task,
+            scope,
+            clock,
+        }
+    }
+
+    /// Stops, with a last reading now; returns every reading in time order.
+    pub(crate) async fn finish(self) -> Vec<(u64, Reading)> {
+        self.stop.cancel();
+        let _ = self.task.await;
+        let mut samples =
+            std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
+        samples.push((self.clock.now_ns(), Reading::now(&self.scope)));
+        samples
+    }
+}
+
+/// A reading interpolated at `at_ns` between the two around it.
+fn reading_at(samples: &[(u64, Reading)], at_ns: u64) -> Option<Reading> {
+    let after = samples.iter().position(|(t, _)| *t >= at_ns)?;
+    let (t1, r1) = samples[after];
+    if after == 0 || t1 == at_ns {
+        return Some(r1);
+    }
+    let (t0, r0) = samples[after - 1];
+    let share = (at_ns - t0) as f64 / (t1 - t0).max(1) as f64;
+    let mix = |a: u64, b: u64| a + ((b.saturating_sub(a)) as f64 * share) as u64;
+    Some(Reading {
+        cpu_ns: mix(r0.cpu_ns, r1.cpu_ns),
+        cpu_user_ns: mix(r0.cpu_user_ns, r1.cpu_user_ns),
+        cpu_system_ns: mix(r0.cpu_system_ns, r1.cpu_system_ns),
+        wait_ns: mix(r0.wait_ns, r1.wait_ns),
+        throttled_ns: mix(r0.throttled_ns, r1.throttled_ns),
+    })
+}
+
+/// What one instance spent over `[from_ns, until_ns]`, judged against its CPU capacity.
+pub(crate) fn instance_load(
+    samples: &[(u64, Reading)],
+    from_ns: u64,
+    until_ns: u64,
+    capacity_milli: u32,
+    shard: Shard,
+) -> InstanceLoad {
+    let first = samples.first().map_or(from_ns, |(t, _)| *t);
+    let last = samples.last().map_or(until_ns, |(t, _)| *t);
+    let (from_ns, until_ns) = (from_ns.clamp(first, last), until_ns.clamp(first, last));
+    let capacity = f64::from(capacity_milli.max(1)) / 1000.0;
+    let busy = |a: &Reading, b: &Reading, span_ns: u64| {
+        b.cpu_ns.saturating_sub(a.cpu_ns) as f64 * 100.0 / (span_ns.max(1) as f64 * capacity)
+    };
+    let (Some(start), Some(end)) = (reading_at(samples, from_ns), reading_at(samples, until_ns))
+    else {
+        return InstanceLoad {
+            shard,
+            cpu_capacity_milli: capacity_milli,
+            window_ms: 0.0,
+            busy_percent: 0.0,
+            peak_busy_percent: 0.0,
+            cpu_wait_percent: 0.0,
+            throttled_percent: 0.0,
+        };
+    };
+    let span = until_ns.saturating_sub(from_ns);
+    let cpu = end.cpu_ns.saturating_sub(start.cpu_ns);
+    let wait = end.wait_ns.saturating_sub(start.wait_ns);
+    let mut peak = busy(&start, &end, span);
+    if span > PEAK_SPAN_NS {
+        let inside: Vec<&(u64, Reading)> = samples
+            .iter()
+            .filter(|(t, _)| (from_ns..=until_ns).contains(t))
+            .collect();
+        for (i, (t0, r0)) in inside.iter().enumerate() {
+            if let Some((t1, r1)) = inside[i..].iter().find(|(t, _)| *t >= t0 + PEAK_SPAN_NS) {
+                peak = peak.max(busy(r0, r1, t1 - t0));
+            }
+        }
+    }
+    InstanceLoad {
+        shard,
+        cpu_capacity_milli: capacity_milli,
+        window_ms: span as f64 / 1e6,
+        busy_percent: busy(&start, &end, span),
+        peak_busy_percent: peak,
+        cpu_wait_percent: if cpu + wait == 0 {
+            0.0
+        } else {
+            wait as f64 * 100.0 / (cpu + wait) as f64
+        },
+        throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
+            / span.max(1) as f64,
+    }
+}
+
+/// The CPU controller of this process's cgroup (v1 or v2): quota and throttling.
+mod cgroup {
+    use std::path::PathBuf;
+
+    /// The folder of this process's cgroup in the hierarchy holding the cpu controller.
+    fn cpu_folder() -> Option<(PathBuf, bool)> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        // v1: a line "N:cpu,cpuacct:/path"; v2: "0::/path".
+        let v1 = membership.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "cpu")
+                .then(|| path.to_string())
+        });
+        let v2_path = membership.lines().find_map(|l| l.strip_prefix("0::"));
+        mountinfo.lines().find_map(|line| {
+            // mount ID, parent, major:minor, root, mount point, options... - fstype source super
+            let (left, right) = line.split_once(" - ")?;
+            let fields: Vec<&str> = left.split_whitespace().collect();
+            let tail: Vec<&str> = right.split_whitespace().collect();
+            let (root, mount_point) = (*fields.get(3)?, *fields.get(4)?);
+            let options = tail.get(2).copied().unwrap_or("");
+            let relative = |path: &str| {
+                let inside = path.strip_prefix(root).unwrap_or(path);
+                PathBuf::from(mount_point).join(inside.trim_start_matches('/'))
+            };
+            match (*tail.first()?, &v1) {
+                ("cgroup", Some(path)) if options.split(',').any(|o| o == "cpu") => {
+                    Some((relative(path), false))
+                }
+                ("cgroup2", None) => Some((relative(v2_path?), true)),
+                _ => None,
+            }
+        })
+    }
+
+    /// Time the cgroup's tasks were throttled by a CPU quota, ns.
+    pub(super) fn throttled_ns() -> Option<u64> {
+        let (folder, v2) = cpu_folder()?;
+        let stat = std::fs::read_to_string(folder.join("cpu.stat")).ok()?;
+        let (key, scale) = if v2 {
+            ("throttled_usec", 1_000)
+        } else {
+            ("throttled_time", 1)
+        };
+        stat.lines().find_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            (name == key).then(|| value.trim().parse::<u64>().ok().map(|v| v * scale))?
+        })
+    }
+
+    /// The cgroup's CPU quota in thousandths of a CPU, when one is set.
+    pub(super) fn quota_milli() -> Option<usize> {
+        let (folder, v2) = cpu_folder()?;
+        let (quota, period) = if v2 {
+            let text = std::fs::read_to_string(folder.join("cpu.max")).ok()?;
+            let mut parts = text.split_whitespace();
+            (
+                parts.next()?.parse::<i64>().ok()?,
+                parts.next()?.parse::<i64>().ok()?,
+            )
+        } else {
+            let read = |name: &str| -> Option<i64> {
+                std::fs::read_to_string(folder.join(name))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            };
+            (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?)
+        };
+        (quota > 0 && period > 0).then(|| usize::try_from(quota * 1000 / period).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_thread_shows_its_cpu_time() {
+        let threads = RunThreads::default();
+        threads.register_current();
+        let scope = Scope::Threads(threads);
+        let before = Reading::now(&scope);
+        let started = std::time::Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(30) {
+            spin = spin.wrapping_add(1);
+            std::hint::black_box(spin);
+        }
+        let usage = before.until(Reading::now(&scope), 1);
+        assert!(usage.cpu_ns >= 20_000_000, "{usage:?}");
+        assert!(usage.cpu_capacity_milli >= 1, "{usage:?}");
+    }
+}
