@@ -48,6 +48,17 @@ pub enum Command {
     /// M messages per publisher as fast as the broker takes them (a burst). With --duration
     /// (and --warmup 2s) it is a sustained test instead: closed loop, or open loop at --rate.
     Throughput(WorkloadArgs),
+    /// Searches for the highest offered rate the broker sustains: short timed probes (the
+    /// throughput preset's clients, or --publishers/--subscribers/--topology), growing from
+    /// half what a closed loop gets through, then bisecting, within --budget.
+    Saturate {
+        /// The workload of every probe.
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// How the search runs.
+        #[command(flatten)]
+        search: SearchArgs,
+    },
     /// Runs a workload from a TOML spec file; flags override its fields.
     Run {
         /// The spec file.
@@ -62,6 +73,41 @@ pub enum Command {
         #[arg(required = true)]
         results: Vec<PathBuf>,
     },
+}
+
+/// Settings of a saturation search.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SearchArgs {
+    /// Measured window of each probe (default 3s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub probe: Option<Duration>,
+    /// Warm-up of each probe (default 1s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub probe_warmup: Option<Duration>,
+    /// A probe whose p99 latency exceeds this is not sustained (default 100ms).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub p99_bound: Option<Duration>,
+    /// Wall time the whole search may take (default 60s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub budget: Option<Duration>,
+    /// The first offered rate, msg/s (default: half of what a closed loop gets through).
+    #[arg(long)]
+    pub start_rate: Option<u64>,
+}
+
+impl SearchArgs {
+    /// The settings these flags ask for.
+    pub fn settings(&self) -> crate::saturation::SearchSettings {
+        let mut settings = crate::saturation::SearchSettings::default();
+        set(&mut settings.probe, self.probe);
+        set(&mut settings.probe_warmup, self.probe_warmup);
+        set(&mut settings.p99_bound, self.p99_bound);
+        set(&mut settings.budget, self.budget);
+        if self.start_rate.is_some() {
+            settings.start_rate = self.start_rate;
+        }
+        settings
+    }
 }
 
 /// Output options.
@@ -408,7 +454,9 @@ pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
             }
             (latency_preset(), args)
         }
-        Command::Throughput(args) => (throughput_preset(), args),
+        Command::Throughput(args) | Command::Saturate { workload: args, .. } => {
+            (throughput_preset(), args)
+        }
         Command::Run { spec, overrides } => {
             let text = std::fs::read_to_string(spec).map_err(|e| CliError::Input {
                 path: spec.display().to_string(),
@@ -443,6 +491,9 @@ fn span_note(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Command::Saturate { search, .. } = &cli.command {
+        return saturate(&cli, spec_for(&cli.command)?, search.settings()).await;
+    }
     let result = match &cli.command {
         Command::Merge { results } => merge_files(results)?,
         command => {
@@ -480,6 +531,76 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     }
     if let Some(path) = &cli.output.result {
         output::write_result(path, &result)?;
+    }
+    Ok(())
+}
+
+/// Runs a saturation search locally, one probe after the other, printing each as it ends.
+async fn saturate(
+    cli: &Cli,
+    base: WorkloadSpec,
+    settings: crate::saturation::SearchSettings,
+) -> Result<(), CliError> {
+    use crate::saturation::{Search, probe_spec};
+    settings
+        .validate("")
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
+    let mut search = Search::new(settings.clone());
+    if !cli.output.json {
+        println!(
+            "saturation search against {}: {} publishers -> {} subscribers ({}), QoS {}, {} B; probes of {} after {} warm-up, p99 bound {}, budget {}",
+            base.broker,
+            base.publishers,
+            base.subscribers,
+            base.topology,
+            base.qos.level(),
+            base.payload.bytes(),
+            humantime::format_duration(settings.probe),
+            humantime::format_duration(settings.probe_warmup),
+            humantime::format_duration(settings.p99_bound),
+            humantime::format_duration(settings.budget),
+        );
+    }
+    while let Some(probe) = search.next_probe() {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let spec = probe_spec(&base, probe, &settings);
+        let began = std::time::Instant::now();
+        let outcome = match crate::runtime::run_dedicated(
+            spec,
+            crate::engine::StartBarrier::default(),
+            cancel.clone(),
+            None,
+        )
+        .await
+        {
+            Ok(result) => crate::saturation::ProbeOutcome::of(
+                probe,
+                &Summary::of(&result),
+                &settings,
+                began.elapsed(),
+            ),
+            Err(error) => {
+                crate::saturation::ProbeOutcome::failed(probe, error.to_string(), began.elapsed())
+            }
+        };
+        if !cli.output.json {
+            println!("{}", output::probe_line(&outcome));
+        }
+        search.record(outcome);
+    }
+    let report = search.report();
+    if cli.output.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report)
+                .map_err(|e| output::OutputError::Serialize(e.to_string()))?
+        );
+    } else {
+        print!("{}", output::saturation_summary(&report));
     }
     Ok(())
 }

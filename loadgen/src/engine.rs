@@ -132,6 +132,7 @@ pub(crate) async fn run_scoped(
     report(&|s| s.phase = Phase::Connecting);
     let mut result = RunResult::empty(spec, &run_id);
     result.shards.push(shard.clone());
+    result.clock_origin_unix_ns = clock.origin_unix_ns();
     let connector = Connector {
         spec,
         run_id: &run_id,

@@ -2,11 +2,13 @@
 //! itself, not the broker.
 //!
 //! Judged per instance from what the kernel says it spent ([`crate::result::InstanceLoad`]):
-//! its CPU near its capacity (threads, affinity, quota), its threads kept waiting for a CPU
-//! (the machine was oversubscribed: a busy broker beside it, another job), or its cgroup's
-//! quota throttling it. Falling behind an open-loop schedule is reported beside these, but
-//! alone it is not the generator's fault: a broker that stops reading holds the publishers
-//! back through TCP just the same.
+//! its CPU near its capacity (threads, affinity, quota) limits it whatever the pacing. Its
+//! threads kept waiting for a CPU (the machine was oversubscribed: a busy broker beside it,
+//! another job) or its cgroup's quota throttling it limit a burst or a closed loop directly;
+//! an open-loop run that still kept its schedule (no message left after the end, send delay
+//! p99 within 2 ms) was not held back, and gets a warning instead. Falling behind a schedule
+//! alone is not the generator's fault: a broker that stops reading holds the publishers back
+//! through TCP just the same.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +20,8 @@ pub const BUSY_LIMIT_PERCENT: f64 = 90.0;
 pub const WAIT_LIMIT_PERCENT: f64 = 25.0;
 /// Share of the window its quota throttled it above which it was held back.
 pub const THROTTLE_LIMIT_PERCENT: f64 = 5.0;
+/// An open-loop run whose send delay p99 stays within this kept its schedule.
+pub const SCHEDULE_KEPT_NS: u64 = 2_000_000;
 
 /// The verdict on the generator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +30,8 @@ pub struct GeneratorCheck {
     pub limited: bool,
     /// Why, in words with figures (empty when not limited).
     pub reasons: Vec<String>,
+    /// What held it back without costing the run (an open loop that kept its schedule).
+    pub warnings: Vec<String>,
     /// Highest CPU share of its capacity of any instance over the window, percent.
     pub busy_percent: f64,
     /// Highest such share over any 1-s stretch, percent.
@@ -43,10 +49,41 @@ pub struct GeneratorCheck {
 /// Judges the generator of a (possibly merged) result.
 pub fn check(result: &RunResult) -> GeneratorCheck {
     let mut reasons = Vec::new();
+    let mut warnings = Vec::new();
+    let kept_schedule = result.spec.pacing.is_open_loop()
+        && result.sent_late_after_end == 0
+        && (result.send_delay.is_empty()
+            || result.send_delay.value_at_quantile(0.99) <= SCHEDULE_KEPT_NS);
+    let mut held_back = |reason: String| {
+        if kept_schedule {
+            warnings.push(format!("{reason}, but kept its schedule"));
+        } else {
+            reasons.push(reason);
+        }
+    };
     let most = |f: fn(&crate::result::InstanceLoad) -> f64| {
         result.instances.iter().map(f).fold(0.0, f64::max)
     };
     let several = result.instances.len() > 1;
+    for (n, instance) in result.instances.iter().enumerate() {
+        let who = if several {
+            format!("loadgen instance {} ", n + 1)
+        } else {
+            "loadgen ".to_string()
+        };
+        if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
+            held_back(format!(
+                "{who}waited for a CPU {:.0} % of the time it was ready to run (the machine was oversubscribed)",
+                instance.cpu_wait_percent
+            ));
+        }
+        if instance.throttled_percent >= THROTTLE_LIMIT_PERCENT {
+            held_back(format!(
+                "{who}was throttled by its cgroup's CPU quota {:.0} % of the time",
+                instance.throttled_percent
+            ));
+        }
+    }
     for (n, instance) in result.instances.iter().enumerate() {
         let who = if several {
             format!("loadgen instance {} ", n + 1)
@@ -62,22 +99,11 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
                 instance.busy_percent, instance.peak_busy_percent
             ));
         }
-        if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
-            reasons.push(format!(
-                "{who}waited for a CPU {:.0} % of the time it was ready to run (the machine was oversubscribed)",
-                instance.cpu_wait_percent
-            ));
-        }
-        if instance.throttled_percent >= THROTTLE_LIMIT_PERCENT {
-            reasons.push(format!(
-                "{who}was throttled by its cgroup's CPU quota {:.0} % of the time",
-                instance.throttled_percent
-            ));
-        }
     }
     GeneratorCheck {
         limited: !reasons.is_empty(),
         reasons,
+        warnings,
         busy_percent: most(|i| i.busy_percent),
         peak_busy_percent: most(|i| i.peak_busy_percent),
         cpu_wait_percent: most(|i| i.cpu_wait_percent),
@@ -126,5 +152,24 @@ mod tests {
         assert!(text.contains("throttled"), "{text}");
         assert_eq!(verdict.busy_percent, 97.0);
         assert_eq!(verdict.cpu_capacity, 2.0);
+    }
+
+    #[test]
+    fn an_open_loop_that_kept_its_schedule_is_warned_not_limited() {
+        let mut spec = crate::cli::latency_preset();
+        spec.pacing = crate::spec::Pacing::Rate { rate: 5_000 };
+        let mut result = RunResult::empty(&spec, "g");
+        result.instances.push(instance(40.0, 52.0, 0.0));
+        result.send_delay.record(80_000).expect("in range");
+        let verdict = check(&result);
+        assert!(!verdict.limited, "{:?}", verdict.reasons);
+        assert!(
+            verdict.warnings[0].contains("kept its schedule"),
+            "{:?}",
+            verdict.warnings
+        );
+        // Late messages mean it did not keep up.
+        result.sent_late_after_end = 12;
+        assert!(check(&result).limited);
     }
 }

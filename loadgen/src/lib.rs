@@ -16,7 +16,8 @@
 //!   [`header`]: the measurement header; [`clock`]: the run clock.
 //! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
 //!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
-//!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit.
+//!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
+//!   [`saturation`]: the search for the highest rate a broker sustains.
 //! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command.
 
 pub mod accounting;
@@ -32,6 +33,7 @@ mod pacer;
 mod publisher;
 pub mod result;
 pub mod runtime;
+pub mod saturation;
 pub mod series;
 mod session;
 pub mod size;

@@ -193,6 +193,9 @@ pub fn render_table(summary: &Summary) -> String {
             "  GENERATOR-LIMITED: {reason}: the figures may show loadgen's limit, not the broker's"
         );
     }
+    for warning in &g.warnings {
+        let _ = writeln!(out, "  note: {warning}");
+    }
     if !s.errors.is_empty() {
         let errors: Vec<String> = s
             .errors
@@ -221,6 +224,10 @@ fn rate_kind_line(s: &Summary) -> String {
             "UNSTEADY rates over the measured {:.1} s window: NOT a rate the broker sustained (reasons below)",
             s.receive_rate.window_ms / 1e3
         ),
+        RateKind::GeneratorLimited => format!(
+            "GENERATOR-LIMITED rates over the measured {:.1} s window: loadgen was the limit, NOT the broker (reasons below)",
+            s.receive_rate.window_ms / 1e3
+        ),
     }
 }
 
@@ -244,6 +251,65 @@ fn rate_row(out: &mut String, name: &str, rate: &AggregateRate, clients: &PerCli
         "  {name:<22} {:>10.0}  {window:<18} {:>11.0} {:>9.0} {:>9.0}",
         rate.msgs_per_s, clients.min_msgs_per_s, clients.median_msgs_per_s, clients.max_msgs_per_s
     );
+}
+
+/// One probe of a saturation search, as a line.
+pub fn probe_line(p: &crate::saturation::ProbeOutcome) -> String {
+    use crate::saturation::{Probe, ProbeVerdict};
+    let what = match p.probe {
+        Probe::Estimate => "closed loop (estimate)".to_string(),
+        Probe::Offered { rate } => format!("offered {rate} msg/s"),
+    };
+    let verdict = match p.verdict {
+        ProbeVerdict::Sustained => "SUSTAINED",
+        ProbeVerdict::NotSustained => "not sustained",
+        ProbeVerdict::GeneratorLimited => "GENERATOR-LIMITED",
+        ProbeVerdict::Failed => "FAILED",
+        ProbeVerdict::Estimate => "estimate",
+    };
+    let mut line = format!(
+        "  {what:<28} publish {:>9.0}/s receive {:>9.0}/s  p50 {:>8.2} ms p99 {:>8.2} ms  {verdict} ({:.1} s)",
+        p.publish_msgs_per_s,
+        p.receive_msgs_per_s,
+        p.p50_us / 1e3,
+        p.p99_us / 1e3,
+        p.elapsed_s
+    );
+    if p.verdict != ProbeVerdict::Sustained
+        && p.verdict != ProbeVerdict::Estimate
+        && let Some(reason) = p.reasons.first()
+    {
+        line.push_str(&format!(": {reason}"));
+    }
+    line
+}
+
+/// The outcome of a saturation search in a few lines.
+pub fn saturation_summary(report: &crate::saturation::SaturationReport) -> String {
+    use crate::saturation::SearchEnd;
+    let found = match (report.rate, report.delivered_msgs_per_s) {
+        (Some(rate), Some(delivered)) => {
+            format!("highest offered rate sustained: {rate} msg/s ({delivered:.0} deliveries/s)")
+        }
+        (Some(rate), None) => format!("highest offered rate sustained: {rate} msg/s"),
+        (None, _) => "no offered rate was sustained".to_string(),
+    };
+    let bound = report
+        .failed_rate
+        .map_or(String::new(), |r| format!("; {r} msg/s was not"));
+    let end = match report.end {
+        SearchEnd::Converged => "converged within the precision",
+        SearchEnd::BudgetSpent => "the time budget ran out first",
+        SearchEnd::GeneratorLimited => {
+            "loadgen reached its own limit: the broker sustained at least this, perhaps more"
+        }
+        SearchEnd::NothingSustained => "nothing was sustained",
+    };
+    format!(
+        "{found}{bound} ({end}; {} probes in {:.1} s)\n",
+        report.probes.len(),
+        report.elapsed_s
+    )
 }
 
 /// The summary as pretty JSON.

@@ -177,6 +177,10 @@ pub struct RunResult {
     /// Timed runs: the window the figures are taken over.
     #[serde(default)]
     pub measured_window: Option<MeasuredWindow>,
+    /// The run clock's origin as Unix time on the (first) instance's host, ns: maps times of
+    /// the run onto wall-clock samples such as a broker's counters or CPU.
+    #[serde(default)]
+    pub clock_origin_unix_ns: u64,
     /// What each instance spent (one entry per instance that contributed).
     #[serde(default)]
     pub instances: Vec<InstanceLoad>,
@@ -217,6 +221,7 @@ impl RunResult {
             load_wall_ns: 0,
             interrupted: false,
             measured_window: None,
+            clock_origin_unix_ns: 0,
             instances: Vec::new(),
         }
     }
@@ -287,6 +292,9 @@ impl RunResult {
         self.load_wall_ns = self.load_wall_ns.max(other.load_wall_ns);
         self.interrupted |= other.interrupted;
         self.measured_window = self.measured_window.or(other.measured_window);
+        if self.clock_origin_unix_ns == 0 {
+            self.clock_origin_unix_ns = other.clock_origin_unix_ns;
+        }
         self.instances.extend(other.instances.iter().cloned());
         Ok(())
     }

@@ -77,6 +77,9 @@ pub enum RateKind {
     Sustained,
     /// A timed run that was not steady (see the steadiness reasons): not a sustained rate.
     Unsteady,
+    /// A timed run in which loadgen itself was the limit (see the generator check): its
+    /// rates are loadgen's, not the broker's.
+    GeneratorLimited,
 }
 
 impl RateKind {
@@ -87,6 +90,7 @@ impl RateKind {
             RateKind::Paced => "paced",
             RateKind::Sustained => "sustained",
             RateKind::Unsteady => "unsteady",
+            RateKind::GeneratorLimited => "generator-limited",
         }
     }
 }
@@ -248,7 +252,11 @@ impl Summary {
         let lost_percent = lost.map(|lost| percent(lost, expected_deliveries));
         let cpu_ns = result.resources.total_cpu_ns();
         let steadiness = crate::steadiness::judge(result);
+        let generator = crate::generator::check(result);
         let rate_kind = match (&steadiness, &spec.pacing) {
+            _ if result.measured_window.is_some() && generator.limited => {
+                RateKind::GeneratorLimited
+            }
             (Some(verdict), _) if verdict.steady => RateKind::Sustained,
             (Some(_), _) => RateKind::Unsteady,
             (None, _) if result.measured_window.is_some() => RateKind::Unsteady,
@@ -309,7 +317,7 @@ impl Summary {
             publish_rate_per_client: per_client(&result.publisher_windows),
             receive_rate_per_client: per_client(&result.subscriber_windows),
             steadiness,
-            generator: crate::generator::check(result),
+            generator,
             errors: result
                 .errors
                 .iter()

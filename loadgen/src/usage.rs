@@ -301,8 +301,9 @@ pub(crate) fn instance_load(
         } else {
             wait as f64 * 100.0 / (cpu + wait) as f64
         },
+        // The cgroup sums throttled time over its CPUs' run queues.
         throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
-            / span.max(1) as f64,
+            / (span.max(1) as f64 * crate::runtime::cpus_allowed() as f64),
     }
 }
 

@@ -27,6 +27,7 @@
 //! - [`rabbitmq_counters`]: RabbitMQ's global message counters.
 //! - `rabbitmq_env` (private): the config files and environment that keep a
 //!   node apart from any system instance.
+//! - [`cpu_quota`]: a CPU quota on one process (a constrained broker, a starved generator).
 //! - [`netns`]: multi-node testbeds from network namespaces with addresses
 //!   in 198.18.0.0/15, reachable only from inside the testbed's own
 //!   namespaces (the one exception to loopback-only), built from a test
@@ -34,6 +35,7 @@
 //! - this file: checks for installed components ([`require_binary`],
 //!   [`skip_unless_installed!`]) that skip locally and fail in CI.
 
+pub mod cpu_quota;
 pub mod mosquitto;
 pub mod mosquitto_sys;
 mod mosquitto_sys_reader;
@@ -45,6 +47,7 @@ pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
 
+pub use cpu_quota::{CpuQuota, cpu_quota_unavailable};
 pub use mosquitto::{Mosquitto, MosquittoOptions};
 pub use mosquitto_sys::MosquittoCounters;
 pub use mqtt_wire::{MqttConnection, ReceivedPublish};

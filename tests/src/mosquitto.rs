@@ -229,6 +229,12 @@ impl Mosquitto {
             .with_context(|| format!("waiting for $SYS to settle; mosquitto log:\n{}", self.log()))
     }
 
+    /// Every `$SYS` update completed so far, each with the Unix time (ns) at which Mosquitto
+    /// published it: the broker's own counters over time, to compare rates with.
+    pub fn counter_history(&self) -> Result<Vec<(u64, MosquittoCounters)>> {
+        Ok(self.reader()?.history())
+    }
+
     fn reader(&self) -> Result<&SysTreeReader> {
         match &self.sys_tree {
             Some(reader) => Ok(reader),

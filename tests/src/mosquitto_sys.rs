@@ -36,6 +36,14 @@ use anyhow::{Context, Result, anyhow};
 use crate::mqtt_wire::ReceivedPublish;
 
 const UPTIME: &str = "$SYS/broker/uptime";
+/// Completed updates kept with their times (about two per second of sys_interval 1).
+pub(crate) const HISTORY_LIMIT: usize = 4_096;
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
 const PUBLISH_RECEIVED: &str = "$SYS/broker/publish/messages/received";
 const PUBLISH_SENT: &str = "$SYS/broker/publish/messages/sent";
 const PUBLISH_DROPPED: &str = "$SYS/broker/publish/messages/dropped";
@@ -126,6 +134,11 @@ pub(crate) struct ReaderState {
     pub(crate) completed: u64,
     /// The most recently completed update, or why it could not be read.
     pub(crate) latest: Option<Result<MosquittoCounters, String>>,
+    /// Every completed update with the wall-clock time its first message (the uptime)
+    /// arrived, when Mosquitto computed it; the last [`HISTORY_LIMIT`] are kept.
+    pub(crate) history: Vec<(u64, MosquittoCounters)>,
+    /// When the update being received began (its uptime arrived), Unix ns.
+    pub(crate) update_began_unix_ns: Option<u64>,
     /// Set when the reader's connection failed.
     pub(crate) failure: Option<String>,
 }
@@ -138,6 +151,13 @@ impl ReaderState {
         if publish.topic == UPTIME && !publish.retain {
             self.latest = Some(self.snapshot().map_err(|error| format!("{error:#}")));
             self.completed += 1;
+            if let (Some(Ok(counters)), Some(began)) = (&self.latest, self.update_began_unix_ns) {
+                if self.history.len() == HISTORY_LIMIT {
+                    self.history.remove(0);
+                }
+                self.history.push((began, *counters));
+            }
+            self.update_began_unix_ns = Some(unix_now_ns());
         }
         let seen_before = if publish.retain {
             0

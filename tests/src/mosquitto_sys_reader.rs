@@ -78,6 +78,11 @@ impl SysTreeReader {
         }
     }
 
+    /// Every completed update so far with the Unix time (ns) its uptime arrived.
+    pub(crate) fn history(&self) -> Vec<(u64, MosquittoCounters)> {
+        self.shared.lock().history.clone()
+    }
+
     /// Waits for two consecutive updates, both completed after this call,
     /// that report the same traffic; returns the later one.
     pub(crate) fn settled(&self, timeout: Duration) -> Result<MosquittoCounters> {

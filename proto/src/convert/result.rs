@@ -161,6 +161,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
             until_ns: w.until_ns,
         }),
         instances,
+        clock_origin_unix_ns: message.clock_origin_unix_ns,
         spec,
     })
 }
@@ -308,6 +309,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
             load_wall_ns: result.load_wall_ns,
             interrupted: result.interrupted,
             sent_late_after_end: result.sent_late_after_end,
+            clock_origin_unix_ns: result.clock_origin_unix_ns,
             measured_window: result.measured_window.map(|w| pb::MeasuredWindow {
                 start_ns: w.start_ns,
                 from_ns: w.from_ns,
@@ -411,6 +413,7 @@ mod tests {
             cpu_capacity_milli: 1_500,
         };
         result.sent_late_after_end = 7;
+        result.clock_origin_unix_ns = 1_764_590_000_123_456_789;
         result.measured_window = Some(MeasuredWindow {
             start_ns: 50_000_000,
             from_ns: 2_050_000_000,

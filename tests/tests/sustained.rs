@@ -1,0 +1,196 @@
+//! Sustained throughput against real brokers: a timed run is steady, the deliveries it counts
+//! equal the broker's own counters exactly, its rate over the measured window agrees with the
+//! rate the broker's counters show over that window, and the saturation search finds a rate
+//! that holds at 0.8x and breaks at 1.25x.
+
+use std::time::Duration;
+
+use loadgen::saturation::{Probe, Search, SearchEnd, SearchSettings, probe_spec};
+use loadgen::size::ByteSize;
+use loadgen::spec::{Pacing, Qos, WorkloadSpec};
+use loadgen::{RunResult, Summary};
+use tests::{CpuQuota, Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
+use tokio_util::sync::CancellationToken;
+
+/// `pairs` publisher/subscriber pairs at an offered `rate` for `duration` after `warmup`.
+fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> WorkloadSpec {
+    let mut spec = loadgen::cli::throughput_preset();
+    spec.broker.port = port;
+    spec.publishers = pairs;
+    spec.subscribers = pairs;
+    spec.payload = ByteSize(32);
+    spec.messages_per_publisher = 0;
+    spec.duration = Some(Duration::from_secs(duration));
+    spec.warmup = Some(Duration::from_secs(warmup));
+    spec.pacing = Pacing::Rate { rate };
+    spec
+}
+
+async fn run(spec: WorkloadSpec) -> (RunResult, Summary) {
+    let result = loadgen::run_dedicated(spec, Default::default(), CancellationToken::new(), None)
+        .await
+        .expect("the run completes");
+    let summary = Summary::of(&result);
+    eprintln!("{}", loadgen::output::render_table(&summary));
+    (result, summary)
+}
+
+/// The halves of the measured window each lie within 5 % of the whole.
+fn assert_steady(summary: &Summary) {
+    let steady = summary.steadiness.as_ref().expect("a timed run is judged");
+    assert!(steady.steady, "not steady: {:?}", steady.reasons);
+    for half in [
+        steady.receive_first_half_msgs_per_s,
+        steady.receive_second_half_msgs_per_s,
+    ] {
+        let off = (half - steady.receive_msgs_per_s).abs() / steady.receive_msgs_per_s;
+        assert!(off <= 0.05, "a half is {:.1} % off", off * 100.0);
+    }
+    assert_eq!(summary.rate_kind, loadgen::summary::RateKind::Sustained);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sustained_mosquitto_run_is_steady_and_matches_the_brokers_counters_and_rate() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let before = broker.counters_settled().expect("counters before");
+    let (result, summary) = run(timed(broker.port(), 20, 20_000, 10, 2)).await;
+    let after = broker.counters_settled().expect("counters after");
+    assert_steady(&summary);
+    assert_eq!(summary.lost, Some(0));
+    assert_eq!(
+        after.publish_sent - before.publish_sent,
+        summary.received,
+        "the broker sent exactly what the subscribers received"
+    );
+    assert_eq!(
+        after.publish_received - before.publish_received,
+        summary.published
+    );
+
+    // The broker's rate over the window, from the $SYS updates published inside it.
+    let window = result.measured_window.expect("timed");
+    let (from, until) = (
+        result.clock_origin_unix_ns + window.from_ns,
+        result.clock_origin_unix_ns + window.until_ns,
+    );
+    let inside: Vec<_> = broker
+        .counter_history()
+        .expect("history")
+        .into_iter()
+        .filter(|(at, _)| (from..until).contains(at))
+        .collect();
+    assert!(
+        inside.len() >= 3,
+        "$SYS updates inside the window: {inside:?}"
+    );
+    let ((t0, first), (t1, last)) = (inside[0], inside[inside.len() - 1]);
+    let broker_rate = (last.publish_sent - first.publish_sent) as f64 * 1e9 / (t1 - t0) as f64;
+    let loadgen_rate = summary.receive_rate.msgs_per_s;
+    let off = (broker_rate - loadgen_rate).abs() / loadgen_rate;
+    eprintln!(
+        "receive rate: loadgen {loadgen_rate:.0} msg/s over the window, Mosquitto's $SYS {broker_rate:.0} msg/s over {:.2} s inside it ({:.2} % apart)",
+        (t1 - t0) as f64 / 1e9,
+        off * 100.0
+    );
+    assert!(off <= 0.03, "{:.2} % apart", off * 100.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sustained_rabbitmq_run_is_steady_and_matches_its_delivered_counter() {
+    skip_unless_installed!(
+        tests::rabbitmq::RABBITMQ_SERVER,
+        tests::rabbitmq::RABBITMQCTL
+    );
+    let broker = RabbitMq::start().expect("rabbitmq starts");
+    let before = broker.counters_settled().expect("counters before");
+    let mut spec = timed(broker.port(), 10, 5_000, 10, 2);
+    spec.qos = Qos::AtLeastOnce;
+    let (_, summary) = run(spec).await;
+    let after = broker.counters_settled().expect("counters after");
+    assert_steady(&summary);
+    assert_eq!(summary.lost, Some(0));
+    assert_eq!(
+        after.messages_delivered - before.messages_delivered,
+        summary.received,
+        "RabbitMQ delivered exactly what the subscribers received"
+    );
+    assert_eq!(
+        after.messages_received - before.messages_received,
+        summary.published
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_saturation_point_holds_at_four_fifths_and_breaks_at_five_quarters() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    if let Some(reason) = tests::cpu_quota_unavailable() {
+        assert!(!tests::running_in_ci(), "CI needs a CPU quota: {reason}");
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    // A broker held to 30 % of a core, as on a small edge node: loadgen has CPU to spare, so
+    // what the search finds is the broker's limit, not the generator's.
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let _quota = CpuQuota::limit(broker.pid(), 0.3).expect("quota");
+    let base = timed(broker.port(), 10, 1, 1, 1);
+    let settings = SearchSettings {
+        probe: Duration::from_secs(2),
+        probe_warmup: Duration::from_millis(500),
+        ..SearchSettings::default()
+    };
+    let began = std::time::Instant::now();
+    let mut search = Search::new(settings.clone());
+    while let Some(probe) = search.next_probe() {
+        let started = std::time::Instant::now();
+        let (_, summary) = run(probe_spec(&base, probe, &settings)).await;
+        let outcome =
+            loadgen::saturation::ProbeOutcome::of(probe, &summary, &settings, started.elapsed());
+        eprintln!("{}", loadgen::output::probe_line(&outcome));
+        search.record(outcome);
+    }
+    let report = search.report();
+    eprint!("{}", loadgen::output::saturation_summary(&report));
+    assert_eq!(report.end, SearchEnd::Converged, "{report:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        began.elapsed()
+    );
+    let rate = report.rate.expect("a rate was sustained");
+
+    let probe_at = |share: f64| {
+        let mut spec = probe_spec(
+            &base,
+            Probe::Offered {
+                rate: (rate as f64 * share) as u64,
+            },
+            &settings,
+        );
+        spec.duration = Some(Duration::from_secs(3));
+        spec
+    };
+    let (_, below) = run(probe_at(0.8)).await;
+    assert_steady(&below);
+    assert!(
+        below.latency.p99_us <= settings.p99_bound.as_secs_f64() * 1e6,
+        "p99 {} µs",
+        below.latency.p99_us
+    );
+    assert!(!below.generator.limited, "{:?}", below.generator.reasons);
+
+    let (_, above) = run(probe_at(1.25)).await;
+    let verdict = above.steadiness.as_ref().expect("judged");
+    assert!(!verdict.steady, "1.25 R must not be sustained");
+    assert!(
+        verdict.reasons.iter().any(|r| r.contains("backlog grew")),
+        "{:?}",
+        verdict.reasons
+    );
+    assert_eq!(above.rate_kind, loadgen::summary::RateKind::Unsteady);
+    assert!(
+        !above.generator.limited,
+        "the broker, not loadgen, was the limit: {:?}",
+        above.generator.reasons
+    );
+}
