@@ -27,3 +27,4 @@ pub mod report;
 pub mod results;
 pub mod run;
 pub mod serve;
+pub mod stats;
