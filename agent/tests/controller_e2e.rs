@@ -365,7 +365,7 @@ warmup = 1
 
 # Publishers on the tester, subscribers on the headnode, one start barrier.
 [[tests]]
-kind = "throughput"
+kind = "burst"
 loadgen = ["tester", "headnode"]
 clients = [10, 20]
 messages = 200
@@ -376,7 +376,7 @@ messages = 200
     let summary = bed.run(&path, None).expect("the run");
     let took = started.elapsed();
     eprintln!("run: {summary:?} in {:.1} s", took.as_secs_f64());
-    // 2 brokers x (latency 1 + payload 2 + throughput 2 points) x 2 repetitions.
+    // 2 brokers x (latency 1 + payload 2 + burst 2 points) x 2 repetitions.
     assert_eq!(plan.cells().len(), 20);
     assert_eq!(
         (
@@ -423,7 +423,7 @@ messages = 200
     }
     let throughput: Vec<_> = rows
         .iter()
-        .filter(|r| field(r, "test") == "throughput")
+        .filter(|r| field(r, "test") == "burst")
         .map(|r| {
             format!(
                 "{} {} pairs: {} published, receive {} msg/s",
@@ -561,7 +561,7 @@ messages = 8
 warmup = 1
 
 [[tests]]
-kind = "throughput"
+kind = "burst"
 loadgen = ["tester", "headnode"]
 clients = [10]
 messages = 1000
@@ -697,7 +697,7 @@ fn link_bytes_received(pid: u32) -> u64 {
 }
 
 /// Waits until the headnode's subscribers are connected to the broker and 2 MB more have
-/// reached the node: the throughput cell is under way.
+/// reached the node: the burst cell is under way.
 fn wait_for_subscribers_receiving(pid: u32, subscribers: usize) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(90);
     while established_to(pid, MQTT_PORT) < subscribers {
@@ -746,7 +746,7 @@ name = "local"
 
 # Publishers on the tester, subscribers on the headnode, whose agent is killed.
 [[tests]]
-kind = "throughput"
+kind = "burst"
 loadgen = ["tester", "headnode"]
 clients = [50]
 messages = 20000
@@ -783,7 +783,7 @@ warmup = 1
         .expect("headnode agent");
     let status = agent.child_mut().wait().expect("reaped");
     eprintln!("headnode agent: {status}");
-    eprintln!("{}", watched.expect("the throughput cell was under way"));
+    eprintln!("{}", watched.expect("the burst cell was under way"));
     let summary = run.expect("the run returns after losing an agent");
     eprintln!("run: {summary:?} in {:.1} s", took.as_secs_f64());
     assert_eq!(
@@ -800,7 +800,7 @@ warmup = 1
         );
         eprintln!("{cell}: {status} {reason}");
         match field(row, "test") {
-            "throughput" => {
+            "burst" => {
                 assert_eq!(status, "failed", "{cell}");
                 assert!(reason.contains("headnode"), "{cell}: {reason}");
             }

@@ -42,8 +42,9 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     )
     .await
     .expect("the run completes");
-    // Embedded: latency (1) + payload (3 sizes) + throughput (1 point), local scenario only.
-    assert_eq!((summary.measured, summary.failed), (5, 0), "{summary:?}");
+    // Embedded: latency (1) + payload (3 sizes) + throughput (1 point) + saturation (1),
+    // local scenario only.
+    assert_eq!((summary.measured, summary.failed), (6, 0), "{summary:?}");
     let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
     assert!(
         report.contains("emqx") && report.contains("hivemq"),
@@ -60,8 +61,18 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         .count();
     assert_eq!(
         skipped_native,
-        2 * 3 * 5,
+        2 * 3 * 6,
         "every cell of both missing brokers is skipped, with its reason"
     );
     assert!(summary.dir.join("report.html").exists());
+    // The quickstart shows sustained figures only, and the saturation point.
+    assert!(
+        report.contains("## Sustained throughput vs clients"),
+        "{report}"
+    );
+    assert!(report.contains("## Saturation point"), "{report}");
+    assert!(
+        !report.contains("BURST"),
+        "no burst figure in the quickstart: {report}"
+    );
 }

@@ -31,14 +31,14 @@ scenarios = [{ name = "local" }, { name = "edge" }]
 tests = [
   { kind = "latency", loadgen = ["tester"] },
   { kind = "payload", loadgen = ["tester"] },
-  { kind = "throughput", loadgen = ["tester"], clients = [100, 200], messages = 1000 },
+  { kind = "burst", loadgen = ["tester"], clients = [100, 200], messages = 1000 },
 ]
 "#;
 
 /// Reads one rate of a cell's summary.
 type Rate = fn(&Summary) -> f64;
 
-const FAILED: &str = "rabbitmq/edge/2-throughput/200/2";
+const FAILED: &str = "rabbitmq/edge/2-burst/200/2";
 const RETRIED: &str = "mosquitto/local/0-latency/-/2";
 
 /// The median latency recorded for a broker, scenario and payload, µs.
@@ -203,23 +203,26 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             status,
             reason: reason.to_string(),
             summary: result.map(Summary::of),
+            usage: None,
+            generator_limit: None,
+            saturation: None,
         };
         let (failed, skipped) = (CellStatus::Failed, CellStatus::Skipped);
         if broker == "emqx" {
             let skip = row(skipped, "not installed (optional)", None);
-            results.record(&skip, None).expect("record");
+            results.record(&skip, None, None).expect("record");
             continue;
         }
         if id == FAILED {
             let fail = row(failed, "agent worker lost: connection reset", None);
-            results.record(&fail, None).expect("record");
+            results.record(&fail, None, None).expect("record");
             let samples = metrics(&id, broker, 999.0, 999_000_000);
             results.record_metrics(&samples).expect("metrics");
             continue;
         }
         if id == RETRIED {
             let fail = row(failed, "broker did not answer within 120s", None);
-            results.record(&fail, None).expect("record");
+            results.record(&fail, None, None).expect("record");
         }
         let (payload, clients) = match cell.point {
             CellPoint::Payload(size) => (Some(size), None),
@@ -229,7 +232,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
         let spec = workload_for(test, payload, clients).expect("workload");
         let mut result = RunResult::empty(&spec, &id.replace('/', "-"));
         result.shards.push(spec.effective_shard());
-        if test.kind == TestKind::Throughput {
+        if test.kind == TestKind::Burst {
             let rate = [8_000.0, 5_000.0][cell.broker] * (0.9 + 0.1 * f64::from(cell.repetition));
             fill_throughput(&mut result, broker, rate);
             throughput.push((id.clone(), Summary::of(&result)));
@@ -238,7 +241,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             fill_latency(&mut result, median_us(broker, scenario, payload));
         }
         let ok = row(CellStatus::Ok, "", Some(&result));
-        results.record(&ok, Some(&result)).expect("record");
+        results.record(&ok, Some(&result), None).expect("record");
         let cpu = [10.0, 10.0, 80.0][cell.test];
         let samples = metrics(&id, broker, cpu, 12_000_000);
         results.record_metrics(&samples).expect("metrics");
@@ -383,15 +386,13 @@ fn the_report_shows_what_was_recorded() {
         }
     }
 
-    // Throughput: aggregate and per-client median side by side, failed repetition left out.
-    let rows = table(&md, "| Broker | Scenario | Client pairs");
+    // The study's burst: burst aggregate and per-client median side by side, failed
+    // repetition left out, medians over the repetitions.
+    let rows = table(&md, "| Broker | Scenario | Client pairs | Publish BURST");
     assert_eq!(rows.len(), 8);
     for row in &rows {
         let (broker, scenario) = (get(row, "Broker"), get(row, "Scenario"));
-        let prefix = format!(
-            "{broker}/{scenario}/2-throughput/{}/",
-            get(row, "Client pairs")
-        );
+        let prefix = format!("{broker}/{scenario}/2-burst/{}/", get(row, "Client pairs"));
         let cells: Vec<&Summary> = throughput
             .iter()
             .filter(|(id, _)| id.starts_with(&prefix))
@@ -399,21 +400,22 @@ fn the_report_shows_what_was_recorded() {
             .collect();
         assert_eq!(get(row, "Repetitions"), cells.len().to_string());
         let rates: [(&str, Rate); 4] = [
-            ("Publish AGGREGATE", |s| s.publish_rate.msgs_per_s),
+            ("Publish BURST aggregate", |s| s.publish_rate.msgs_per_s),
             ("Publish PER-CLIENT median", |s| {
                 s.publish_rate_per_client.median_msgs_per_s
             }),
-            ("Receive AGGREGATE", |s| s.receive_rate.msgs_per_s),
+            ("Receive BURST aggregate", |s| s.receive_rate.msgs_per_s),
             ("Receive PER-CLIENT median", |s| {
                 s.receive_rate_per_client.median_msgs_per_s
             }),
         ];
         for (column, rate) in rates {
-            let expected = cells.iter().map(|s| rate(s)).sum::<f64>() / cells.len() as f64;
+            let values: Vec<f64> = cells.iter().map(|s| rate(s)).collect();
+            let expected = controller::stats::median(&values).expect("values");
             let shown = number(get(row, &format!("{column} (msg/s)")));
             near(shown, expected, 1.0, &format!("{prefix} {column}"));
         }
-        let aggregate = number(get(row, "Publish AGGREGATE (msg/s)"));
+        let aggregate = number(get(row, "Publish BURST aggregate (msg/s)"));
         let per_client = number(get(row, "Publish PER-CLIENT median (msg/s)"));
         assert!(
             aggregate > 50.0 * per_client,
@@ -449,7 +451,7 @@ fn the_report_shows_what_was_recorded() {
     let rows = table(&md, "| Broker | Test | Process");
     assert_eq!(rows.len(), 6);
     for row in &rows {
-        let cpu = [10.0, 80.0][usize::from(get(row, "Test") == "throughput")];
+        let cpu = [10.0, 80.0][usize::from(get(row, "Test") == "burst")];
         assert_eq!(number(get(row, "CPU mean (%)")), cpu, "{row:?}");
         assert_eq!(number(get(row, "CPU max (%)")), cpu + 5.0, "{row:?}");
         assert_eq!(get(row, "RSS max (MB)"), "12.0");
@@ -477,7 +479,7 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     let plan = PLAN.replace("  { kind = \"payload\", loadgen = [\"tester\"] },\n", "");
     let throughput = PLAN
         .lines()
-        .find(|l| l.contains("throughput"))
+        .find(|l| l.contains("\"burst\""))
         .expect("test");
     let plan = plan.replace(&format!("{throughput}\n"), "");
     build(dir.path(), &plan);
@@ -487,7 +489,7 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     let md = std::fs::read_to_string(&files.markdown).expect("report.md");
     assert!(
         md.contains("## Latency\n")
-            && !md.contains("## Throughput")
+            && !md.contains("## The study's burst")
             && !md.contains("## Latency vs payload")
     );
     assert!(md.contains("No broker samples: metrics.csv is absent"));
@@ -496,9 +498,7 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
         "unreadable results are named"
     );
     assert!(md.contains("rabbitmq not measured"), "{md}");
-    let figure = dir
-        .path()
-        .join("figures/throughput-2-publish-aggregate.svg");
+    let figure = dir.path().join("figures/burst-2-publish-aggregate.svg");
     assert!(!figure.exists(), "no figure of a test the plan lacks");
     let error = write_report(&dir.path().join("nowhere")).expect_err("no manifest");
     assert!(error.to_string().contains("manifest.json"), "{error}");
@@ -546,4 +546,247 @@ fn screenshot(html: &Path) {
         html.display()
     );
     println!("screenshot: {} of {}", png.display(), page.display());
+}
+
+const SUSTAINED_PLAN: &str = r#"
+name = "sustained-test"
+repetitions = 5
+nodes = [
+  { name = "tester", agent = "198.18.0.1:7100", roles = ["loadgen", "netem"] },
+  { name = "worker", agent = "198.18.0.3:7100", roles = ["broker", "netem"] },
+]
+brokers = [
+  { name = "mosquitto", kind = "native", product = "mosquitto", node = "worker" },
+  { name = "rabbitmq", kind = "native", product = "rabbitmq", node = "worker" },
+]
+scenarios = [{ name = "local" }]
+tests = [
+  { kind = "throughput", loadgen = ["tester"], clients = [10], duration = "2s", warmup = "1s" },
+  { kind = "saturation", loadgen = ["tester"], clients = [10] },
+]
+"#;
+
+/// A timed cell of 1 s warm-up and 2 s measured: publishers at `rate`, subscribers keeping up,
+/// or from the second half on at 80 % when `falls_behind`.
+fn fill_timed(result: &mut RunResult, rate: f64, falls_behind: bool) {
+    let window = loadgen::result::MeasuredWindow {
+        start_ns: 50_000_000,
+        from_ns: 1_050_000_000,
+        until_ns: 3_050_000_000,
+    };
+    result.measured_window = Some(window);
+    result.clock_origin_unix_ns = 1_777_638_896_000_000_000;
+    let per_bucket = rate / 100.0;
+    let mut published = 0u64;
+    let mut received_total = 0u64;
+    for bucket in 5..305u64 {
+        let at = bucket * 10_000_000;
+        let receive = if falls_behind && at >= 2_050_000_000 {
+            per_bucket * 0.8
+        } else {
+            per_bucket
+        };
+        result.publish_series.add(at, per_bucket as u64);
+        result.receive_series.add(at + 1_000_000, receive as u64);
+        published += per_bucket as u64;
+        received_total += receive as u64;
+        result
+            .latency
+            .record(400_000 + bucket * 10)
+            .expect("in range");
+    }
+    let publishers = result.spec.publishers as usize;
+    for p in 0..publishers {
+        result.published[p] = published / publishers as u64;
+        result.delivered_unique[p] = received_total / publishers as u64;
+    }
+    result.received = received_total;
+}
+
+fn search_report(found: u64) -> loadgen::saturation::SaturationReport {
+    use loadgen::saturation::{Probe, ProbeOutcome, ProbeVerdict, SaturationReport, SearchEnd};
+    let probe = |rate: u64, ok: bool| ProbeOutcome {
+        probe: Probe::Offered { rate },
+        verdict: if ok {
+            ProbeVerdict::Sustained
+        } else {
+            ProbeVerdict::NotSustained
+        },
+        publish_msgs_per_s: rate as f64,
+        receive_msgs_per_s: if ok { rate as f64 } else { rate as f64 * 0.9 },
+        p50_us: if ok { 500.0 } else { 80_000.0 },
+        p99_us: if ok { 2_000.0 } else { 250_000.0 },
+        reasons: Vec::new(),
+        generator_limited: false,
+        elapsed_s: 4.0,
+    };
+    SaturationReport {
+        rate: Some(found),
+        delivered_msgs_per_s: Some(found as f64),
+        failed_rate: Some(found * 105 / 100),
+        end: SearchEnd::Converged,
+        probes: vec![
+            probe(found / 2, true),
+            probe(found, true),
+            probe(found * 105 / 100, false),
+        ],
+        elapsed_s: 12.0,
+    }
+}
+
+#[test]
+fn sustained_rates_saturation_points_and_comparisons_are_reported() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = Plan::parse(SUSTAINED_PLAN, "plan.toml").expect("plan");
+    let results = ResultsDir::open(dir.path()).expect("open");
+    let manifest = Manifest {
+        plan: plan.clone(),
+        plan_text: SUSTAINED_PLAN.to_string(),
+        controller_version: "0.1.0".into(),
+        started_unix_ms: 1_777_638_896_789,
+        nodes: Vec::new(),
+        netem: Vec::new(),
+        skipped: Vec::new(),
+        testbed: None,
+        brokers: Vec::new(),
+    };
+    results.write_manifest(&manifest).expect("manifest");
+    let mut counted: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for cell in plan.cells() {
+        let id = cell.id(&plan);
+        let broker = plan.brokers[cell.broker].name.clone();
+        let test = &plan.tests[cell.test];
+        let rep = cell.repetition;
+        let mut record = CellRecord {
+            cell: id.clone(),
+            broker: broker.clone(),
+            scenario: "local".into(),
+            test: format!("{:?}", test.kind).to_lowercase(),
+            point: cell.point.label(),
+            repetition: rep,
+            status: CellStatus::Ok,
+            reason: String::new(),
+            summary: None,
+            usage: None,
+            generator_limit: None,
+            saturation: None,
+        };
+        if test.kind == TestKind::Saturation {
+            let found = [40_000, 20_000][cell.broker] + u64::from(rep) * 100;
+            let report = search_report(found);
+            record.saturation = Some(controller::results::SaturationRecord::of(&report));
+            results
+                .record(&record, None, Some(&report))
+                .expect("record");
+            continue;
+        }
+        let spec = workload_for(test, None, Some(10)).expect("workload");
+        let mut result = RunResult::empty(&spec, &id.replace('/', "-"));
+        result.shards.push(spec.effective_shard());
+        let rate = [10_000.0, 5_000.0][cell.broker] + f64::from(rep) * 100.0;
+        // rabbitmq's 3rd repetition falls behind; mosquitto's 4th is loadgen's limit.
+        let falls_behind = broker == "rabbitmq" && rep == 3;
+        fill_timed(&mut result, rate, falls_behind);
+        let summary = Summary::of(&result);
+        record.usage = Some(controller::results::usage::BrokerUsage {
+            cpu_percent: 50.0,
+            cpu_us_per_delivery: Some(50.0 * 1e4 / rate),
+            peak_rss_mb: 12.0,
+            samples: 8,
+        });
+        if broker == "mosquitto" && rep == 4 {
+            record.generator_limit = Some("loadgen used 97 % of the 1.0 CPU it may use".into());
+        } else if !falls_behind {
+            let steady = summary.steadiness.as_ref().expect("timed");
+            assert!(steady.steady, "{:?}", steady.reasons);
+            counted
+                .entry(if broker == "mosquitto" {
+                    "mosquitto"
+                } else {
+                    "rabbitmq"
+                })
+                .or_default()
+                .push(steady.receive_msgs_per_s);
+        }
+        record.summary = Some(summary);
+        results
+            .record(&record, Some(&result), None)
+            .expect("record");
+    }
+    let files = write_report(dir.path()).expect("report");
+    let md = std::fs::read_to_string(&files.markdown).expect("report.md");
+    for path in &files.figures {
+        check_svg(&std::fs::read_to_string(path).expect("figure")).expect("well-formed");
+    }
+    for figure in [
+        "throughput-0-sustained.svg",
+        "throughput-0-series-b0-s0.svg",
+        "saturation-1-rate.svg",
+        "saturation-1-latency.svg",
+    ] {
+        assert!(
+            dir.path().join("figures").join(figure).exists(),
+            "{figure}: {md}"
+        );
+    }
+
+    // Sustained: only steady, not generator-limited repetitions count, each reason given.
+    let rows = table(
+        &md,
+        "| Broker | Scenario | Client pairs | SUSTAINED receive",
+    );
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let broker = get(row, "Broker");
+        assert_eq!(get(row, "Sustained cells"), "4 of 5", "{row:?}");
+        let expected = controller::stats::median(&counted[broker]).expect("values");
+        near(
+            number(get(row, "SUSTAINED receive (msg/s)")),
+            expected,
+            1.0,
+            broker,
+        );
+        let reason = get(row, "Not counted");
+        match broker {
+            "mosquitto" => assert!(reason.starts_with("GENERATOR-LIMITED"), "{reason}"),
+            _ => assert!(reason.contains("backlog grew"), "{reason}"),
+        }
+    }
+    // The saturation point: the median of the five searches.
+    let rows = table(
+        &md,
+        "| Broker | Scenario | Client pairs | Highest sustained",
+    );
+    assert_eq!(
+        number(get(&rows[0], "Highest sustained offered rate (msg/s)")),
+        40_300.0
+    );
+    assert_eq!(
+        number(get(&rows[1], "Highest sustained offered rate (msg/s)")),
+        20_300.0
+    );
+    // Comparisons and findings: 4 vs 4 repetitions, completely separated: exact p = 2/70.
+    let rows = table(&md, "| Test | Scenario | Point | Figure");
+    let sustained = rows
+        .iter()
+        .find(|r| get(r, "Figure").starts_with("sustained"))
+        .expect("a sustained comparison");
+    assert_eq!(get(sustained, "Better"), "mosquitto");
+    assert_eq!(get(sustained, "Mann-Whitney p"), "0.029 (exact)");
+    assert_eq!(get(sustained, "Verdict"), "differ");
+    let findings = md
+        .split("## Findings")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a findings section");
+    assert!(
+        findings
+            .contains("local: Sustained throughput at 10 pairs: mosquitto higher than rabbitmq")
+            && findings.contains("significant"),
+        "{findings}"
+    );
+    assert!(
+        md.find("## Findings") < md.find("## Run"),
+        "the report opens with its findings"
+    );
 }

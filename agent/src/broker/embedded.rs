@@ -1,5 +1,6 @@
 //! The embedded broker: rumqttd 0.20 inside the agent, for a quickstart with nothing to
-//! install. Its PID is the agent's.
+//! install. It shares the agent's process, so its CPU is sampled from its own two threads
+//! (the server and the router), not from the process, which also runs loadgen.
 //!
 //! rumqttd's `Broker::start` blocks forever and offers no way to stop it, so the driver
 //! assembles the broker from rumqttd's public parts instead:
@@ -17,13 +18,16 @@
 //! What cannot be torn down: rumqttd 0.20's router thread. It holds a sender to its own
 //! channel, so its receive loop never sees a disconnect, and rumqttd has no shutdown
 //! event. After `stop` it stays parked in a blocking receive, holding the commit log of the
-//! topics it carried (at most `SEGMENT_SIZE * SEGMENT_COUNT` bytes per topic), until the
-//! agent exits. Each embedded start therefore gets a fresh router, so no state leaks into
-//! the next instance; the cost is one idle thread and its memory per stopped instance.
+//! topics it carried (at most `SEGMENT_SIZE * SEGMENT_COUNT` bytes per topic, and every run
+//! has topics of its own), until the agent exits. Each embedded start therefore gets a fresh
+//! router, so no state leaks into the next instance; the cost is one idle thread and its
+//! memory per stopped instance, which the small segments keep to a few MB per topic.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rumqttd::protocol::v4::V4;
 use rumqttd::{ConnectionSettings, LinkType, Router, RouterConfig, Server, ServerSettings};
@@ -35,7 +39,7 @@ use super::ports::{
 };
 use super::readiness::wait_ready;
 use super::spec::{BrokerKind, BrokerSpec};
-use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker, Usage, UsageSampler};
 
 /// How long the embedded broker may take to answer MQTT.
 pub const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -47,11 +51,15 @@ pub const DEFAULT_MAX_INFLIGHT: u16 = 100;
 /// Concurrent connections the router accepts (rumqttd's example configuration; the study's
 /// largest test used 1600).
 pub const MAX_CONNECTIONS: usize = 10_010;
-/// Bytes per segment of a topic's in-memory commit log.
-pub const SEGMENT_SIZE: usize = 16 * 1024 * 1024;
+/// Bytes per segment of a topic's in-memory commit log: room for the study's 1 MB payload.
+pub const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 /// Segments kept per topic; older ones are dropped, so a subscriber lagging by more than
-/// `SEGMENT_SIZE * SEGMENT_COUNT` bytes loses messages.
-pub const SEGMENT_COUNT: usize = 4;
+/// `SEGMENT_SIZE * SEGMENT_COUNT` bytes loses messages (counted as lost). Kept small: the
+/// router never releases a topic's log, and every run (and every saturation probe) has
+/// topics of its own.
+pub const SEGMENT_COUNT: usize = 2;
+/// Router ids, so that each instance's router thread has a name of its own (`router-<id>`).
+static ROUTER_IDS: AtomicUsize = AtomicUsize::new(1);
 /// Time a new connection has to send CONNECT.
 const CONNECTION_TIMEOUT_MS: u16 = 60_000;
 /// Starts tried, each on a fresh port, when the spec asked for any port.
@@ -128,9 +136,12 @@ async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, Brok
         ..RouterConfig::default()
     };
     let (shutdown, shutdown_rx) = oneshot::channel::<()>();
+    let router_id = ROUTER_IDS.fetch_add(1, Ordering::Relaxed);
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let registry = threads.clone();
     let thread = std::thread::Builder::new()
         .name(format!("embedded-{}", spec.name))
-        .spawn(move || serve(settings, router, shutdown_rx))
+        .spawn(move || serve(settings, router, router_id, registry, shutdown_rx))
         .map_err(|e| BrokerError::io("spawning the embedded broker's thread", e))?;
     let mut broker = EmbeddedBroker {
         name: spec.name.clone(),
@@ -138,6 +149,10 @@ async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, Brok
         shutdown: Some(shutdown),
         thread: Some(thread),
         ended: None,
+        sampler: Arc::new(ThreadSampler {
+            threads,
+            last: Mutex::new(None),
+        }),
     };
     let deadline = spec.options.start_deadline_or(START_DEADLINE);
     let probe_at = connect_address(listen);
@@ -180,6 +195,8 @@ async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, Brok
 fn serve(
     settings: ServerSettings,
     router: RouterConfig,
+    router_id: usize,
+    threads: Arc<Mutex<Vec<i32>>>,
     shutdown: oneshot::Receiver<()>,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -187,7 +204,13 @@ fn serve(
         .build()
         .map_err(|e| format!("building the embedded broker's runtime: {e}"))?;
     // Started here because rumqttd does not export the type of the router's handle.
-    let router_tx = Router::new(0, router).spawn();
+    let router_tx = Router::new(router_id, router).spawn();
+    {
+        let mut tids = threads.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: gettid has no preconditions.
+        tids.push(unsafe { libc::gettid() });
+        tids.extend(thread_named(&format!("router-{router_id}")));
+    }
     let result = runtime.block_on(async move {
         let mut server = Server::new(settings, router_tx, V4);
         tokio::select! {
@@ -202,6 +225,74 @@ fn serve(
     result
 }
 
+/// The thread of this process named `name`, if there is one.
+fn thread_named(name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .find_map(|entry| {
+            let entry = entry.ok()?;
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            (comm.trim_end() == name)
+                .then(|| entry.file_name().to_str()?.parse().ok())
+                .flatten()
+        })
+}
+
+/// The embedded broker's CPU, from its own threads' schedstat, between two samples; its
+/// memory is the agent process's (threads share it), an upper bound.
+#[derive(Debug)]
+struct ThreadSampler {
+    threads: Arc<Mutex<Vec<i32>>>,
+    last: Mutex<Option<(Instant, u64)>>,
+}
+
+impl ThreadSampler {
+    fn cpu_ns(&self) -> u64 {
+        let tids = self
+            .threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        tids.iter()
+            .filter_map(|tid| {
+                let text =
+                    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+                text.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .sum()
+    }
+}
+
+fn process_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let kb = line.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?;
+                kb.trim().parse::<u64>().ok()
+            })
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+impl UsageSampler for ThreadSampler {
+    fn sample(&self) -> BoxFuture<'_, Result<Option<Usage>, BrokerError>> {
+        Box::pin(async move {
+            let now = (Instant::now(), self.cpu_ns());
+            let previous = self
+                .last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(now);
+            Ok(previous.map(|(at, cpu)| Usage {
+                cpu_percent: now.1.saturating_sub(cpu) as f64 * 100.0
+                    / now.0.duration_since(at).as_nanos().max(1) as f64,
+                memory_bytes: process_rss_bytes(),
+            }))
+        })
+    }
+}
+
 /// A running embedded broker.
 #[derive(Debug)]
 pub struct EmbeddedBroker {
@@ -211,6 +302,7 @@ pub struct EmbeddedBroker {
     thread: Option<JoinHandle<Result<(), String>>>,
     /// Why the server thread ended, once it has.
     ended: Option<String>,
+    sampler: Arc<ThreadSampler>,
 }
 
 impl EmbeddedBroker {
@@ -266,12 +358,17 @@ impl RunningBroker for EmbeddedBroker {
     }
 
     fn pid(&self) -> Option<u32> {
-        Some(std::process::id())
+        // The agent's process also runs loadgen: the broker's CPU is its threads'.
+        None
+    }
+
+    fn usage_sampler(&self) -> Option<Arc<dyn UsageSampler>> {
+        Some(self.sampler.clone())
     }
 
     fn detail(&self) -> String {
         format!(
-            "rumqttd in the agent (pid {}), max payload {MAX_PAYLOAD_SIZE} B",
+            "rumqttd in the agent (pid {}, CPU of its server and router threads), max payload {MAX_PAYLOAD_SIZE} B",
             std::process::id()
         )
     }
@@ -309,7 +406,26 @@ mod tests {
         let mut broker = start(&spec).await;
         let address = broker.address();
         assert_ne!(address.port(), 0);
-        assert_eq!(broker.pid(), Some(std::process::id()));
+        assert_eq!(
+            broker.pid(),
+            None,
+            "the agent's process is not the broker's"
+        );
+        let sampler = broker.usage_sampler().expect("its threads are sampled");
+        assert_eq!(
+            sampler.sample().await.expect("sampled"),
+            None,
+            "no interval yet"
+        );
+        let usage = sampler
+            .sample()
+            .await
+            .expect("sampled")
+            .expect("an interval");
+        assert!(
+            usage.cpu_percent >= 0.0 && usage.memory_bytes > 0,
+            "{usage:?}"
+        );
         assert_eq!(broker.check().await, BrokerState::Running);
         broker.stop().await.unwrap();
         assert!(

@@ -350,7 +350,9 @@ mod tests {
 
         let first = brokers.start(spec.clone()).await.unwrap();
         assert_eq!(first.state, BrokerState::Running);
-        assert_eq!(first.pid, Some(std::process::id()));
+        // In-process: no PID of its own (its threads are sampled instead).
+        assert_eq!(first.pid, None);
+        assert!(brokers.usage_sampler("quick").is_some());
         let again = brokers.start(spec.clone()).await.unwrap();
         assert_eq!(again.address, first.address, "no second broker was started");
 
@@ -358,10 +360,7 @@ mod tests {
         other.options.max_inflight_messages = Some(7);
         let error = brokers.start(other).await.unwrap_err();
         assert_eq!(error.code(), ErrorCode::AlreadyExists, "{error}");
-        assert_eq!(
-            brokers.watched_pids(),
-            vec![("quick".to_owned(), std::process::id())]
-        );
+        assert!(brokers.watched_pids().is_empty());
 
         let stopped = brokers.stop("quick").await.unwrap();
         assert_eq!(stopped.state, BrokerState::Stopped);

@@ -6,7 +6,12 @@ use loadgen::WorkloadSpec;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos};
 
-use super::types::{TestEntry, TestKind};
+use super::types::{TestEntry, TestKind, WarmupEntry};
+
+/// Measured time of a sustained throughput cell unless the plan says otherwise.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// Warm-up of a sustained throughput cell unless the plan says otherwise.
+pub const DEFAULT_WARMUP: Duration = Duration::from_secs(2);
 
 /// Totals between two nodes of a preset scenario: (delay, jitter, loss %).
 pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
@@ -28,11 +33,29 @@ pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
             vec![ByteSize(1_000), ByteSize(10_000), ByteSize(1_000_000)],
             Vec::new(),
         ),
-        TestKind::Throughput => (
+        TestKind::Burst => (
             loadgen::cli::throughput_preset(),
             Vec::new(),
             vec![100, 200, 300, 400, 500, 600, 700, 800],
         ),
+        TestKind::Throughput => {
+            let mut spec = loadgen::cli::throughput_preset();
+            spec.messages_per_publisher = 0;
+            spec.duration = Some(DEFAULT_DURATION);
+            spec.warmup = Some(DEFAULT_WARMUP);
+            spec.pacing = Pacing::ClosedLoop;
+            (spec, Vec::new(), vec![100, 200, 400, 800])
+        }
+        TestKind::Saturation => {
+            // The probes' timing comes from the search settings; this is their workload.
+            let mut spec = loadgen::cli::throughput_preset();
+            let search = loadgen::saturation::SearchSettings::default();
+            spec.messages_per_publisher = 0;
+            spec.duration = Some(search.probe);
+            spec.warmup = Some(search.probe_warmup);
+            spec.pacing = Pacing::ClosedLoop;
+            (spec, Vec::new(), vec![100])
+        }
     }
 }
 
@@ -53,11 +76,23 @@ pub fn workload_for(
     if let Some(messages) = test.messages {
         spec.messages_per_publisher = messages;
     }
-    if let Some(warmup) = test.warmup {
-        spec.warmup_messages = warmup;
+    match test.warmup {
+        Some(WarmupEntry::Messages(count)) => spec.warmup_messages = count,
+        Some(WarmupEntry::Time(time)) => spec.warmup = Some(time),
+        None => {}
+    }
+    if let Some(duration) = test.duration {
+        spec.duration = Some(duration);
+    }
+    if let Some(rate) = test.rate {
+        spec.pacing = Pacing::Rate { rate };
     }
     if let Some(interval) = test.interval {
         spec.pacing = Pacing::OpenLoop { interval };
+    }
+    if let Some(search) = &test.search {
+        spec.duration = Some(search.probe);
+        spec.warmup = Some(search.probe_warmup);
     }
     if let Some(level) = test.qos {
         spec.qos = Qos::try_from(level)?;

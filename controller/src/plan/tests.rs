@@ -16,13 +16,14 @@ fn the_shipped_plans_are_valid() {
             study.tests.len(),
             study.repetitions
         ),
-        (5, 3, 3, 10)
+        (5, 3, 5, 10)
     );
-    // 3 tests: latency (1 point), payload (3), throughput (8) -> 12 points x 10 reps per scenario.
-    assert_eq!(study.cells().len(), 5 * 3 * 12 * 10);
+    // 5 tests: latency (1 point), payload (3), burst (8), throughput (4), saturation (2)
+    // -> 18 points x 10 reps per scenario.
+    assert_eq!(study.cells().len(), 5 * 3 * 18 * 10);
     let quickstart = Plan::load(&examples().join("quickstart.toml")).expect("quickstart.toml");
     assert!(quickstart.nodes[0].is_local());
-    assert_eq!(quickstart.cells_of(0, 0).len(), (1 + 3 + 2) * 2);
+    assert_eq!(quickstart.cells_of(0, 0).len(), (1 + 3 + 2 + 1) * 2);
 }
 
 fn error_of(text: &str) -> String {
@@ -96,4 +97,61 @@ fn every_error_names_the_file_path_and_value() {
         "{}",
         error_of(&zero_clients)
     );
+}
+
+#[test]
+fn timed_tests_refuse_zeros_and_counts_naming_the_path() {
+    let embedded = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let test = |body: &str| format!("{BASE}{embedded}[[tests]]\nloadgen = [\"n\"]\n{body}");
+    let cases = [
+        (
+            "kind = \"throughput\"\nduration = \"0s\"\n",
+            "plan.toml: tests[1].duration = 0s: must be above zero",
+        ),
+        (
+            "kind = \"throughput\"\nrate = 0\n",
+            "plan.toml: tests[1].rate = 0: an offered rate must be above zero",
+        ),
+        (
+            "kind = \"throughput\"\nmessages = 1000\n",
+            "tests[1].messages = 1000: a throughput test runs for a time, not a count",
+        ),
+        (
+            "kind = \"throughput\"\nwarmup = 100\n",
+            "tests[1].warmup = 100: a throughput test warms up for a time",
+        ),
+        (
+            "kind = \"saturation\"\n[tests.search]\np99_bound = \"0s\"\n",
+            "plan.toml: tests[1].search.p99_bound = 0s: a latency bound of zero admits nothing",
+        ),
+        (
+            "kind = \"saturation\"\n[tests.search]\nbudget = \"0s\"\n",
+            "plan.toml: tests[1].search.budget = 0s: a search needs a time budget above zero",
+        ),
+        (
+            "kind = \"saturation\"\n[tests.search]\nbudget = \"10m\"\n",
+            "timeouts.cell = 10m: tests[1] (saturation) needs 10m and 30s more",
+        ),
+        (
+            "kind = \"latency\"\nduration = \"10s\"\n",
+            "tests[1].duration = 10s: a latency test has no duration",
+        ),
+        (
+            "kind = \"burst\"\nsearch = { budget = \"10s\" }\n",
+            "tests[1].search = {..}: only a saturation test has search settings",
+        ),
+    ];
+    for (body, expected) in cases {
+        let error = error_of(&test(body));
+        assert_eq!(error.lines().count(), 1, "one line: {error}");
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+    // The defaults are valid: a sustained test and a search within the default cell deadline.
+    let fine = test("kind = \"throughput\"\nclients = [10]\nrate = 5000\nwarmup = \"1s\"\n");
+    Plan::parse(&fine, "plan.toml").expect("a sustained test");
+    let fine = test("kind = \"saturation\"\nclients = [10]\n");
+    Plan::parse(&fine, "plan.toml").expect("a search");
 }

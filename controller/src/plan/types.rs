@@ -197,8 +197,85 @@ pub enum TestKind {
     Latency,
     /// Latency vs payload: as latency, for each payload size.
     Payload,
-    /// Publish and receive throughput vs clients: N pairs, QoS 0, burst.
+    /// Sustained throughput vs clients: N pairs, QoS 0, 10 B, for `duration` after a
+    /// `warmup`, closed loop or at an offered `rate`; judged steady or not.
     Throughput,
+    /// The study's throughput test, kept for comparison: N pairs, QoS 0, 10 B, `messages`
+    /// per publisher as fast as possible. Its figures are burst figures, never sustained.
+    Burst,
+    /// The saturation point: for each client count, a search for the highest offered rate
+    /// the broker sustains (settings in `[tests.search]`).
+    Saturation,
+}
+
+impl TestKind {
+    /// As written in plans, ids and `summary.csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TestKind::Latency => "latency",
+            TestKind::Payload => "payload",
+            TestKind::Throughput => "throughput",
+            TestKind::Burst => "burst",
+            TestKind::Saturation => "saturation",
+        }
+    }
+
+    /// True for the kinds that sweep client pairs.
+    pub fn sweeps_clients(self) -> bool {
+        matches!(
+            self,
+            TestKind::Throughput | TestKind::Burst | TestKind::Saturation
+        )
+    }
+
+    /// True for the timed kinds (a duration, a warm-up time).
+    pub fn is_timed(self) -> bool {
+        matches!(self, TestKind::Throughput | TestKind::Saturation)
+    }
+}
+
+/// A warm-up: a number of messages per publisher (counted tests) or a time (timed tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmupEntry {
+    /// The first messages of each publisher.
+    Messages(u64),
+    /// The first stretch of publishing.
+    Time(Duration),
+}
+
+impl Serialize for WarmupEntry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            WarmupEntry::Messages(count) => serializer.serialize_u64(*count),
+            WarmupEntry::Time(time) => serializer.collect_str(&humantime::format_duration(*time)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WarmupEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WarmupEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number of messages or a time such as \"2s\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, count: u64) -> Result<WarmupEntry, E> {
+                Ok(WarmupEntry::Messages(count))
+            }
+            fn visit_i64<E: serde::de::Error>(self, count: i64) -> Result<WarmupEntry, E> {
+                u64::try_from(count)
+                    .map(WarmupEntry::Messages)
+                    .map_err(|_| E::custom("a warm-up cannot be negative"))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<WarmupEntry, E> {
+                humantime::parse_duration(text)
+                    .map(WarmupEntry::Time)
+                    .map_err(|e| E::custom(format!("{text:?} is not a time: {e}")))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// A test and its overrides of the preset.
@@ -216,12 +293,19 @@ pub struct TestEntry {
     /// Subscribers (latency, payload).
     #[serde(default)]
     pub subscribers: Option<u32>,
-    /// Messages per publisher.
+    /// Messages per publisher (latency, payload, burst).
     #[serde(default)]
     pub messages: Option<u64>,
-    /// Warm-up messages per publisher.
+    /// Warm-up: messages per publisher (latency, payload, burst) or a time (throughput).
     #[serde(default)]
-    pub warmup: Option<u64>,
+    pub warmup: Option<WarmupEntry>,
+    /// Measured time after the warm-up (throughput).
+    #[serde(default, with = "humantime_serde")]
+    pub duration: Option<Duration>,
+    /// Offered rate of all publishers together, msg/s (throughput); a closed loop when
+    /// absent.
+    #[serde(default)]
+    pub rate: Option<u64>,
     /// Open loop interval per publisher (latency, payload).
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
@@ -234,9 +318,12 @@ pub struct TestEntry {
     /// Payload sizes, one cell each (payload test).
     #[serde(default)]
     pub payloads: Option<Vec<ByteSize>>,
-    /// Client pairs, one cell each (throughput test).
+    /// Client pairs, one cell each (throughput, burst, saturation).
     #[serde(default)]
     pub clients: Option<Vec<u32>>,
+    /// How the saturation search runs (saturation).
+    #[serde(default)]
+    pub search: Option<loadgen::saturation::SearchSettings>,
 }
 
 /// The overlay network of phase 2.

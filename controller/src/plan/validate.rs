@@ -4,7 +4,10 @@
 use std::collections::HashSet;
 
 use super::presets::{scenario_preset, workload_for};
-use super::types::{BrokerKind, NodeRole, Plan, TestKind};
+use super::types::{BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
+
+/// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
+const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Products the native driver knows.
 pub const PRODUCTS: [&str; 5] = ["mosquitto", "emqx", "rabbitmq", "vernemq", "hivemq"];
@@ -279,6 +282,105 @@ impl Plan {
         Ok(())
     }
 
+    /// Counted tests take messages and a warm-up count; timed ones a duration and a warm-up
+    /// time; the saturation search its own settings; and a cell's deadline must leave room.
+    fn validate_timing(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("tests[{i}].{field}");
+        let kind = test.kind.name();
+        if test.kind.is_timed() && test.messages.is_some() {
+            return Err(invalid(
+                path("messages"),
+                test.messages.unwrap_or(0),
+                format!(
+                    "a {kind} test runs for a time, not a count (the study's counted burst is kind = \"burst\")"
+                ),
+            ));
+        }
+        if test.kind != TestKind::Throughput {
+            if let Some(duration) = test.duration {
+                return Err(invalid(
+                    path("duration"),
+                    humantime::format_duration(duration),
+                    format!("a {kind} test has no duration (only throughput does)"),
+                ));
+            }
+            if let Some(rate) = test.rate {
+                return Err(invalid(
+                    path("rate"),
+                    rate,
+                    format!("a {kind} test has no offered rate (only throughput does)"),
+                ));
+            }
+        }
+        match (test.kind, test.warmup) {
+            (TestKind::Throughput, Some(WarmupEntry::Messages(count))) => {
+                return Err(invalid(
+                    path("warmup"),
+                    count,
+                    "a throughput test warms up for a time, e.g. warmup = \"2s\"",
+                ));
+            }
+            (TestKind::Saturation, Some(warmup)) => {
+                return Err(invalid(
+                    path("warmup"),
+                    format!("{warmup:?}"),
+                    "a saturation search warms each probe up as [tests.search] probe_warmup says",
+                ));
+            }
+            (kind, Some(WarmupEntry::Time(time))) if !kind.is_timed() => {
+                return Err(invalid(
+                    path("warmup"),
+                    format!("\"{}\"", humantime::format_duration(time)),
+                    format!("a {} test warms up by a number of messages", kind.name()),
+                ));
+            }
+            _ => {}
+        }
+        if test.search.is_some() && test.kind != TestKind::Saturation {
+            return Err(invalid(
+                path("search"),
+                "{..}",
+                "only a saturation test has search settings",
+            ));
+        }
+        let needs = match test.kind {
+            TestKind::Saturation => {
+                let search = test.search.clone().unwrap_or_default();
+                search
+                    .validate(&format!("tests[{i}].search."))
+                    .map_err(|e| invalid(e.path, e.value, e.problem))?;
+                Some(search.budget)
+            }
+            TestKind::Throughput => {
+                let warmup = match test.warmup {
+                    Some(WarmupEntry::Time(time)) => time,
+                    _ => super::presets::DEFAULT_WARMUP,
+                };
+                Some(
+                    test.duration
+                        .unwrap_or(super::presets::DEFAULT_DURATION)
+                        .saturating_add(warmup),
+                )
+            }
+            _ => None,
+        };
+        // Connecting, draining and reporting take time beyond the load itself.
+        if let Some(needs) = needs
+            && self.timeouts.cell < needs.saturating_add(CELL_MARGIN)
+        {
+            return Err(invalid(
+                "timeouts.cell",
+                humantime::format_duration(self.timeouts.cell),
+                format!(
+                    "tests[{i}] ({kind}) needs {} and {} more to connect and drain",
+                    humantime::format_duration(needs),
+                    humantime::format_duration(CELL_MARGIN)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_tests(&self) -> Result<(), PlanError> {
         if self.tests.is_empty() {
             return Err(invalid("tests", "[]", "at least one test"));
@@ -318,13 +420,14 @@ impl Plan {
                     "only the payload test sweeps payloads",
                 ));
             }
-            if test.clients.is_some() && test.kind != TestKind::Throughput {
+            if test.clients.is_some() && !test.kind.sweeps_clients() {
                 return Err(invalid(
                     path("clients"),
                     "[..]",
-                    "only the throughput test sweeps clients",
+                    "only the throughput, burst and saturation tests sweep clients",
                 ));
             }
+            self.validate_timing(i, test)?;
             for point in self.points(i) {
                 let (payload, clients) = match point {
                     super::CellPoint::Payload(size) => (Some(size), None),
@@ -338,6 +441,7 @@ impl Plan {
                         "messages_per_publisher" => "messages",
                         "warmup_messages" => "warmup",
                         "pacing.interval" => "interval",
+                        "pacing.rate" => "rate",
                         "publishers" if clients.is_some() => "clients",
                         "payload" if payload.is_some() => "payloads",
                         other => other,

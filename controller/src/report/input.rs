@@ -40,6 +40,107 @@ pub struct RunData {
     pub metrics: Vec<MetricsRow>,
     /// Cell id -> (broker index, test index), for attributing metrics.
     pub cell_index: BTreeMap<String, (usize, usize)>,
+    /// Saturation cells: what each search found.
+    pub searches: Vec<SearchFigures>,
+}
+
+/// A saturation cell: its search and, when a rate was sustained, the probe at that rate.
+#[derive(Debug, Clone)]
+pub struct SearchFigures {
+    /// Index into the plan's brokers.
+    pub broker: usize,
+    /// Index into the plan's scenarios.
+    pub scenario: usize,
+    /// Index into the plan's tests.
+    pub test: usize,
+    /// Client pairs.
+    pub point: u64,
+    /// 1-based repetition.
+    pub repetition: u32,
+    /// The search's probes and outcome.
+    pub report: loadgen::saturation::SaturationReport,
+    /// What the controller added to the cell (broker usage at the rate found).
+    pub extras: CellExtras,
+}
+
+/// What the controller recorded about a cell beside loadgen's figures (`summary.csv`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CellExtras {
+    /// The broker's mean CPU over the cell's window, percent of one core.
+    pub broker_cpu_percent: Option<f64>,
+    /// The broker's CPU per delivered message, µs.
+    pub broker_cpu_us_per_delivery: Option<f64>,
+    /// The broker's peak resident memory, MB.
+    pub broker_peak_rss_mb: Option<f64>,
+    /// Why the generator, not the broker, was the limit.
+    pub generator_limit: Option<String>,
+}
+
+/// A timed cell's publish and receive rates over time, in 100 ms steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellSeries {
+    /// Step width, s.
+    pub step_s: f64,
+    /// Time of each step since the start barrier, s.
+    pub at_s: Vec<f64>,
+    /// Publishes per second in each step.
+    pub publish: Vec<f64>,
+    /// Deliveries per second in each step.
+    pub receive: Vec<f64>,
+    /// Deliveries owed at the end of each step.
+    pub backlog: Vec<f64>,
+    /// The measured window, s since the start barrier.
+    pub window_s: (f64, f64),
+}
+
+impl CellSeries {
+    /// The series of a timed result; `None` for counted runs.
+    pub fn of(result: &RunResult) -> Option<Self> {
+        let window = result.measured_window?;
+        let spec = &result.spec;
+        let fanout = match spec.topology {
+            loadgen::spec::Topology::Shared => f64::from(spec.subscribers),
+            _ => f64::from(spec.subscribers) / f64::from(spec.publishers.max(1)),
+        };
+        const PER_STEP: usize = 10; // 10 buckets of 10 ms
+        let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;
+        let start = usize::try_from(window.start_ns / loadgen::series::BUCKET_NS).ok()?;
+        let len = result
+            .publish_series
+            .counts
+            .len()
+            .max(result.receive_series.counts.len());
+        let (mut at_s, mut publish, mut receive, mut backlog) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut published, mut received) = (0.0, 0.0);
+        let count = |series: &loadgen::series::RateSeries, i: usize| {
+            series.counts.get(i).copied().unwrap_or(0) as f64
+        };
+        for (k, i) in (0..len).enumerate() {
+            published += count(&result.publish_series, i);
+            received += count(&result.receive_series, i);
+            if i < start || (k + 1) % PER_STEP != 0 {
+                continue;
+            }
+            let steps = (i + 1 - PER_STEP)..=i;
+            let sum = |series: &loadgen::series::RateSeries| {
+                steps.clone().map(|j| count(series, j)).sum::<f64>()
+            };
+            at_s.push((i + 1 - start) as f64 * bucket_s);
+            publish.push(sum(&result.publish_series) / (PER_STEP as f64 * bucket_s));
+            receive.push(sum(&result.receive_series) / (PER_STEP as f64 * bucket_s));
+            backlog.push((published * fanout - received).max(0.0));
+        }
+        let to_s = |ns: u64| ns.saturating_sub(window.start_ns) as f64 / 1e9;
+        Some(CellSeries {
+            step_s: PER_STEP as f64 * bucket_s,
+            at_s,
+            publish,
+            receive,
+            backlog,
+            window_s: (to_s(window.from_ns), to_s(window.until_ns)),
+        })
+    }
 }
 
 /// The figures of one measured cell.
@@ -53,8 +154,14 @@ pub struct CellFigures {
     pub test: usize,
     /// Payload bytes (payload test), client pairs (throughput test), 0 otherwise.
     pub point: u64,
+    /// 1-based repetition.
+    pub repetition: u32,
     /// Everything loadgen derives from the cell's result.
     pub summary: Summary,
+    /// What the controller recorded beside it.
+    pub extras: CellExtras,
+    /// Timed cells: rates over time.
+    pub series: Option<CellSeries>,
 }
 
 /// Which histograms merge: the same test, broker, scenario and point.
@@ -134,11 +241,7 @@ pub struct CellNote {
 
 /// The name a test kind has in `summary.csv`.
 pub fn kind_name(kind: TestKind) -> &'static str {
-    match kind {
-        TestKind::Latency => "latency",
-        TestKind::Payload => "payload",
-        TestKind::Throughput => "throughput",
-    }
+    kind.name()
 }
 
 struct SummaryRow {
@@ -147,8 +250,10 @@ struct SummaryRow {
     scenario: String,
     test: String,
     point: String,
+    repetition: u32,
     status: String,
     reason: String,
+    extras: CellExtras,
 }
 
 fn read_text(path: &Path) -> Result<Option<String>, ReportError> {
@@ -183,6 +288,7 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         problems: Vec::new(),
         metrics: Vec::new(),
         cell_index: BTreeMap::new(),
+        searches: Vec::new(),
     };
     let summary_path = dir.join("summary.csv");
     let rows = match read_text(&summary_path)? {
@@ -247,6 +353,14 @@ fn read_summary(
         .iter()
         .map(|name| column(name))
         .collect::<Result<_, _>>()?;
+    // The controller's own columns are newer than some folders: absent means unknown.
+    let optional = |name: &str| header.iter().position(|h| h == name);
+    let (cpu, per_delivery, rss, limit) = (
+        optional("broker_cpu_percent"),
+        optional("broker_cpu_us_per_delivery"),
+        optional("broker_peak_rss_mb"),
+        optional("limit_reason"),
+    );
     let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
     let mut failed_before: BTreeMap<String, bool> = BTreeMap::new();
     for (number, line) in lines.enumerate() {
@@ -267,6 +381,21 @@ fn read_summary(
         };
         let status = field(6).unwrap_or_default();
         let reason = field(7).unwrap_or_default();
+        let number_at = |column: Option<usize>| {
+            column
+                .and_then(|c| fields.get(c))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let extras = CellExtras {
+            broker_cpu_percent: number_at(cpu),
+            broker_cpu_us_per_delivery: number_at(per_delivery),
+            broker_peak_rss_mb: number_at(rss),
+            generator_limit: limit
+                .and_then(|c| fields.get(c))
+                .filter(|v| !v.is_empty())
+                .cloned(),
+        };
+        let repetition = field(5).and_then(|r| r.parse().ok()).unwrap_or(1);
         if status == "failed" {
             failed_before.insert(cell.clone(), true);
         }
@@ -276,8 +405,10 @@ fn read_summary(
             scenario,
             test,
             point,
+            repetition,
             status,
             reason,
+            extras,
         };
         rows.insert(cell, row);
     }
@@ -320,35 +451,67 @@ fn read_cell(
         return;
     };
     data.cell_index.insert(row.cell.clone(), (broker, test));
-    let path = dir.join("cells").join(&row.cell).join("result.json");
-    let result = match fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str::<RunResult>(&text).map_err(|e| e.to_string()),
-        Err(error) => Err(error.to_string()),
+    let kind = plan.tests[test].kind;
+    let cell_dir = dir.join("cells").join(&row.cell);
+    let read_json = |name: &str| -> Result<Option<String>, String> {
+        match fs::read_to_string(cell_dir.join(name)) {
+            Ok(text) => Ok(Some(text)),
+            Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error.to_string()),
+        }
+    };
+    let left_out = |data: &mut RunData, name: &str, problem: String| {
+        data.problems.push(format!(
+            "cells/{}/{name}: {problem}; cell left out",
+            row.cell
+        ));
+    };
+    if kind == TestKind::Saturation {
+        let report = match read_json("saturation.json") {
+            Ok(Some(text)) => serde_json::from_str(&text).map_err(|e| e.to_string()),
+            Ok(None) => Err("missing".to_string()),
+            Err(problem) => Err(problem),
+        };
+        match report {
+            Ok(report) => data.searches.push(SearchFigures {
+                broker,
+                scenario,
+                test,
+                point: row.point.parse().unwrap_or(0),
+                repetition: row.repetition,
+                report,
+                extras: row.extras.clone(),
+            }),
+            Err(problem) => left_out(data, "saturation.json", problem),
+        }
+        return;
+    }
+    let result = match read_json("result.json") {
+        Ok(Some(text)) => serde_json::from_str::<RunResult>(&text).map_err(|e| e.to_string()),
+        Ok(None) => Err("missing".to_string()),
+        Err(problem) => Err(problem),
     };
     let result = match result {
         Ok(result) => result,
         Err(problem) => {
-            data.problems.push(format!(
-                "{}: {problem}; cell left out",
-                path.strip_prefix(dir).unwrap_or(&path).display()
-            ));
+            left_out(data, "result.json", problem);
             return;
         }
     };
     let summary = Summary::of(&result);
-    let kind = plan.tests[test].kind;
+    let series = CellSeries::of(&result);
     let point = match kind {
         TestKind::Latency => 0,
         TestKind::Payload => row
             .point
             .parse::<ByteSize>()
             .map_or(summary.payload_bytes, ByteSize::bytes),
-        TestKind::Throughput => row
+        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => row
             .point
             .parse::<u64>()
             .unwrap_or(u64::from(summary.publishers)),
     };
-    if kind != TestKind::Throughput {
+    if !kind.sweeps_clients() {
         let key = GroupKey {
             test,
             broker,
@@ -373,7 +536,10 @@ fn read_cell(
         scenario,
         test,
         point,
+        repetition: row.repetition,
         summary,
+        extras: row.extras.clone(),
+        series,
     });
 }
 

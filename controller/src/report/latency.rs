@@ -2,6 +2,7 @@
 //! histogram merged over repetitions, and the same numbers as a table.
 
 use super::axes::{self, LegendItem, Plot, Scale};
+use super::estimate::{Estimate, INTERVAL_MEANING};
 use super::input::{GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Figure, Section, Table, ms, ms_like};
 use super::svg::{self, Anchor, Svg};
@@ -81,6 +82,7 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
             "p99 (ms)",
             "Samples",
             "Repetitions",
+            "Median of the repetitions' medians [95 % CI] (ms)",
         ],
         2,
     );
@@ -105,6 +107,15 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 ms(g.p99),
                 g.count.to_string(),
                 g.repetitions.to_string(),
+                Estimate::of(
+                    &data
+                        .cells
+                        .iter()
+                        .filter(|c| c.test == test && c.broker == broker && c.scenario == scenario)
+                        .map(|c| c.summary.latency.p50_us)
+                        .collect::<Vec<_>>(),
+                )
+                .map_or("-".to_string(), |e| e.text(ms)),
             ]);
         }
     }
@@ -127,6 +138,10 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         caption: format!("{title} per broker (colour) and network scenario. {BOX_MEANING}"),
     }]));
     section.blocks.push(Block::Table(table));
+    section.paragraph(format!(
+        "Median, IQR and percentiles: of the histogram merged over all repetitions. The last \
+         column treats each repetition as one measurement: {INTERVAL_MEANING}"
+    ));
     section
 }
 

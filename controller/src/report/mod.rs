@@ -12,21 +12,33 @@
 //!    histogram merged over repetitions, with a table of median, IQR, p99, samples.
 //! 3. Latency vs payload (Tables IV/V): median-IQR per payload, broker and scenario, and
 //!    median latency against payload size.
-//! 4. Throughput vs clients (Fig. 4/5): aggregate publish and receive rates beside the
-//!    per-client median the study's tool printed.
-//! 5. Broker CPU and memory per test, from `metrics.csv`.
-//! 6. Emulation check: the delay netem should add beside the measured rise of the median.
+//! 4. Sustained throughput vs clients: rates kept over a whole measured window, with 95 %
+//!    intervals, broker CPU per delivery, and each cell's rates over time.
+//! 5. Saturation point: the highest offered rate sustained, and latency vs offered load.
+//! 6. The study's burst (Fig. 4/5), labelled as burst figures, beside its per-client medians.
+//! 7. Broker comparisons: Mann-Whitney U and Cliff's delta for every pair of brokers.
+//! 8. Broker CPU and memory per test, from `metrics.csv`.
+//! 9. Emulation check: the delay netem should add beside the measured rise of the median.
+//!
+//! It opens with the findings (who is ahead, by how much, significant or not) and the run's
+//! conditions.
 //!
 //! Sections for tests the plan does not have are left out; failed cells are counted and
 //! excluded. The same folder always gives the same bytes.
 //!
-//! Layout: `input.rs` reads the folder; `run.rs`, `latency.rs`, `payload.rs`,
-//! `throughput.rs`, `resources.rs`, `emulation.rs` build one section each; `model.rs` is the
-//! document model; `svg.rs`, `axes.rs` and `chart.rs` draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed.
+//! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
+//! `throughput.rs`, `saturation.rs`, `burst.rs`, `comparison.rs`, `resources.rs`,
+//! `emulation.rs` build one section each; `estimate.rs` gives medians with intervals;
+//! `model.rs` is the document model; `svg.rs`, `axes.rs`, `chart.rs` and `timeseries.rs`
+//! draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed.
 
 mod axes;
+mod burst;
 mod chart;
+mod comparison;
 mod emulation;
+mod estimate;
+mod findings;
 mod html;
 mod input;
 mod latency;
@@ -35,8 +47,10 @@ mod model;
 mod payload;
 mod resources;
 mod run;
+mod saturation;
 mod svg;
 mod throughput;
+mod timeseries;
 mod xml;
 
 use std::fs;
@@ -138,10 +152,13 @@ pub fn write_report(dir: &Path) -> Result<ReportFiles, ReportError> {
 
 /// Every section, in report order; those of tests the plan lacks are absent.
 fn sections(data: &RunData) -> Vec<Section> {
-    let mut sections = vec![run::section(data)];
+    let mut sections = vec![findings::section(data), run::section(data)];
     sections.extend(latency::sections(data));
     sections.extend(payload::sections(data));
     sections.extend(throughput::sections(data));
+    sections.extend(saturation::sections(data));
+    sections.extend(burst::sections(data));
+    sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
     sections
@@ -164,7 +181,9 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
     let s = &cell.summary;
     let kind = data.manifest.plan.tests[test].kind;
     let clients = match kind {
-        TestKind::Throughput => "N publisher/subscriber pairs (one cell per N)".to_string(),
+        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => {
+            "N publisher/subscriber pairs (one cell per N)".to_string()
+        }
         _ => format!(
             "{} publisher{} -> {} subscriber{} ({})",
             s.publishers,
@@ -178,9 +197,9 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
         TestKind::Payload => "one cell per payload size".to_string(),
         _ => format!("{} B payload", s.payload_bytes),
     };
-    let pacing = match s.interval_ms {
-        Some(interval) => format!("each publisher every {interval} ms (open loop)"),
-        None => "burst (as fast as possible)".to_string(),
+    let pacing = match (s.pacing.as_str(), s.interval_ms) {
+        ("open-loop", Some(interval)) => format!("each publisher every {interval} ms (open loop)"),
+        _ => "as fast as possible: a burst".to_string(),
     };
     Some(format!(
         "Workload: {clients}, MQTT {}, QoS {}, {payload}, {pacing}, {} messages per publisher \

@@ -1,29 +1,19 @@
-//! Throughput vs clients (the study's Fig. 4 and 5): the aggregate publish and receive rates
-//! over the steady window, beside the per-client median rate the study's tool printed.
+//! Sustained throughput vs clients: rates the broker kept for a whole measured window, with
+//! their 95 % intervals over repetitions, what the broker spent per delivery, and each cell's
+//! rates over time. Only cells judged sustained (steady, and loadgen not the limit) enter the
+//! medians; the others are counted and their reasons given.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use loadgen::Summary;
-use loadgen::summary::WindowKind;
+use loadgen::summary::RateKind;
 
-use super::chart::{LineChart, Series, SeriesPoint};
-use super::input::RunData;
-use super::model::{Block, Figure, Section, Table, rate};
+use super::chart::{LineChart, Series};
+use super::estimate::{Estimate, INTERVAL_MEANING};
+use super::input::{CellFigures, RunData};
+use super::model::{Block, Figure, Section, Table, ms, rate};
 use super::svg;
-use super::workload_line;
+use super::timeseries;
 use crate::plan::TestKind;
-
-/// Why two rates are shown, after the study's tool (PAPER.md, "What we found").
-pub const TWO_RATES: &str = "Two different rates are shown, and they are not comparable with each other. \
-     AGGREGATE: the messages of all clients together per second, over the steady window in which \
-     every client was active; this is what the broker sustained. PER-CLIENT MEDIAN: each client's \
-     own messages over its own first-to-last message, median over the clients; this is what the \
-     study's tool (mqtt-stresser) printed, so the study's Fig. 4 and 5 compare with this column, \
-     not with the aggregate. mqtt-stresser also started its receive clock only after a client \
-     had finished publishing, so its receive medians were lower still. The aggregate can be many \
-     times the per-client median: 100 clients x 1000 QoS 0 messages against Mosquitto on one \
-     2-core machine moved about 140,000 msg/s through the broker each way, while mqtt-stresser \
-     printed medians of 7,800 msg/s publish and 3,600 msg/s receive.";
 
 /// One section per throughput test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
@@ -35,96 +25,69 @@ pub fn sections(data: &RunData) -> Vec<Section> {
         .iter()
         .map(|&test| {
             let title = if tests.len() > 1 {
-                format!("Throughput vs clients (test {})", test + 1)
+                format!("Sustained throughput vs clients (test {})", test + 1)
             } else {
-                "Throughput vs clients".to_string()
+                "Sustained throughput vs clients".to_string()
             };
             section(data, test, &title)
         })
         .collect()
 }
 
-/// Mean, min and max of one figure over repetitions.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spread {
-    /// Mean.
-    pub mean: f64,
-    /// Smallest.
-    pub min: f64,
-    /// Largest.
-    pub max: f64,
+/// A cell's rate counts as the broker's sustained rate.
+pub fn sustained(cell: &CellFigures) -> bool {
+    cell.summary.rate_kind == RateKind::Sustained && cell.extras.generator_limit.is_none()
 }
 
-impl Spread {
-    /// Over `values` (not empty).
-    pub fn of(values: &[f64]) -> Self {
-        let n = values.len().max(1) as f64;
-        Spread {
-            mean: values.iter().sum::<f64>() / n,
-            min: values.iter().copied().fold(f64::INFINITY, f64::min),
-            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        }
+/// Why a cell's rate does not count, in a few words.
+fn not_counted(cell: &CellFigures) -> String {
+    if let Some(limit) = &cell.extras.generator_limit {
+        return format!("GENERATOR-LIMITED: {limit}");
     }
-
-    /// `mean (min-max)`, or just the mean when all repetitions agree.
-    pub fn text(&self) -> String {
-        if rate(self.min) == rate(self.max) {
-            rate(self.mean)
-        } else {
-            format!(
-                "{} ({}-{})",
-                rate(self.mean),
-                rate(self.min),
-                rate(self.max)
-            )
+    match &cell.summary.steadiness {
+        Some(steadiness) if !steadiness.reasons.is_empty() => {
+            format!("not steady: {}", steadiness.reasons.join("; "))
         }
-    }
-
-    fn point(&self, x: f64) -> SeriesPoint {
-        SeriesPoint {
-            x,
-            y: self.mean,
-            low: self.min,
-            high: self.max,
-        }
+        _ => cell.summary.rate_kind.as_str().to_string(),
     }
 }
-
-/// Reads one rate of a cell.
-type RateOf = fn(&Summary) -> f64;
-
-/// The four rates in display order: publish aggregate, publish per-client median, receive
-/// aggregate, receive per-client median.
-const RATES: [RateOf; 4] = [
-    |s| s.publish_rate.msgs_per_s,
-    |s| s.publish_rate_per_client.median_msgs_per_s,
-    |s| s.receive_rate.msgs_per_s,
-    |s| s.receive_rate_per_client.median_msgs_per_s,
-];
 
 fn section(data: &RunData, test: usize, title: &str) -> Section {
     let plan = &data.manifest.plan;
     let mut section = Section::new(&format!("throughput-{test}"), title);
-    if let Some(line) = workload_line(data, test) {
-        section.paragraph(line);
-    }
-    // (broker, scenario) -> pairs -> summaries of the repetitions.
-    let mut groups: BTreeMap<(usize, usize), BTreeMap<u64, Vec<&Summary>>> = BTreeMap::new();
-    for cell in data.cells.iter().filter(|c| c.test == test) {
+    let entry = &plan.tests[test];
+    let cells: Vec<&CellFigures> = data.cells.iter().filter(|c| c.test == test).collect();
+    let Some(first) = cells.first() else {
+        section.paragraph("No cell of this test was measured (see the cells not measured).");
+        return section;
+    };
+    let s = &first.summary;
+    let pacing = match entry.rate {
+        Some(offered) => format!("open loop at an offered {} msg/s", rate(offered as f64)),
+        None => "closed loop (each publisher keeps its window full)".to_string(),
+    };
+    section.paragraph(format!(
+        "Workload: N publisher/subscriber pairs (one cell per N), MQTT {}, QoS {}, {} B payload, \
+         {pacing}, measured for {} s after a {} s warm-up. A cell's rate is SUSTAINED when both \
+         halves of its measured window lie within 5 % of the whole, the backlog of deliveries \
+         owed stayed bounded, at an offered rate at least 99 % of it arrived, and loadgen was \
+         not the limit; only such cells enter the rates below. {INTERVAL_MEANING}",
+        s.protocol,
+        s.qos,
+        s.payload_bytes,
+        s.duration_s.unwrap_or(0.0),
+        s.warmup_s.unwrap_or(0.0)
+    ));
+    // (broker, scenario) -> pairs -> cells.
+    let mut groups: BTreeMap<(usize, usize), BTreeMap<u64, Vec<&CellFigures>>> = BTreeMap::new();
+    for cell in &cells {
         groups
             .entry((cell.broker, cell.scenario))
             .or_default()
             .entry(cell.point)
             .or_default()
-            .push(&cell.summary);
+            .push(cell);
     }
-    if groups.is_empty() {
-        section.paragraph(
-            "No cell of this test was measured (see the failed and skipped cells above).",
-        );
-        return section;
-    }
-    section.paragraph(TWO_RATES);
     let several_scenarios = groups.keys().map(|(_, s)| s).collect::<BTreeSet<_>>().len() > 1;
     let brokers: Vec<usize> = groups
         .keys()
@@ -143,17 +106,20 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
             "Broker",
             "Scenario",
             "Client pairs",
-            "Publish AGGREGATE (msg/s)",
-            "Publish PER-CLIENT median (msg/s)",
-            "Receive AGGREGATE (msg/s)",
-            "Receive PER-CLIENT median (msg/s)",
-            "Lost (%)",
-            "Repetitions",
-            "Aggregate window",
+            "SUSTAINED receive (msg/s)",
+            "Sustained publish (msg/s)",
+            "Sustained cells",
+            "Latency p50 / p99 (ms)",
+            "Broker CPU (% of a core)",
+            "Broker CPU per delivery (µs)",
+            "Broker peak memory (MB)",
+            "loadgen busy (%), send delay p99 (ms)",
+            "Not counted",
         ],
         2,
     );
-    let mut series: [Vec<Series>; 4] = Default::default();
+    let mut lines: Vec<Series> = Vec::new();
+    let mut domain = Vec::new();
     for (&(broker, scenario), points) in &groups {
         let label = if several_scenarios {
             format!(
@@ -163,133 +129,159 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         } else {
             plan.brokers[broker].name.clone()
         };
-        let colour_index = brokers.iter().position(|&b| b == broker).unwrap_or(0);
-        let dash_index = scenarios.iter().position(|&s| s == scenario).unwrap_or(0);
-        let mut lines: [Vec<SeriesPoint>; 4] = Default::default();
-        for (&pairs, summaries) in points {
-            let spreads: Vec<Spread> = RATES
-                .iter()
-                .map(|figure| Spread::of(&summaries.iter().map(|s| figure(s)).collect::<Vec<_>>()))
-                .collect();
-            for (line, spread) in lines.iter_mut().zip(&spreads) {
-                line.push(spread.point(pairs as f64));
+        let mut line = Vec::new();
+        for (&pairs, cells) in points {
+            let counted: Vec<&&CellFigures> = cells.iter().filter(|c| sustained(c)).collect();
+            let figure = |f: &dyn Fn(&CellFigures) -> Option<f64>| {
+                Estimate::of(&counted.iter().filter_map(|c| f(c)).collect::<Vec<_>>())
+            };
+            let receive = figure(&|c| c.summary.steadiness.as_ref().map(|s| s.receive_msgs_per_s));
+            let publish = figure(&|c| c.summary.steadiness.as_ref().map(|s| s.publish_msgs_per_s));
+            if let Some(receive) = receive {
+                line.push(receive.point(pairs as f64));
+                domain.extend([receive.low, receive.high]);
             }
-            let lost: Vec<f64> = summaries.iter().filter_map(|s| s.lost_percent).collect();
-            let not_steady = summaries
+            let text = |e: Option<Estimate>, f: fn(f64) -> String| {
+                e.map_or("-".to_string(), |e| e.text(f))
+            };
+            let p50 = figure(&|c| Some(c.summary.latency.p50_us));
+            let p99 = figure(&|c| Some(c.summary.latency.p99_us));
+            let latency = match (p50, p99) {
+                (Some(p50), Some(p99)) => format!("{} / {}", ms(p50.median), ms(p99.median)),
+                _ => "-".to_string(),
+            };
+            let one_decimal = |v: f64| format!("{v:.1}");
+            let reasons: BTreeSet<String> = cells
                 .iter()
-                .flat_map(|s| [s.publish_rate.window, s.receive_rate.window])
-                .filter(|w| *w != WindowKind::Steady)
-                .count();
-            let mut row = vec![
+                .filter(|c| !sustained(c))
+                .map(|c| not_counted(c))
+                .collect();
+            table.row(vec![
                 plan.brokers[broker].name.clone(),
                 plan.scenarios[scenario].name.clone(),
                 pairs.to_string(),
-            ];
-            row.extend(spreads.iter().map(Spread::text));
-            row.push(if lost.is_empty() {
-                "n/a".to_string()
-            } else {
-                format!("{:.3}", Spread::of(&lost).mean)
-            });
-            row.push(summaries.len().to_string());
-            row.push(if not_steady == 0 {
-                "steady".to_string()
-            } else {
-                format!("not steady in {not_steady} of {}", 2 * summaries.len())
-            });
-            table.row(row);
+                text(receive, rate),
+                text(publish, rate),
+                format!("{} of {}", counted.len(), cells.len()),
+                latency,
+                text(figure(&|c| c.extras.broker_cpu_percent), |v| {
+                    format!("{v:.0}")
+                }),
+                text(figure(&|c| c.extras.broker_cpu_us_per_delivery), |v| {
+                    format!("{v:.2}")
+                }),
+                text(figure(&|c| c.extras.broker_peak_rss_mb), one_decimal),
+                format!(
+                    "{}, {}",
+                    text(
+                        Estimate::of(
+                            &cells
+                                .iter()
+                                .map(|c| c.summary.generator.busy_percent)
+                                .collect::<Vec<_>>()
+                        ),
+                        |v| format!("{v:.0}"),
+                    ),
+                    match Estimate::of(
+                        &cells
+                            .iter()
+                            .filter(|c| c.summary.send_delay.count > 0)
+                            .map(|c| c.summary.send_delay.p99_us)
+                            .collect::<Vec<_>>(),
+                    ) {
+                        Some(delay) => ms(delay.median),
+                        None => "closed loop".to_string(),
+                    }
+                ),
+                reasons.into_iter().collect::<Vec<_>>().join(" | "),
+            ]);
         }
-        for (all, points) in series.iter_mut().zip(lines) {
-            all.push(Series {
-                label: label.clone(),
-                colour: svg::colour(colour_index),
-                dash: if several_scenarios {
-                    svg::dash(dash_index)
-                } else {
-                    ""
-                },
-                points,
-            });
-        }
+        lines.push(Series {
+            label,
+            colour: svg::colour(brokers.iter().position(|&b| b == broker).unwrap_or(0)),
+            dash: if several_scenarios {
+                svg::dash(scenarios.iter().position(|&s| s == scenario).unwrap_or(0))
+            } else {
+                ""
+            },
+            points: line,
+        });
     }
-    let mut x_ticks: Vec<(f64, String)> = groups
+    let x_ticks: Vec<(f64, String)> = groups
         .values()
         .flat_map(|points| points.keys().copied())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .map(|p| (p as f64, p.to_string()))
         .collect();
-    x_ticks.dedup();
-    let mut figures = Vec::new();
-    for direction in 0..2 {
-        let (aggregate, per_client) = (2 * direction, 2 * direction + 1);
-        let domain: Vec<f64> = [aggregate, per_client]
+    if lines.iter().any(|l| !l.points.is_empty()) {
+        let chart = LineChart {
+            title: "Sustained receive rate".to_string(),
+            x_label: "client pairs (publishers = subscribers)".to_string(),
+            y_label: "deliveries per second".to_string(),
+            x_ticks,
+            x_log: false,
+            y_domain: domain,
+            y_log_ratio: 30.0,
+            series: lines,
+        };
+        section.blocks.push(Block::Figures(vec![Figure {
+            file: format!("throughput-{test}-sustained.svg"),
+            svg: chart.render(480.0, 340.0),
+            caption: "Sustained receive rate (all subscribers together over the measured \
+                      window) against client pairs, one line per broker; marker: median over \
+                      the sustained repetitions, error bar: its 95 % confidence interval. \
+                      Points without a sustained repetition are left out."
+                .to_string(),
+        }]));
+    } else {
+        section.paragraph(
+            "No cell of this test was sustained: there is no sustained rate to draw (the table \
+             says why each was not).",
+        );
+    }
+    section.blocks.push(Block::Table(table));
+    section.paragraph(
+        "Broker CPU: the broker process's (or pod's) mean CPU over the measured window, from \
+         its node's samples every 250 ms; per delivery: that CPU time divided by the \
+         deliveries in the window. On one host the broker's write() also does the receiving \
+         side's TCP work, so these figures are higher there than on a real network. loadgen \
+         busy: its CPU as a share of what it may use; GENERATOR-LIMITED cells measured \
+         loadgen, not the broker.",
+    );
+    let mut over_time = Vec::new();
+    for (&(broker, scenario), points) in &groups {
+        // The largest client count's first repetition: where steadiness is hardest.
+        let Some(cell) = points
             .iter()
-            .flat_map(|&i| {
-                series[i]
-                    .iter()
-                    .flat_map(|s| s.points.iter().flat_map(|p| [p.low, p.high]))
-            })
-            .collect();
-        let verb = if direction == 0 { "Publish" } else { "Receive" };
-        for (i, kind) in [(aggregate, "AGGREGATE"), (per_client, "PER-CLIENT MEDIAN")] {
-            let what = if kind == "AGGREGATE" {
-                "all clients together, steady window"
-            } else {
-                "median client, as mqtt-stresser printed"
-            };
-            let chart = LineChart {
-                title: format!("{verb} rate, {kind} ({what})"),
-                x_label: "client pairs (publishers = subscribers)".to_string(),
-                y_label: format!("{} rate (msg/s)", verb.to_lowercase()),
-                x_ticks: x_ticks.clone(),
-                x_log: false,
-                y_domain: domain.clone(),
-                y_log_ratio: 30.0,
-                series: series[i].clone(),
-            };
-            figures.push(Figure {
-                file: format!(
-                    "throughput-{test}-{}-{}.svg",
-                    verb.to_lowercase(),
-                    if i == aggregate {
-                        "aggregate"
-                    } else {
-                        "per-client"
-                    }
-                ),
-                svg: chart.render(480.0, 340.0),
-                caption: format!(
-                    "{verb} rate {kind} ({what}) in msg/s against client pairs, one line per \
-                     broker; marker: mean over repetitions, error bar: min to max over \
-                     repetitions. The two {} charts share their y scale.",
-                    verb.to_lowercase()
-                ),
-            });
+            .next_back()
+            .and_then(|(_, cells)| cells.iter().min_by_key(|c| c.repetition))
+        else {
+            continue;
+        };
+        let Some(series) = &cell.series else {
+            continue;
+        };
+        let name = format!(
+            "{}, {}, {} pairs",
+            plan.brokers[broker].name, plan.scenarios[scenario].name, cell.point
+        );
+        over_time.push(timeseries::figure(
+            &name,
+            series,
+            format!("throughput-{test}-series-b{broker}-s{scenario}.svg"),
+            &format!(
+                "{name}, repetition {} ({})",
+                cell.repetition,
+                cell.summary.rate_kind.as_str()
+            ),
+        ));
+    }
+    if !over_time.is_empty() {
+        section.heading("Over time");
+        for pair in over_time.chunks(2) {
+            section.blocks.push(Block::Figures(pair.to_vec()));
         }
     }
-    let (publish, receive) = figures.split_at(2);
-    section.blocks.push(Block::Figures(publish.to_vec()));
-    section.blocks.push(Block::Figures(receive.to_vec()));
-    section.paragraph(
-        "Each rate: mean over repetitions, with min-max in brackets when they differ. Lost: \
-         expected deliveries that never arrived (QoS 0 allows loss). Aggregate window: whether \
-         the aggregate rates came from the steady window or, where clients hardly overlapped, \
-         the full first-to-last message window.",
-    );
-    section.blocks.push(Block::Table(table));
     section
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spreads_show_min_and_max_only_when_they_differ() {
-        let spread = Spread::of(&[100.0, 300.0]);
-        assert_eq!((spread.mean, spread.min, spread.max), (200.0, 100.0, 300.0));
-        assert_eq!(spread.text(), "200 (100-300)");
-        assert_eq!(Spread::of(&[7_800.2, 7_799.9]).text(), "7,800");
-    }
 }

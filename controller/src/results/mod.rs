@@ -3,22 +3,27 @@
 //!
 //! ```text
 //! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem read back
-//! <dir>/summary.csv              one row per cell: ids, status, then every loadgen figure
+//! <dir>/summary.csv              one row per cell: ids, status, every loadgen figure, then the
+//!                                broker's CPU and memory over the cell, who was the limit,
+//!                                and a saturation search's outcome
 //! <dir>/metrics.csv              node and broker CPU/memory samples taken during each cell
 //! <dir>/cells/<cell id>/result.json   the raw, mergeable loadgen result (histograms inside)
 //! <dir>/cells/<cell id>/latency.hgrm  HdrHistogram percentile text of its latency
+//! <dir>/cells/<cell id>/saturation.json  a saturation search's probes and outcome
 //! <dir>/report.md, report.html   written at the end (and by `controller report DIR`)
 //! ```
 //! A cell id is `broker/scenario/<test index>-<kind>/<point>/<repetition>`, lower case.
 
 mod manifest;
 mod summary;
+pub mod usage;
 
 pub use manifest::{
     AppliedNetem, BrokerRecord, ClusterRecord, Manifest, NodeRecord, OverlayRecord, TestbedRecord,
 };
 pub use summary::{
-    CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_FIXED_COLUMNS, split_csv_line,
+    CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_CELL_COLUMNS, SUMMARY_FIXED_COLUMNS,
+    SaturationRecord, split_csv_line,
 };
 
 /// Results could not be written or read.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use loadgen::{RunResult, Summary};
 use serde::{Deserialize, Serialize};
 
+use super::usage::BrokerUsage;
 use super::{Manifest, ResultsError};
 
 /// The columns every summary row starts with; loadgen's figures follow.
@@ -65,6 +66,95 @@ pub struct CellRecord {
     pub reason: String,
     /// The figures, when measured.
     pub summary: Option<Summary>,
+    /// The broker's CPU and memory over the cell's window, when its node sampled them.
+    pub usage: Option<BrokerUsage>,
+    /// Why the generator, not the broker, was the limit of this cell.
+    pub generator_limit: Option<String>,
+    /// A saturation cell's outcome.
+    pub saturation: Option<SaturationRecord>,
+}
+
+/// What a saturation search found, in `summary.csv` (its probes are in the cell's
+/// `saturation.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaturationRecord {
+    /// The highest offered rate sustained, msg/s.
+    pub rate: Option<u64>,
+    /// Deliveries per second at that rate.
+    pub delivered_msgs_per_s: Option<f64>,
+    /// The lowest offered rate not sustained.
+    pub failed_rate: Option<u64>,
+    /// Why the search ended.
+    pub end: loadgen::saturation::SearchEnd,
+    /// Probes run.
+    pub probes: usize,
+}
+
+impl SaturationRecord {
+    /// The record of a search's report.
+    pub fn of(report: &loadgen::saturation::SaturationReport) -> Self {
+        SaturationRecord {
+            rate: report.rate,
+            delivered_msgs_per_s: report.delivered_msgs_per_s,
+            failed_rate: report.failed_rate,
+            end: report.end,
+            probes: report.probes.len(),
+        }
+    }
+}
+
+/// Columns after loadgen's figures: what the controller adds to a cell.
+pub const SUMMARY_CELL_COLUMNS: [&str; 11] = [
+    "broker_cpu_percent",
+    "broker_cpu_us_per_delivery",
+    "broker_peak_rss_mb",
+    "broker_samples",
+    "limited_by_generator",
+    "limit_reason",
+    "saturation_rate",
+    "saturation_delivered_msgs_per_s",
+    "saturation_failed_rate",
+    "saturation_end",
+    "saturation_probes",
+];
+
+fn cell_columns(record: &CellRecord) -> Vec<String> {
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    let usage = record.usage.as_ref();
+    let saturation = record.saturation.as_ref();
+    vec![
+        opt(usage.map(|u| format!("{:.2}", u.cpu_percent))),
+        opt(usage
+            .and_then(|u| u.cpu_us_per_delivery)
+            .map(|v| format!("{v:.3}"))),
+        opt(usage.map(|u| format!("{:.1}", u.peak_rss_mb))),
+        opt(usage.map(|u| u.samples.to_string())),
+        if record.summary.is_some() {
+            (if record.generator_limit.is_some() {
+                "yes"
+            } else {
+                "no"
+            })
+            .to_string()
+        } else {
+            String::new()
+        },
+        record.generator_limit.clone().unwrap_or_default(),
+        opt(saturation.and_then(|s| s.rate).map(|r| r.to_string())),
+        opt(saturation
+            .and_then(|s| s.delivered_msgs_per_s)
+            .map(|r| format!("{r:.0}"))),
+        opt(saturation
+            .and_then(|s| s.failed_rate)
+            .map(|r| r.to_string())),
+        opt(saturation.map(|s| {
+            serde_json::to_value(s.end)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })),
+        opt(saturation.map(|s| s.probes.to_string())),
+    ]
 }
 
 /// One node or process sample taken during a cell.
@@ -156,7 +246,17 @@ impl ResultsDir {
         &self,
         record: &CellRecord,
         result: Option<&RunResult>,
+        search: Option<&loadgen::saturation::SaturationReport>,
     ) -> Result<(), ResultsError> {
+        if let Some(search) = search {
+            let cell_dir = self.cell_dir(&record.cell);
+            fs::create_dir_all(&cell_dir).map_err(io(&cell_dir))?;
+            let json = serde_json::to_string_pretty(search).map_err(|e| ResultsError::Format {
+                path: cell_dir.display().to_string(),
+                problem: e.to_string(),
+            })?;
+            write_atomically(&cell_dir.join("saturation.json"), json.as_bytes())?;
+        }
         if let Some(result) = result {
             let cell_dir = self.cell_dir(&record.cell);
             fs::create_dir_all(&cell_dir).map_err(io(&cell_dir))?;
@@ -202,13 +302,18 @@ impl ResultsDir {
                 .map(|c| c.to_string())
                 .collect();
             header.extend(template.iter().map(|(name, _)| figure_column_name(name)));
+            header.extend(SUMMARY_CELL_COLUMNS.iter().map(|c| c.to_string()));
             write_line(&mut file, &header).map_err(io(&path))?;
         }
-        if figures.is_empty() {
-            fixed.extend(std::iter::repeat_n(String::new(), template.len()));
-        } else {
-            fixed.extend(figures.into_iter().map(|(_, value)| value));
-        }
+        // Columns follow the template; a figure this cell lacks (a counted run has no
+        // steadiness verdict) is left empty, so every row lines up with the header.
+        let values: std::collections::HashMap<String, String> = figures.into_iter().collect();
+        fixed.extend(
+            template
+                .iter()
+                .map(|(name, _)| values.get(name).cloned().unwrap_or_default()),
+        );
+        fixed.extend(cell_columns(record));
         write_line(&mut file, &fixed).map_err(io(&path))?;
         file.sync_data().map_err(io(&path))
     }
@@ -303,11 +408,20 @@ fn write_line(file: &mut std::fs::File, fields: &[String]) -> std::io::Result<()
     file.write_all(line.as_bytes())
 }
 
-/// A summary with every field, so the CSV header is the same whatever the first cell did.
+/// A summary with every field, optional ones included (a timed run's steadiness verdict), so
+/// the CSV header is the same whatever the first cell did.
 fn figures_template() -> Summary {
-    let spec = loadgen::cli::latency_preset();
+    let mut spec = loadgen::cli::throughput_preset();
+    spec.messages_per_publisher = 0;
+    spec.duration = Some(std::time::Duration::from_secs(1));
+    spec.pacing = loadgen::spec::Pacing::ClosedLoop;
     let mut result = RunResult::empty(&spec, "template");
     result.shards.push(spec.effective_shard());
+    result.measured_window = Some(loadgen::result::MeasuredWindow {
+        start_ns: 0,
+        from_ns: 0,
+        until_ns: 1_000_000_000,
+    });
     Summary::of(&result)
 }
 
@@ -359,6 +473,9 @@ mod tests {
             status,
             reason: String::new(),
             summary,
+            usage: None,
+            generator_limit: None,
+            saturation: None,
         };
         results
             .record(
@@ -368,17 +485,20 @@ mod tests {
                     Some(Summary::of(&result)),
                 ),
                 Some(&result),
+                None,
             )
             .expect("ok row");
         results
             .record(
                 &record("b/local/0-latency/-/2", CellStatus::Failed, None),
                 None,
+                None,
             )
             .expect("failed row");
         results
             .record(
                 &record("b/edge/0-latency/-/1", CellStatus::Skipped, None),
+                None,
                 None,
             )
             .expect("skipped row");

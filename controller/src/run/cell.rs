@@ -12,19 +12,25 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
-use crate::plan::{Cell, CellPoint, Plan, workload_for};
+use crate::plan::{Cell, CellPoint, Plan, TestKind, workload_for};
 use crate::results::MetricsRow;
 
 /// Time from the barrier's announcement to the first message: enough for agents to connect.
 const START_AFTER: Duration = Duration::from_secs(3);
-/// Metrics sampling interval during a cell.
-const METRICS_INTERVAL: Duration = Duration::from_millis(500);
+/// Metrics sampling interval during a cell: a 10 s window holds 40 samples of the broker.
+const METRICS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How a cell ended.
 #[derive(Debug)]
 pub enum CellOutcome {
     /// Measured.
     Measured(Box<RunResult>),
+    /// A saturation search ended: what it found, and the result of the probe at the rate
+    /// it found (none when nothing was sustained).
+    Searched(
+        Box<loadgen::saturation::SaturationReport>,
+        Option<Box<RunResult>>,
+    ),
     /// Failed, with the reason.
     Failed(String),
 }
@@ -74,11 +80,20 @@ pub async fn run(
                 stop_metrics.clone(),
             ))
         });
-    let load = run_load(plan, cell, spec, agents);
+    let test = &plan.tests[cell.test];
+    let load = async {
+        if test.kind == TestKind::Saturation {
+            let settings = test.search.clone().unwrap_or_default();
+            return super::search::run(plan, cell, &spec, settings, agents).await;
+        }
+        match run_load(plan, cell, spec, agents).await {
+            Ok(result) => CellOutcome::Measured(Box::new(result)),
+            Err(reason) => CellOutcome::Failed(reason),
+        }
+    };
     let outcome = tokio::select! {
         outcome = tokio::time::timeout(plan.timeouts.cell, load) => match outcome {
-            Ok(Ok(result)) => CellOutcome::Measured(Box::new(result)),
-            Ok(Err(reason)) => CellOutcome::Failed(reason),
+            Ok(outcome) => outcome,
             Err(_) => CellOutcome::Failed(format!("the cell took longer than {:?}", plan.timeouts.cell)),
         },
         _ = cancel.cancelled() => CellOutcome::Failed("interrupted (SIGINT/SIGTERM)".to_string()),
@@ -91,7 +106,7 @@ pub async fn run(
     (outcome, rows)
 }
 
-async fn run_load(
+pub(super) async fn run_load(
     plan: &Plan,
     cell: &Cell,
     spec: WorkloadSpec,
@@ -215,21 +230,27 @@ async fn collect_metrics(
     rows
 }
 
-/// A one-line account of a measured cell.
+/// A one-line account of a measured cell: what its rate is (burst, sustained...) included.
 pub fn one_line(summary: &Summary) -> String {
     let lost = summary
         .lost
         .map_or_else(|| "?".to_string(), |l| l.to_string());
     format!(
-        "latency p50 {:.3} ms p99 {:.3} ms, receive {:.0} msg/s (per-client median {:.0}), lost {lost}{}",
+        "latency p50 {:.3} ms p99 {:.3} ms, receive {:.0} msg/s {} (per-client median {:.0}), lost {lost}{}{}",
         summary.latency.p50_us / 1e3,
         summary.latency.p99_us / 1e3,
         summary.receive_rate.msgs_per_s,
+        summary.rate_kind.as_str(),
         summary.receive_rate_per_client.median_msgs_per_s,
         if summary.qos_violations.is_empty() {
             String::new()
         } else {
             format!(", QoS VIOLATED: {}", summary.qos_violations.join("; "))
+        },
+        if summary.generator.limited {
+            ", GENERATOR-LIMITED"
+        } else {
+            ""
         }
     )
 }

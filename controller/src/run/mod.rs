@@ -13,6 +13,7 @@ mod cell;
 mod deploy;
 mod phases;
 mod scenario;
+mod search;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -341,6 +342,7 @@ pub async fn run_plan_observed(
                             CellStatus::Failed,
                             &reason,
                             None,
+                            Extras::default(),
                             &mut progress,
                         )?;
                         continue;
@@ -351,9 +353,36 @@ pub async fn run_plan_observed(
                 let (outcome, metrics) =
                     cell::run(plan, cell, spec, &agents, watch, &id, &cancel).await;
                 results.record_metrics(&metrics)?;
+                let watched = watch.map(|(node, name)| {
+                    let shift = match (
+                        agents.get(node),
+                        agents.get(&plan.tests[cell.test].loadgen[0]),
+                    ) {
+                        (Some(broker_node), Some(loadgen_node)) => {
+                            broker_node.clock.offset_ns - loadgen_node.clock.offset_ns
+                        }
+                        _ => 0,
+                    };
+                    (name, shift)
+                });
+                let measured = |result: &loadgen::RunResult| {
+                    let summary = loadgen::Summary::of(result);
+                    let usage = watched.and_then(|(name, shift)| {
+                        crate::results::usage::broker_usage(result, &summary, &metrics, name, shift)
+                    });
+                    let limit = crate::results::usage::generator_limit(&summary, usage.as_ref());
+                    (
+                        summary,
+                        Extras {
+                            usage,
+                            generator_limit: limit,
+                            search: None,
+                        },
+                    )
+                };
                 match outcome {
                     CellOutcome::Measured(result) => {
-                        let summary = loadgen::Summary::of(&result);
+                        let (summary, extras) = measured(&result);
                         let note = cell::one_line(&summary);
                         record(
                             &results,
@@ -362,6 +391,39 @@ pub async fn run_plan_observed(
                             CellStatus::Ok,
                             &note,
                             Some(&result),
+                            extras,
+                            &mut progress,
+                        )?;
+                    }
+                    CellOutcome::Searched(report, at_rate) => {
+                        let (note, mut extras) = match &at_rate {
+                            Some(result) => {
+                                let (summary, extras) = measured(result);
+                                (cell::one_line(&summary), extras)
+                            }
+                            None => (String::new(), Extras::default()),
+                        };
+                        extras.search = Some(*report);
+                        let note = format!(
+                            "{}{}",
+                            loadgen::output::saturation_summary(
+                                extras.search.as_ref().expect("set")
+                            )
+                            .trim_end(),
+                            if note.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; at that rate: {note}")
+                            }
+                        );
+                        record(
+                            &results,
+                            plan,
+                            cell,
+                            CellStatus::Ok,
+                            &note,
+                            at_rate.as_deref(),
+                            extras,
                             &mut progress,
                         )?;
                     }
@@ -373,6 +435,7 @@ pub async fn run_plan_observed(
                             CellStatus::Failed,
                             &reason,
                             None,
+                            Extras::default(),
                             &mut progress,
                         )?;
                         if plan.on_failure == OnFailure::Stop {
@@ -450,9 +513,26 @@ fn record_unmeasured<'a>(
     progress: &mut Progress,
 ) -> Result<(), RunError> {
     for cell in cells {
-        record(results, plan, cell, status, reason, None, progress)?;
+        record(
+            results,
+            plan,
+            cell,
+            status,
+            reason,
+            None,
+            Extras::default(),
+            progress,
+        )?;
     }
     Ok(())
+}
+
+/// What a cell adds to loadgen's figures.
+#[derive(Debug, Default)]
+struct Extras {
+    usage: Option<crate::results::usage::BrokerUsage>,
+    generator_limit: Option<String>,
+    search: Option<loadgen::saturation::SaturationReport>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -463,6 +543,7 @@ fn record(
     status: CellStatus,
     reason: &str,
     result: Option<&loadgen::RunResult>,
+    extras: Extras,
     progress: &mut Progress,
 ) -> Result<(), RunError> {
     let test = &plan.tests[cell.test];
@@ -480,8 +561,14 @@ fn record(
             reason.to_string()
         },
         summary: result.map(loadgen::Summary::of),
+        usage: extras.usage,
+        generator_limit: extras.generator_limit,
+        saturation: extras
+            .search
+            .as_ref()
+            .map(crate::results::SaturationRecord::of),
     };
-    results.record(&record, result)?;
+    results.record(&record, result, extras.search.as_ref())?;
     progress.done += 1;
     match status {
         CellStatus::Ok => progress.measured += 1,

@@ -1,0 +1,286 @@
+//! Whether two brokers differ: for each test, scenario and point, each pair of brokers'
+//! per-repetition figures compared with the Mann-Whitney U test (exact for small samples)
+//! and Cliff's delta as the effect size, instead of leaving it to the eye.
+
+use std::collections::BTreeMap;
+
+use super::input::RunData;
+use super::model::{Section, Table, ms, rate};
+use super::throughput::sustained;
+use crate::plan::TestKind;
+use crate::stats::{self, Magnitude, PValueMethod};
+
+/// Below this p-value a difference is called significant.
+pub const SIGNIFICANCE: f64 = 0.05;
+
+/// What is compared, and which way is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Metric {
+    /// Median latency of a repetition (lower is better).
+    Latency,
+    /// Sustained receive rate of a repetition (higher is better).
+    SustainedRate,
+    /// Highest sustained offered rate of a search (higher is better).
+    SaturationRate,
+}
+
+impl Metric {
+    fn lower_is_better(self) -> bool {
+        self == Metric::Latency
+    }
+
+    /// Name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Latency => "median latency (ms)",
+            Metric::SustainedRate => "sustained receive rate (msg/s)",
+            Metric::SaturationRate => "saturation rate (msg/s)",
+        }
+    }
+
+    fn show(self, v: f64) -> String {
+        match self {
+            Metric::Latency => ms(v),
+            _ => rate(v),
+        }
+    }
+}
+
+/// Per-repetition values of one broker at one test, scenario and point.
+pub type Samples = BTreeMap<(usize, usize, u64, Metric), BTreeMap<usize, Vec<f64>>>;
+
+/// Every per-repetition figure the report compares, keyed (test, scenario, point, metric),
+/// then broker.
+pub fn samples(data: &RunData) -> Samples {
+    let plan = &data.manifest.plan;
+    let mut out: Samples = BTreeMap::new();
+    for cell in &data.cells {
+        let kind = plan.tests[cell.test].kind;
+        let (metric, value) = match kind {
+            TestKind::Latency | TestKind::Payload => (Metric::Latency, cell.summary.latency.p50_us),
+            TestKind::Throughput if sustained(cell) => match &cell.summary.steadiness {
+                Some(s) => (Metric::SustainedRate, s.receive_msgs_per_s),
+                None => continue,
+            },
+            _ => continue,
+        };
+        out.entry((cell.test, cell.scenario, cell.point, metric))
+            .or_default()
+            .entry(cell.broker)
+            .or_default()
+            .push(value);
+    }
+    for search in &data.searches {
+        if let Some(found) = search.report.rate {
+            out.entry((
+                search.test,
+                search.scenario,
+                search.point,
+                Metric::SaturationRate,
+            ))
+            .or_default()
+            .entry(search.broker)
+            .or_default()
+            .push(found as f64);
+        }
+    }
+    out
+}
+
+/// Two brokers compared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// The better broker (by median).
+    pub better: usize,
+    /// The other.
+    pub worse: usize,
+    /// Their medians.
+    pub medians: (f64, f64),
+    /// Two-sided Mann-Whitney p-value and whether it was exact.
+    pub p_value: f64,
+    /// Exact or normal approximation.
+    pub exact: bool,
+    /// Cliff's delta of better vs worse, signed so that positive favours `better`.
+    pub delta: f64,
+    /// Repetitions of each.
+    pub n: (usize, usize),
+}
+
+impl Comparison {
+    /// The difference is significant at [`SIGNIFICANCE`].
+    pub fn significant(&self) -> bool {
+        self.p_value < SIGNIFICANCE
+    }
+
+    /// How much better, as a share of the worse median (always positive).
+    pub fn advantage(&self) -> f64 {
+        (self.medians.1 - self.medians.0).abs() / self.medians.1.abs().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Compares two brokers' values of `metric`; `None` without values on both sides.
+pub fn compare(metric: Metric, a: (usize, &[f64]), b: (usize, &[f64])) -> Option<Comparison> {
+    let (ma, mb) = (stats::median(a.1)?, stats::median(b.1)?);
+    let a_better = if metric.lower_is_better() {
+        ma <= mb
+    } else {
+        ma >= mb
+    };
+    let ((better, bv, bm), (worse, wv, wm)) = if a_better {
+        ((a.0, a.1, ma), (b.0, b.1, mb))
+    } else {
+        ((b.0, b.1, mb), (a.0, a.1, ma))
+    };
+    let test = stats::mann_whitney_u(bv, wv)?;
+    let delta = stats::cliffs_delta(bv, wv)?;
+    Some(Comparison {
+        better,
+        worse,
+        medians: (bm, wm),
+        p_value: test.p_value,
+        exact: test.method == PValueMethod::Exact,
+        // Cliff's delta is positive when `better`'s values tend to be larger: flip for latency.
+        delta: if metric.lower_is_better() {
+            -delta
+        } else {
+            delta
+        },
+        n: (bv.len(), wv.len()),
+    })
+}
+
+/// A comparison in words: "mosquitto higher by 12 % (p = 0.008, δ = 1.00 large)".
+pub fn sentence(metric: Metric, names: &[String], c: &Comparison) -> String {
+    let direction = if metric.lower_is_better() {
+        "lower"
+    } else {
+        "higher"
+    };
+    let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);
+    format!(
+        "{} {direction} than {} by {:.1} % ({} vs {}); {} (Mann-Whitney p = {:.3}{}, Cliff's δ = {:.2}, {magnitude}; {} vs {} repetitions)",
+        names[c.better],
+        names[c.worse],
+        c.advantage() * 100.0,
+        metric.show(c.medians.0),
+        metric.show(c.medians.1),
+        if c.significant() {
+            "significant"
+        } else {
+            "not significant"
+        },
+        c.p_value,
+        if c.exact { ", exact" } else { "" },
+        c.delta,
+        c.n.0,
+        c.n.1,
+    )
+}
+
+/// The section: every pair of brokers at every test, scenario and point with values for both.
+pub fn section(data: &RunData) -> Option<Section> {
+    let plan = &data.manifest.plan;
+    let names: Vec<String> = plan.brokers.iter().map(|b| b.name.clone()).collect();
+    let mut table = Table::new(
+        &[
+            "Test",
+            "Scenario",
+            "Point",
+            "Figure",
+            "Better",
+            "Other",
+            "Medians",
+            "Advantage",
+            "Mann-Whitney p",
+            "Cliff's δ",
+            "Verdict",
+        ],
+        6,
+    );
+    let mut small = false;
+    for ((test, scenario, point, metric), brokers) in samples(data) {
+        let brokers: Vec<(usize, Vec<f64>)> = brokers.into_iter().collect();
+        for (i, a) in brokers.iter().enumerate() {
+            for b in &brokers[i + 1..] {
+                let Some(c) = compare(metric, (a.0, &a.1), (b.0, &b.1)) else {
+                    continue;
+                };
+                small |= c.n.0.min(c.n.1) < 4;
+                let point_text = match plan.tests[test].kind {
+                    TestKind::Payload => loadgen::size::ByteSize(point).to_string(),
+                    TestKind::Latency => "-".to_string(),
+                    _ => format!("{point} pairs"),
+                };
+                let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);
+                table.row(vec![
+                    super::test_label(plan, test),
+                    plan.scenarios[scenario].name.clone(),
+                    point_text,
+                    metric.name().to_string(),
+                    names[c.better].clone(),
+                    names[c.worse].clone(),
+                    format!(
+                        "{} vs {}",
+                        metric.show(c.medians.0),
+                        metric.show(c.medians.1)
+                    ),
+                    format!("{:.1} %", c.advantage() * 100.0),
+                    format!("{:.3}{}", c.p_value, if c.exact { " (exact)" } else { "" }),
+                    format!("{:.2} ({magnitude})", c.delta),
+                    if c.significant() {
+                        "differ".to_string()
+                    } else {
+                        "no significant difference".to_string()
+                    },
+                ]);
+            }
+        }
+    }
+    if table.rows.is_empty() {
+        return None;
+    }
+    let mut section = Section::new("comparisons", "Broker comparisons");
+    section.paragraph(format!(
+        "Each pair of brokers measured at the same test, scenario and point, compared on the \
+         per-repetition figure named: the median of each, how much better the better one is, \
+         the two-sided Mann-Whitney U test over the repetitions (exact when there are no ties \
+         and at most 40 values) and Cliff's delta with its magnitude (negligible < 0.147 < \
+         small < 0.33 < medium < 0.474 < large). Brokers differ when p < {SIGNIFICANCE}. \
+         Throughput counts only sustained repetitions.{}",
+        if small {
+            " With fewer than 4 repetitions on a side no difference can reach p < 0.05, \
+             whatever the figures: repeat the plan more often to tell brokers apart."
+        } else {
+            ""
+        }
+    ));
+    section.blocks.push(super::model::Block::Table(table));
+    Some(section)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_better_broker_is_named_with_a_signed_effect() {
+        let fast = [1.0, 1.1, 1.2, 1.05, 1.15];
+        let slow = [2.0, 2.1, 2.2, 2.05, 2.15];
+        let c = compare(Metric::Latency, (0, &slow), (1, &fast)).expect("values");
+        assert_eq!((c.better, c.worse), (1, 0), "lower latency is better");
+        assert!(c.significant(), "{c:?}");
+        assert!(
+            (c.delta - 1.0).abs() < 1e-9,
+            "complete separation in favour of the better"
+        );
+        let c = compare(Metric::SustainedRate, (0, &slow), (1, &fast)).expect("values");
+        assert_eq!(c.better, 0, "a higher rate is better");
+        let names = vec!["a".to_string(), "b".to_string()];
+        assert!(sentence(Metric::SustainedRate, &names, &c).starts_with("a higher than b by"));
+        let two = compare(Metric::Latency, (0, &[1.0, 2.0]), (1, &[3.0, 4.0])).expect("values");
+        assert!(
+            !two.significant(),
+            "2 vs 2 repetitions cannot reach 0.05: {two:?}"
+        );
+    }
+}

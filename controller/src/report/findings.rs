@@ -1,0 +1,142 @@
+//! The report's opening: what the run found, per scenario (which broker is ahead on latency
+//! and on sustainable throughput, by how much, and whether it is significant), and the
+//! conditions it ran under.
+
+use std::collections::BTreeMap;
+
+use super::comparison::{self, Comparison, Metric};
+use super::input::RunData;
+use super::model::{Block, Section};
+
+/// A test and point with each broker's per-repetition values.
+type Candidate = (usize, u64, Vec<(usize, Vec<f64>)>);
+
+/// The findings section.
+pub fn section(data: &RunData) -> Section {
+    let plan = &data.manifest.plan;
+    let names: Vec<String> = plan.brokers.iter().map(|b| b.name.clone()).collect();
+    let mut section = Section::new("findings", "Findings");
+    let samples = comparison::samples(data);
+    let mut items = Vec::new();
+    for (s, scenario) in plan.scenarios.iter().enumerate() {
+        // Per figure, the comparison at the point where most brokers were measured: for
+        // latency the first test; for throughput the largest common client count.
+        let mut best: BTreeMap<Metric, Candidate> = BTreeMap::new();
+        for ((test, scenario_index, point, metric), brokers) in &samples {
+            if *scenario_index != s || brokers.len() < 2 {
+                continue;
+            }
+            let candidate = (
+                *test,
+                *point,
+                brokers.clone().into_iter().collect::<Vec<_>>(),
+            );
+            let better = match best.get(metric) {
+                None => true,
+                Some((t, p, b)) => match metric {
+                    Metric::Latency => {
+                        (candidate.2.len(), std::cmp::Reverse((*test, *point)))
+                            > (b.len(), std::cmp::Reverse((*t, *p)))
+                    }
+                    _ => (candidate.2.len(), (*test, *point)) > (b.len(), (*t, *p)),
+                },
+            };
+            if better {
+                best.insert(*metric, candidate);
+            }
+        }
+        for (metric, (test, point, brokers)) in &best {
+            let Some(leader) = lead(*metric, brokers) else {
+                continue;
+            };
+            let what = match metric {
+                Metric::Latency => format!("Latency ({})", super::test_label(plan, *test)),
+                Metric::SustainedRate => format!("Sustained throughput at {point} pairs"),
+                Metric::SaturationRate => format!("Saturation point at {point} pairs"),
+            };
+            items.push(format!(
+                "{}: {what}: {}.",
+                scenario.name,
+                comparison::sentence(*metric, &names, &leader)
+            ));
+        }
+    }
+    if items.is_empty() {
+        section.paragraph(
+            "No figure was measured for two brokers in the same scenario, so there is no \
+             comparison to report; the sections below give each broker's own figures.",
+        );
+    } else {
+        section.paragraph(
+            "Per scenario, the broker ahead on each figure against the runner-up: medians over \
+             repetitions, the difference, and whether it is significant (two-sided \
+             Mann-Whitney U over the repetitions, p < 0.05) with Cliff's delta as its effect \
+             size. The tables below hold every pair.",
+        );
+        section.blocks.push(Block::List(items));
+    }
+    section.paragraph(conditions(data));
+    section
+}
+
+/// The best broker against the runner-up.
+fn lead(metric: Metric, brokers: &[(usize, Vec<f64>)]) -> Option<Comparison> {
+    let mut ranked: Vec<(usize, f64, &Vec<f64>)> = brokers
+        .iter()
+        .filter_map(|(b, v)| Some((*b, crate::stats::median(v)?, v)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    if metric != Metric::Latency {
+        ranked.reverse();
+    }
+    let (first, second) = (ranked.first()?, ranked.get(1)?);
+    comparison::compare(metric, (first.0, first.2), (second.0, second.2))
+}
+
+/// The run's conditions in one paragraph.
+fn conditions(data: &RunData) -> String {
+    let plan = &data.manifest.plan;
+    let nodes: Vec<String> = data
+        .manifest
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{} ({} {} cores, kernel {})",
+                n.name, n.arch, n.cores, n.kernel
+            )
+        })
+        .collect();
+    let measured = data.cells.len() + data.searches.len();
+    let limited = data
+        .cells
+        .iter()
+        .filter(|c| c.extras.generator_limit.is_some())
+        .count();
+    let not_measured = data.failed.len() + data.skipped.len();
+    format!(
+        "Conditions: {} broker(s) x {} scenario(s) x {} test(s), {} repetition(s) each, on {}. \
+         {measured} cell(s) measured{}{}.",
+        plan.brokers.len(),
+        plan.scenarios.len(),
+        plan.tests.len(),
+        plan.repetitions,
+        if nodes.is_empty() {
+            "nodes the manifest does not name".to_string()
+        } else {
+            nodes.join(", ")
+        },
+        if limited > 0 {
+            format!(
+                ", {limited} of them GENERATOR-LIMITED (loadgen, not the broker, was the limit)"
+            )
+        } else {
+            ", loadgen the limit in none".to_string()
+        },
+        if not_measured > 0 {
+            format!("; {not_measured} not measured (listed at the end)")
+        } else {
+            String::new()
+        }
+    )
+}
