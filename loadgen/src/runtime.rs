@@ -60,7 +60,7 @@ fn build(
     builder.enable_all().thread_name("loadgen");
     let registry = threads_of_run.clone();
     builder.on_thread_start(move || registry.register_current());
-    if let Some(cap) = spec.engine.coalescing.sleep_for(&spec.pacing) {
+    if let Some(cap) = spec.engine.coalescing.sleep_for(spec) {
         builder.on_thread_unpark(woke_up);
         builder.on_thread_park(move || coalesce(cap));
     }

@@ -413,9 +413,9 @@ impl Default for EngineOptions {
 /// load, for fewer wake-ups of the broker and of loadgen itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coalescing {
-    /// On for bursts (cap 2 ms) and offered rates (cap 1 ms); off for the open-loop latency
-    /// tests, whose figure is the delay, and for closed loops, whose own rate a delay in the
-    /// loop would lower.
+    /// On for bursts (cap 2 ms), offered rates (cap 1 ms) and closed loops (a cap short
+    /// enough that the loop's windows, publishers x in-flight, could still carry 1M msg/s);
+    /// off for the open-loop latency tests, whose figure is the delay.
     Auto,
     /// Never: every arrival is read at once.
     Off,
@@ -427,19 +427,29 @@ pub enum Coalescing {
 pub const AUTO_COALESCING_BURST: Duration = Duration::from_millis(2);
 /// The coalescing cap `Auto` uses for offered rates.
 pub const AUTO_COALESCING_RATE: Duration = Duration::from_millis(1);
+/// A closed loop's coalescing may not hold its windows back below this rate, msg/s.
+pub const CLOSED_LOOP_FLOOR: u64 = 1_000_000;
 /// The longest coalescing sleep.
 pub const MAX_COALESCING: Duration = Duration::from_millis(5);
 
 impl Coalescing {
-    /// The sleep this setting gives for `pacing`, if any.
-    pub fn sleep_for(self, pacing: &Pacing) -> Option<Duration> {
+    /// The cap this setting gives for `spec`'s pacing, if any.
+    pub fn sleep_for(self, spec: &WorkloadSpec) -> Option<Duration> {
         match self {
             Coalescing::Off => None,
             Coalescing::Sleep(sleep) => Some(sleep),
-            Coalescing::Auto => match pacing {
+            Coalescing::Auto => match spec.pacing {
                 Pacing::Burst => Some(AUTO_COALESCING_BURST),
                 Pacing::Rate { .. } => Some(AUTO_COALESCING_RATE),
-                Pacing::OpenLoop { .. } | Pacing::ClosedLoop => None,
+                Pacing::ClosedLoop => {
+                    // The messages in flight over all windows, per µs of sleep, at the floor.
+                    let shard = spec.effective_shard();
+                    let in_flight =
+                        shard.publishers.len() as u64 * u64::from(spec.connection.inflight);
+                    let cap = Duration::from_micros(in_flight * 1_000_000 / CLOSED_LOOP_FLOOR);
+                    Some(cap.min(AUTO_COALESCING_RATE)).filter(|cap| !cap.is_zero())
+                }
+                Pacing::OpenLoop { .. } => None,
             },
         }
     }

@@ -51,8 +51,8 @@ pub const DEFAULT_MAX_INFLIGHT: u16 = 100;
 /// Concurrent connections the router accepts (rumqttd's example configuration; the study's
 /// largest test used 1600).
 pub const MAX_CONNECTIONS: usize = 10_010;
-/// Bytes per segment of a topic's in-memory commit log: room for the study's 1 MB payload.
-pub const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
+/// Bytes per segment of a topic's in-memory commit log (a larger message fills a segment alone).
+pub const SEGMENT_SIZE: usize = 256 * 1024;
 /// Segments kept per topic; older ones are dropped, so a subscriber lagging by more than
 /// `SEGMENT_SIZE * SEGMENT_COUNT` bytes loses messages (counted as lost). Kept small: the
 /// router never releases a topic's log, and every run (and every saturation probe) has

@@ -14,7 +14,7 @@ pub fn section(data: &RunData) -> Section {
     let plan = &manifest.plan;
     let mut section = Section::new("run", "Run");
     let planned = plan.cells().len();
-    let recorded = data.cells.len() + data.failed.len() + data.skipped.len();
+    let recorded = data.cells.len() + data.searches.len() + data.failed.len() + data.skipped.len();
     let mut facts = Vec::new();
     for (name, value) in [
         ("Plan", plan.name.clone()),
@@ -41,7 +41,7 @@ pub fn section(data: &RunData) -> Section {
             "Cells",
             format!(
                 "{planned} planned: {} measured, {} failed, {} skipped, {} not recorded",
-                data.cells.len(),
+                data.cells.len() + data.searches.len(),
                 data.failed.len(),
                 data.skipped.len(),
                 planned.saturating_sub(recorded)
