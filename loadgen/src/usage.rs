@@ -17,7 +17,7 @@ use crate::result::{InstanceLoad, ResourceUsage};
 use crate::spec::Shard;
 
 /// How often the monitor reads the counters during a run.
-const MONITOR_INTERVAL: Duration = Duration::from_millis(100);
+const MONITOR_INTERVAL: Duration = Duration::from_millis(250);
 /// The stretch over which the peak CPU share is taken.
 const PEAK_SPAN_NS: u64 = 1_000_000_000;
 
@@ -187,7 +187,7 @@ pub(crate) struct Monitor {
 }
 
 impl Monitor {
-    /// Starts reading every 100 ms, with a first reading now.
+    /// Starts reading every 250 ms, with a first reading now.
     pub(crate) fn start(scope: Scope, clock: RunClock) -> Self {
         let samples = Arc::new(Mutex::new(vec![(clock.now_ns(), Reading::now(&scope))]));
         let stop = CancellationToken::new();
@@ -311,8 +311,14 @@ pub(crate) fn instance_load(
 mod cgroup {
     use std::path::PathBuf;
 
-    /// The folder of this process's cgroup in the hierarchy holding the cpu controller.
+    /// The folder of this process's cgroup in the hierarchy holding the cpu controller,
+    /// found once (the monitor reads its counters several times a second).
     fn cpu_folder() -> Option<(PathBuf, bool)> {
+        static FOLDER: std::sync::OnceLock<Option<(PathBuf, bool)>> = std::sync::OnceLock::new();
+        FOLDER.get_or_init(find_cpu_folder).clone()
+    }
+
+    fn find_cpu_folder() -> Option<(PathBuf, bool)> {
         let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         // v1: a line "N:cpu,cpuacct:/path"; v2: "0::/path".

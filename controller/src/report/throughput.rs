@@ -243,7 +243,7 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
     section.blocks.push(Block::Table(table));
     section.paragraph(
         "Broker CPU: the broker process's (or pod's) mean CPU over the measured window, from \
-         its node's samples every 250 ms; per delivery: that CPU time divided by the \
+         its node's samples every 500 ms; per delivery: that CPU time divided by the \
          deliveries in the window. On one host the broker's write() also does the receiving \
          side's TCP work, so these figures are higher there than on a real network. loadgen \
          busy: its CPU as a share of what it may use; GENERATOR-LIMITED cells measured \
