@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use controller::connect::connect_agent;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use tests::netns::{NodeProcess, Testbed};

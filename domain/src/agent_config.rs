@@ -1,32 +1,14 @@
-//! The agent's configuration file (`agent.toml`), written by bootstrap or by hand.
+//! The agent's configuration file (`agent.toml`), written by bootstrap or by hand, and read
+//! by the agent.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// What a node may be asked to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NodeRole {
-    /// Runs loadgen workloads (RunLoad).
-    Loadgen,
-    /// Runs brokers (StartBroker).
-    Broker,
-    /// Accepts netem on its data-plane interface (ApplyNetem).
-    Netem,
-}
-
-impl NodeRole {
-    /// The role's name as written in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeRole::Loadgen => "loadgen",
-            NodeRole::Broker => "broker",
-            NodeRole::Netem => "netem",
-        }
-    }
-}
+use crate::file::{FileError, read_toml};
+use crate::name::check_name;
+use crate::role::NodeRole;
 
 /// Where the agent's identity and the CA are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,78 +97,29 @@ fn default_state_dir() -> PathBuf {
     PathBuf::from("/var/lib/continuum-agent")
 }
 
-/// The configuration file is unreadable or invalid.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not valid TOML, or unknown fields.
-    #[error("{path}: {message}")]
-    Syntax {
-        /// The file.
-        path: String,
-        /// toml's message, naming the key.
-        message: String,
-    },
-    /// A field has a bad value.
-    #[error("{path}: {field} = {value}: {problem}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// TOML path of the field.
-        field: &'static str,
-        /// The value.
-        value: String,
-        /// What is wrong.
-        problem: &'static str,
-    },
-}
-
 impl AgentConfig {
     /// Reads and validates `path`.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let config: AgentConfig = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
-            path: shown.clone(),
-            message: e.to_string().replace('\n', " "),
-        })?;
-        config.validate(&shown)?;
+    pub fn load(path: &Path) -> Result<Self, FileError> {
+        let config: AgentConfig = read_toml(path)?;
+        config
+            .validate()
+            .map_err(|error| error.in_file(&path.display().to_string()))?;
         Ok(config)
     }
 
-    fn validate(&self, path: &str) -> Result<(), ConfigError> {
-        let invalid = |field, value: String, problem| ConfigError::Invalid {
-            path: path.to_string(),
-            field,
-            value,
-            problem,
-        };
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(invalid(
+    /// Checks the values serde cannot: the name rule, the interface name's length.
+    pub fn validate(&self) -> Result<(), FileError> {
+        if let Err(problem) = check_name(&self.name) {
+            return Err(FileError::invalid(
                 "name",
                 format!("{:?}", self.name),
-                "use letters, digits, '-' and '_'",
+                problem.to_string(),
             ));
         }
         if let Some(interface) = &self.data_plane_interface
             && (interface.is_empty() || interface.len() > 15)
         {
-            return Err(invalid(
+            return Err(FileError::invalid(
                 "data_plane_interface",
                 format!("{interface:?}"),
                 "an interface name has 1 to 15 characters",
@@ -234,7 +167,7 @@ mod tests {
         )
         .expect("parses");
         assert!(config.has_role(NodeRole::Loadgen) && config.has_role(NodeRole::Netem));
-        config.validate("agent.toml").expect("valid");
+        config.validate().expect("valid");
     }
 
     #[test]

@@ -1,15 +1,34 @@
-//! What a caller asks for: [`BrokerSpec`] (which broker, where it listens, its limits), and
-//! the checks that turn a bad request into a [`BrokerError::InvalidSpec`] naming the field.
+//! What a caller asks an agent to run: [`BrokerSpec`] (which broker, where it listens, its
+//! limits), and the checks that turn a bad request into an [`InvalidSpec`] naming the field.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::str::FromStr;
 use std::time::Duration;
 
-use super::error::BrokerError;
+use crate::name::check_name;
+use crate::product::Product;
 
-/// Longest accepted instance name. Names end up in directory names and Erlang node names.
-pub const MAX_NAME_LEN: usize = 64;
+/// A field of a broker request is wrong; nothing was changed on the node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {value:?} {reason}")]
+pub struct InvalidSpec {
+    /// The spec field at fault, as a path (`name`, `port`, `kind.product`).
+    pub field: &'static str,
+    /// The offending value as given.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl InvalidSpec {
+    /// An error for `field`.
+    pub fn new(field: &'static str, value: impl ToString, reason: impl Into<String>) -> Self {
+        InvalidSpec {
+            field,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
 
 /// One broker instance to run on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,75 +80,6 @@ pub const DEFAULT_NAMESPACE: &str = "continuum";
 /// The NodePort range of a default Kubernetes API server (`--service-node-port-range`).
 pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 
-/// The brokers of the study (PAPER.md, Table I), as the native and kubernetes drivers run them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Product {
-    /// Eclipse Mosquitto.
-    Mosquitto,
-    /// RabbitMQ with its MQTT plugin.
-    RabbitMq,
-    /// EMQX (5.x).
-    Emqx,
-    /// VerneMQ.
-    VerneMq,
-    /// HiveMQ Community Edition.
-    HiveMq,
-}
-
-impl Product {
-    /// Every product, in the study's order.
-    pub const ALL: [Product; 5] = [
-        Product::Mosquitto,
-        Product::Emqx,
-        Product::RabbitMq,
-        Product::VerneMq,
-        Product::HiveMq,
-    ];
-
-    /// The lower-case name used in plans and on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Product::Mosquitto => "mosquitto",
-            Product::RabbitMq => "rabbitmq",
-            Product::Emqx => "emqx",
-            Product::VerneMq => "vernemq",
-            Product::HiveMq => "hivemq",
-        }
-    }
-}
-
-impl fmt::Display for Product {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Product {
-    type Err = BrokerError;
-
-    /// Parses a product name, case-insensitively; `hivemq-ce` is accepted for HiveMQ.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let lower = text.trim().to_ascii_lowercase();
-        if lower == "hivemq-ce" {
-            return Ok(Product::HiveMq);
-        }
-        Product::ALL
-            .into_iter()
-            .find(|product| product.as_str() == lower)
-            .ok_or_else(|| {
-                let known: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
-                BrokerError::invalid(
-                    "kind.product",
-                    text,
-                    format!(
-                        "is not a known product (expected one of {})",
-                        known.join(", ")
-                    ),
-                )
-            })
-    }
-}
-
 /// Limits and timing of one instance. The defaults lift every limit a benchmark could trip
 /// over by accident: 1 MB+ packets, anonymous clients, deep queues.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -167,7 +117,7 @@ impl BrokerOptions {
 
 impl BrokerSpec {
     /// Checks what can be checked without touching the node.
-    pub fn validate(&self) -> Result<(), BrokerError> {
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
         validate_name(&self.name)?;
         self.kind.validate()?;
         if matches!(self.kind, BrokerKind::Kubernetes { .. }) {
@@ -176,14 +126,14 @@ impl BrokerSpec {
         if let Some(deadline) = self.options.start_deadline
             && (deadline.is_zero() || deadline > MAX_START_DEADLINE)
         {
-            return Err(BrokerError::invalid(
+            return Err(InvalidSpec::new(
                 "options.start_deadline",
                 format!("{deadline:?}"),
                 format!("must be above 0 and at most {MAX_START_DEADLINE:?}"),
             ));
         }
         if self.options.max_queued_messages == Some(0) {
-            return Err(BrokerError::invalid(
+            return Err(InvalidSpec::new(
                 "options.max_queued_messages",
                 0,
                 "would drop every queued message; leave it unset for the default",
@@ -221,18 +171,18 @@ impl BrokerSpec {
 impl BrokerKind {
     /// Checks the kind's own fields (an external address, a Kubernetes target); errors name
     /// them as `kind.<field>` (`kind.kubernetes.node` for the Kubernetes ones, as on the wire).
-    pub fn validate(&self) -> Result<(), BrokerError> {
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
         match self {
             BrokerKind::External { address } => {
                 if address.port() == 0 {
-                    return Err(BrokerError::invalid(
+                    return Err(InvalidSpec::new(
                         "kind.address",
                         address,
                         "has port 0; an external broker needs its real port",
                     ));
                 }
                 if address.ip().is_unspecified() {
-                    return Err(BrokerError::invalid(
+                    return Err(InvalidSpec::new(
                         "kind.address",
                         address,
                         "is unspecified; give an address clients can connect to",
@@ -248,7 +198,7 @@ impl BrokerKind {
                 // The node name is matched as the value of the kubernetes.io/hostname label,
                 // and label values are at most 63 characters.
                 if !is_dns_name(node, 63, true) {
-                    return Err(BrokerError::invalid(
+                    return Err(InvalidSpec::new(
                         "kind.kubernetes.node",
                         node,
                         "is not a Kubernetes node name (lower-case letters, digits, '-' and \
@@ -256,7 +206,7 @@ impl BrokerKind {
                     ));
                 }
                 if !is_dns_name(namespace, 63, false) {
-                    return Err(BrokerError::invalid(
+                    return Err(InvalidSpec::new(
                         "kind.kubernetes.namespace",
                         namespace,
                         "is not a namespace name (lower-case letters, digits and '-', 1 to 63 \
@@ -266,7 +216,7 @@ impl BrokerKind {
                 if let Some(port) = node_port
                     && !NODE_PORTS.contains(port)
                 {
-                    return Err(BrokerError::invalid(
+                    return Err(InvalidSpec::new(
                         "kind.kubernetes.node_port",
                         port,
                         format!(
@@ -298,11 +248,11 @@ fn is_dns_name(text: &str, max: usize, dots: bool) -> bool {
 
 /// A Kubernetes broker's name becomes the name of its Deployment and Service, and a Service
 /// name must be an RFC 1035 label: it starts with a letter.
-fn validate_object_name(name: &str) -> Result<(), BrokerError> {
+fn validate_object_name(name: &str) -> Result<(), InvalidSpec> {
     if is_dns_name(name, 63, false) && name.starts_with(|c: char| c.is_ascii_lowercase()) {
         return Ok(());
     }
-    Err(BrokerError::invalid(
+    Err(InvalidSpec::new(
         "name",
         name,
         "names the Kubernetes Deployment and Service, so it must be lower-case letters, \
@@ -310,31 +260,13 @@ fn validate_object_name(name: &str) -> Result<(), BrokerError> {
     ))
 }
 
-fn validate_name(name: &str) -> Result<(), BrokerError> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err(BrokerError::invalid(
-            "name",
-            name,
-            format!("must be 1 to {MAX_NAME_LEN} characters"),
-        ));
-    }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-    {
-        return Err(BrokerError::invalid(
-            "name",
-            name,
-            format!("contains {bad:?}; use letters, digits, '-' and '_' only"),
-        ));
-    }
-    Ok(())
+fn validate_name(name: &str) -> Result<(), InvalidSpec> {
+    check_name(name).map_err(|problem| InvalidSpec::new("name", name, problem.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::error::ErrorCode;
     use std::net::Ipv4Addr;
 
     fn spec(name: &str) -> BrokerSpec {
@@ -345,19 +277,6 @@ mod tests {
             port: 0,
             options: BrokerOptions::default(),
         }
-    }
-
-    #[test]
-    fn products_parse_by_name_and_an_unknown_one_names_the_field() {
-        for product in Product::ALL {
-            assert_eq!(product.as_str().parse::<Product>().ok(), Some(product));
-        }
-        assert_eq!("HiveMQ-CE".parse::<Product>().ok(), Some(Product::HiveMq));
-        let error = "mosquito".parse::<Product>().unwrap_err();
-        assert_eq!(error.code(), ErrorCode::InvalidArgument);
-        let text = error.to_string();
-        assert!(text.starts_with("kind.product: \"mosquito\""), "{text}");
-        assert!(text.contains("mosquitto, emqx, rabbitmq"), "{text}");
     }
 
     #[test]

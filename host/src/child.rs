@@ -1,31 +1,27 @@
-//! Child processes (brokers, Nebula, k3s): command lines, children in their own process group, and the sweep that
-//! proves a stopped broker left nothing running.
-//!
-//! Every process a native driver starts carries [`MARKER_VAR`] set to the instance's marker.
-//! Descendants inherit it, including ones that detach (Erlang's port helpers, an epmd), so
-//! [`live_processes_of`] finds the whole tree by reading `/proc/*/environ`, and teardown
-//! kills by PID whatever is still alive. This mirrors the test harness's
-//! `tests/src/process.rs`, in async form for the agent.
+//! Child processes a service starts and must be able to stop for certain: [`CommandLine`]
+//! (plain data, so a plan for a program that is not installed can still be checked),
+//! [`GroupChild`] (a tagged child leading its own process group) and [`run_bounded`].
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
-use tokio::time::Instant;
 
-use crate::broker::BrokerError;
+use crate::marker::{Marker, kill_group, send_signal};
 
-/// Environment variable tagging every process of one broker instance.
-pub const MARKER_VAR: &str = "CONTINUUM_BROKER_INSTANCE";
+/// A child could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct SpawnError {
+    /// What was being done (`spawning /usr/sbin/mosquitto`, `opening <log>`).
+    pub context: String,
+    /// Why it failed.
+    pub source: std::io::Error,
+}
 
-/// How often waits in this module re-check their condition.
-const POLL_INTERVAL: Duration = Duration::from_millis(25);
-
-/// A program with its arguments and environment, as a driver plans it. Plain data, so the
-/// plan of a product that is not installed can still be checked by a unit test.
+/// A program with its arguments and environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandLine {
     /// The executable.
@@ -35,7 +31,7 @@ pub struct CommandLine {
     /// Variables set for it, in order.
     pub env: Vec<(String, String)>,
     /// Prefixes of inherited variables to remove first (`RABBITMQ_`, `ERL_`), so the
-    /// agent's own environment cannot redirect the broker to the system instance.
+    /// caller's own environment cannot redirect the program to a system instance.
     pub env_remove_prefixes: Vec<&'static str>,
 }
 
@@ -50,8 +46,7 @@ impl CommandLine {
         }
     }
 
-    /// The value this command line sets for `name`, if any.
-    #[cfg(test)]
+    /// The value this command line sets for `name`, if any (the last one set wins).
     pub fn env_value(&self, name: &str) -> Option<&str> {
         self.env
             .iter()
@@ -61,7 +56,7 @@ impl CommandLine {
     }
 
     /// A tokio command in its own process group, tagged with `marker`.
-    fn command(&self, marker: &str) -> Command {
+    fn command(&self, marker: &Marker) -> Command {
         let mut command = Command::new(&self.program);
         command.args(&self.args);
         for (name, _) in std::env::vars_os() {
@@ -76,7 +71,7 @@ impl CommandLine {
         }
         command
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env(MARKER_VAR, marker)
+            .env(marker.var(), marker.value())
             .stdin(Stdio::null())
             // Its own group, so a forced stop reaches every helper it forks.
             .process_group(0)
@@ -85,15 +80,8 @@ impl CommandLine {
     }
 }
 
-/// A fresh marker for one instance: `<agent pid>-<name>-<n>`.
-pub fn new_marker(name: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{name}-{n}", std::process::id())
-}
-
 /// A child process leading its own process group. Dropping it SIGKILLs the group: the
-/// guard behind the explicit, graceful stop of the drivers.
+/// guard behind an explicit, graceful stop.
 #[derive(Debug)]
 pub struct GroupChild {
     child: Child,
@@ -107,30 +95,30 @@ impl GroupChild {
     pub fn spawn(
         what: &str,
         line: &CommandLine,
-        marker: &str,
+        marker: &Marker,
         cwd: &Path,
         log: &Path,
-    ) -> Result<Self, BrokerError> {
+    ) -> Result<Self, SpawnError> {
+        let failed = |context: String| move |source| SpawnError { context, source };
         let out = File::options()
             .create(true)
             .append(true)
             .open(log)
-            .map_err(|e| BrokerError::io(format!("opening {}", log.display()), e))?;
+            .map_err(failed(format!("opening {}", log.display())))?;
         let err = out
             .try_clone()
-            .map_err(|e| BrokerError::io(format!("duplicating {}", log.display()), e))?;
+            .map_err(failed(format!("duplicating {}", log.display())))?;
+        let spawning = format!("spawning {}", line.program.display());
         let child = line
             .command(marker)
             .current_dir(cwd)
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| BrokerError::io(format!("spawning {}", line.program.display()), e))?;
-        let pid = child.id().ok_or_else(|| {
-            BrokerError::io(
-                format!("spawning {}", line.program.display()),
-                std::io::Error::other("the child exited before its PID was read"),
-            )
+            .map_err(failed(spawning.clone()))?;
+        let pid = child.id().ok_or_else(|| SpawnError {
+            context: spawning,
+            source: std::io::Error::other("the child exited before its PID was read"),
         })?;
         tracing::debug!(what, pid, program = %line.program.display(), "spawned");
         Ok(Self {
@@ -191,94 +179,11 @@ impl Drop for GroupChild {
     }
 }
 
-/// Sends `signal` to one process. A process that is already gone is fine.
-pub fn send_signal(pid: u32, signal: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: plain syscall; a stale PID only yields ESRCH.
-        unsafe { libc::kill(pid, signal) };
-    }
-}
-
-/// SIGKILLs the process group `pgid`.
-fn kill_group(pgid: u32) {
-    if let Ok(pgid) = libc::pid_t::try_from(pgid)
-        && pgid > 1
-    {
-        // SAFETY: plain syscall on a negative id, i.e. a process group; ESRCH if empty.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    }
-}
-
-/// True if `pid` exists and is not a zombie.
-pub fn is_running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| process_state(&stat))
-        .is_some_and(|state| state != 'Z' && state != 'X')
-}
-
-/// The state letter of a `/proc/PID/stat` line, read after the last `)` because the
-/// command name may itself hold parentheses.
-fn process_state(stat: &str) -> Option<char> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.trim_start().chars().next()
-}
-
-/// PIDs of the running (non-zombie) processes tagged with `marker`. Processes this user
-/// cannot inspect are skipped.
-pub fn live_processes_of(marker: &str) -> Vec<u32> {
-    let needle = format!("{MARKER_VAR}={marker}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| environ_contains(pid, &needle))
-        .filter(|&pid| is_running(pid))
-        .collect();
-    pids.sort_unstable();
-    pids
-}
-
-fn environ_contains(pid: u32, needle: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-        environ
-            .split(|&byte| byte == 0)
-            .any(|entry| entry == needle.as_bytes())
-    })
-}
-
-/// Among the processes tagged with `marker`, the first whose command name is one of
-/// `names` (e.g. `beam.smp` under RabbitMQ's start script): the process whose CPU and
-/// memory are the broker's.
-pub fn find_process_named(marker: &str, names: &[&str]) -> Option<u32> {
-    live_processes_of(marker).into_iter().find(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|comm| names.contains(&comm.trim_end()))
-    })
-}
-
-/// SIGKILLs every process tagged with `marker` until none is left or `limit` passes;
-/// returns the PIDs still alive.
-pub async fn sweep(marker: &str, limit: Duration) -> Vec<u32> {
-    let end = Instant::now() + limit;
-    loop {
-        let alive = live_processes_of(marker);
-        if alive.is_empty() || Instant::now() >= end {
-            return alive;
-        }
-        for pid in &alive {
-            send_signal(*pid, libc::SIGKILL);
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-}
-
 /// Runs `line` to completion within `limit` (killing its group after that); returns its
 /// exit status and combined output, or why it could not be run.
 pub async fn run_bounded(
     line: &CommandLine,
-    marker: &str,
+    marker: &Marker,
     limit: Duration,
 ) -> Result<(ExitStatus, String), String> {
     let mut command = line.command(marker);
@@ -326,52 +231,54 @@ pub fn log_tail(path: &Path, max_lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn state_is_read_after_a_command_name_with_parentheses() {
-        assert_eq!(process_state("42 (we(ird) name) S 1 42"), Some('S'));
-        assert_eq!(process_state("42 (x) Z 1"), Some('Z'));
-        assert_eq!(process_state("garbage"), None);
-    }
+    use crate::poll::{Attempt, poll_until};
 
     #[test]
     fn the_log_tail_keeps_the_last_lines() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("log");
-        std::fs::write(&path, "a\nb\nc\nd\n").unwrap();
+        std::fs::write(&path, "a\nb\nc\nd\n").expect("write");
         assert_eq!(log_tail(&path, 2), "c\nd");
         assert!(log_tail(&dir.path().join("none"), 2).starts_with("(cannot read"));
     }
 
     #[tokio::test]
     async fn a_tagged_tree_is_found_and_swept() {
-        let dir = tempfile::tempdir().unwrap();
-        let marker = new_marker("unit");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let marker = Marker::unique("CONTINUUM_HOST_UNIT", "tree");
         // A shell that forks a grandchild: both carry the marker.
         let mut line = CommandLine::new("/bin/sh");
         line.args = vec!["-c".into(), "sleep 30 & exec sleep 30".into()];
         let mut child =
-            GroupChild::spawn("test", &line, &marker, dir.path(), &dir.path().join("log")).unwrap();
+            GroupChild::spawn("test", &line, &marker, dir.path(), &dir.path().join("log"))
+                .expect("spawns");
         // Both are found once both have exec'ed sleep (until then they show as `sh`).
         let named_sleep = |pid: &u32| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|comm| comm.trim_end() == "sleep")
         };
-        let end = Instant::now() + Duration::from_secs(5);
-        while live_processes_of(&marker)
-            .iter()
-            .filter(|pid| named_sleep(pid))
-            .count()
-            < 2
-            && Instant::now() < end
-        {
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-        assert_eq!(live_processes_of(&marker).len(), 2);
-        assert!(find_process_named(&marker, &["sleep"]).is_some());
+        let both = poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(25),
+            || async {
+                match marker
+                    .live_processes()
+                    .iter()
+                    .filter(|pid| named_sleep(pid))
+                    .count()
+                {
+                    2 => Attempt::Done(()),
+                    _ => Attempt::Retry(()),
+                }
+            },
+        )
+        .await;
+        assert!(both.is_ok());
+        assert_eq!(marker.live_processes().len(), 2);
+        assert!(marker.find_process_named(&["sleep"]).is_some());
         child.kill().await;
-        assert!(sweep(&marker, Duration::from_secs(5)).await.is_empty());
-        assert!(!is_running(child.pid()));
+        assert!(marker.sweep(Duration::from_secs(5)).await.is_empty());
+        assert!(!crate::marker::is_running(child.pid()));
     }
 
     #[tokio::test]
@@ -379,9 +286,13 @@ mod tests {
         let mut line = CommandLine::new("/bin/sleep");
         line.args = vec!["30".into()];
         let started = std::time::Instant::now();
-        let error = run_bounded(&line, "unit-slow", Duration::from_millis(200))
-            .await
-            .unwrap_err();
+        let error = run_bounded(
+            &line,
+            &Marker::unique("CONTINUUM_HOST_UNIT", "slow"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
         assert!(error.contains("did not finish"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

@@ -6,9 +6,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent::config::NodeRole;
+use domain::NodeRole;
 // The plan's overlay checks are the inventory's: one parser for both files.
-use controller::plan::{overlay_network, parse_overlay_cidr};
+use domain::overlay::{overlay_network, parse_overlay_cidr};
 use serde::{Deserialize, Serialize};
 
 /// The port agents listen on unless the inventory says otherwise.
@@ -192,38 +192,8 @@ pub struct Node {
     pub agent: SocketAddr,
 }
 
-/// An inventory that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum InventoryError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not TOML, or unknown keys; toml's message names the key and line.
-    #[error("{path}: {message}")]
-    Syntax {
-        /// The file.
-        path: String,
-        /// What toml said.
-        message: String,
-    },
-    /// A value is wrong.
-    #[error("{path}: {field} = {value}: {problem}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// TOML path (`nodes[1].overlay_ip`).
-        field: String,
-        /// The value as written.
-        value: String,
-        /// What is wrong, naming the other node where two clash.
-        problem: String,
-    },
-}
+/// An inventory that cannot be used: the file, the TOML path and the value.
+pub type InventoryError = domain::FileError;
 
 /// A loaded inventory: the resolved nodes and where the file was.
 #[derive(Debug, Clone)]
@@ -242,15 +212,7 @@ impl Loaded {
     /// Reads and checks `path`.
     pub fn load(path: &Path) -> Result<Self, InventoryError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let inventory: Inventory = toml::from_str(&text).map_err(|e| InventoryError::Syntax {
-            path: shown.clone(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        let mut inventory = inventory;
+        let mut inventory: Inventory = domain::read_toml(path)?;
         let nodes = resolve(&inventory, &shown)?;
         let base = path.parent().unwrap_or(Path::new("."));
         // Paths in the file are relative to the file; `~` is left for ssh to expand.

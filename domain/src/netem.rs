@@ -19,8 +19,8 @@ pub const DEFAULT_LIMIT: u32 = 1000;
 
 /// netem settings for the egress of one interface.
 ///
-/// Delays are held by the kernel in 64 ns ticks and loss as a 32-bit fraction; see
-/// [`NetemOptions`](super::NetemOptions) for the form the kernel really holds.
+/// Delays are held by the kernel in 64 ns ticks and loss as a 32-bit fraction; the agent's
+/// netem encoder turns these into the form the kernel really holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetemParams {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use agent::config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
+use domain::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
 
 use crate::inventory::{Loaded, Node};
 use crate::state::State;

@@ -49,14 +49,14 @@ async fn ask(address: &str, name: &str, credentials: &Credentials) -> Answer {
     let mut last = String::new();
     while let Some(left) = ANSWER_DEADLINE.checked_sub(started.elapsed()) {
         let attempt = async {
-            let mut client = controller::connect::connect_agent(address, None, credentials)
+            let mut client = proto::client::connect_agent(address, None, credentials)
                 .await
-                .map_err(|error| controller::connect::error_chain(&error))?;
+                .map_err(|error| proto::client::error_chain(&error))?;
             client
                 .info(pb::InfoRequest {})
                 .await
                 .map(tonic::Response::into_inner)
-                .map_err(|status| controller::connect::status_text(&status))
+                .map_err(|status| proto::client::status_text(&status))
         };
         // A TLS handshake or a call that hangs counts against the same deadline.
         match tokio::time::timeout(left, attempt).await {

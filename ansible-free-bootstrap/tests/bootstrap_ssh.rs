@@ -34,8 +34,7 @@ fn agents_answer(bed: &SshBed) -> Result<Vec<pb::NodeInfo>> {
         let address = format!("{}:7100", bed.testbed.node(name).addr());
         let credentials = credentials.clone();
         let info = bed.testbed.node("laptop").run_in(|| async move {
-            let mut client =
-                controller::connect::connect_agent(&address, None, &credentials).await?;
+            let mut client = proto::client::connect_agent(&address, None, &credentials).await?;
             anyhow::Ok(client.info(pb::InfoRequest {}).await?.into_inner())
         })??;
         ensure!(info.name == name, "{name} answered as {}", info.name);
@@ -73,8 +72,7 @@ fn bring_up_overlay(bed: &SshBed) -> Result<()> {
         let address = format!("{}:7100", bed.testbed.node(name).addr());
         let credentials = credentials.clone();
         let status = bed.testbed.node("laptop").run_in(|| async move {
-            let mut client =
-                controller::connect::connect_agent(&address, None, &credentials).await?;
+            let mut client = proto::client::connect_agent(&address, None, &credentials).await?;
             anyhow::Ok(client.install_overlay(request).await?.into_inner())
         })??;
         ensure!(

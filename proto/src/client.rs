@@ -1,7 +1,7 @@
 //! Connecting to an agent over mutual TLS with the controller's (or a client's) identity.
 
-use proto::agent::v1::agent_client::AgentClient;
-use proto::mtls::Credentials;
+use crate::agent::v1::agent_client::AgentClient;
+use crate::mtls::Credentials;
 use tonic::transport::{Channel, Endpoint};
 
 /// An agent could not be reached.
@@ -17,7 +17,7 @@ pub enum ConnectError {
     },
     /// TLS could not be set up from the credentials.
     #[error("TLS: {0}")]
-    Tls(#[from] proto::mtls::MtlsError),
+    Tls(#[from] crate::mtls::MtlsError),
     /// The connection (TCP, TLS handshake) failed.
     #[error("agent {address}: {}", error_chain(source))]
     Connect {

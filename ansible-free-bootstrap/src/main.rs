@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use host::program::{self, Threads};
 
 /// From bare nodes to a Continuum testbed over SSH, and back.
 #[derive(Debug, Parser)]
@@ -34,13 +35,7 @@ struct InstallArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    program::init_tracing("warn");
     let (uninstall, args) = match cli.command {
         Some(Command::Install(args)) => (false, args),
         Some(Command::Uninstall(args)) => (true, args),
@@ -53,15 +48,9 @@ fn main() -> ExitCode {
     let options = bootstrap::Options {
         accept_new_host_keys: args.accept_new_host_keys,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match program::runtime("bootstrap", Threads::PerCore) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("bootstrap: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let outcome = runtime.block_on(async {
         if uninstall {

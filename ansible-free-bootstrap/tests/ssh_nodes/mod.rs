@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use host::blocking::run_with_deadline;
 use tests::netns::{NodeProcess, Testbed};
-use tests::process::run_with_deadline;
 
 /// The folders overlaid in each node's mount namespace.
 pub const OVERLAID: [&str; 3] = ["etc", "usr/local", "var/lib"];
@@ -261,7 +261,7 @@ impl Drop for SshBed {
     /// failed test leaves no process behind.
     fn drop(&mut self) {
         for pid in agent_processes() {
-            tests::process::kill_pid(pid);
+            host::kill(pid);
         }
         self.sshd.clear();
     }
