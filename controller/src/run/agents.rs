@@ -2,7 +2,7 @@
 //! local one the controller starts itself (on loopback, with a throwaway PKI) when a node
 //! says `agent = "local"` — so the quickstart needs nothing installed and nothing set up.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 
 use proto::agent::v1 as pb;
@@ -15,6 +15,8 @@ use super::RunError;
 use super::local_agent::{LocalAgent, start_local_agent};
 use crate::clock::{ClockOffset, measure};
 use crate::plan::{NodeEntry, Plan};
+use domain::NodeRole;
+use serde::Deserialize;
 
 /// One node's agent, connected.
 #[derive(Debug, Clone)]
@@ -131,6 +133,15 @@ fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> Result<IpAddr, RunEr
     }
 }
 
+/// A role as the agent names it (the names `NodeRole` is configured with); None for one
+/// this controller does not know (a newer agent's).
+fn role(name: &str) -> Option<NodeRole> {
+    use serde::de::IntoDeserializer;
+    let name: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        name.into_deserializer();
+    NodeRole::deserialize(name).ok()
+}
+
 async fn describe(
     node: &NodeEntry,
     mut client: AgentClient<Channel>,
@@ -151,13 +162,11 @@ async fn describe(
             node.agent, info.name, node.name
         )));
     }
-    for role in &node.roles {
-        let name = role.as_str();
-        if !info.roles.iter().any(|r| r == name) {
-            return Err(failed(format!(
-                "the plan uses it as {name}, but its agent does not have that role"
-            )));
-        }
+    let granted: BTreeSet<NodeRole> = info.roles.iter().filter_map(|r| role(r)).collect();
+    if let Some(missing) = node.roles.iter().find(|r| !granted.contains(r)) {
+        return Err(failed(format!(
+            "the plan uses it as {missing}, but its agent does not have that role"
+        )));
     }
     let clock = measure(&mut client, 16)
         .await

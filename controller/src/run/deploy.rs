@@ -61,7 +61,10 @@ pub(super) async fn deploy(
         .ok_or_else(|| (format!("node {node} has no agent"), false))?;
     let spec = broker_spec(plan, broker, agent.data_address)?;
     let started = tokio::time::timeout(
-        plan.timeouts.deploy + std::time::Duration::from_secs(5),
+        // Saturating: a plan's timeout may be as long as a Duration holds.
+        plan.timeouts
+            .deploy
+            .saturating_add(std::time::Duration::from_secs(5)),
         agent.client.start_broker(pb::StartBrokerRequest {
             spec: Some(pb::BrokerSpec::from(&spec)),
         }),

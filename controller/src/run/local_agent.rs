@@ -89,9 +89,15 @@ mod with_agent {
                 tracing::error!(%error, "local agent");
             }
         });
-        let client = connect_agent(&address.to_string(), None, &credentials)
-            .await
-            .map_err(|e| local(&e))?;
+        let client = match connect_agent(&address.to_string(), None, &credentials).await {
+            Ok(client) => client,
+            Err(error) => {
+                // Not handed out yet, so stopped here: it must not stay listening.
+                stop.cancel();
+                let _ = task.await;
+                return Err(local(&error));
+            }
+        };
         Ok((
             LocalAgent {
                 stop,
