@@ -1,5 +1,5 @@
 //! `controller`: parse, set up tracing, run the plan or subcommand, map the outcome to an
-//! exit code.
+//! exit code. `terminal.rs` shows a run's events.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,11 +8,12 @@ use clap::{Parser, Subcommand};
 use controller::pki_command::{IdentityArg, PkiRequest, create};
 use controller::plan::Plan;
 use controller::remote::RemoteCommand;
-use controller::results::CellStatus;
-use controller::run::{RunEvent, RunOptions, run_plan_observed};
+use controller::run::{RunOptions, event_channel, run_plan_observed};
 use host::program::{self, Threads};
 use proto::mtls::Credentials;
 use tokio_util::sync::CancellationToken;
+
+mod terminal;
 
 /// Continuum's controller: `controller plan.toml` runs a whole study.
 #[derive(Debug, Parser)]
@@ -257,8 +258,8 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
     runtime.block_on(async {
         let cancel = CancellationToken::new();
         tokio::spawn(stop_on_signal(cancel.clone()));
-        let (events, shown) = tokio::sync::mpsc::unbounded_channel();
-        let display = tokio::spawn(show_progress(shown));
+        let (events, shown) = event_channel();
+        let display = tokio::spawn(terminal::show_progress(shown));
         let outcome =
             run_plan_observed(&plan, &text, RunOptions { resume }, cancel, Some(events)).await;
         let _ = display.await;
@@ -295,57 +296,4 @@ async fn stop_on_signal(cancel: CancellationToken) {
     host::termination().await;
     eprintln!("controller: stopping: clearing netem and removing brokers");
     cancel.cancel();
-}
-
-/// One line per finished cell; on a terminal, under a progress bar of all the plan's cells.
-async fn show_progress(mut events: tokio::sync::mpsc::UnboundedReceiver<RunEvent>) {
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let bar = terminal.then(|| {
-        let bar = indicatif::ProgressBar::new(0);
-        let style = indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} cells  {elapsed_precise}  {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar
-    });
-    while let Some(event) = events.recv().await {
-        match event {
-            RunEvent::Started { total, .. } => {
-                if let Some(bar) = &bar {
-                    bar.set_length(total as u64);
-                }
-            }
-            RunEvent::Cell {
-                id,
-                status,
-                note,
-                counts,
-            } => {
-                let line = format!(
-                    "[{:>4}/{}] {id} {}: {note}",
-                    counts.done,
-                    counts.total,
-                    status.as_str()
-                );
-                match &bar {
-                    Some(bar) => {
-                        bar.set_position(counts.done as u64);
-                        bar.set_message(format!(
-                            "{} failed, {} skipped",
-                            counts.failed, counts.skipped
-                        ));
-                        if status != CellStatus::Skipped {
-                            bar.println(line);
-                        }
-                    }
-                    None if status != CellStatus::Skipped => eprintln!("{line}"),
-                    None => {}
-                }
-            }
-        }
-    }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
 }

@@ -12,7 +12,8 @@ use proto::mtls::Credentials;
 use tonic::transport::Channel;
 
 use super::RunError;
-use super::local_agent::{LocalAgent, start_local_agent};
+use super::events::{Events, RunEvent};
+use super::local_agent::{LocalAgents, start_local_agent};
 use crate::clock::{ClockOffset, measure};
 use crate::plan::{NodeEntry, Plan};
 use domain::NodeRole;
@@ -53,13 +54,15 @@ impl AgentHandle {
     }
 }
 
-/// Connects to every node of the plan (starting local agents), reads Info and measures
-/// clocks; an unreachable agent fails the run before anything changes.
-pub async fn connect_all(
+/// Connects to every node of the plan (starting local agents into `locals`, the run's
+/// guard of them), reads Info and measures clocks; an unreachable agent fails the run
+/// before anything changes.
+pub(super) async fn connect_all(
     plan: &Plan,
-) -> Result<(HashMap<String, AgentHandle>, Vec<LocalAgent>), RunError> {
+    locals: &mut LocalAgents,
+    events: &Events,
+) -> Result<HashMap<String, AgentHandle>, RunError> {
     let mut agents = HashMap::new();
-    let mut locals = Vec::new();
     let remote_credentials = if plan.nodes.iter().any(|n| !n.is_local()) {
         let dir = plan
             .pki_dir
@@ -74,7 +77,15 @@ pub async fn connect_all(
     for node in &plan.nodes {
         let (client, data_address) = if node.is_local() {
             let (local, client) = start_local_agent(node).await?;
-            locals.push(local);
+            let address = local.address();
+            locals.0.push(local);
+            let name = node.name.clone();
+            events
+                .emit(RunEvent::LocalAgent {
+                    node: name,
+                    address,
+                })
+                .await;
             (
                 client,
                 node_data_address(node, IpAddr::V4(Ipv4Addr::LOCALHOST))?,
@@ -111,7 +122,7 @@ pub async fn connect_all(
         let handle = describe(node, client, data_address).await?;
         agents.insert(node.name.clone(), handle);
     }
-    Ok((agents, locals))
+    Ok(agents)
 }
 
 /// Where brokers on `node` listen and clients dial: `data_address`, else the overlay address

@@ -10,7 +10,13 @@ use domain::{BrokerKind, BrokerOptions, BrokerSpec};
 use proto::agent::v1 as pb;
 
 use super::AgentHandle;
+use super::events::{Events, RunEvent};
+use super::guard::{Undo, spawn_detached};
 use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
+
+/// A broker that does not stop within this is left to its agent (which stops its brokers
+/// when it stops); generous, as removing a kubernetes broker waits for its pod.
+const UNDO_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The node whose agent deploys `broker` and whose Metrics watch it: its own node, or the
 /// headnode for a kubernetes broker; none for an external one.
@@ -95,22 +101,64 @@ pub(super) async fn deploy(
     }
 }
 
-pub(super) async fn undeploy(
-    plan: &Plan,
-    broker: &BrokerEntry,
-    agents: &HashMap<String, AgentHandle>,
-) {
-    if let Some(mut agent) = deploying_node(plan, broker)
-        .and_then(|n| agents.get(n))
-        .cloned()
-        && let Err(status) = agent
-            .client
-            .stop_broker(pb::StopBrokerRequest {
-                name: broker.name.clone(),
-            })
-            .await
-    {
-        tracing::warn!(broker = %broker.name, %status, "stopping the broker");
+/// A deployed broker, removed when undone: the run's deploy guard.
+#[derive(Debug)]
+pub(super) struct Deployment {
+    broker: String,
+    /// The agent that deployed it; none for an external broker, or once removed.
+    agent: Option<AgentHandle>,
+    events: Events,
+}
+
+impl Deployment {
+    /// `broker`, just deployed by the agent of its deploying node.
+    pub(super) fn new(
+        plan: &Plan,
+        broker: &BrokerEntry,
+        agents: &HashMap<String, AgentHandle>,
+        events: Events,
+    ) -> Self {
+        Deployment {
+            broker: broker.name.clone(),
+            agent: deploying_node(plan, broker)
+                .and_then(|n| agents.get(n))
+                .cloned(),
+            events,
+        }
+    }
+}
+
+impl Undo for Deployment {
+    fn describe(&self) -> String {
+        format!("broker {}", self.broker)
+    }
+
+    async fn undo(&mut self) {
+        let Some(agent) = self.agent.clone() else {
+            return;
+        };
+        stop_broker(agent, self.broker.clone()).await;
+        self.agent = None;
+        let broker = self.broker.clone();
+        self.events.emit(RunEvent::BrokerRemoved { broker }).await;
+    }
+
+    fn abandon(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            spawn_detached(&self.describe(), stop_broker(agent, self.broker.clone()));
+        }
+    }
+}
+
+/// StopBroker on `agent` (errors logged: there is nobody left to return them to).
+async fn stop_broker(mut agent: AgentHandle, broker: String) {
+    let request = pb::StopBrokerRequest {
+        name: broker.clone(),
+    };
+    match tokio::time::timeout(UNDO_WITHIN, agent.client.stop_broker(request)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(status)) => tracing::warn!(broker = %broker, %status, "stopping the broker"),
+        Err(_) => tracing::warn!(broker = %broker, "stopping the broker timed out"),
     }
 }
 

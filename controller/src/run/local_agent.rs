@@ -4,6 +4,33 @@
 //! (on by default): without it, `controller remote` and `controller serve` for remote
 //! testbeds link neither rtnetlink, rumqttd, k8s-openapi nor sysinfo.
 
+use super::guard::Undo;
+
+/// The in-process agents of a run, stopped (their netem cleared, their brokers stopped)
+/// when undone: the run's local agent guard.
+#[derive(Debug, Default)]
+pub(super) struct LocalAgents(pub(super) Vec<LocalAgent>);
+
+impl Undo for LocalAgents {
+    fn describe(&self) -> String {
+        format!("{} in-process agent(s)", self.0.len())
+    }
+
+    async fn undo(&mut self) {
+        while let Some(local) = self.0.pop() {
+            local.shutdown().await;
+        }
+    }
+
+    fn abandon(&mut self) {
+        // Told to stop, each agent undoes its own netem and brokers as long as the runtime
+        // runs its task.
+        for local in self.0.drain(..) {
+            local.abandon();
+        }
+    }
+}
+
 #[cfg(feature = "local-agent")]
 pub use with_agent::LocalAgent;
 #[cfg(feature = "local-agent")]
@@ -34,16 +61,27 @@ mod with_agent {
     /// [`LocalAgent::shutdown`].
     #[derive(Debug)]
     pub struct LocalAgent {
+        address: SocketAddr,
         stop: CancellationToken,
         task: JoinHandle<()>,
         _files: tempfile::TempDir,
     }
 
     impl LocalAgent {
+        /// Where it listens.
+        pub fn address(&self) -> SocketAddr {
+            self.address
+        }
+
         /// Stops the agent and waits until it has undone everything.
         pub async fn shutdown(self) {
             self.stop.cancel();
             let _ = self.task.await;
+        }
+
+        /// Tells the agent to stop without waiting for it.
+        pub(in crate::run) fn abandon(self) {
+            self.stop.cancel();
         }
     }
 
@@ -100,6 +138,7 @@ mod with_agent {
         };
         Ok((
             LocalAgent {
+                address,
                 stop,
                 task,
                 _files: files,
@@ -134,8 +173,18 @@ mod without_agent {
     pub enum LocalAgent {}
 
     impl LocalAgent {
+        /// Never called: there is no value.
+        pub fn address(&self) -> std::net::SocketAddr {
+            match *self {}
+        }
+
         /// Nothing to stop.
         pub async fn shutdown(self) {
+            match self {}
+        }
+
+        /// Nothing to stop.
+        pub(in crate::run) fn abandon(self) {
             match self {}
         }
     }

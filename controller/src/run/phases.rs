@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use proto::agent::v1 as pb;
 
+use proto::agent::v1::agent_client::AgentClient;
+use tonic::transport::Channel;
+
+use super::events::{Events, RunEvent};
 use super::{AgentHandle, RunError};
 use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
 use crate::results::{ClusterRecord, OverlayRecord, TestbedRecord};
@@ -25,19 +29,20 @@ const K3S_API_PORT: u16 = 6443;
 const TOKEN_FILE: &str = "k3s-token";
 
 /// Runs the phases the plan asks for; `None` when it asks for neither.
-pub async fn prepare(
+pub(super) async fn prepare(
     plan: &Plan,
     agents: &HashMap<String, AgentHandle>,
+    events: &Events,
 ) -> Result<Option<TestbedRecord>, RunError> {
     if plan.testbed.overlay == Overlay::None {
         return Ok(None);
     }
     let mut record = TestbedRecord {
-        overlay: overlay(plan, agents).await?,
+        overlay: overlay(plan, agents, events).await?,
         cluster: None,
     };
     if plan.testbed.orchestrator == Orchestrator::K3s {
-        record.cluster = Some(cluster(plan, agents).await?);
+        record.cluster = Some(cluster(plan, agents, events).await?);
     }
     Ok(Some(record))
 }
@@ -75,6 +80,7 @@ fn failed(node: &str, what: &str, status: &tonic::Status) -> RunError {
 async fn overlay(
     plan: &Plan,
     agents: &HashMap<String, AgentHandle>,
+    events: &Events,
 ) -> Result<Vec<OverlayRecord>, RunError> {
     let testbed = &plan.testbed;
     let head = headnode(plan)?;
@@ -117,11 +123,12 @@ async fn overlay(
             })
             .collect();
         let mut client = agent(agents, &node.name)?.client;
-        eprintln!(
-            "controller: overlay: Nebula on {} ({})",
+        let step = format!(
+            "overlay: Nebula on {} ({})",
             node.name,
             request(node, Vec::new()).overlay_cidr
         );
+        events.emit(RunEvent::Testbed(step)).await;
         let status = client
             .install_overlay(request(node, check))
             .await
@@ -136,25 +143,31 @@ async fn overlay(
                 ),
             });
         }
-        records.push(OverlayRecord {
-            node: node.name.clone(),
-            lighthouse: node.name == head.name,
-            overlay_cidr: status.overlay_cidr.clone(),
-            detail: status.detail.clone(),
-            peers: status
-                .peers
-                .iter()
-                .map(|p| (p.overlay_ip.clone(), p.reachable, p.detail.clone()))
-                .collect(),
-        });
-        eprintln!("controller: overlay: {}: {}", node.name, status.detail);
+        let step = format!("overlay: {}: {}", node.name, status.detail);
+        records.push(overlay_record(node, node.name == head.name, status));
+        events.emit(RunEvent::Testbed(step)).await;
     }
     Ok(records)
+}
+
+fn overlay_record(node: &NodeEntry, lighthouse: bool, status: pb::OverlayStatus) -> OverlayRecord {
+    OverlayRecord {
+        node: node.name.clone(),
+        lighthouse,
+        overlay_cidr: status.overlay_cidr,
+        detail: status.detail,
+        peers: status
+            .peers
+            .into_iter()
+            .map(|p| (p.overlay_ip, p.reachable, p.detail))
+            .collect(),
+    }
 }
 
 async fn cluster(
     plan: &Plan,
     agents: &HashMap<String, AgentHandle>,
+    events: &Events,
 ) -> Result<ClusterRecord, RunError> {
     let testbed = &plan.testbed;
     let head = headnode(plan)?;
@@ -172,13 +185,15 @@ async fn cluster(
         timeout,
     };
     let mut server = agent(agents, &head.name)?.client;
-    eprintln!("controller: cluster: k3s server on {}", head.name);
+    let step = format!("cluster: k3s server on {}", head.name);
+    events.emit(RunEvent::Testbed(step)).await;
     let status = server
         .install_cluster(server_request.clone())
         .await
         .map_err(|s| failed(&head.name, "installing the k3s server", &s))?
         .into_inner();
-    eprintln!("controller: cluster: {}: {}", head.name, status.detail);
+    let step = format!("cluster: {}: {}", head.name, status.detail);
+    events.emit(RunEvent::Testbed(step)).await;
     let workers: Vec<&NodeEntry> = plan
         .nodes
         .iter()
@@ -196,22 +211,35 @@ async fn cluster(
             labels: Default::default(),
             timeout,
         };
-        eprintln!("controller: cluster: k3s agent on {}", node.name);
+        let step = format!("cluster: k3s agent on {}", node.name);
+        events.emit(RunEvent::Testbed(step)).await;
         let status = agent(agents, &node.name)?
             .client
             .install_cluster(request)
             .await
             .map_err(|s| failed(&node.name, "installing the k3s agent", &s))?
             .into_inner();
-        eprintln!("controller: cluster: {}: {}", node.name, status.detail);
+        let step = format!("cluster: {}: {}", node.name, status.detail);
+        events.emit(RunEvent::Testbed(step)).await;
     }
-    // The server is asked again (a no-op install) until it lists every worker Ready.
+    all_ready(plan, &head.name, server, server_request, &workers).await
+}
+
+/// Asks the server again (a no-op install) until it lists every worker Ready.
+async fn all_ready(
+    plan: &Plan,
+    head: &str,
+    mut server: AgentClient<Channel>,
+    server_request: pb::InstallClusterRequest,
+    workers: &[&NodeEntry],
+) -> Result<ClusterRecord, RunError> {
+    let testbed = &plan.testbed;
     let started = Instant::now();
     loop {
         let status = server
             .install_cluster(server_request.clone())
             .await
-            .map_err(|s| failed(&head.name, "listing the cluster's nodes", &s))?
+            .map_err(|s| failed(head, "listing the cluster's nodes", &s))?
             .into_inner();
         let missing: Vec<&str> = workers
             .iter()
@@ -220,7 +248,7 @@ async fn cluster(
             .collect();
         if missing.is_empty() {
             return Ok(ClusterRecord {
-                server: head.name.clone(),
+                server: head.to_string(),
                 nodes: status
                     .nodes
                     .iter()
@@ -237,7 +265,7 @@ async fn cluster(
         }
         if started.elapsed() > testbed.install_timeout {
             return Err(RunError::Agent {
-                node: head.name.clone(),
+                node: head.to_string(),
                 problem: format!(
                     "the k3s server does not list {} as Ready within {:?}",
                     missing.join(", "),

@@ -1,7 +1,7 @@
 //! Applying a network scenario on the nodes a broker's tests involve, holding it under
 //! renewed leases while the cells run, and clearing it afterwards.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -9,6 +9,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
+use super::events::{Events, RunEvent};
+use super::faults::Faults;
+use super::guard::{Undo, spawn_detached};
 use crate::plan::{DelaySplit, Plan, ScenarioEntry, scenario_preset};
 use crate::results::AppliedNetem;
 
@@ -16,43 +19,93 @@ use crate::results::AppliedNetem;
 const LEASE: Duration = Duration::from_secs(30);
 /// Leases are renewed this often.
 const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// A clear that takes longer is left to the lease.
+const UNDO_WITHIN: Duration = Duration::from_secs(10);
 
 /// What became of a scenario.
 #[derive(Debug)]
 pub enum ScenarioOutcome {
     /// Nothing to emulate (all totals zero).
     Unimpaired,
-    /// Applied and verified on these nodes; renewed until cleared.
-    Applied(ActiveScenario, Vec<AppliedNetem>),
+    /// Applied and verified on these nodes; renewed until the [`Netem`] guard is undone.
+    Applied(Vec<AppliedNetem>),
     /// Cannot be emulated on this testbed (the reason says why).
     Skipped(String),
 }
 
-/// netem in force on some nodes.
+/// netem of one scenario on the nodes it was applied to (or is being applied to), renewed
+/// until undone: the run's netem guard.
 #[derive(Debug)]
-pub struct ActiveScenario {
+pub(super) struct Netem {
+    scenario: String,
     nodes: Vec<AgentHandle>,
-    stop_renewing: CancellationToken,
-    renewer: JoinHandle<()>,
+    renewing: Option<(CancellationToken, JoinHandle<()>)>,
+    events: Events,
+    faults: Faults,
 }
 
-impl ActiveScenario {
+impl Netem {
+    /// Nothing applied yet.
+    pub(super) fn new(scenario: &str, events: Events, faults: Faults) -> Self {
+        Netem {
+            scenario: scenario.to_string(),
+            nodes: Vec::new(),
+            renewing: None,
+            events,
+            faults,
+        }
+    }
+}
+
+impl Undo for Netem {
+    fn describe(&self) -> String {
+        let nodes: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        format!(
+            "netem of scenario {} on {}",
+            self.scenario,
+            nodes.join(", ")
+        )
+    }
+
     /// Stops renewing and clears netem on every node (errors logged: the leases clear it
     /// anyway within their time).
-    pub async fn clear(self) {
-        self.stop_renewing.cancel();
-        let _ = self.renewer.await;
-        for mut node in self.nodes {
-            if let Err(status) = node
-                .client
-                .clear_netem(pb::ClearNetemRequest {
-                    interface: String::new(),
-                })
-                .await
-            {
-                tracing::warn!(node = %node.name, %status, "clearing netem; its lease will");
-            }
+    async fn undo(&mut self) {
+        if let Some((stop, renewer)) = self.renewing.take() {
+            stop.cancel();
+            let _ = renewer.await;
         }
+        if self.nodes.is_empty() {
+            return;
+        }
+        let mut cleared = Vec::new();
+        // One at a time, each taken off the list once cleared: an abandoned undo leaves the
+        // rest to `abandon`.
+        while let Some(node) = self.nodes.last().cloned() {
+            cleared.push(node.name.clone());
+            clear_on(node, &self.faults).await;
+            self.nodes.pop();
+        }
+        let scenario = self.scenario.clone();
+        self.events
+            .emit(RunEvent::NetemCleared {
+                scenario,
+                nodes: cleared,
+            })
+            .await;
+    }
+
+    fn abandon(&mut self) {
+        if let Some((stop, _)) = self.renewing.take() {
+            stop.cancel();
+        }
+        let what = self.describe();
+        let nodes = std::mem::take(&mut self.nodes);
+        let faults = self.faults.clone();
+        spawn_detached(&what, async move {
+            for node in nodes {
+                clear_on(node, &faults).await;
+            }
+        });
     }
 }
 
@@ -95,19 +148,9 @@ fn netem_spec(delay: Duration, jitter: Duration, loss: f64) -> pb::NetemSpec {
     }
 }
 
-/// Applies `scenario` for `broker` on the nodes involved: the broker's node and the loadgen
-/// nodes of the plan's tests.
-pub async fn apply(
-    plan: &Plan,
-    scenario: &ScenarioEntry,
-    broker: &str,
-    broker_node: Option<&str>,
-    agents: &std::collections::HashMap<String, AgentHandle>,
-) -> Result<ScenarioOutcome, String> {
-    let (delay, jitter, loss) = totals(scenario);
-    if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
-        return Ok(ScenarioOutcome::Unimpaired);
-    }
+/// The nodes a scenario for a broker on `broker_node` involves: the broker's node and the
+/// loadgen nodes of the plan's tests.
+fn involved<'a>(plan: &'a Plan, broker_node: Option<&'a str>) -> BTreeSet<&'a str> {
     let mut involved: BTreeSet<&str> = plan
         .tests
         .iter()
@@ -116,29 +159,59 @@ pub async fn apply(
     if let Some(node) = broker_node {
         involved.insert(node);
     }
+    involved
+}
+
+/// Why `scenario` cannot be emulated on `involved`, if it cannot.
+fn not_emulable(
+    scenario: &ScenarioEntry,
+    involved: &BTreeSet<&str>,
+    agents: &HashMap<String, AgentHandle>,
+    faults: &Faults,
+) -> Result<Option<String>, String> {
     if involved.len() < 2 {
         let only = involved.iter().next().copied().unwrap_or("?");
-        return Ok(ScenarioOutcome::Skipped(format!(
+        return Ok(Some(format!(
             "scenario {}: load and broker share node {only}, so there is no link to emulate",
             scenario.name
         )));
     }
-    for name in &involved {
+    for name in involved {
         let node = agents
             .get(*name)
             .ok_or_else(|| format!("node {name} has no agent"))?;
-        if !node.netem_available() {
-            return Ok(ScenarioOutcome::Skipped(format!(
+        if !node.netem_available() && !faults.fakes_netem() {
+            return Ok(Some(format!(
                 "scenario {}: node {name} cannot emulate ({})",
                 scenario.name,
                 node.netem_detail()
             )));
         }
     }
+    Ok(None)
+}
+
+/// Applies `scenario` for `broker` on the nodes involved, each node added to `netem` before
+/// it is asked (a request that times out may still have been carried out).
+pub(super) async fn apply(
+    plan: &Plan,
+    scenario: &ScenarioEntry,
+    broker: &str,
+    broker_node: Option<&str>,
+    agents: &HashMap<String, AgentHandle>,
+    netem: &mut Netem,
+) -> Result<ScenarioOutcome, String> {
+    let (delay, jitter, loss) = totals(scenario);
+    if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
+        return Ok(ScenarioOutcome::Unimpaired);
+    }
+    let involved = involved(plan, broker_node);
+    if let Some(reason) = not_emulable(scenario, &involved, agents, &netem.faults)? {
+        return Ok(ScenarioOutcome::Skipped(reason));
+    }
     let mut applied = Vec::new();
-    let mut nodes = Vec::new();
     for name in involved {
-        let mut node = agents
+        let node = agents
             .get(name)
             .cloned()
             .ok_or_else(|| format!("node {name} has no agent"))?;
@@ -147,21 +220,8 @@ pub async fn apply(
             DelaySplit::BrokerSide if Some(name) == broker_node => netem_spec(delay, jitter, loss),
             DelaySplit::BrokerSide => continue,
         };
-        let request = pb::ApplyNetemRequest {
-            interface: String::new(),
-            netem: Some(spec),
-            lease: prost_types::Duration::try_from(LEASE).ok(),
-        };
-        let state = tokio::time::timeout(plan.timeouts.netem, node.client.apply_netem(request))
-            .await
-            .map_err(|_| {
-                format!(
-                    "node {name}: applying netem took longer than {:?}",
-                    plan.timeouts.netem
-                )
-            })?
-            .map_err(|status| format!("node {name}: {}", status.message()))?
-            .into_inner();
+        netem.nodes.push(node.clone());
+        let state = apply_on(node, spec, plan.timeouts.netem, &netem.faults).await?;
         applied.push(AppliedNetem {
             broker: broker.to_string(),
             scenario: scenario.name.clone(),
@@ -173,26 +233,74 @@ pub async fn apply(
                 .as_ref()
                 .map_or_else(|| "nothing".to_string(), describe),
         });
-        nodes.push(node);
     }
-    let stop_renewing = CancellationToken::new();
-    let renewer = tokio::spawn(renew(nodes.clone(), stop_renewing.clone()));
-    Ok(ScenarioOutcome::Applied(
-        ActiveScenario {
-            nodes,
-            stop_renewing,
-            renewer,
-        },
-        applied,
-    ))
+    let stop = CancellationToken::new();
+    let renewer = tokio::spawn(renew(
+        netem.nodes.clone(),
+        stop.clone(),
+        netem.faults.clone(),
+    ));
+    netem.renewing = Some((stop, renewer));
+    Ok(ScenarioOutcome::Applied(applied))
 }
 
-async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken) {
+/// ApplyNetem on `node` under a lease, within `timeout`.
+async fn apply_on(
+    mut node: AgentHandle,
+    spec: pb::NetemSpec,
+    timeout: Duration,
+    faults: &Faults,
+) -> Result<pb::NetemState, String> {
+    #[cfg(test)]
+    if let Some(fake) = &faults.netem {
+        return fake.apply(&node.name, &spec);
+    }
+    let _ = faults;
+    let request = pb::ApplyNetemRequest {
+        interface: String::new(),
+        netem: Some(spec),
+        lease: prost_types::Duration::try_from(LEASE).ok(),
+    };
+    let name = &node.name;
+    Ok(
+        tokio::time::timeout(timeout, node.client.apply_netem(request))
+            .await
+            .map_err(|_| format!("node {name}: applying netem took longer than {timeout:?}"))?
+            .map_err(|status| format!("node {name}: {}", status.message()))?
+            .into_inner(),
+    )
+}
+
+/// ClearNetem on `node` (errors logged: its lease clears it anyway within its time).
+async fn clear_on(mut node: AgentHandle, faults: &Faults) {
+    #[cfg(test)]
+    if let Some(fake) = &faults.netem {
+        return fake.clear(&node.name);
+    }
+    let _ = faults;
+    let request = pb::ClearNetemRequest {
+        interface: String::new(),
+    };
+    match tokio::time::timeout(UNDO_WITHIN, node.client.clear_netem(request)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(status)) => {
+            tracing::warn!(node = %node.name, %status, "clearing netem; its lease will");
+        }
+        Err(_) => tracing::warn!(node = %node.name, "clearing netem timed out; its lease will"),
+    }
+}
+
+async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken, faults: Faults) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(RENEW_EVERY) => {}
         }
+        #[cfg(test)]
+        if faults.netem.is_some() {
+            continue;
+        }
+        let _ = &faults;
         for node in &mut nodes {
             let request = pb::RenewNetemRequest {
                 interface: String::new(),

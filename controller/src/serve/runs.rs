@@ -13,7 +13,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::plan::Plan;
-use crate::run::{RunCounts, RunEvent, RunOptions, run_plan_observed};
+use tracing::Instrument;
+
+use crate::run::{RunCounts, RunEvent, RunOptions, event_channel, run_plan_observed};
 
 /// The `error` of runs cancelled because the service stops.
 const SHUTTING_DOWN: &str = "cancelled: the service is shutting down";
@@ -329,6 +331,9 @@ impl Runs {
                 });
                 run.push(event);
             }
+            // The watch protocol carries starts and cells; the rest (nodes, brokers, netem,
+            // undo, report) are in the service's log under the run's span.
+            _ => {}
         });
     }
 
@@ -397,17 +402,21 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
         }
         last_start_secs = now_ms() / 1_000;
         tracing::info!(run = %id, plan = %job.plan.name, "run started");
-        let (events, mut received) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            run_plan_observed(
-                &job.plan,
-                &job.text,
-                RunOptions::default(),
-                job.cancel,
-                Some(events),
-            )
-            .await
-        });
+        let (events, mut received) = event_channel();
+        let span = tracing::info_span!("run", run = %id);
+        let task = tokio::spawn(
+            async move {
+                run_plan_observed(
+                    &job.plan,
+                    &job.text,
+                    RunOptions::default(),
+                    job.cancel,
+                    Some(events),
+                )
+                .await
+            }
+            .instrument(span),
+        );
         // The channel closes when the run's future (and with it the sender) is done.
         while let Some(event) = received.recv().await {
             runs.on_event(&id, event);

@@ -1,0 +1,425 @@
+//! The run as a value: its agents, its results folder and manifest, its counts, and the
+//! phases that walk brokers x scenarios x cells. Each change a phase makes on a machine is
+//! held by a guard around the phases inside it (a deployed broker around its scenarios,
+//! netem around its cells), so an error, a panic or a stop inside undoes it on the way out;
+//! each phase answers a [`Flow`] so the one around it knows whether to go on.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+
+use super::agents::AgentHandle;
+use super::deploy::{self, Deployment};
+use super::events::{Events, RunCounts, RunEvent};
+use super::faults::{Faults, Phase};
+use super::guard::{Guard, catching};
+use super::record::{Ended, Progress};
+use super::scenario::{self, Netem, ScenarioOutcome};
+use super::{RunError, RunSummary, cell, phases};
+use crate::plan::{BrokerEntry, Cell, OnFailure, Plan};
+use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, ResultsDir};
+
+/// What a phase tells the phase around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Go on with the next broker, scenario or cell.
+    Continue,
+    /// Stop the run (a signal, or a failure under `on_failure = "stop"`), after the undo of
+    /// every phase it is in.
+    Stop,
+}
+
+/// A run in progress.
+#[derive(Debug)]
+pub(super) struct Run<'p> {
+    plan: &'p Plan,
+    dir: PathBuf,
+    agents: HashMap<String, AgentHandle>,
+    results: ResultsDir,
+    finished: HashSet<String>,
+    manifest: Manifest,
+    progress: Progress,
+    cancel: CancellationToken,
+    faults: Faults,
+}
+
+/// What opening a run needs besides the plan and its agents.
+#[derive(Debug)]
+pub(super) struct Setting<'a> {
+    pub(super) plan_text: &'a str,
+    pub(super) dir: PathBuf,
+    pub(super) cancel: CancellationToken,
+    pub(super) events: Events,
+    pub(super) faults: Faults,
+}
+
+impl<'p> Run<'p> {
+    /// Opens the results folder, reports the start and writes the first manifest (carrying
+    /// over what a resumed folder already recorded).
+    pub(super) async fn open(
+        plan: &'p Plan,
+        agents: HashMap<String, AgentHandle>,
+        setting: Setting<'_>,
+    ) -> Result<Self, RunError> {
+        let results = ResultsDir::open(&setting.dir)?;
+        let finished = results.finished_cells()?;
+        let total = plan.cells().len();
+        let dir = setting.dir;
+        let events = setting.events;
+        events
+            .emit(RunEvent::Started {
+                dir: dir.clone(),
+                total,
+            })
+            .await;
+        let mut manifest = Manifest {
+            plan: plan.clone(),
+            plan_text: setting.plan_text.to_string(),
+            controller_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_ms: loadgen::clock::unix_now_ns() / 1_000_000,
+            nodes: plan
+                .nodes
+                .iter()
+                .filter_map(|n| agents.get(&n.name))
+                .map(|a| node_record(plan, a))
+                .collect(),
+            netem: Vec::new(),
+            skipped: Vec::new(),
+            testbed: None,
+            brokers: Vec::new(),
+        };
+        if let Ok(previous) = results.read_manifest() {
+            manifest.netem = previous.netem;
+            manifest.skipped = previous.skipped;
+            manifest.brokers = previous.brokers;
+        }
+        results.write_manifest(&manifest)?;
+        let counts = RunCounts {
+            total,
+            ..RunCounts::default()
+        };
+        Ok(Run {
+            plan,
+            dir,
+            agents,
+            results,
+            finished,
+            manifest,
+            progress: Progress { counts, events },
+            cancel: setting.cancel,
+            faults: setting.faults,
+        })
+    }
+
+    fn events(&self) -> Events {
+        self.progress.events.clone()
+    }
+
+    /// Phases 2 and 3 (overlay, cluster): a failure here stops the run before any broker.
+    pub(super) async fn prepare(&mut self) -> Result<(), RunError> {
+        self.manifest.testbed = phases::prepare(self.plan, &self.agents, &self.events()).await?;
+        self.results.write_manifest(&self.manifest)?;
+        for node in &self.manifest.nodes {
+            self.progress
+                .events
+                .emit(RunEvent::Node(node.clone()))
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Every broker in turn, until one says stop.
+    pub(super) async fn brokers(&mut self) -> Result<Flow, RunError> {
+        for b in 0..self.plan.brokers.len() {
+            if Box::pin(self.broker(b)).await? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Broker `b`: deployed, its scenarios run under its deploy guard, removed.
+    async fn broker(&mut self, b: usize) -> Result<Flow, RunError> {
+        let plan = self.plan;
+        let broker = &plan.brokers[b];
+        let pending: Vec<Cell> = (0..plan.scenarios.len())
+            .flat_map(|s| plan.cells_of(b, s))
+            .filter(|c| !self.finished.contains(&c.id(plan)))
+            .collect();
+        let of_broker = plan.cells().iter().filter(|c| c.broker == b).count();
+        self.progress.counts.done += of_broker - pending.len();
+        if pending.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let deployed = match deploy::deploy(plan, broker, &self.agents).await {
+            Ok(deployed) => deployed,
+            Err((reason, skip)) => return self.unavailable(broker, &pending, &reason, skip).await,
+        };
+        let deployment = Deployment::new(plan, broker, &self.agents, self.events());
+        let flow = Guard::new(deployment)
+            .around(async {
+                self.record_broker(broker, &deployed).await?;
+                self.scenarios(b, &pending, deployed.address).await
+            })
+            .await?;
+        if flow == Flow::Stop || self.cancel.is_cancelled() {
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// A broker that could not be deployed: its cells skipped (an optional broker that is
+    /// not installed) or failed.
+    async fn unavailable(
+        &mut self,
+        broker: &BrokerEntry,
+        pending: &[Cell],
+        reason: &str,
+        skip: bool,
+    ) -> Result<Flow, RunError> {
+        let unavailable = RunEvent::BrokerUnavailable {
+            broker: broker.name.clone(),
+            reason: reason.to_string(),
+        };
+        self.progress.events.emit(unavailable).await;
+        let status = if skip {
+            let why = format!("broker {}: {reason}", broker.name);
+            self.manifest.skipped.push(why);
+            CellStatus::Skipped
+        } else {
+            CellStatus::Failed
+        };
+        let (results, plan) = (&self.results, self.plan);
+        let cells: Vec<&Cell> = pending.iter().collect();
+        self.progress
+            .record_unmeasured(results, plan, &cells, status, reason)
+            .await?;
+        if !skip && plan.on_failure == OnFailure::Stop {
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn record_broker(
+        &mut self,
+        broker: &BrokerEntry,
+        deployed: &deploy::Deployed,
+    ) -> Result<(), RunError> {
+        let record = BrokerRecord {
+            name: broker.name.clone(),
+            node: deploy::deploying_node(self.plan, broker)
+                .unwrap_or("-")
+                .to_string(),
+            address: deployed.address.to_string(),
+            detail: deployed.detail.clone(),
+        };
+        self.manifest.brokers.retain(|b| b.name != record.name);
+        self.manifest.brokers.push(record);
+        self.results.write_manifest(&self.manifest)?;
+        let ready = RunEvent::BrokerReady {
+            broker: broker.name.clone(),
+            address: deployed.address,
+        };
+        self.progress.events.emit(ready).await;
+        Ok(())
+    }
+
+    /// The scenarios of broker `b` in turn, each with its pending cells.
+    async fn scenarios(
+        &mut self,
+        b: usize,
+        pending: &[Cell],
+        address: SocketAddr,
+    ) -> Result<Flow, RunError> {
+        for s in 0..self.plan.scenarios.len() {
+            let cells: Vec<&Cell> = pending.iter().filter(|c| c.scenario == s).collect();
+            if cells.is_empty() {
+                continue;
+            }
+            if self.cancel.is_cancelled() {
+                return Ok(Flow::Stop);
+            }
+            if Box::pin(self.scenario(b, s, &cells, address)).await? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Scenario `s` of broker `b`: netem applied and verified, the cells run under the netem
+    /// guard, netem cleared.
+    async fn scenario(
+        &mut self,
+        b: usize,
+        s: usize,
+        cells: &[&Cell],
+        address: SocketAddr,
+    ) -> Result<Flow, RunError> {
+        let entry = &self.plan.scenarios[s];
+        let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.faults.clone()));
+        let outcome = catching(async {
+            if self.emulate(b, s, cells, netem.get_mut()).await? {
+                self.cells(b, cells, address).await
+            } else {
+                Ok(Flow::Continue)
+            }
+        })
+        .await;
+        netem.finish(outcome).await
+    }
+
+    /// Applies scenario `s` for broker `b` into `netem`; false when its cells were recorded
+    /// as skipped or failed instead.
+    async fn emulate(
+        &mut self,
+        b: usize,
+        s: usize,
+        cells: &[&Cell],
+        netem: &mut Netem,
+    ) -> Result<bool, RunError> {
+        let (plan, broker) = (self.plan, &self.plan.brokers[b]);
+        let entry = &plan.scenarios[s];
+        let node = broker.node.as_deref();
+        let outcome = scenario::apply(plan, entry, &broker.name, node, &self.agents, netem).await;
+        let (status, reason) = match outcome {
+            Ok(ScenarioOutcome::Unimpaired) => return Ok(true),
+            Ok(ScenarioOutcome::Applied(applied)) => {
+                for netem in &applied {
+                    let event = RunEvent::Netem {
+                        scenario: netem.scenario.clone(),
+                        node: netem.node.clone(),
+                        asked: netem.asked.clone(),
+                        read_back: netem.read_back.clone(),
+                    };
+                    self.progress.events.emit(event).await;
+                }
+                self.manifest.netem.extend(applied);
+                self.faults.at(Phase::Manifest)?;
+                self.results.write_manifest(&self.manifest)?;
+                return Ok(true);
+            }
+            Ok(ScenarioOutcome::Skipped(reason)) => {
+                let skipped = RunEvent::ScenarioSkipped {
+                    reason: reason.clone(),
+                };
+                self.progress.events.emit(skipped).await;
+                if !self.manifest.skipped.contains(&reason) {
+                    self.manifest.skipped.push(reason.clone());
+                }
+                (CellStatus::Skipped, reason)
+            }
+            Err(reason) => (CellStatus::Failed, reason),
+        };
+        self.progress
+            .record_unmeasured(&self.results, plan, cells, status, &reason)
+            .await?;
+        Ok(false)
+    }
+
+    /// The cells of one broker and scenario in turn, until one says stop.
+    async fn cells(
+        &mut self,
+        b: usize,
+        cells: &[&Cell],
+        address: SocketAddr,
+    ) -> Result<Flow, RunError> {
+        for cell in cells {
+            if self.cancel.is_cancelled() {
+                return Ok(Flow::Stop);
+            }
+            if Box::pin(self.cell(b, cell, address)).await? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// One cell: its workload run while the broker's node reports metrics, then recorded.
+    async fn cell(&mut self, b: usize, cell: &Cell, address: SocketAddr) -> Result<Flow, RunError> {
+        let plan = self.plan;
+        let broker = &plan.brokers[b];
+        let id = cell.id(plan);
+        let run_id = format!("c{:016x}", fingerprint(&id, self.manifest.started_unix_ms));
+        let spec = match cell::workload(plan, cell, address, &run_id) {
+            Ok(spec) => spec,
+            Err(reason) => {
+                let failed = Ended::unmeasured(CellStatus::Failed, &reason);
+                self.progress
+                    .record(&self.results, plan, cell, failed)
+                    .await?;
+                return Ok(Flow::Continue);
+            }
+        };
+        let watch = deploy::deploying_node(plan, broker).map(|node| (node, broker.name.as_str()));
+        // Boxed, as are the phases: nested inline, their futures overflow a worker's stack in
+        // debug builds.
+        let measuring = cell::run(plan, cell, spec, &self.agents, watch, &id, &self.cancel);
+        let (outcome, metrics) = Box::pin(measuring).await;
+        self.faults.at(Phase::Cell)?;
+        self.results.record_metrics(&metrics)?;
+        let watched = watch.map(|(node, name)| (name, self.clock_shift(node, cell)));
+        let ended = Ended::ran(outcome, &metrics, watched);
+        let failed = ended.status == CellStatus::Failed;
+        self.progress
+            .record(&self.results, plan, cell, ended)
+            .await?;
+        if failed && plan.on_failure == OnFailure::Stop {
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// How far the clock of the broker's `node` is ahead of the cell's first loadgen node.
+    fn clock_shift(&self, node: &str, cell: &Cell) -> i64 {
+        let loadgen = &self.plan.tests[cell.test].loadgen[0];
+        match (self.agents.get(node), self.agents.get(loadgen)) {
+            (Some(broker_node), Some(loadgen_node)) => {
+                broker_node.clock.offset_ns - loadgen_node.clock.offset_ns
+            }
+            _ => 0,
+        }
+    }
+
+    /// Writes the last manifest; what the run did.
+    pub(super) fn close(self, flow: Flow) -> Result<RunSummary, RunError> {
+        self.results.write_manifest(&self.manifest)?;
+        let counts = self.progress.counts;
+        Ok(RunSummary {
+            dir: self.dir,
+            measured: counts.measured,
+            failed: counts.failed,
+            skipped: counts.skipped,
+            interrupted: flow == Flow::Stop,
+        })
+    }
+}
+
+fn node_record(plan: &Plan, agent: &AgentHandle) -> NodeRecord {
+    let entry = plan.nodes.iter().find(|n| n.name == agent.name);
+    NodeRecord {
+        name: agent.name.clone(),
+        agent: entry.map(|n| n.agent.clone()).unwrap_or_default(),
+        arch: agent.info.arch.clone(),
+        cores: agent.info.cores,
+        memory_bytes: agent.info.memory_bytes,
+        kernel: agent.info.kernel.clone(),
+        os: agent.info.os.clone(),
+        agent_version: agent.info.agent_version.clone(),
+        netem: if agent.netem_available() {
+            "available".to_string()
+        } else {
+            format!("unavailable: {}", agent.netem_detail())
+        },
+        clock_offset_ns: agent.clock.offset_ns,
+        clock_error_bound_ns: agent.clock.error_bound_ns,
+    }
+}
+
+/// A short, stable-per-run fingerprint of a cell id: loadgen run ids are [A-Za-z0-9-].
+fn fingerprint(id: &str, salt: u64) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325 ^ salt, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -1,0 +1,168 @@
+//! Recording cells as they end: the summary row, the result and histogram files, the run's
+//! counts and the [`RunEvent::Cell`] that reports them.
+
+use crate::plan::{Cell, Plan};
+use crate::results::usage::{BrokerUsage, broker_usage, generator_limit};
+use crate::results::{CellRecord, CellStatus, MetricsRow, ResultsDir, SaturationRecord};
+
+use super::RunError;
+use super::cell::{self, CellOutcome};
+use super::events::{Events, RunCounts, RunEvent};
+
+/// What a cell adds to loadgen's figures.
+#[derive(Debug, Default)]
+pub(super) struct Extras {
+    usage: Option<BrokerUsage>,
+    generator_limit: Option<String>,
+    search: Option<loadgen::saturation::SaturationReport>,
+}
+
+/// A cell as it is recorded: how it ended, its note, its result and what it adds.
+#[derive(Debug)]
+pub(super) struct Ended {
+    pub(super) status: CellStatus,
+    /// The one-line figures, or why it failed or was skipped.
+    pub(super) note: String,
+    result: Option<Box<loadgen::RunResult>>,
+    extras: Extras,
+}
+
+impl Ended {
+    /// A cell that was not measured, for `reason`.
+    pub(super) fn unmeasured(status: CellStatus, reason: &str) -> Self {
+        Ended {
+            status,
+            note: reason.to_string(),
+            result: None,
+            extras: Extras::default(),
+        }
+    }
+
+    /// A cell that ran: its outcome with the broker's usage from `metrics` (of the broker
+    /// `watched` by name, its node's clock `shift` ns from the loadgen node's).
+    pub(super) fn ran(
+        outcome: CellOutcome,
+        metrics: &[MetricsRow],
+        watched: Option<(&str, i64)>,
+    ) -> Self {
+        let measured = |result: &loadgen::RunResult| {
+            let summary = loadgen::Summary::of(result);
+            let usage = watched
+                .and_then(|(name, shift)| broker_usage(result, &summary, metrics, name, shift));
+            let limit = generator_limit(&summary, usage.as_ref());
+            let extras = Extras {
+                usage,
+                generator_limit: limit,
+                search: None,
+            };
+            (cell::one_line(&summary), extras)
+        };
+        match outcome {
+            CellOutcome::Measured(result) => {
+                let (note, extras) = measured(&result);
+                Ended {
+                    status: CellStatus::Ok,
+                    note,
+                    result: Some(result),
+                    extras,
+                }
+            }
+            CellOutcome::Searched(report, at_rate) => {
+                let (note, mut extras) = match &at_rate {
+                    Some(result) => measured(result),
+                    None => (String::new(), Extras::default()),
+                };
+                let found = loadgen::output::saturation_summary(&report);
+                let note = if note.is_empty() {
+                    found.trim_end().to_string()
+                } else {
+                    format!("{}; at that rate: {note}", found.trim_end())
+                };
+                extras.search = Some(*report);
+                Ended {
+                    status: CellStatus::Ok,
+                    note,
+                    result: at_rate,
+                    extras,
+                }
+            }
+            CellOutcome::Failed(reason) => Ended::unmeasured(CellStatus::Failed, &reason),
+        }
+    }
+}
+
+/// The run's counts and where they are reported.
+#[derive(Debug)]
+pub(super) struct Progress {
+    pub(super) counts: RunCounts,
+    pub(super) events: Events,
+}
+
+impl Progress {
+    /// Records `cell` as it ended, counts it and reports it.
+    pub(super) async fn record(
+        &mut self,
+        results: &ResultsDir,
+        plan: &Plan,
+        cell: &Cell,
+        ended: Ended,
+    ) -> Result<(), RunError> {
+        let test = &plan.tests[cell.test];
+        let Ended {
+            status,
+            note,
+            result,
+            extras,
+        } = ended;
+        let record = CellRecord {
+            cell: cell.id(plan),
+            broker: plan.brokers[cell.broker].name.clone(),
+            scenario: plan.scenarios[cell.scenario].name.clone(),
+            test: format!("{:?}", test.kind).to_lowercase(),
+            point: cell.point.label(),
+            repetition: cell.repetition,
+            status,
+            reason: if status == CellStatus::Ok {
+                String::new()
+            } else {
+                note.clone()
+            },
+            summary: result.as_deref().map(loadgen::Summary::of),
+            usage: extras.usage,
+            generator_limit: extras.generator_limit,
+            saturation: extras.search.as_ref().map(SaturationRecord::of),
+        };
+        results.record(&record, result.as_deref(), extras.search.as_ref())?;
+        let counts = &mut self.counts;
+        counts.done += 1;
+        match status {
+            CellStatus::Ok => counts.measured += 1,
+            CellStatus::Failed => counts.failed += 1,
+            CellStatus::Skipped => counts.skipped += 1,
+        }
+        let event = RunEvent::Cell {
+            id: record.cell,
+            status,
+            note,
+            counts: *counts,
+        };
+        self.events.emit(event).await;
+        Ok(())
+    }
+
+    /// Records `cells` as failed or skipped, all for the same reason.
+    pub(super) async fn record_unmeasured(
+        &mut self,
+        results: &ResultsDir,
+        plan: &Plan,
+        cells: &[&Cell],
+        status: CellStatus,
+        reason: &str,
+    ) -> Result<(), RunError> {
+        for cell in cells {
+            self.record(results, plan, cell, Ended::unmeasured(status, reason))
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,242 @@
+//! A run that fails at each of its phases still undoes everything it changed: netem
+//! cleared, the broker removed, the local agents stopped.
+//!
+//! Real: two in-process agents (`agent = "local"`, one the broker's node, one the load's,
+//! both on 127.0.0.1), the broker they deploy (Mosquitto where it is installed, else the
+//! embedded one), the cell's load, the results folder, and the run's own phases and guards.
+//! Injected (through `faults.rs`, compiled only for these tests): the netem calls, since
+//! this machine's kernel has no netem qdisc (a stand-in records apply and clear per node),
+//! and the failure itself: an error writing the manifest after netem is applied, a netem
+//! apply that fails on the second node, an error or a panic after a cell ran, and an error
+//! writing the report.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::faults::fake::FakeNetem;
+use super::faults::{Faults, Phase};
+use super::{RunError, RunEvent, RunOptions, RunSummary, event_channel, run_plan_observed};
+use crate::plan::Plan;
+use crate::results::CellStatus;
+
+/// Every test run ends (undo included) well within this.
+const RUN_WITHIN: Duration = Duration::from_secs(120);
+
+fn plan(results: &std::path::Path) -> (Plan, String) {
+    // Mosquitto where it is installed (as in CI); the embedded broker keeps the test
+    // meaningful on a machine without it.
+    let broker = if std::path::Path::new("/usr/sbin/mosquitto").exists() {
+        "kind = \"native\"\nproduct = \"mosquitto\""
+    } else {
+        eprintln!("no /usr/sbin/mosquitto: the embedded broker stands in");
+        "kind = \"embedded\""
+    };
+    let text = format!(
+        r#"
+name = "undo"
+repetitions = 1
+results_dir = {results:?}
+
+[[nodes]]
+name = "load"
+agent = "local"
+roles = ["loadgen", "netem"]
+
+[[nodes]]
+name = "server"
+agent = "local"
+roles = ["broker", "netem"]
+
+[[brokers]]
+name = "broker"
+{broker}
+node = "server"
+
+[[scenarios]]
+name = "edge"
+
+[[tests]]
+kind = "latency"
+loadgen = ["load"]
+publishers = 4
+messages = 3
+warmup = 1
+"#,
+        results = results.display().to_string()
+    );
+    let plan = Plan::parse(&text, "undo.toml").expect("valid plan");
+    (plan, text)
+}
+
+/// What a run did, as its events and the stand-in netem saw it.
+struct Ran {
+    outcome: Result<Result<RunSummary, RunError>, tokio::task::JoinError>,
+    events: Vec<RunEvent>,
+    netem: Arc<FakeNetem>,
+}
+
+async fn run_failing(fail: Option<(Phase, bool)>, netem_fails_on: Option<&str>) -> Ran {
+    let results = tempfile::tempdir().expect("temp dir");
+    let (plan, text) = plan(results.path());
+    let netem = Arc::new(FakeNetem {
+        fail_on: netem_fails_on.map(str::to_string),
+        ..FakeNetem::default()
+    });
+    let options = RunOptions {
+        resume: None,
+        faults: Faults {
+            fail,
+            netem: Some(Arc::clone(&netem)),
+        },
+    };
+    let (sender, mut receiver) = event_channel();
+    // A task of its own, as under `controller serve`: a panic of the run ends only it.
+    let run = tokio::spawn(async move {
+        run_plan_observed(
+            &plan,
+            &text,
+            options,
+            CancellationToken::new(),
+            Some(sender),
+        )
+        .await
+    });
+    let collect = async {
+        let mut events = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            events.push(event);
+        }
+        events
+    };
+    let (outcome, events) = tokio::time::timeout(RUN_WITHIN, async { tokio::join!(run, collect) })
+        .await
+        .expect("the run ends");
+    drop(results);
+    Ran {
+        outcome,
+        events,
+        netem,
+    }
+}
+
+/// Whether something accepts connections at `address`.
+async fn listening(address: SocketAddr) -> bool {
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(address),
+    )
+    .await
+    .is_ok_and(|connected| connected.is_ok())
+}
+
+/// Netem cleared on every node it reached, the broker removed and no longer answering,
+/// both local agents stopped and no longer listening.
+async fn assert_undone(ran: &Ran) {
+    assert_eq!(
+        ran.netem.held(),
+        BTreeSet::new(),
+        "netem left on nodes; calls: {:?}",
+        ran.netem.log()
+    );
+    let log = ran.netem.log();
+    assert!(
+        log.contains(&"apply load".to_string()) && log.contains(&"clear load".to_string()),
+        "netem reached the load node and was cleared there: {log:?}"
+    );
+    let broker = ran.events.iter().find_map(|e| match e {
+        RunEvent::BrokerReady { address, .. } => Some(*address),
+        _ => None,
+    });
+    let broker = broker.expect("the broker was deployed");
+    assert!(
+        ran.events
+            .iter()
+            .any(|e| matches!(e, RunEvent::BrokerRemoved { broker } if broker == "broker")),
+        "the run's deploy guard removed the broker"
+    );
+    assert!(!listening(broker).await, "the broker at {broker} is gone");
+    let agents: Vec<SocketAddr> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::LocalAgent { address, .. } => Some(*address),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(agents.len(), 2, "both local agents started");
+    for agent in agents {
+        assert!(
+            !listening(agent).await,
+            "the local agent at {agent} stopped"
+        );
+    }
+}
+
+fn cells(ran: &Ran, status: CellStatus) -> usize {
+    ran.events
+        .iter()
+        .filter(|e| matches!(e, RunEvent::Cell { status: s, .. } if *s == status))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_writing_the_manifest_after_netem_undoes_everything() {
+    let ran = run_failing(Some((Phase::Manifest, false)), None).await;
+    assert!(
+        matches!(ran.outcome, Ok(Err(RunError::Results(_)))),
+        "the error is returned: {:?}",
+        ran.outcome
+    );
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_netem_apply_failing_on_the_second_node_clears_the_first() {
+    let ran = run_failing(None, Some("server")).await;
+    let summary = ran.outcome.as_ref().expect("no panic").as_ref();
+    let summary = summary.expect("a failed scenario fails its cells, not the run");
+    assert_eq!((summary.measured, summary.failed), (0, 1), "{summary:?}");
+    assert_eq!(cells(&ran, CellStatus::Failed), 1);
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_a_cell_undoes_everything() {
+    let ran = run_failing(Some((Phase::Cell, false)), None).await;
+    assert!(
+        matches!(ran.outcome, Ok(Err(RunError::Results(_)))),
+        "the error is returned: {:?}",
+        ran.outcome
+    );
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_after_a_cell_undoes_everything_then_goes_on() {
+    let ran = run_failing(Some((Phase::Cell, true)), None).await;
+    assert!(
+        ran.outcome.as_ref().is_err_and(|e| e.is_panic()),
+        "the panic reaches the run's task: {:?}",
+        ran.outcome.as_ref().map(|_| ())
+    );
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_writing_the_report_leaves_nothing_behind() {
+    let ran = run_failing(Some((Phase::Report, false)), None).await;
+    let summary = ran.outcome.as_ref().expect("no panic").as_ref();
+    let summary = summary.expect("the measurements are on disk: the run succeeds");
+    assert_eq!((summary.measured, summary.failed), (1, 0), "{summary:?}");
+    assert!(
+        ran.events
+            .iter()
+            .any(|e| matches!(e, RunEvent::ReportFailed { .. })),
+        "the failure is reported"
+    );
+    assert_undone(&ran).await;
+}
