@@ -1,11 +1,8 @@
-//! Continuum's controller: drives the agents of a testbed over mutual TLS.
-//!
-//! So far it holds the building blocks that the agent's end-to-end tests and the coming
-//! orchestration share: connecting to an agent with the controller's identity, and
-//! estimating an agent's clock offset.
+//! Continuum's controller: drives the agents of a testbed over mutual TLS through a plan's
+//! brokers x scenarios x cells, writes each result as it ends and the report at the end;
+//! runs as a command (`controller plan.toml`) or as a service (`controller serve`).
 //!
 //! # Layout
-//! - [`connect`]: an mTLS channel to an agent.
 //! - [`civil`]: UTC calendar dates for folder names and reports.
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
