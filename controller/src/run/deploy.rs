@@ -137,29 +137,36 @@ impl Undo for Deployment {
         let Some(agent) = self.agent.clone() else {
             return;
         };
-        stop_broker(agent, self.broker.clone()).await;
+        let stopped = stop_broker(agent, self.broker.clone()).await;
         self.agent = None;
-        let broker = self.broker.clone();
-        self.events.emit(RunEvent::BrokerRemoved { broker }).await;
+        if stopped {
+            let broker = self.broker.clone();
+            self.events.emit(RunEvent::BrokerRemoved { broker }).await;
+        }
     }
 
     fn abandon(&mut self) {
         if let Some(agent) = self.agent.take() {
-            spawn_detached(&self.describe(), stop_broker(agent, self.broker.clone()));
+            let stopping = stop_broker(agent, self.broker.clone());
+            spawn_detached(&self.describe(), async {
+                stopping.await;
+            });
         }
     }
 }
 
-/// StopBroker on `agent` (errors logged: there is nobody left to return them to).
-async fn stop_broker(mut agent: AgentHandle, broker: String) {
+/// StopBroker on `agent`; false when it failed (logged: there is nobody left to return the
+/// error to).
+async fn stop_broker(mut agent: AgentHandle, broker: String) -> bool {
     let request = pb::StopBrokerRequest {
         name: broker.clone(),
     };
     match tokio::time::timeout(UNDO_WITHIN, agent.client.stop_broker(request)).await {
-        Ok(Ok(_)) => {}
+        Ok(Ok(_)) => return true,
         Ok(Err(status)) => tracing::warn!(broker = %broker, %status, "stopping the broker"),
         Err(_) => tracing::warn!(broker = %broker, "stopping the broker timed out"),
     }
+    false
 }
 
 /// What the agent is asked to run for `broker`, listening on its node's `bind` address.
