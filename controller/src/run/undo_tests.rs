@@ -8,7 +8,8 @@
 //! this machine's kernel has no netem qdisc (a stand-in records apply and clear per node),
 //! and the failure itself: an error writing the manifest after netem is applied, a netem
 //! apply that fails on the second node, an error or a panic after a cell ran, and an error
-//! writing the report.
+//! writing the report. Two more stop a run once netem is in force: by its cancel token (as
+//! SIGINT does) and by dropping its future, where only the guards' fallbacks act.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -239,4 +240,104 @@ async fn an_error_writing_the_report_leaves_nothing_behind() {
         "the failure is reported"
     );
     assert_undone(&ran).await;
+}
+
+/// How a test stops a run once netem is in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopBy {
+    /// The run's token, as SIGINT or a `serve` Cancel does.
+    Cancel,
+    /// Dropping the run's future (an aborted task): only the guards' fallbacks can act.
+    Abort,
+}
+
+async fn run_stopped(stop: StopBy) -> Ran {
+    let results = tempfile::tempdir().expect("temp dir");
+    let (plan, text) = plan(results.path());
+    let netem = Arc::new(FakeNetem::default());
+    let options = RunOptions {
+        resume: None,
+        faults: Faults {
+            fail: None,
+            netem: Some(Arc::clone(&netem)),
+        },
+    };
+    let (sender, mut receiver) = event_channel();
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let run =
+        tokio::spawn(
+            async move { run_plan_observed(&plan, &text, options, token, Some(sender)).await },
+        );
+    let abort = run.abort_handle();
+    let collect = async {
+        let mut events = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            if matches!(event, RunEvent::Netem { .. }) {
+                match stop {
+                    StopBy::Cancel => cancel.cancel(),
+                    StopBy::Abort => abort.abort(),
+                }
+            }
+            events.push(event);
+        }
+        events
+    };
+    let (outcome, events) = tokio::time::timeout(RUN_WITHIN, async { tokio::join!(run, collect) })
+        .await
+        .expect("the run ends");
+    drop(results);
+    Ran {
+        outcome,
+        events,
+        netem,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_stops_and_undoes_everything() {
+    let ran = run_stopped(StopBy::Cancel).await;
+    let summary = ran.outcome.as_ref().expect("no panic").as_ref();
+    let summary = summary.expect("a cancelled run ends normally");
+    assert!(summary.interrupted, "{summary:?}");
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_run_is_undone_by_its_guards_fallbacks() {
+    let ran = run_stopped(StopBy::Abort).await;
+    assert!(
+        ran.outcome.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the run's task was aborted"
+    );
+    // The fallbacks do not wait: poll, with a deadline, until their detached undo is done.
+    let addresses: Vec<SocketAddr> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::LocalAgent { address, .. } | RunEvent::BrokerReady { address, .. } => {
+                Some(*address)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(addresses.len(), 3, "two local agents and the broker");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut open = Vec::new();
+        for address in &addresses {
+            if listening(*address).await {
+                open.push(*address);
+            }
+        }
+        let held = ran.netem.held();
+        if open.is_empty() && held.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still listening: {open:?}; netem held on {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
