@@ -13,12 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Phase, Status};
 use crate::result::RunResult;
 use crate::size::ByteSize;
-use crate::spec::{
-    BrokerTarget, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing,
-    Qos, Topology, WorkloadSpec,
-};
+use crate::spec::{Coalescing, MqttVersion, Pacing, Qos, Topology, WorkloadSpec};
 use crate::summary::Summary;
-use crate::{LoadgenError, output};
+use crate::{LoadgenError, output, presets};
 
 /// Command-line arguments of `loadgen`.
 #[derive(Debug, Parser)]
@@ -284,55 +281,6 @@ fn parse_topology(text: &str) -> Result<Topology, String> {
     }
 }
 
-/// The study's latency test (Table III): 100 publishers -> 1 subscriber, QoS 1, 10 B, every
-/// 250 ms. The study sent 1 message per publisher; 20 (2 warm-up) give percentiles worth
-/// reading, and `--messages 1 --warmup 0` reproduces the study exactly.
-pub fn latency_preset() -> WorkloadSpec {
-    WorkloadSpec {
-        broker: BrokerTarget {
-            host: "127.0.0.1".to_string(),
-            port: 1883,
-            protocol: MqttVersion::V311,
-            tls_ca_file: None,
-            username: None,
-            password: None,
-        },
-        publishers: 100,
-        subscribers: 1,
-        topology: Topology::Shared,
-        topic_prefix: "continuum".to_string(),
-        qos: Qos::AtLeastOnce,
-        payload: ByteSize(10),
-        messages_per_publisher: 20,
-        warmup_messages: 2,
-        duration: None,
-        warmup: None,
-        pacing: Pacing::OpenLoop {
-            interval: Duration::from_millis(250),
-        },
-        connection: ConnectionOptions::default(),
-        engine: EngineOptions::default(),
-        drain: DrainOptions::default(),
-        subscriber_rate_limit: None,
-        shard: None,
-        run_id: None,
-    }
-}
-
-/// The study's throughput test: N pairs, QoS 0, 10 B, burst.
-pub fn throughput_preset() -> WorkloadSpec {
-    WorkloadSpec {
-        publishers: 100,
-        subscribers: 100,
-        topology: Topology::Pairs,
-        qos: Qos::AtMostOnce,
-        messages_per_publisher: 1000,
-        warmup_messages: 0,
-        pacing: Pacing::Burst,
-        ..latency_preset()
-    }
-}
-
 impl WorkloadArgs {
     /// Applies every given flag to `spec`.
     pub fn apply(&self, spec: &mut WorkloadSpec) {
@@ -445,17 +393,17 @@ pub enum CliError {
 /// Builds the spec a command asks for.
 pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
     let (mut spec, args) = match command {
-        Command::Latency(args) => (latency_preset(), args),
+        Command::Latency(args) => (presets::latency(), args),
         Command::Payload(args) => {
             if args.payload.is_none() {
                 return Err(CliError::Usage(
                     "loadgen payload needs --size (e.g. 1KB, 10KB, 1MB)".to_string(),
                 ));
             }
-            (latency_preset(), args)
+            (presets::latency(), args)
         }
         Command::Throughput(args) | Command::Saturate { workload: args, .. } => {
-            (throughput_preset(), args)
+            (presets::throughput(), args)
         }
         Command::Run { spec, overrides } => {
             let text = std::fs::read_to_string(spec).map_err(|e| CliError::Input {
@@ -678,27 +626,6 @@ async fn progress_bar(mut status: watch::Receiver<Status>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn presets_are_the_study_tests_and_valid() {
-        let latency = latency_preset();
-        assert_eq!(
-            (latency.publishers, latency.subscribers, latency.qos.level()),
-            (100, 1, 1)
-        );
-        assert_eq!(latency.payload, ByteSize(10));
-        latency.validate().expect("latency preset");
-        let throughput = throughput_preset();
-        assert_eq!(
-            (
-                throughput.topology,
-                throughput.qos.level(),
-                throughput.pacing.clone()
-            ),
-            (Topology::Pairs, 0, Pacing::Burst)
-        );
-        throughput.validate().expect("throughput preset");
-    }
 
     #[test]
     fn flags_override_presets() {

@@ -30,6 +30,7 @@ pub mod header;
 mod live;
 pub mod output;
 mod pacer;
+pub mod presets;
 mod publisher;
 pub mod result;
 pub mod runtime;
