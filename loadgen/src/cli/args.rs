@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use crate::size::ByteSize;
 use crate::spec::{Coalescing, MqttVersion, Qos, Topology};
@@ -56,7 +56,7 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_address)]
     pub broker: Option<(String, u16)>,
     /// MQTT version: 3.1.1 or 5.
-    #[arg(long, value_parser = parse_protocol)]
+    #[arg(long, value_parser = one_of::<MqttVersion>("an MQTT version"))]
     pub protocol: Option<MqttVersion>,
     /// QoS 0, 1 or 2.
     #[arg(long, value_parser = parse_qos)]
@@ -71,7 +71,7 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub subscribers: Option<u32>,
     /// Topic layout: shared, pairs or fan-out.
-    #[arg(long, value_parser = parse_topology)]
+    #[arg(long, value_parser = one_of::<Topology>("a topology"))]
     pub topology: Option<Topology>,
     /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
     #[arg(long, visible_alias = "size")]
@@ -177,14 +177,8 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
-fn parse_protocol(text: &str) -> Result<MqttVersion, String> {
-    match text {
-        "3.1.1" | "311" | "4" => Ok(MqttVersion::V311),
-        "5" | "5.0" => Ok(MqttVersion::V5),
-        other => Err(format!("{other:?} is not an MQTT version (3.1.1 or 5)")),
-    }
-}
-
+/// A QoS is written as its level, as in a spec file; parsing it as a number keeps every
+/// spelling a number may have (`01`, `+1`), which a list of names would not.
 fn parse_qos(text: &str) -> Result<Qos, String> {
     let level: u8 = text
         .parse()
@@ -192,13 +186,75 @@ fn parse_qos(text: &str) -> Result<Qos, String> {
     Qos::try_from(level)
 }
 
-fn parse_topology(text: &str) -> Result<Topology, String> {
-    match text {
-        "shared" => Ok(Topology::Shared),
-        "pairs" => Ok(Topology::Pairs),
-        "fan-out" | "fanout" => Ok(Topology::FanOut),
-        other => Err(format!(
-            "{other:?} is not a topology (shared, pairs, fan-out)"
-        )),
+/// A parser for the command-line spellings of `E` (its `ValueEnum` names and aliases) whose
+/// error names them on the same line: clap's own error lists them on a second line, which
+/// loadgen's one-line errors leave out.
+fn one_of<E: ValueEnum + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl Fn(&str) -> Result<E, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        E::from_str(text, false).map_err(|_| {
+            let names: Vec<String> = E::value_variants()
+                .iter()
+                .filter_map(ValueEnum::to_possible_value)
+                .map(|value| value.get_name().to_string())
+                .collect();
+            let listed = match names.split_last() {
+                Some((last, [])) => last.clone(),
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            format!("{text:?} is not {what} ({listed})")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    /// The workload flags of `loadgen latency ARGS`, or clap's error.
+    fn latency_flags(args: &[&str]) -> Result<WorkloadArgs, String> {
+        let argv = ["loadgen", "latency"].iter().chain(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Latency(flags) = cli.command else {
+            panic!("parsed as another command: {:?}", cli.command);
+        };
+        Ok(flags)
+    }
+
+    #[test]
+    fn enum_flags_take_every_spelling_they_always_took() {
+        let protocol = |text| latency_flags(&["--protocol", text]).map(|f| f.protocol);
+        for text in ["3.1.1", "311", "4"] {
+            assert_eq!(protocol(text), Ok(Some(MqttVersion::V311)), "{text}");
+        }
+        for text in ["5", "5.0"] {
+            assert_eq!(protocol(text), Ok(Some(MqttVersion::V5)), "{text}");
+        }
+        let topology = |text| latency_flags(&["--topology", text]).map(|f| f.topology);
+        assert_eq!(topology("shared"), Ok(Some(Topology::Shared)));
+        assert_eq!(topology("pairs"), Ok(Some(Topology::Pairs)));
+        assert_eq!(topology("fan-out"), Ok(Some(Topology::FanOut)));
+        assert_eq!(topology("fanout"), Ok(Some(Topology::FanOut)));
+        let qos = |text| latency_flags(&["--qos", text]).map(|f| f.qos);
+        assert_eq!(qos("0"), Ok(Some(Qos::AtMostOnce)));
+        assert_eq!(qos("01"), Ok(Some(Qos::AtLeastOnce)));
+        assert_eq!(qos("2"), Ok(Some(Qos::ExactlyOnce)));
+    }
+
+    #[test]
+    fn a_bad_enum_value_is_refused_naming_what_is_accepted_on_one_line() {
+        let refused = |args: &[&str]| latency_flags(args).expect_err("must be refused");
+        let first_line = |error: String| error.lines().next().unwrap_or_default().to_string();
+        assert!(first_line(refused(&["--protocol", "3"])).contains("(3.1.1 or 5)"));
+        assert!(first_line(refused(&["--protocol", "V5"])).contains("(3.1.1 or 5)"));
+        assert!(
+            first_line(refused(&["--topology", "Shared"])).contains("(shared, pairs or fan-out)")
+        );
+        assert!(first_line(refused(&["--qos", "3"])).contains("QoS must be 0, 1 or 2"));
     }
 }

@@ -41,15 +41,18 @@ impl fmt::Display for BrokerTarget {
     }
 }
 
-/// MQTT protocol version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// MQTT protocol version. On the command line also `311` or `4` (its protocol level) for
+/// 3.1.1 and `5.0` for 5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 pub enum MqttVersion {
     /// MQTT 3.1.1 (the study's version).
     #[default]
     #[serde(rename = "3.1.1")]
+    #[value(name = "3.1.1", aliases = ["311", "4"])]
     V311,
     /// MQTT 5.
     #[serde(rename = "5")]
+    #[value(name = "5", alias = "5.0")]
     V5,
 }
 
