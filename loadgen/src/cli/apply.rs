@@ -101,6 +101,7 @@ impl WorkloadArgs {
     }
 }
 
+/// Overwrites `field` when a flag gave a value; an absent flag keeps the preset's.
 fn set<T>(field: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *field = value;
@@ -144,6 +145,7 @@ pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
     Ok(spec)
 }
 
+/// ` (line N)` for a TOML error with a position, so the user finds the bad line.
 fn span_note(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     match span {
         Some(span) => {

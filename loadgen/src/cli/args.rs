@@ -154,6 +154,7 @@ pub enum WarmupArg {
     Time(Duration),
 }
 
+/// `--warmup`: a bare number is messages per publisher, anything else must be a time.
 fn parse_warmup(text: &str) -> Result<WarmupArg, String> {
     if let Ok(count) = text.parse::<u64>() {
         return Ok(WarmupArg::Messages(count));
@@ -163,6 +164,7 @@ fn parse_warmup(text: &str) -> Result<WarmupArg, String> {
         .map_err(|_| format!("{text:?} is neither a number of messages nor a time like 2s"))
 }
 
+/// `--broker HOST:PORT`; an IPv6 host may be bracketed (`[::1]:1883`).
 fn parse_address(text: &str) -> Result<(String, u16), String> {
     let (host, port) = text
         .rsplit_once(':')

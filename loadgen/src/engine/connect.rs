@@ -48,6 +48,7 @@ pub(super) async fn preflight(
     Ok(())
 }
 
+/// The CONNECT of `client_id`: every client of a run sends the same settings.
 fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
     ConnectFields {
         client_id,
@@ -62,12 +63,17 @@ fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFiel
     }
 }
 
-/// Opens one role's connections of a run.
+/// Opens a run's connections, one role at a time.
 pub(super) struct Connector<'a> {
+    /// The workload, for ramp-up, timeouts and topics.
     pub(super) spec: &'a WorkloadSpec,
+    /// Part of every client id, so runs never share a session.
     pub(super) run_id: &'a str,
+    /// Where the broker is.
     pub(super) dialer: &'a Dialer,
+    /// The MQTT version's packets.
     pub(super) codec: Codec,
+    /// Stops connecting early.
     pub(super) cancel: &'a CancellationToken,
 }
 
