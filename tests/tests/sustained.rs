@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 /// `pairs` publisher/subscriber pairs at an offered `rate` for `duration` after `warmup`.
 fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> WorkloadSpec {
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.broker.port = port;
     spec.publishers = pairs;
     spec.subscribers = pairs;
