@@ -38,18 +38,7 @@ pub(super) async fn run_workload(
 /// Cancels `cancel` on SIGINT or SIGTERM (how systemd and CI stop a process).
 pub(super) fn spawn_signal_handler(cancel: CancellationToken) {
     tokio::spawn(async move {
-        let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
-                    signal.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate => {}
-        }
+        host::termination().await;
         eprintln!("loadgen: stopping (the figures will cover what ran)");
         cancel.cancel();
     });
