@@ -34,6 +34,7 @@ pub mod codec;
 pub mod engine;
 pub mod generator;
 pub mod header;
+pub mod histogram_v2;
 mod live;
 pub mod output;
 mod pacer;
