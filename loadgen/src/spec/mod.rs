@@ -27,7 +27,9 @@ pub use options::{
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
 pub use topology::{Shard, Topology};
-pub use validate::SpecError;
+pub use validate::{
+    MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
+};
 
 use std::time::Duration;
 
