@@ -160,16 +160,21 @@ fn a_refusing_broker_fails_with_its_reason() {
     })
     .expect("mosquitto starts");
     let address = broker.addr().to_string();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "wrong\n").expect("secret file");
     let output = loadgen(&[
         "latency",
         "--broker",
         &address,
         "--username",
         "bob",
-        "--password",
-        "wrong",
+        "--password-file",
+        utf8(&secret),
     ]);
     assert_one_line_error(&output, 1, "refused CONNECT: NotAuthorized");
+    // A password on the command line is no longer accepted at all.
+    let output = loadgen(&["latency", "--broker", &address, "--password", "wrong"]);
+    assert_one_line_error(&output, 2, "--password");
 }
 
 /// Fields in one CSV line, honouring quotes.

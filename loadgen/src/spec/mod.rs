@@ -130,6 +130,26 @@ impl WorkloadSpec {
 mod tests {
     use super::*;
 
+    /// A spec file may carry a password, but nothing loadgen writes (results embed their
+    /// spec) does.
+    #[test]
+    fn a_password_is_read_but_never_written() {
+        let mut spec = example();
+        spec.broker.username = Some("bob".into());
+        spec.broker.password = Some("hunter2".into());
+        let json = serde_json::to_string(&spec).expect("serializes");
+        assert!(
+            !json.contains("hunter2") && !json.contains("password"),
+            "{json}"
+        );
+        let toml_text = toml::to_string(&spec).expect("serializes");
+        assert!(!toml_text.contains("hunter2"), "{toml_text}");
+        let read: BrokerTarget =
+            toml::from_str("host = \"h\"\nport = 1\nusername = \"bob\"\npassword = \"hunter2\"\n")
+                .expect("parses");
+        assert_eq!(read.password.as_deref(), Some("hunter2"));
+    }
+
     pub(crate) fn example() -> WorkloadSpec {
         WorkloadSpec {
             broker: BrokerTarget {
