@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use controller::plan::{CellPoint, Plan, TestKind, workload_for};
 use controller::report::{ReportFiles, check_svg, write_report};
 use controller::results::{
-    AppliedNetem, BrokerRecord, CellRecord, CellStatus, ClusterRecord, Manifest, MetricsRow,
-    NodeRecord, OverlayRecord, ResultsDir, TestbedRecord,
+    AppliedNetem, BrokerRecord, CellRecord, CellStatus, ClusterNode, ClusterRecord, Manifest,
+    MetricsRow, NetemRecord, NodeRecord, OverlayPeer, OverlayRecord, ResultsDir, TestbedRecord,
 };
 use loadgen::result::ClientWindow;
 use loadgen::{RunResult, Summary};
@@ -34,6 +34,15 @@ tests = [
   { kind = "burst", loadgen = ["tester"], clients = [100, 200], messages = 1000 },
 ]
 "#;
+
+/// netem asked on each end of the edge scenario: half of its 2.5 ms.
+const EDGE_HALF: NetemRecord = NetemRecord {
+    delay_ns: 1_250_000,
+    jitter_ns: 250_000,
+    loss_percent: 0.02,
+    rate_bytes_per_sec: None,
+    limit_packets: None,
+};
 
 /// Reads one rate of a cell's summary.
 type Rate = fn(&Summary) -> f64;
@@ -136,8 +145,11 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
         scenario: "edge".into(),
         node: node.into(),
         interface: "nebula1".into(),
-        asked: "delay 1.25ms jitter 0.25ms loss 0.02%".into(),
-        read_back: "qdisc netem 8001: root limit 1000 delay 1.25ms 0.25ms loss 0.02%".into(),
+        asked: EDGE_HALF,
+        read_back: Some(NetemRecord {
+            limit_packets: Some(1000),
+            ..EDGE_HALF
+        }),
     };
     let manifest = Manifest {
         plan: plan.clone(),
@@ -170,19 +182,28 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
                     lighthouse: false,
                     overlay_cidr: "198.19.0.3/24".into(),
                     detail: "already running".into(),
-                    peers: vec![("198.19.0.2".into(), true, "first answer 1.2 ms".into())],
+                    peers: vec![OverlayPeer {
+                        address: "198.19.0.2".into(),
+                        reachable: true,
+                        detail: "first answer 1.2 ms".into(),
+                    }],
                 },
             ],
             cluster: Some(ClusterRecord {
                 server: "headnode".into(),
                 nodes: vec![
-                    (
-                        "headnode".into(),
-                        true,
-                        "198.19.0.2".into(),
-                        vec!["node-role.kubernetes.io/control-plane=true:NoSchedule".into()],
-                    ),
-                    ("worker".into(), true, "198.19.0.3".into(), Vec::new()),
+                    ClusterNode {
+                        name: "headnode".into(),
+                        ready: true,
+                        internal_ip: "198.19.0.2".into(),
+                        taints: vec!["node-role.kubernetes.io/control-plane=true:NoSchedule".into()],
+                    },
+                    ClusterNode {
+                        name: "worker".into(),
+                        ready: true,
+                        internal_ip: "198.19.0.3".into(),
+                        taints: Vec::new(),
+                    },
                 ],
             }),
         }),

@@ -2,8 +2,6 @@
 //! message's path publisher -> broker -> subscriber, beside what the latency test measured
 //! (its median in the scenario minus its median in the local one, per broker).
 
-use std::time::Duration;
-
 use super::input::{GroupKey, RunData};
 use super::model::{Block, Section, Table, ms, signed_ms, signed_ms_like};
 use crate::plan::{DelaySplit, NodeRole, Plan, TestKind, scenario_preset};
@@ -34,8 +32,8 @@ fn egress_ns(
     let asked = data.manifest.netem.iter().find(|n| {
         n.broker == plan.brokers[broker].name && n.scenario == entry.name && n.node == node
     });
-    if let Some(delay) = asked.and_then(|n| delay_in(&n.asked)) {
-        return (delay.as_nanos() as f64, "netem asked");
+    if let Some(netem) = asked {
+        return (netem.asked.delay_ns as f64, "netem asked");
     }
     let total = entry
         .delay
@@ -52,24 +50,6 @@ fn egress_ns(
         _ => 0.0,
     };
     (share, "plan")
-}
-
-/// The `delay` of a netem description such as `delay 1.25ms jitter 0.25ms loss 0.02%`.
-pub fn delay_in(netem: &str) -> Option<Duration> {
-    let mut words = netem.split_whitespace();
-    words.find(|w| *w == "delay")?;
-    let value = words.next()?;
-    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = value.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let ns = match unit {
-        "ns" => 1.0,
-        "us" | "µs" | "usec" => 1e3,
-        "ms" | "msec" => 1e6,
-        "s" | "sec" => 1e9,
-        _ => return None,
-    };
-    Some(Duration::from_nanos((number * ns).round() as u64))
 }
 
 /// The scenario the others are compared with: `local`, else the first without delay.
@@ -244,22 +224,4 @@ pub fn section(data: &RunData) -> Option<Section> {
     section.blocks.push(Block::List(lines));
     section.blocks.push(Block::Table(table));
     Some(section)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn netem_descriptions_give_their_delay() {
-        let d = |text: &str| delay_in(text).map(|d| d.as_nanos());
-        assert_eq!(d("delay 1.25ms jitter 0.25ms loss 0.02%"), Some(1_250_000));
-        assert_eq!(
-            d("qdisc netem 8001: root limit 1000 delay 3.1ms  0.6ms"),
-            Some(3_100_000)
-        );
-        assert_eq!(d("delay 800us"), Some(800_000));
-        assert_eq!(d("loss 1%"), None);
-        assert_eq!(d("delay soon"), None);
-    }
 }

@@ -17,7 +17,7 @@ use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use crate::plan::TestKind;
-use crate::results::{Manifest, MetricsRow, SUMMARY_FIXED_COLUMNS};
+use crate::results::{Manifest, MetricsRow, ResultsError, SUMMARY_FIXED_COLUMNS};
 
 /// Everything the report is built from.
 #[derive(Debug)]
@@ -269,14 +269,9 @@ fn read_text(path: &Path) -> Result<Option<String>, ReportError> {
 
 /// Reads the folder.
 pub fn load(dir: &Path) -> Result<RunData, ReportError> {
-    let manifest_path = dir.join("manifest.json");
-    let text = fs::read_to_string(&manifest_path).map_err(|source| ReportError::Read {
-        path: manifest_path.display().to_string(),
-        source,
-    })?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| ReportError::Format {
-        path: manifest_path.display().to_string(),
-        problem: e.to_string(),
+    let manifest = Manifest::read(&dir.join("manifest.json")).map_err(|error| match error {
+        ResultsError::Io { path, source } => ReportError::Read { path, source },
+        ResultsError::Format { path, problem } => ReportError::Format { path, problem },
     })?;
     let mut data = RunData {
         manifest,

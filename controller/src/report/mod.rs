@@ -56,7 +56,6 @@ mod xml;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use emulation::delay_in as emulation_delay_in;
 pub use xml::check_svg;
 
 use crate::plan::{Plan, TestKind};

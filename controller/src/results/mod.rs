@@ -2,7 +2,8 @@
 //! nothing and `--resume` knows what is done.
 //!
 //! ```text
-//! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem read back
+//! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem
+//!                                asked and read back (numbers with units)
 //! <dir>/summary.csv              one row per cell: ids, status, every loadgen figure, then the
 //!                                broker's CPU and memory over the cell, who was the limit,
 //!                                and a saturation search's outcome
@@ -19,7 +20,8 @@ mod summary;
 pub mod usage;
 
 pub use manifest::{
-    AppliedNetem, BrokerRecord, ClusterRecord, Manifest, NodeRecord, OverlayRecord, TestbedRecord,
+    AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
+    OverlayPeer, OverlayRecord, TestbedRecord,
 };
 pub use summary::{
     CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_CELL_COLUMNS, SUMMARY_FIXED_COLUMNS,

@@ -232,12 +232,7 @@ impl ResultsDir {
 
     /// Reads the manifest.
     pub fn read_manifest(&self) -> Result<Manifest, ResultsError> {
-        let path = self.dir.join("manifest.json");
-        let text = fs::read_to_string(&path).map_err(io(&path))?;
-        serde_json::from_str(&text).map_err(|e| ResultsError::Format {
-            path: path.display().to_string(),
-            problem: e.to_string(),
-        })
+        Manifest::read(&self.dir.join("manifest.json"))
     }
 
     /// Records a finished cell: its raw result and histogram first, then its summary row, so

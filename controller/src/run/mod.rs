@@ -291,7 +291,10 @@ pub async fn run_plan_observed(
                     for netem in &applied {
                         eprintln!(
                             "controller: {} on {}: asked {}, kernel holds {}",
-                            netem.scenario, netem.node, netem.asked, netem.read_back
+                            netem.scenario,
+                            netem.node,
+                            netem.asked,
+                            netem.read_back_text()
                         );
                     }
                     manifest.netem.extend(applied);
