@@ -5,8 +5,7 @@
 //! Results are read one cell at a time and only their figures and merged latency
 //! histograms are kept, so a study of thousands of cells fits in memory.
 
-use crate::results::split_csv_line;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
@@ -17,7 +16,7 @@ use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use crate::plan::TestKind;
-use crate::results::{Manifest, MetricsRow, ResultsError, SUMMARY_FIXED_COLUMNS};
+use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
 /// Everything the report is built from.
 #[derive(Debug)]
@@ -38,8 +37,8 @@ pub struct RunData {
     pub problems: Vec<String>,
     /// Samples from `metrics.csv` (empty when it is absent).
     pub metrics: Vec<MetricsRow>,
-    /// Cell id -> (broker index, test index), for attributing metrics.
-    pub cell_index: BTreeMap<String, (usize, usize)>,
+    /// Where each measured cell sits in the plan, by cell id, for attributing metrics.
+    pub cell_index: BTreeMap<String, CellPlace>,
     /// Saturation cells: what each search found.
     pub searches: Vec<SearchFigures>,
 }
@@ -244,35 +243,45 @@ pub fn kind_name(kind: TestKind) -> &'static str {
     kind.name()
 }
 
-struct SummaryRow {
-    cell: String,
-    broker: String,
-    scenario: String,
-    test: String,
-    point: String,
-    repetition: u32,
-    status: String,
-    reason: String,
-    extras: CellExtras,
+/// Where a measured cell sits in the plan, for attributing its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellPlace {
+    /// Index into the plan's brokers.
+    pub broker: usize,
+    /// Index into the plan's tests.
+    pub test: usize,
 }
 
-fn read_text(path: &Path) -> Result<Option<String>, ReportError> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ReportError::Read {
-            path: path.display().to_string(),
-            source,
-        }),
+impl CellExtras {
+    fn of(row: &SummaryRow) -> Self {
+        CellExtras {
+            broker_cpu_percent: row.broker_cpu_percent,
+            broker_cpu_us_per_delivery: row.broker_cpu_us_per_delivery,
+            broker_peak_rss_mb: row.broker_peak_rss_mb,
+            generator_limit: row.limit_reason.clone().filter(|r| !r.is_empty()),
+        }
+    }
+}
+
+/// A problem with a file of the folder, naming it as `name` (relative to the folder, so the
+/// same folder gives the same report wherever it lies).
+fn problem_in(name: &str, error: &ResultsError) -> String {
+    match error {
+        ResultsError::Row {
+            line,
+            column,
+            value,
+            problem,
+            ..
+        } => format!("{name} line {line}: column {column} = {value:?}: {problem}; left out"),
+        ResultsError::Format { problem, .. } => format!("{name}: {problem}; left out"),
+        ResultsError::Io { source, .. } => format!("{name}: {source}; left out"),
     }
 }
 
 /// Reads the folder.
 pub fn load(dir: &Path) -> Result<RunData, ReportError> {
-    let manifest = Manifest::read(&dir.join("manifest.json")).map_err(|error| match error {
-        ResultsError::Io { path, source } => ReportError::Read { path, source },
-        ResultsError::Format { path, problem } => ReportError::Format { path, problem },
-    })?;
+    let manifest = Manifest::read(&dir.join("manifest.json"))?;
     let mut data = RunData {
         manifest,
         cells: Vec::new(),
@@ -285,133 +294,86 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         cell_index: BTreeMap::new(),
         searches: Vec::new(),
     };
-    let summary_path = dir.join("summary.csv");
-    let rows = match read_text(&summary_path)? {
-        Some(text) => read_summary(&text, &summary_path, &mut data)?,
+    let rows = match results::read_each_row(&dir.join("summary.csv"))? {
+        Some(rows) => last_rows(rows, &mut data),
         None => {
             data.problems
                 .push("summary.csv is absent: no cell has been recorded yet".to_string());
             BTreeMap::new()
         }
     };
-    let mut merged: BTreeMap<GroupKey, (Histogram<u64>, u32)> = BTreeMap::new();
+    let mut merged: BTreeMap<GroupKey, Merged> = BTreeMap::new();
     for row in rows.values() {
-        match row.status.as_str() {
-            "ok" => read_cell(dir, row, &mut data, &mut merged),
-            "failed" | "skipped" => {
-                let note = CellNote {
-                    cell: row.cell.clone(),
-                    broker: row.broker.clone(),
-                    scenario: row.scenario.clone(),
-                    reason: row.reason.clone(),
-                };
-                if row.status == "failed" {
-                    data.failed.push(note);
-                } else {
-                    data.skipped.push(note);
-                }
-            }
-            other => data.problems.push(format!(
-                "summary.csv: cell {} has unknown status {other:?}",
-                row.cell
-            )),
+        let note = || CellNote {
+            cell: row.cell.clone(),
+            broker: row.broker.clone(),
+            scenario: row.scenario.clone(),
+            reason: row.reason.clone(),
+        };
+        match row.status {
+            CellStatus::Ok => read_cell(dir, row, &mut data, &mut merged),
+            CellStatus::Failed => data.failed.push(note()),
+            CellStatus::Skipped => data.skipped.push(note()),
         }
     }
     data.latency = merged
         .into_iter()
-        .map(|(key, (histogram, reps))| (key, LatencyGroup::of(&histogram, reps)))
+        .map(|(key, m)| (key, LatencyGroup::of(&m.histogram, m.repetitions)))
         .collect();
-    if let Some(text) = read_text(&dir.join("metrics.csv"))? {
-        read_metrics(&text, &mut data);
+    match results::read_each_sample(&dir.join("metrics.csv")) {
+        Ok(Some(samples)) => {
+            let mut bad = 0usize;
+            for sample in samples {
+                match sample {
+                    Ok(sample) => data.metrics.push(sample),
+                    Err(_) => bad += 1,
+                }
+            }
+            if bad > 0 {
+                data.problems.push(format!(
+                    "metrics.csv: {bad} rows could not be read; left out"
+                ));
+            }
+        }
+        Ok(None) => {}
+        // Samples only add to the report: a file of another layout is named, not fatal.
+        Err(error @ ResultsError::Format { .. }) => {
+            data.problems.push(problem_in("metrics.csv", &error));
+        }
+        Err(error) => return Err(error.into()),
     }
     Ok(data)
 }
 
+/// Latency histograms of one group, merged over repetitions.
+struct Merged {
+    histogram: Histogram<u64>,
+    repetitions: u32,
+}
+
 /// The last row of each cell, by cell id; counts cells that failed before they succeeded.
-fn read_summary(
-    text: &str,
-    path: &Path,
+fn last_rows(
+    rows: Vec<Result<SummaryRow, ResultsError>>,
     data: &mut RunData,
-) -> Result<BTreeMap<String, SummaryRow>, ReportError> {
-    let mut lines = text.lines();
-    let header = lines.next().map(split_csv_line).unwrap_or_default();
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| ReportError::Format {
-                path: path.display().to_string(),
-                problem: format!("the header has no column {name:?}"),
-            })
-    };
-    let at: Vec<usize> = SUMMARY_FIXED_COLUMNS
-        .iter()
-        .map(|name| column(name))
-        .collect::<Result<_, _>>()?;
-    // The controller's own columns are newer than some folders: absent means unknown.
-    let optional = |name: &str| header.iter().position(|h| h == name);
-    let (cpu, per_delivery, rss, limit) = (
-        optional("broker_cpu_percent"),
-        optional("broker_cpu_us_per_delivery"),
-        optional("broker_peak_rss_mb"),
-        optional("limit_reason"),
-    );
-    let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
-    let mut failed_before: BTreeMap<String, bool> = BTreeMap::new();
-    for (number, line) in lines.enumerate() {
-        if line.is_empty() {
-            continue;
+) -> BTreeMap<String, SummaryRow> {
+    let mut last: BTreeMap<String, SummaryRow> = BTreeMap::new();
+    let mut failed_before: BTreeSet<String> = BTreeSet::new();
+    for row in rows {
+        match row {
+            Ok(row) => {
+                if row.status == CellStatus::Failed {
+                    failed_before.insert(row.cell.clone());
+                }
+                last.insert(row.cell.clone(), row);
+            }
+            Err(error) => data.problems.push(problem_in("summary.csv", &error)),
         }
-        let fields = split_csv_line(line);
-        let field = |i: usize| fields.get(at[i]).cloned();
-        let (Some(cell), Some(broker), Some(scenario), Some(test), Some(point)) =
-            (field(0), field(1), field(2), field(3), field(4))
-        else {
-            data.problems.push(format!(
-                "summary.csv line {}: {} fields, fewer than the header's",
-                number + 2,
-                fields.len()
-            ));
-            continue;
-        };
-        let status = field(6).unwrap_or_default();
-        let reason = field(7).unwrap_or_default();
-        let number_at = |column: Option<usize>| {
-            column
-                .and_then(|c| fields.get(c))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        let extras = CellExtras {
-            broker_cpu_percent: number_at(cpu),
-            broker_cpu_us_per_delivery: number_at(per_delivery),
-            broker_peak_rss_mb: number_at(rss),
-            generator_limit: limit
-                .and_then(|c| fields.get(c))
-                .filter(|v| !v.is_empty())
-                .cloned(),
-        };
-        let repetition = field(5).and_then(|r| r.parse().ok()).unwrap_or(1);
-        if status == "failed" {
-            failed_before.insert(cell.clone(), true);
-        }
-        let row = SummaryRow {
-            cell: cell.clone(),
-            broker,
-            scenario,
-            test,
-            point,
-            repetition,
-            status,
-            reason,
-            extras,
-        };
-        rows.insert(cell, row);
     }
-    data.retried = rows
+    data.retried = last
         .values()
-        .filter(|row| row.status == "ok" && failed_before.contains_key(&row.cell))
+        .filter(|row| row.status == CellStatus::Ok && failed_before.contains(&row.cell))
         .count();
-    Ok(rows)
+    last
 }
 
 /// The test a row belongs to: the index in its cell id (`.../<index>-<kind>/<point>/<rep>`),
@@ -424,15 +386,15 @@ fn test_index(data: &RunData, row: &SummaryRow) -> Option<usize> {
         .checked_sub(3)
         .and_then(|i| segments[i].split_once('-'))
         .and_then(|(index, _)| index.parse::<usize>().ok())
-        .filter(|&i| i < tests.len() && kind_name(tests[i].kind) == row.test);
-    from_id.or_else(|| tests.iter().position(|t| kind_name(t.kind) == row.test))
+        .filter(|&i| i < tests.len() && tests[i].kind == row.test);
+    from_id.or_else(|| tests.iter().position(|t| t.kind == row.test))
 }
 
 fn read_cell(
     dir: &Path,
     row: &SummaryRow,
     data: &mut RunData,
-    merged: &mut BTreeMap<GroupKey, (Histogram<u64>, u32)>,
+    merged: &mut BTreeMap<GroupKey, Merged>,
 ) {
     let plan = &data.manifest.plan;
     let broker = plan.brokers.iter().position(|b| b.name == row.broker);
@@ -445,8 +407,10 @@ fn read_cell(
         ));
         return;
     };
-    data.cell_index.insert(row.cell.clone(), (broker, test));
+    data.cell_index
+        .insert(row.cell.clone(), CellPlace { broker, test });
     let kind = plan.tests[test].kind;
+    let extras = CellExtras::of(row);
     let cell_dir = dir.join("cells").join(&row.cell);
     let read_json = |name: &str| -> Result<Option<String>, String> {
         match fs::read_to_string(cell_dir.join(name)) {
@@ -475,7 +439,7 @@ fn read_cell(
                 point: row.point.parse().unwrap_or(0),
                 repetition: row.repetition,
                 report,
-                extras: row.extras.clone(),
+                extras,
             }),
             Err(problem) => left_out(data, "saturation.json", problem),
         }
@@ -514,15 +478,21 @@ fn read_cell(
             point,
         };
         match merged.get_mut(&key) {
-            Some((histogram, reps)) => match histogram.add(&result.latency) {
-                Ok(()) => *reps += 1,
+            Some(group) => match group.histogram.add(&result.latency) {
+                Ok(()) => group.repetitions += 1,
                 Err(error) => data.problems.push(format!(
                     "cells/{}/result.json: its latency histogram does not merge ({error:?}); left out",
                     row.cell
                 )),
             },
             None => {
-                merged.insert(key, (result.latency, 1));
+                merged.insert(
+                    key,
+                    Merged {
+                        histogram: result.latency,
+                        repetitions: 1,
+                    },
+                );
             }
         }
     }
@@ -533,72 +503,14 @@ fn read_cell(
         point,
         repetition: row.repetition,
         summary,
-        extras: row.extras.clone(),
+        extras,
         series,
     });
-}
-
-fn read_metrics(text: &str, data: &mut RunData) {
-    let mut lines = text.lines();
-    let header = lines.next().map(split_csv_line).unwrap_or_default();
-    let names = [
-        "cell",
-        "unix_ns",
-        "node",
-        "node_cpu_percent",
-        "node_memory_used_bytes",
-        "process",
-        "process_cpu_percent",
-        "process_rss_bytes",
-    ];
-    let Some(at) = names
-        .iter()
-        .map(|name| header.iter().position(|h| h == name))
-        .collect::<Option<Vec<usize>>>()
-    else {
-        data.problems
-            .push("metrics.csv: its header lacks the expected columns; not used".to_string());
-        return;
-    };
-    let mut bad = 0usize;
-    for line in lines.filter(|l| !l.is_empty()) {
-        let fields = split_csv_line(line);
-        let get = |i: usize| fields.get(at[i]).map(String::as_str).unwrap_or("");
-        let row = (|| {
-            Some(MetricsRow {
-                cell: get(0).to_string(),
-                unix_ns: get(1).parse().ok()?,
-                node: get(2).to_string(),
-                node_cpu_percent: get(3).parse().ok()?,
-                node_memory_used_bytes: get(4).parse().ok()?,
-                process: get(5).to_string(),
-                process_cpu_percent: get(6).parse().ok()?,
-                process_rss_bytes: get(7).parse().ok()?,
-            })
-        })();
-        match row {
-            Some(row) => data.metrics.push(row),
-            None => bad += 1,
-        }
-    }
-    if bad > 0 {
-        data.problems.push(format!(
-            "metrics.csv: {bad} rows could not be read; left out"
-        ));
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quoted_fields_keep_their_commas() {
-        assert_eq!(
-            split_csv_line("a,\"x, y\",\"say \"\"no\"\"\","),
-            vec!["a", "x, y", "say \"no\"", ""]
-        );
-    }
 
     #[test]
     fn merged_percentiles_are_in_microseconds() {

@@ -59,27 +59,23 @@ use std::path::{Path, PathBuf};
 pub use xml::check_svg;
 
 use crate::plan::{Plan, TestKind};
+use crate::results::ResultsError;
 use input::RunData;
 use model::{Block, Section};
 
 /// The report could not be built or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// A file of the results folder could not be read.
+    /// A file of the results folder could not be read, or is not what this version writes.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// A folder of the results could not be listed.
     #[error("{path}: {source}")]
     Read {
-        /// The file.
+        /// The folder.
         path: String,
         /// Why.
         source: std::io::Error,
-    },
-    /// A file's content is not what this version writes.
-    #[error("{path}: {problem}")]
-    Format {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        problem: String,
     },
     /// A report file could not be written.
     #[error("{path}: {source}")]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::axes::{self, LegendItem, Plot, Scale};
-use super::input::RunData;
+use super::input::{CellPlace, RunData};
 use super::model::{Block, Figure, Section, Table};
 use super::svg::{self, Anchor, Svg};
 use super::test_label;
@@ -35,7 +35,7 @@ pub fn section(data: &RunData) -> Section {
     // (broker, test, process) -> samples; samples of failed cells have no entry in cell_index.
     let mut usage: BTreeMap<(usize, usize, String), Usage> = BTreeMap::new();
     for row in data.metrics.iter().filter(|r| !r.process.is_empty()) {
-        let Some(&(broker, test)) = data.cell_index.get(&row.cell) else {
+        let Some(&CellPlace { broker, test }) = data.cell_index.get(&row.cell) else {
             continue;
         };
         let entry = usage

@@ -554,7 +554,7 @@ fn record(
         cell: cell.id(plan),
         broker: plan.brokers[cell.broker].name.clone(),
         scenario: plan.scenarios[cell.scenario].name.clone(),
-        test: format!("{:?}", test.kind).to_lowercase(),
+        test: test.kind,
         point: cell.point.label(),
         repetition: cell.repetition,
         status,
