@@ -56,6 +56,7 @@ mod xml;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[doc(hidden)]
 pub use xml::check_svg;
 
 use crate::plan::{Plan, TestKind};

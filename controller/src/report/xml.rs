@@ -1,5 +1,7 @@
-//! A strict well-formedness check of the SVG this module writes, for tests here and in the
-//! end-to-end suites ("every figure is valid SVG").
+//! A strict well-formedness check of the SVG this module writes, kept only for the
+//! end-to-end suite in `agent/tests/controller_e2e.rs` ("every figure is valid SVG"), which
+//! cannot reach the controller's dev-dependencies; the controller's own tests parse figures
+//! with roxmltree. It goes when that suite moves beside them.
 //!
 //! It accepts the subset of XML the report uses (elements, double-quoted attributes, text,
 //! the five named entities and character references; no comments, CDATA or DOCTYPE) and
