@@ -676,14 +676,17 @@ fn search_report(found: u64) -> loadgen::saturation::SaturationReport {
     }
 }
 
-#[test]
-fn sustained_rates_saturation_points_and_comparisons_are_reported() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let plan = Plan::parse(SUSTAINED_PLAN, "plan.toml").expect("plan");
-    let results = ResultsDir::open(dir.path()).expect("open");
+/// Writes the folder of a timed throughput and a saturation test: 2 brokers x 5 repetitions;
+/// returns the receive rates that count as sustained, by broker.
+fn build_sustained(
+    dir: &Path,
+    plan_text: &str,
+) -> std::collections::BTreeMap<&'static str, Vec<f64>> {
+    let plan = Plan::parse(plan_text, "plan.toml").expect("plan");
+    let results = ResultsDir::open(dir).expect("open");
     let manifest = Manifest {
         plan: plan.clone(),
-        plan_text: SUSTAINED_PLAN.to_string(),
+        plan_text: plan_text.to_string(),
         controller_version: "0.1.0".into(),
         started_unix_ms: 1_777_638_896_789,
         nodes: Vec::new(),
@@ -727,7 +730,9 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
         result.shards.push(spec.effective_shard());
         let rate = [10_000.0, 5_000.0][cell.broker] + f64::from(rep) * 100.0;
         // rabbitmq's 3rd repetition falls behind; mosquitto's 4th is loadgen's limit.
-        let falls_behind = broker == "rabbitmq" && rep == 3;
+        // By position, so a plan may name its brokers otherwise.
+        let (first, key) = (cell.broker == 0, ["mosquitto", "rabbitmq"][cell.broker]);
+        let falls_behind = !first && rep == 3;
         fill_timed(&mut result, rate, falls_behind);
         let summary = Summary::of(&result);
         record.usage = Some(controller::results::usage::BrokerUsage {
@@ -736,17 +741,13 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
             peak_rss_mb: 12.0,
             samples: 8,
         });
-        if broker == "mosquitto" && rep == 4 {
+        if first && rep == 4 {
             record.generator_limit = Some("loadgen used 97 % of the 1.0 CPU it may use".into());
         } else if !falls_behind {
             let steady = summary.steadiness.as_ref().expect("timed");
             assert!(steady.steady, "{:?}", steady.reasons);
             counted
-                .entry(if broker == "mosquitto" {
-                    "mosquitto"
-                } else {
-                    "rabbitmq"
-                })
+                .entry(key)
                 .or_default()
                 .push(steady.receive_msgs_per_s);
         }
@@ -755,6 +756,13 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
             .record(&record, Some(&result), None)
             .expect("record");
     }
+    counted
+}
+
+#[test]
+fn sustained_rates_saturation_points_and_comparisons_are_reported() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let counted = build_sustained(dir.path(), SUSTAINED_PLAN);
     let files = write_report(dir.path()).expect("report");
     let md = std::fs::read_to_string(&files.markdown).expect("report.md");
     for path in &files.figures {
@@ -831,4 +839,50 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
         md.find("## Findings") < md.find("## Run"),
         "the report opens with its findings"
     );
+}
+
+/// A chart title longer than its figure is wide wraps to a second line instead of running
+/// off both edges; the whole title stays the figure's accessible name.
+#[test]
+fn long_chart_titles_wrap_inside_the_figure() {
+    const LONG: &str = "mosquitto-on-the-second-raspberry-pi-of-the-rack";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan_text = SUSTAINED_PLAN.replacen(
+        "{ name = \"mosquitto\", kind",
+        &format!("{{ name = \"{LONG}\", kind"),
+        1,
+    );
+    assert!(plan_text.contains(LONG));
+    build_sustained(dir.path(), &plan_text);
+    write_report(dir.path()).expect("report");
+    let path = dir
+        .path()
+        .join("figures")
+        .join("throughput-0-series-b0-s0.svg");
+    let text = std::fs::read_to_string(&path).expect("figure");
+    let document = roxmltree::Document::parse(&text).expect("well-formed");
+    let root = document.root_element();
+    let title = format!("{LONG}, local, 10 pairs");
+    let accessible = root
+        .descendants()
+        .find(|n| n.has_tag_name("title"))
+        .and_then(|n| n.text());
+    assert_eq!(accessible, Some(title.as_str()));
+    let width: f64 = root
+        .attribute("viewBox")
+        .and_then(|b| b.split_whitespace().nth(2))
+        .and_then(|w| w.parse().ok())
+        .expect("a viewBox width");
+    let lines: Vec<&str> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("font-weight") == Some("bold"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(lines.join(" "), title, "the title in two lines: {lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        // Bold 13 px glyphs are at most about 0.62 em wide.
+        let estimate = line.chars().count() as f64 * 13.0 * 0.62;
+        assert!(estimate <= width, "{line:?} is wider than {width} px");
+    }
 }

@@ -15,6 +15,7 @@ use loadgen::size::ByteSize;
 use loadgen::{RunResult, Summary};
 
 use super::ReportError;
+use super::timeseries::CellSeries;
 use crate::plan::TestKind;
 use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
@@ -73,73 +74,6 @@ pub struct CellExtras {
     pub broker_peak_rss_mb: Option<f64>,
     /// Why the generator, not the broker, was the limit.
     pub generator_limit: Option<String>,
-}
-
-/// A timed cell's publish and receive rates over time, in 100 ms steps.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CellSeries {
-    /// Step width, s.
-    pub step_s: f64,
-    /// Time of each step since the start barrier, s.
-    pub at_s: Vec<f64>,
-    /// Publishes per second in each step.
-    pub publish: Vec<f64>,
-    /// Deliveries per second in each step.
-    pub receive: Vec<f64>,
-    /// Deliveries owed at the end of each step.
-    pub backlog: Vec<f64>,
-    /// The measured window, s since the start barrier.
-    pub window_s: (f64, f64),
-}
-
-impl CellSeries {
-    /// The series of a timed result; `None` for counted runs.
-    pub fn of(result: &RunResult) -> Option<Self> {
-        let window = result.measured_window?;
-        let spec = &result.spec;
-        let fanout = match spec.topology {
-            loadgen::spec::Topology::Shared => f64::from(spec.subscribers),
-            _ => f64::from(spec.subscribers) / f64::from(spec.publishers.max(1)),
-        };
-        const PER_STEP: usize = 10; // 10 buckets of 10 ms
-        let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;
-        let start = usize::try_from(window.start_ns / loadgen::series::BUCKET_NS).ok()?;
-        let len = result
-            .publish_series
-            .counts
-            .len()
-            .max(result.receive_series.counts.len());
-        let (mut at_s, mut publish, mut receive, mut backlog) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut published, mut received) = (0.0, 0.0);
-        let count = |series: &loadgen::series::RateSeries, i: usize| {
-            series.counts.get(i).copied().unwrap_or(0) as f64
-        };
-        for (k, i) in (0..len).enumerate() {
-            published += count(&result.publish_series, i);
-            received += count(&result.receive_series, i);
-            if i < start || (k + 1) % PER_STEP != 0 {
-                continue;
-            }
-            let steps = (i + 1 - PER_STEP)..=i;
-            let sum = |series: &loadgen::series::RateSeries| {
-                steps.clone().map(|j| count(series, j)).sum::<f64>()
-            };
-            at_s.push((i + 1 - start) as f64 * bucket_s);
-            publish.push(sum(&result.publish_series) / (PER_STEP as f64 * bucket_s));
-            receive.push(sum(&result.receive_series) / (PER_STEP as f64 * bucket_s));
-            backlog.push((published * fanout - received).max(0.0));
-        }
-        let to_s = |ns: u64| ns.saturating_sub(window.start_ns) as f64 / 1e9;
-        Some(CellSeries {
-            step_s: PER_STEP as f64 * bucket_s,
-            at_s,
-            publish,
-            receive,
-            backlog,
-            window_s: (to_s(window.from_ns), to_s(window.until_ns)),
-        })
-    }
 }
 
 /// The figures of one measured cell.

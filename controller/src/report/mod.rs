@@ -29,8 +29,11 @@
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
 //! `throughput.rs`, `saturation.rs`, `burst.rs`, `comparison.rs`, `resources.rs`,
 //! `emulation.rs` build one section each; `estimate.rs` gives medians with intervals;
-//! `model.rs` is the document model; `svg.rs`, `axes.rs`, `chart.rs` and `timeseries.rs`
-//! draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed.
+//! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
+//! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
+//! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
+//! draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed, for
+//! the agent's end-to-end test only.
 
 mod axes;
 mod burst;
@@ -39,6 +42,7 @@ mod comparison;
 mod emulation;
 mod estimate;
 mod findings;
+mod frame;
 mod html;
 mod input;
 mod latency;
