@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use common::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
 use controller::connect::connect_agent;
-use controller::plan::Plan;
+use controller::plan::{Plan, TestKind};
 use controller::report::check_svg;
-use controller::results::ResultsDir;
+use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
 use proto::mtls::Credentials;
@@ -232,27 +232,9 @@ impl Bed {
     }
 }
 
-/// `summary.csv` of a run: its rows as maps from column to value. A name that appears twice
-/// in the header keeps its first column (the fixed `broker` column is the broker's name; a
-/// loadgen column of the same name, the broker's address, follows it).
-fn summary_rows(dir: &Path) -> Result<Vec<BTreeMap<String, String>>> {
-    let (header, rows) = ResultsDir::open(dir)?.read_summary()?;
-    rows.into_iter()
-        .map(|row| {
-            ensure!(row.len() == header.len(), "a ragged row: {row:?}");
-            let mut map = BTreeMap::new();
-            for (name, value) in header.iter().zip(row) {
-                map.entry(name.clone()).or_insert(value);
-            }
-            Ok(map)
-        })
-        .collect()
-}
-
-fn field<'a>(row: &'a BTreeMap<String, String>, column: &str) -> &'a str {
-    row.get(column)
-        .map(String::as_str)
-        .unwrap_or_else(|| panic!("summary.csv has no column {column}"))
+/// `summary.csv` of a run, row by row.
+fn summary_rows(dir: &Path) -> Result<Vec<SummaryRow>> {
+    Ok(results::read_rows(&ResultsDir::open(dir)?.summary_path())?)
 }
 
 /// Every cell id of the plan, each once.
@@ -263,10 +245,10 @@ fn plan_cell_ids(plan: &Plan) -> Vec<String> {
 }
 
 /// Rows per cell id.
-fn rows_per_cell(rows: &[BTreeMap<String, String>]) -> BTreeMap<String, usize> {
+fn rows_per_cell(rows: &[SummaryRow]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for row in rows {
-        *counts.entry(field(row, "cell").to_string()).or_insert(0) += 1;
+        *counts.entry(row.cell.clone()).or_insert(0) += 1;
     }
     counts
 }
@@ -389,27 +371,18 @@ messages = 200
     );
 
     let rows = summary_rows(&summary.dir).expect("summary.csv");
-    let mut ids: Vec<String> = rows.iter().map(|r| field(r, "cell").to_string()).collect();
+    let mut ids: Vec<String> = rows.iter().map(|r| r.cell.clone()).collect();
     ids.sort();
     assert_eq!(ids, plan_cell_ids(&plan), "one row per cell, no more");
     for row in &rows {
-        let cell = field(row, "cell");
-        assert_eq!(
-            field(row, "status"),
-            "ok",
-            "{cell}: {}",
-            field(row, "reason")
-        );
-        assert_eq!(field(row, "lost"), "0", "{cell} lost messages");
-        assert_eq!(
-            field(row, "delivered_unique"),
-            field(row, "expected_deliveries"),
-            "{cell}"
-        );
+        let cell = &row.cell;
+        assert_eq!(row.status, CellStatus::Ok, "{cell}: {}", row.reason);
+        assert_eq!(row.lost, Some(0), "{cell} lost messages");
+        assert_eq!(row.delivered_unique, row.expected_deliveries, "{cell}");
         assert!(
-            field(row, "qos_violations").is_empty(),
-            "{cell}: {}",
-            field(row, "qos_violations")
+            row.qos_violations.0.is_empty(),
+            "{cell}: {:?}",
+            row.qos_violations
         );
         assert!(
             summary
@@ -423,14 +396,14 @@ messages = 200
     }
     let throughput: Vec<_> = rows
         .iter()
-        .filter(|r| field(r, "test") == "burst")
+        .filter(|r| r.test == TestKind::Burst)
         .map(|r| {
             format!(
                 "{} {} pairs: {} published, receive {} msg/s",
-                field(r, "broker"),
-                field(r, "point"),
-                field(r, "published"),
-                field(r, "receive_rate_msgs_per_s")
+                r.broker,
+                r.point,
+                r.published.unwrap_or_default(),
+                r.receive_rate_msgs_per_s.unwrap_or_default()
             )
         })
         .collect();
@@ -652,14 +625,8 @@ messages = 1000
         "every cell, none lost"
     );
     for row in &rows {
-        assert_eq!(
-            field(row, "status"),
-            "ok",
-            "{}: {}",
-            field(row, "cell"),
-            field(row, "reason")
-        );
-        assert_eq!(field(row, "lost"), "0", "{}", field(row, "cell"));
+        assert_eq!(row.status, CellStatus::Ok, "{}: {}", row.cell, row.reason);
+        assert_eq!(row.lost, Some(0), "{}", row.cell);
     }
     bed.assert_nothing_left("mosquitto")
         .expect("brokers and netem cleaned up after the resumed run");
@@ -793,20 +760,16 @@ warmup = 1
     let rows = summary_rows(&summary.dir).expect("summary.csv");
     assert_eq!(rows_per_cell(&rows).len(), plan.cells().len());
     for row in &rows {
-        let (cell, status, reason) = (
-            field(row, "cell"),
-            field(row, "status"),
-            field(row, "reason"),
-        );
-        eprintln!("{cell}: {status} {reason}");
-        match field(row, "test") {
-            "burst" => {
-                assert_eq!(status, "failed", "{cell}");
+        let (cell, status, reason) = (&row.cell, row.status, &row.reason);
+        eprintln!("{cell}: {} {reason}", status.as_str());
+        match row.test {
+            TestKind::Burst => {
+                assert_eq!(status, CellStatus::Failed, "{cell}");
                 assert!(reason.contains("headnode"), "{cell}: {reason}");
             }
             _ => {
-                assert_eq!(status, "ok", "{cell}: {reason}");
-                assert_eq!(field(row, "lost"), "0", "{cell}");
+                assert_eq!(status, CellStatus::Ok, "{cell}: {reason}");
+                assert_eq!(row.lost, Some(0), "{cell}");
             }
         }
     }
