@@ -64,23 +64,35 @@ fn baseline(plan: &Plan) -> Option<usize> {
         })
 }
 
+/// What one broker's latency says about one emulated scenario.
+struct DelayCheck {
+    /// The broker's name.
+    broker: String,
+    /// What the emulation should add one way, µs.
+    should_us: f64,
+    /// The rise of the broker's median over the baseline's, µs; `None` when not measured.
+    added_us: Option<f64>,
+}
+
 /// One line: what the scenario should add and what each broker measured.
-fn scenario_line(scenario: &str, checks: &[(String, f64, Option<f64>)]) -> String {
+fn scenario_line(scenario: &str, checks: &[DelayCheck]) -> String {
     let measured = |added: Option<f64>| {
         added.map_or_else(
             || "not measured".to_string(),
             |a| format!("{} ms", signed_ms(a)),
         )
     };
-    let same = checks.windows(2).all(|w| ms(w[0].1) == ms(w[1].1));
+    let same = checks
+        .windows(2)
+        .all(|w| ms(w[0].should_us) == ms(w[1].should_us));
     match checks.first() {
         None => format!("{scenario}: no broker with a known node to check."),
-        Some((_, should, _)) if same => format!(
+        Some(first) if same => format!(
             "{scenario}: emulation should add {} ms one way (publisher -> broker -> subscriber) vs measured (median minus local's median): {}.",
-            ms(*should),
+            ms(first.should_us),
             checks
                 .iter()
-                .map(|(b, _, a)| format!("{b} {}", measured(*a)))
+                .map(|c| format!("{} {}", c.broker, measured(c.added_us)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -88,7 +100,12 @@ fn scenario_line(scenario: &str, checks: &[(String, f64, Option<f64>)]) -> Strin
             "{scenario}: emulation should add, vs measured (median minus local's median): {}.",
             checks
                 .iter()
-                .map(|(b, s, a)| format!("{b} {} ms vs {}", ms(*s), measured(*a)))
+                .map(|c| format!(
+                    "{} {} ms vs {}",
+                    c.broker,
+                    ms(c.should_us),
+                    measured(c.added_us)
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -157,8 +174,7 @@ pub fn section(data: &RunData) -> Option<Section> {
     );
     for &scenario in &emulated {
         let name = &plan.scenarios[scenario].name;
-        // (broker, should add µs, measured added µs) for the scenario's line.
-        let mut checks: Vec<(String, f64, Option<f64>)> = Vec::new();
+        let mut checks: Vec<DelayCheck> = Vec::new();
         for broker in 0..plan.brokers.len() {
             // Brokers never measured in this test are listed as skipped in the run section.
             if !(0..plan.scenarios.len()).any(|s| median(broker, s).is_some()) {
@@ -217,7 +233,11 @@ pub fn section(data: &RunData) -> Option<Section> {
                 }
             };
             table.row(row);
-            checks.push((broker_name.clone(), should_us, added));
+            checks.push(DelayCheck {
+                broker: broker_name.clone(),
+                should_us,
+                added_us: added,
+            });
         }
         lines.push(scenario_line(name, &checks));
     }
