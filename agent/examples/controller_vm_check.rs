@@ -50,13 +50,14 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 use vm_common::{configure, connect, index, report, setns, unshare_netns, up};
 
-use agent::config::{AgentConfig, NodeRole, TlsFiles};
-use agent::netem::{Netem, NetemOptions, NetemParams};
+use agent::netem::{Netem, NetemOptions};
 use anyhow::{Context, Result, bail};
-use controller::connect::connect_agent;
 use controller::plan::{Plan, TestKind};
 use controller::results::{self, CellStatus, Manifest, NetemRecord};
 use controller::run::{RunOptions, run_plan};
+use domain::NetemParams;
+use domain::{AgentConfig, NodeRole, TlsFiles};
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use rtnetlink::{LinkUnspec, LinkVeth};

@@ -34,13 +34,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vm_common::{configure, connect, index, report, setns, unshare_netns, up};
 
-use agent::config::{AgentConfig, NodeRole, TlsFiles};
-use agent::netem::{DEFAULT_LIMIT, Netem, NetemOptions, NetemParams};
+use agent::netem::{Netem, NetemOptions};
 use agent::service::AgentService;
 use anyhow::{Context, Result, bail};
-use controller::connect::connect_agent;
+use domain::NetemParams;
+use domain::netem::DEFAULT_LIMIT;
+use domain::{AgentConfig, NodeRole, TlsFiles};
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use rtnetlink::{LinkUnspec, LinkVeth};

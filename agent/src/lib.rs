@@ -7,18 +7,20 @@
 //! Debian kernel under qemu with `examples/netem_vm_check.rs` as its payload.
 //!
 //! # Layout
-//! - [`config`]: `agent.toml`; [`server`]: serving over mTLS until SIGTERM/SIGINT, then
-//!   undoing everything; [`service`]: the gRPC service, one file per RPC group.
+//! - [`server`]: serving over mTLS until SIGTERM/SIGINT, then undoing everything;
+//!   [`service`]: the gRPC service, one file per RPC group. Its configuration,
+//!   `agent.toml`, is `domain::AgentConfig`.
 //! - `main.rs`: the `continuum-agent` binary; `systemd/continuum-agent.service`: its unit.
 //! - [`broker`]: MQTT brokers behind one driver trait (native Mosquitto, RabbitMQ, EMQX,
 //!   VerneMQ, HiveMQ; kubernetes: the same five as pinned images on k3s; embedded
 //!   rumqttd; external), readiness by CONNECT/CONNACK, and
 //!   [`broker::Brokers`], the running instances by name (see its own Layout).
 //! - [`install`]: the Nebula and k3s installers (phases 2 and 3), see its own Layout.
-//! - [`process`]: child processes in their own group, markers, the `/proc` sweep.
+//! - [`MARKER_VAR`] tags every process the agent starts; the `host` crate holds the process
+//!   groups, the `/proc` sweep and bounded runs.
 //! - [`netem`]: netem settings, their byte-exact `TCA_OPTIONS` encoding, applying/reading
 //!   back/clearing through rtnetlink, the lease, and the capability probe.
-//!   - `netem/params.rs`: [`netem::NetemParams`], validation.
+//!   - `domain::netem`: what is asked ([`domain::NetemParams`]) and its validation.
 //!   - `netem/encode.rs`: [`netem::NetemOptions`], encoder and decoder.
 //!   - `netem/qdisc.rs`: [`netem::Netem`], the rtnetlink side.
 //!   - `netem/lease.rs`: [`netem::Lease`].
@@ -30,9 +32,16 @@
 #![warn(missing_docs)]
 
 pub mod broker;
-pub mod config;
 pub mod install;
 pub mod netem;
-pub mod process;
 pub mod server;
 pub mod service;
+
+/// The environment variable tagging every process the agent starts (brokers and their
+/// helpers, Nebula, k3s), so a stop or an uninstall finds the whole tree.
+pub const MARKER_VAR: &str = "CONTINUUM_BROKER_INSTANCE";
+
+/// A fresh marker for one instance the agent starts.
+pub(crate) fn new_marker(name: &str) -> host::Marker {
+    host::Marker::unique(MARKER_VAR, name)
+}

@@ -6,6 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use domain::AgentConfig;
+use host::program::{self, Threads};
+
+/// How the agent names itself in errors.
+const PROGRAM: &str = "continuum-agent";
 
 /// The Continuum agent: the daemon on every testbed node.
 #[derive(Debug, Parser)]
@@ -27,44 +32,26 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rumqttd=off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let config = match agent::config::AgentConfig::load(&args.config) {
+    program::init_tracing("info,rumqttd=off");
+    let config = match AgentConfig::load(&args.config) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("continuum-agent: {error}");
+            eprintln!("{PROGRAM}: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match program::runtime(PROGRAM, Threads::PerCore) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("continuum-agent: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     if let Some(Command::Uninstall) = args.command {
         return runtime.block_on(uninstall(&config));
     }
-    match runtime.block_on(agent::server::run(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("continuum-agent: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    program::exit_code(PROGRAM, runtime.block_on(agent::server::run(config)))
 }
 
 /// Runs both installers' uninstall steps, k3s first (it runs over the overlay).
-async fn uninstall(config: &agent::config::AgentConfig) -> ExitCode {
+async fn uninstall(config: &AgentConfig) -> ExitCode {
     let mut failed = false;
     match agent::install::k3s::K3s::new(config).uninstall().await {
         Ok(status) => println!("k3s: {}", status.detail),

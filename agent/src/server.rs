@@ -10,8 +10,8 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
-use crate::config::AgentConfig;
 use crate::service::AgentService;
+use domain::AgentConfig;
 
 /// The agent could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -71,24 +71,5 @@ pub async fn run(config: AgentConfig) -> Result<(), ServeError> {
         })?;
     tracing::info!(name = %config.name, listen = %config.listen, "agent serving");
     let service = Arc::new(AgentService::new(config).await);
-    serve(service, &credentials, listener, termination()).await
-}
-
-/// Completes on SIGTERM or SIGINT.
-pub async fn termination() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "no SIGTERM handler; only SIGINT stops the agent");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        _ = terminate => tracing::info!("SIGTERM: shutting down"),
-    }
+    serve(service, &credentials, listener, host::termination()).await
 }

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
-use controller::connect::connect_agent;
 use controller::plan::{Plan, TestKind};
 use controller::report::check_svg;
 use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
@@ -219,7 +219,7 @@ impl Bed {
                                 "broker {broker} left behind: {status:?}"
                             );
                             ensure!(
-                                status.pid == 0 || !tests::process::is_running(status.pid),
+                                status.pid == 0 || !host::is_running(status.pid),
                                 "broker {broker} process {} still runs",
                                 status.pid
                             );
@@ -287,7 +287,7 @@ fn screenshot(html: &Path) -> Result<(PathBuf, u64)> {
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", page.display()));
     let started = Instant::now();
-    let output = tests::process::run_with_deadline(&mut command, None, Duration::from_secs(90))?;
+    let output = host::blocking::run_with_deadline(&mut command, None, Duration::from_secs(90))?;
     ensure!(
         output.status.success(),
         "chromium exited with {}: {}",
@@ -581,7 +581,7 @@ messages = 1000
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    tests::process::kill_pid(controller.id());
+    host::kill(controller.id());
     let status = controller.child_mut().wait().expect("reaped");
     let before = complete_rows(&dir);
     eprintln!(
@@ -734,7 +734,7 @@ warmup = 1
         let run = scope.spawn(|| bed.run(&path, None));
         let watched = wait_for_subscribers_receiving(headnode, 50);
         // Kill it whatever the wait found, so the run cannot hang on it.
-        tests::process::kill_pid(headnode);
+        host::kill(headnode);
         let killed_at = started.elapsed();
         (
             run.join().expect("the run's thread"),

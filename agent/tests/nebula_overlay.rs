@@ -261,10 +261,7 @@ fn nebula_overlay_carries_mqtt_between_agents_and_leaves_nothing_behind() {
         eprintln!("tester: {}", restarted.detail);
         assert!(restarted.detail.starts_with("restarted"), "{restarted:?}");
         assert_ne!(restarted.pid, on_tester.pid);
-        assert!(
-            !tests::process::is_running(on_tester.pid),
-            "the old nebula is gone"
-        );
+        assert!(!host::is_running(on_tester.pid), "the old nebula is gone");
         assert_all_reachable("tester", &restarted, 2);
 
         // MQTT over the overlay: the broker listens on the worker's overlay address only.
@@ -337,10 +334,7 @@ fn nebula_overlay_carries_mqtt_between_agents_and_leaves_nothing_behind() {
                     .contains(&format!("stopped nebula (pid {pid})")),
                 "{removed:?}"
             );
-            assert!(
-                !tests::process::is_running(pid),
-                "{agent}: nebula {pid} is gone"
-            );
+            assert!(!host::is_running(pid), "{agent}: nebula {pid} is gone");
             assert_eq!(tun_addresses(node(agent)), None, "{agent}: tun gone");
             assert!(!state(agent).exists(), "{agent}: state removed");
             assert!(
@@ -417,7 +411,7 @@ fn a_certificate_for_another_address_leaves_nothing_and_sigterm_stops_nebula() {
                 again.detail
             );
             assert_ne!(again.pid, status.pid);
-            assert!(!tests::process::is_running(status.pid));
+            assert!(!host::is_running(status.pid));
             let shown = tun_addresses(node).context("tun device")?;
             assert!(shown.contains(&actual), "{shown}");
 
@@ -446,11 +440,11 @@ fn a_certificate_for_another_address_leaves_nothing_and_sigterm_stops_nebula() {
         })
         .expect("controller session")
     };
-    assert!(tests::process::is_running(pid));
+    assert!(host::is_running(pid));
     bed.terminate_agents(Duration::from_secs(30))
         .expect("agents stop cleanly on SIGTERM");
     assert!(
-        !tests::process::is_running(pid),
+        !host::is_running(pid),
         "the agent stopped its nebula child on SIGTERM"
     );
     assert_eq!(tun_addresses(bed.testbed.node("headnode")), None);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tests::process::run_with_deadline;
+use host::blocking::run_with_deadline;
 use tests::skip_unless_installed;
 
 const UNIT: &str = include_str!("../systemd/continuum-agent.service");

@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use common::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
 use controller::clock;
-use controller::connect::connect_agent;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Role};
 use tests::{isolated_netns_test, skip_unless_installed};
@@ -249,10 +249,7 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
             .await?
             .into_inner();
         assert_eq!(stopped.state(), pb::BrokerState::Stopped);
-        assert!(
-            !tests::process::is_running(started.pid),
-            "mosquitto is gone"
-        );
+        assert!(!host::is_running(started.pid), "mosquitto is gone");
 
         // RabbitMQ (MQTT plugin) on the worker carries the same load.
         let mut rabbit = mosquitto_spec("rabbitmq", &worker_ip, 1884);
@@ -284,7 +281,7 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
                 name: "rabbitmq".into(),
             })
             .await?;
-        assert!(!tests::process::is_running(started.pid), "rabbitmq is gone");
+        assert!(!host::is_running(started.pid), "rabbitmq is gone");
         Ok(())
     })
     .expect("controller session");
@@ -529,11 +526,11 @@ fn sigterm_stops_the_brokers_an_agent_started() {
             Ok(status.pid)
         })
         .expect("controller session");
-    assert!(tests::process::is_running(broker_pid));
+    assert!(host::is_running(broker_pid));
     bed.terminate_agents(Duration::from_secs(30))
         .expect("agents stop cleanly on SIGTERM");
     assert!(
-        !tests::process::is_running(broker_pid),
+        !host::is_running(broker_pid),
         "the agent stopped its broker on SIGTERM"
     );
 }

@@ -19,7 +19,6 @@
 
 pub mod civil;
 pub mod clock;
-pub mod connect;
 pub mod pki_command;
 pub mod plan;
 pub mod remote;

@@ -10,6 +10,7 @@ use controller::plan::Plan;
 use controller::remote::RemoteCommand;
 use controller::results::CellStatus;
 use controller::run::{RunEvent, RunOptions, run_plan_observed};
+use host::program::{self, Threads};
 use proto::mtls::Credentials;
 use tokio_util::sync::CancellationToken;
 
@@ -114,13 +115,7 @@ enum RemoteAction {
 fn main() -> ExitCode {
     let args = Args::parse();
     // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rumqttd=off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    program::init_tracing("warn,rumqttd=off");
     match (args.command, args.plan) {
         (Some(Command::Report { dir }), _) => match controller::report::write_report(&dir) {
             Ok(files) => {
@@ -191,30 +186,15 @@ fn pki(request: PkiRequest) -> ExitCode {
     }
 }
 
-fn runtime() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            eprintln!("controller: cannot start the runtime: {error}");
-            None
-        }
-    }
-}
-
 fn serve(listen: &str, pki: &Path, identity: &str) -> ExitCode {
-    let Some(runtime) = runtime() else {
-        return ExitCode::FAILURE;
+    let runtime = match program::runtime("controller serve", Threads::PerCore) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
     };
-    match runtime.block_on(controller::serve::run(listen, pki, identity)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("controller serve: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    program::exit_code(
+        "controller serve",
+        runtime.block_on(controller::serve::run(listen, pki, identity)),
+    )
 }
 
 fn remote(
@@ -238,8 +218,9 @@ fn remote(
         RemoteAction::Fetch { run, dir } => RemoteCommand::Fetch(run, dir),
         RemoteAction::Cancel { run } => RemoteCommand::Cancel(run),
     };
-    let Some(runtime) = runtime() else {
-        return ExitCode::FAILURE;
+    let runtime = match program::runtime("controller remote", Threads::PerCore) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
     };
     let outcome = runtime.block_on(async {
         let mut client = controller::remote::connect(addr, server_name, &credentials).await?;
@@ -269,15 +250,9 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match program::runtime("controller", Threads::PerCore) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("controller: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async {
         let cancel = CancellationToken::new();
@@ -317,7 +292,7 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
 
 /// SIGINT or SIGTERM: stop after undoing netem and brokers; a second one is not needed.
 async fn stop_on_signal(cancel: CancellationToken) {
-    agent::server::termination().await;
+    host::termination().await;
     eprintln!("controller: stopping: clearing netem and removing brokers");
     cancel.cancel();
 }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
+use host::program::{self, Threads};
 use loadgen::cli::{Cli, run};
 
 fn main() -> ExitCode {
@@ -32,32 +33,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    program::init_tracing("warn");
     // The load runs on a runtime of its own (loadgen::runtime); this one only shows progress.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match program::runtime("loadgen", Threads::One) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("loadgen: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     raise_open_file_limit();
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("loadgen: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    program::exit_code("loadgen", runtime.block_on(run(cli)))
 }
 
 /// Two sockets per client pair and 800 pairs exceed the usual soft limit of 1024 descriptors.

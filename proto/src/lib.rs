@@ -29,11 +29,14 @@
 //!   (histograms travel as HdrHistogram V2 + DEFLATE bytes).
 //! - [`pki`]: the project CA and the identities it issues (controller, agents, remote
 //!   clients), with role and name in each certificate, and their files on disk.
+//! - [`client`]: dialling an agent over mTLS ([`client::connect_agent`]), and errors and
+//!   statuses as one line with their causes.
 //! - [`mtls`]: tonic server and client TLS configs from those identities, and the callers'
 //!   identity and role checks for gRPC handlers.
 //! - `proto/continuum/testing/v1/ping.proto` and [`testing::v1`]: the mTLS conformance service
 //!   (one reading, one mutating RPC) that `tests/mtls.rs` runs over real TLS.
 
+pub mod client;
 pub mod convert;
 pub mod mtls;
 pub mod pki;

@@ -20,9 +20,8 @@ use crate::mosquitto_sys::MosquittoCounters;
 use crate::mosquitto_sys_reader::SysTreeReader;
 use crate::mqtt_wire::wait_for_connack;
 use crate::ports::{LOOPBACK, free_loopback_port};
-use crate::process::{
-    INSTANCE_MARKER_VAR, kill_group_and_reap, kill_instance_processes, new_instance_id,
-};
+use crate::process::{INSTANCE_MARKER_VAR, instance_marker, new_instance_id};
+use host::blocking::kill_group_and_reap;
 
 /// Where Debian's `mosquitto` package installs the broker.
 pub const MOSQUITTO_BINARY: &str = "/usr/sbin/mosquitto";
@@ -248,7 +247,7 @@ impl Drop for Mosquitto {
         // Stop reading first so the reader sees its own shutdown, not a crash.
         drop(self.sys_tree.take());
         kill_group_and_reap(&mut self.child);
-        kill_instance_processes(&self.instance_id, Duration::from_secs(5));
+        instance_marker(&self.instance_id).sweep_blocking(Duration::from_secs(5));
     }
 }
 

@@ -25,12 +25,10 @@ use tempfile::TempDir;
 
 use crate::mqtt_wire::wait_for_connack;
 use crate::ports::{LOOPBACK, free_loopback_ports};
-use crate::process::{
-    POLL_INTERVAL, kill_group_and_reap, kill_instance_processes, live_processes_of,
-    new_instance_id, run_with_deadline, wait_with_deadline,
-};
+use crate::process::{POLL_INTERVAL, instance_marker, new_instance_id};
 use crate::rabbitmq_counters::{OVERVIEW_EXPRESSION, RabbitCounters};
 use crate::rabbitmq_env::{apply_env, instance_env, write_files};
+use host::blocking::{kill_group_and_reap, run_with_deadline, wait_with_deadline};
 
 /// The broker's start script from Debian's `rabbitmq-server` package.
 pub const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -160,7 +158,7 @@ impl RabbitMq {
 
     /// Every running process of this node (script, VM, helpers, epmd).
     pub fn processes(&self) -> Vec<u32> {
-        live_processes_of(&self.instance_id)
+        instance_marker(&self.instance_id).live_processes()
     }
 
     /// The directory holding config, data and logs.
@@ -229,7 +227,7 @@ impl Drop for RabbitMq {
             kill_group_and_reap(&mut self.server);
         }
         kill_group_and_reap(&mut self.epmd);
-        kill_instance_processes(&self.instance_id, Duration::from_secs(10));
+        instance_marker(&self.instance_id).sweep_blocking(Duration::from_secs(10));
     }
 }
 

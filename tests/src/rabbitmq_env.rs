@@ -78,10 +78,13 @@ pub(crate) fn instance_env(
         ("RABBITMQ_NODE_IP_ADDRESS", LOOPBACK.to_string()),
         ("RABBITMQ_NODE_PORT", ports.amqp.to_string()),
         ("RABBITMQ_DIST_PORT", ports.dist.to_string()),
-        // Erlang distribution listens on every interface unless told otherwise.
+        // Erlang distribution listens on every interface unless told otherwise. Its schedulers
+        // spin while idle by default; on a 2-core test machine that spinning takes the CPU the
+        // load generator beside it needs, so tests turn it off.
         (
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-            "-kernel inet_dist_use_interface {127,0,0,1}".to_owned(),
+            "-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none"
+                .to_owned(),
         ),
         ("ERL_EPMD_PORT", ports.epmd.to_string()),
         ("ERL_EPMD_ADDRESS", LOOPBACK.to_string()),

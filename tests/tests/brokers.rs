@@ -8,8 +8,10 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
+use host::blocking::run_with_deadline;
+use host::is_running;
 use tests::mosquitto::MOSQUITTO_BINARY;
-use tests::process::{is_running, live_processes_of, run_with_deadline};
+use tests::process::instance_marker;
 use tests::rabbitmq::{EPMD, RABBITMQ_SERVER, RABBITMQCTL};
 use tests::{Mosquitto, MosquittoOptions, MqttConnection, RabbitMq, skip_unless_installed};
 
@@ -231,10 +233,10 @@ fn dropping_mosquitto_stops_it() {
     let instance = broker.instance_id().to_owned();
     let dir = broker.dir().to_owned();
     assert!(is_running(pid));
-    assert_eq!(live_processes_of(&instance), vec![pid]);
+    assert_eq!(instance_marker(&instance).live_processes(), vec![pid]);
     drop(broker);
     assert!(!is_running(pid), "mosquitto {pid} still running");
-    assert!(live_processes_of(&instance).is_empty());
+    assert!(instance_marker(&instance).live_processes().is_empty());
     assert!(
         !dir.exists(),
         "temporary directory {} left behind",
@@ -344,7 +346,7 @@ fn dropping_rabbitmq_leaves_no_process() {
     for (pid, name) in processes.iter().zip(&names) {
         assert!(!is_running(*pid), "{name} ({pid}) still running");
     }
-    assert!(live_processes_of(&instance).is_empty());
+    assert!(instance_marker(&instance).live_processes().is_empty());
     // Nothing listens on the instance's epmd port any more.
     TcpListener::bind(("127.0.0.1", epmd_port)).expect("epmd port released");
     assert!(

@@ -20,12 +20,13 @@ use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
+use host::blocking::run_with_deadline;
+use host::is_running;
 use tests::netns::addr::{parse_ip_addr_output, parse_ip_route_output};
 use tests::netns::{
     BENCHMARK_RANGE, IP_BINARY, Ipv4Prefix, Subnet, Testbed, list_netns, netns_inode,
     outer_netns_path,
 };
-use tests::process::{is_running, run_with_deadline};
 use tests::{isolated_netns_test, skip_unless_installed};
 
 const NSENTER: &str = "/usr/bin/nsenter";

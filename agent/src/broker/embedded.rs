@@ -38,8 +38,8 @@ use super::ports::{
     claim_port, connect_address, disable_nagle_on_listeners, listening_in_this_process,
 };
 use super::readiness::wait_ready;
-use super::spec::{BrokerKind, BrokerSpec};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker, Usage, UsageSampler};
+use domain::{BrokerKind, BrokerSpec};
 
 /// How long the embedded broker may take to answer MQTT.
 pub const START_DEADLINE: Duration = Duration::from_secs(10);

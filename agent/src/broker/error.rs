@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::kubernetes::KubectlError;
-use super::spec::Product;
+use domain::{InvalidSpec, Product};
 
 /// The gRPC status code a [`BrokerError`] maps to. Kept here as a plain enum so this module
 /// does not depend on tonic; the service turns it into a `tonic::Code`.
@@ -31,15 +31,8 @@ pub enum ErrorCode {
 pub enum BrokerError {
     /// A field of the spec is invalid: a bad name, an unknown product, a port already in
     /// use. Maps to `InvalidArgument`; nothing was changed on the node.
-    #[error("{field}: {value:?} {reason}")]
-    InvalidSpec {
-        /// The spec field at fault, as a path (`name`, `port`, `kind.product`).
-        field: &'static str,
-        /// The offending value as given.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    #[error(transparent)]
+    InvalidSpec(#[from] InvalidSpec),
     /// The product's executable is not installed. Maps to `FailedPrecondition`.
     #[error("{product} is not installed: no executable at {}", list_paths(.looked_at))]
     NotInstalled {
@@ -114,11 +107,20 @@ pub enum BrokerError {
     },
 }
 
+impl From<host::SpawnError> for BrokerError {
+    fn from(error: host::SpawnError) -> Self {
+        Self::Io {
+            context: error.context,
+            source: error.source,
+        }
+    }
+}
+
 impl BrokerError {
     /// The gRPC code this error maps to.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::InvalidSpec { .. } => ErrorCode::InvalidArgument,
+            Self::InvalidSpec(_) => ErrorCode::InvalidArgument,
             Self::NotInstalled { .. } => ErrorCode::FailedPrecondition,
             Self::NameInUse { .. } => ErrorCode::AlreadyExists,
             Self::Unknown { .. } => ErrorCode::NotFound,
@@ -142,11 +144,7 @@ impl BrokerError {
         value: impl ToString,
         reason: impl Into<String>,
     ) -> Self {
-        Self::InvalidSpec {
-            field,
-            value: value.to_string(),
-            reason: reason.into(),
-        }
+        Self::InvalidSpec(InvalidSpec::new(field, value, reason))
     }
 }
 

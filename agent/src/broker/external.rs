@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 
 use super::error::BrokerError;
 use super::readiness::{PROBE_TIMEOUT, probe};
-use super::spec::{BrokerKind, BrokerSpec};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+use domain::{BrokerKind, BrokerSpec};
 
 /// The driver for brokers run elsewhere.
 #[derive(Debug, Clone, Copy, Default)]

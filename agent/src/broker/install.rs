@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::error::BrokerError;
-use super::spec::Product;
+use domain::Product;
 
 /// Where the products' executables are looked for, first match wins. The defaults are the
 /// paths of Debian packages and of the products' tarballs unpacked in `/opt`.

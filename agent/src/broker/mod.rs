@@ -12,15 +12,15 @@
 //! with no process on this node (a pod) offers a [`UsageSampler`] instead.
 //!
 //! # Layout
-//! - `spec.rs`: [`BrokerSpec`], [`BrokerKind`], [`Product`], [`BrokerOptions`], and their
-//!   validation.
+//! - (in `domain::broker`): the [`BrokerSpec`] a request carries, and its validation.
 //! - `ports.rs`: checking, choosing and reserving a broker's port.
 //! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to ([`ErrorCode`]).
 //! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline.
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
 //! - `install.rs`: [`InstallPaths`], where product executables are looked for.
 //! - `native.rs`: [`NativeDriver`], launch plans and the running broker process.
-//! - `../process.rs` (shared with the installers): process groups, markers, the sweep.
+//! - (in `host`, shared with the installers and the tests): process groups, markers, the
+//!   `/proc` sweep.
 //! - `mosquitto.rs`, `rabbitmq.rs`: the two products the study's tests run here.
 //! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
@@ -41,10 +41,10 @@ mod ports;
 mod rabbitmq;
 mod readiness;
 mod registry;
-mod spec;
 #[cfg(test)]
 mod test_support;
 
+use domain::BrokerSpec;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -58,10 +58,6 @@ pub use kubernetes::{Kubectl, KubectlError, KubernetesDriver};
 pub use native::NativeDriver;
 pub use readiness::{ProbeError, probe, wait_ready};
 pub use registry::{Brokers, BrokersConfig};
-pub use spec::{
-    BrokerKind, BrokerOptions, BrokerSpec, DEFAULT_MAX_QUEUED_MESSAGES, DEFAULT_NAMESPACE,
-    MAX_NAME_LEN, NODE_PORTS, Product,
-};
 
 /// A boxed, sendable future: what the object-safe driver traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

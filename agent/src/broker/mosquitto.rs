@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::native::{LaunchPlan, PlanContext};
-use super::spec::{BrokerOptions, Product};
-use crate::process::CommandLine;
+use domain::{BrokerOptions, Product};
+use host::CommandLine;
 
 /// How long Mosquitto may take to answer MQTT; it is usually ready within milliseconds.
 pub const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -84,10 +84,10 @@ mod tests {
     use crate::broker::error::ErrorCode;
     use crate::broker::native::NativeDriver;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
-    use crate::broker::spec::BrokerKind;
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
     use crate::broker::{BrokerDriver, BrokerState};
-    use crate::process::is_running;
+    use domain::BrokerKind;
+    use host::is_running;
 
     #[test]
     fn the_config_lifts_limits_and_listens_where_asked() {

@@ -17,11 +17,11 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address};
 use super::readiness::wait_ready;
-use super::spec::{BrokerKind, BrokerSpec, Product};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
-use crate::process::{
-    CommandLine, GroupChild, find_process_named, log_tail, new_marker, run_bounded, sweep,
-};
+use crate::new_marker;
+use domain::{BrokerKind, BrokerSpec, Product};
+use host::Marker;
+use host::{CommandLine, GroupChild, log_tail, run_bounded};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.
@@ -132,7 +132,7 @@ impl NativeDriver {
                 spec,
                 dir: &dir,
                 port,
-                marker: &marker,
+                marker: marker.value(),
             };
             let plan = plan(product, &self.install, &context)?;
             match launch(spec, plan, &dir, marker).await {
@@ -204,7 +204,7 @@ async fn launch(
     spec: &BrokerSpec,
     plan: LaunchPlan,
     dir: &Path,
-    marker: String,
+    marker: Marker,
 ) -> Result<NativeBroker, Launch> {
     for (path, text) in &plan.files {
         if let Some(parent) = path.parent() {
@@ -298,7 +298,7 @@ async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result
             log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
         });
     }
-    if let Some(pid) = find_process_named(&broker.marker, plan.main_process_names) {
+    if let Some(pid) = broker.marker.find_process_named(plan.main_process_names) {
         broker.pid = pid;
     }
     tracing::info!(broker = %broker.name, %product, pid = broker.pid, address = %broker.listen, "broker ready");
@@ -331,7 +331,7 @@ pub struct NativeBroker {
     listen: SocketAddr,
     main: Option<GroupChild>,
     helpers: Vec<GroupChild>,
-    marker: String,
+    marker: Marker,
     dir: PathBuf,
     log: PathBuf,
     stop_command: Option<CommandLine>,
@@ -364,7 +364,7 @@ impl NativeBroker {
         for helper in &mut self.helpers {
             helper.kill().await;
         }
-        let left = sweep(&self.marker, SWEEP_DEADLINE).await;
+        let left = self.marker.sweep(SWEEP_DEADLINE).await;
         if left.is_empty() {
             tracing::info!(broker = %self.name, product = %self.product, "broker stopped");
             Ok(())
@@ -467,7 +467,7 @@ mod tests {
 
     use super::*;
     use crate::broker::error::ErrorCode;
-    use crate::broker::spec::BrokerOptions;
+    use domain::BrokerOptions;
     use std::os::unix::fs::PermissionsExt;
 
     #[tokio::test]

@@ -30,8 +30,8 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::native::{LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
-use super::spec::Product;
-use crate::process::CommandLine;
+use domain::Product;
+use host::CommandLine;
 
 /// How long the JVM and Erlang brokers may take to answer MQTT.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -232,8 +232,8 @@ mod tests {
     use crate::broker::BrokerDriver;
     use crate::broker::error::ErrorCode;
     use crate::broker::native::NativeDriver;
-    use crate::broker::spec::{BrokerKind, BrokerSpec};
     use crate::broker::test_support::loopback_spec;
+    use domain::{BrokerKind, BrokerSpec};
     use std::path::Path;
 
     /// Install paths where every product "exists" (any executable will do for planning).

@@ -16,8 +16,8 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::native::{Helper, LaunchPlan, PlanContext};
 use super::ports::free_loopback_ports;
-use super::spec::Product;
-use crate::process::CommandLine;
+use domain::Product;
+use host::CommandLine;
 
 /// A cold first boot takes about 11 s on a 2-core machine.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -180,10 +180,10 @@ mod tests {
     use super::*;
     use crate::broker::native::NativeDriver;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
-    use crate::broker::spec::{BrokerKind, BrokerSpec};
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
     use crate::broker::{BrokerDriver, BrokerState};
-    use crate::process::is_running;
+    use domain::{BrokerKind, BrokerSpec};
+    use host::is_running;
 
     fn context_plan(spec: &BrokerSpec, dir: &Path) -> LaunchPlan {
         let install = InstallPaths {

@@ -14,8 +14,8 @@ use super::external::ExternalDriver;
 use super::install::InstallPaths;
 use super::kubernetes::{Kubectl, KubernetesDriver};
 use super::native::NativeDriver;
-use super::spec::{BrokerKind, BrokerSpec};
 use super::{BrokerDriver, BrokerState, BrokerStatus, RunningBroker, UsageSampler};
+use domain::{BrokerKind, BrokerSpec};
 
 /// Where native brokers keep their files unless configured otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/continuum/brokers";
@@ -329,9 +329,9 @@ mod tests {
     use super::*;
     use crate::broker::error::ErrorCode;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
-    use crate::broker::spec::Product;
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
-    use crate::process::is_running;
+    use domain::Product;
+    use host::is_running;
     use std::time::Duration;
 
     fn registry(state: &std::path::Path) -> Brokers {
@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(brokers.start(spec.clone()).await.unwrap().pid, Some(pid));
 
         // The broker dies behind the agent's back: status says so, a start replaces it.
-        crate::process::send_signal(pid, libc::SIGKILL);
+        host::kill(pid);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let failed = loop {
             let status = brokers.status("native").await.unwrap();

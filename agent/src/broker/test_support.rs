@@ -8,8 +8,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::install::InstallPaths;
-use super::spec::{BrokerKind, BrokerOptions, BrokerSpec, Product};
-use crate::process::{MARKER_VAR, is_running};
+use crate::MARKER_VAR;
+use domain::{BrokerKind, BrokerOptions, BrokerSpec, Product};
+use host::is_running;
 
 /// A spec named `name` of `kind`, on 127.0.0.1, any port, default options.
 pub fn loopback_spec(name: &str, kind: BrokerKind) -> BrokerSpec {

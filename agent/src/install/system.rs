@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::InstallError;
-use crate::process::{CommandLine, new_marker, run_bounded};
+use crate::new_marker;
+use host::{CommandLine, run_bounded};
 
 /// How long one `systemctl` or `journalctl` call may take (a `stop` waits for the unit).
 const SYSTEMCTL_LIMIT: Duration = Duration::from_secs(60);
@@ -172,7 +173,7 @@ pub(super) fn assert_systemd_accepts(unit: &Path) {
     ::tests::skip_unless_installed!(ANALYZE);
     let mut verify = std::process::Command::new(ANALYZE);
     verify.arg("verify").arg(unit);
-    let output = ::tests::process::run_with_deadline(&mut verify, None, Duration::from_secs(30))
+    let output = ::host::blocking::run_with_deadline(&mut verify, None, Duration::from_secs(30))
         .expect("systemd-analyze runs");
     let complaints = String::from_utf8_lossy(&output.stderr);
     let name = unit

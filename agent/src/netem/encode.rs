@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::params::{DEFAULT_LIMIT, NetemParams, ParamsError};
+use domain::netem::{DEFAULT_LIMIT, NetemParams, ParamsError};
 
 /// Length of `struct tc_netem_qopt`.
 const QOPT_LEN: usize = 24;

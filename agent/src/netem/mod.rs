@@ -4,7 +4,7 @@
 //! own units, and is what [`Netem`] reads back and compares. Every change can be held by a
 //! [`Lease`], which clears it when its holder stops renewing.
 //!
-//! - `params`: [`NetemParams`] and its validation ([`ParamsError`]).
+//! - (in `domain::netem`): [`NetemParams`] and its validation.
 //! - `encode`: [`NetemOptions`], netem's `TCA_OPTIONS` bytes exactly as iproute2's `tc` sends
 //!   them, and their decoding ([`DecodeError`]).
 //! - `qdisc`: [`Netem`], which applies, reads back and clears ([`NetemError`]).
@@ -13,7 +13,6 @@
 
 mod encode;
 mod lease;
-mod params;
 mod probe;
 mod qdisc;
 #[cfg(test)]
@@ -21,6 +20,5 @@ mod vectors;
 
 pub use encode::{DecodeError, NetemOptions};
 pub use lease::{CLEAR_ATTEMPTS, Lease, LeaseEnd, LeaseError};
-pub use params::{DEFAULT_LIMIT, MAX_DELAY, NetemParams, ParamsError};
 pub use probe::{NetemCapability, netem_available};
 pub use qdisc::{Netem, NetemError};

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::params::NetemParams;
 use super::qdisc::{Netem, NetemError};
+use domain::netem::NetemParams;
 
 /// What [`netem_available`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]

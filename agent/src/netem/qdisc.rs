@@ -22,7 +22,7 @@ use tracing::{debug, info};
 
 use super::encode::{DecodeError, NetemOptions};
 use super::lease::Lease;
-use super::params::{NetemParams, ParamsError};
+use domain::netem::{NetemParams, ParamsError};
 
 const TCA_OPTIONS: u16 = 2;
 const KIND: &str = "netem";

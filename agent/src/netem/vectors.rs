@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::params::NetemParams;
+use domain::netem::NetemParams;
 
 const REQUESTS: &str = include_str!("testdata/tc-netem-requests.tsv");
 

@@ -25,9 +25,9 @@ use tonic::{Request, Response, Status};
 use self::access::{Access, authorize};
 use self::brokers::BrokerControl;
 use self::netem::NetemControl;
-use crate::config::{AgentConfig, NodeRole};
 use crate::install::k3s::K3s;
 use crate::install::nebula::Nebula;
+use domain::{AgentConfig, NodeRole};
 
 pub use self::netem::MAX_LEASE;
 

@@ -9,7 +9,8 @@ use tokio::sync::Mutex;
 use tonic::Status;
 
 use super::status::{from_netem, invalid, missing};
-use crate::netem::{Lease, Netem, NetemOptions, NetemParams};
+use crate::netem::{Lease, Netem, NetemOptions};
+use domain::NetemParams;
 
 /// Longest lease a controller may ask for: a dead controller's netem goes within this.
 pub const MAX_LEASE: Duration = Duration::from_secs(600);
@@ -59,7 +60,8 @@ impl NetemControl {
         request: pb::ApplyNetemRequest,
     ) -> Result<pb::NetemState, Status> {
         let interface = self.interface(&request.interface)?;
-        let params = params_from(request.netem.as_ref().ok_or_else(|| missing("netem"))?)?;
+        let params =
+            NetemParams::try_from(request.netem.as_ref().ok_or_else(|| missing("netem"))?)?;
         let ttl = lease_from(request.lease.as_ref())?;
         let asked = NetemOptions::from_params(&params)
             .map_err(|e| invalid(&format!("netem.{}", e.field()), &e))?;
@@ -165,7 +167,7 @@ impl NetemControl {
         Ok(pb::NetemState {
             interface: interface.to_string(),
             present: read.is_some(),
-            netem: read.map(|options| spec_from(&options.to_params())),
+            netem: read.map(|options| pb::NetemSpec::from(&options.to_params())),
             lease_expires_unix_ns: held.map_or(0, |h| h.expires_unix_ns),
         })
     }
@@ -195,36 +197,6 @@ fn lease_from(value: Option<&prost_types::Duration>) -> Result<Duration, Status>
     Ok(lease)
 }
 
-/// A requested netem spec as validated domain parameters; errors name `netem.<field>`.
-pub(crate) fn params_from(spec: &pb::NetemSpec) -> Result<NetemParams, Status> {
-    let params = NetemParams {
-        delay: duration_from("netem.delay", spec.delay.as_ref())?,
-        jitter: duration_from("netem.jitter", spec.jitter.as_ref())?,
-        loss_percent: spec.loss_percent,
-        rate_bytes_per_sec: spec.rate_bytes_per_sec,
-        limit_packets: spec.limit_packets,
-    };
-    params
-        .validate()
-        .map_err(|error| invalid(&format!("netem.{}", error.field()), &error))?;
-    Ok(params)
-}
-
-/// Domain parameters (as read back) as a message.
-pub(crate) fn spec_from(params: &NetemParams) -> pb::NetemSpec {
-    let duration = |d: Duration| prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: d.subsec_nanos() as i32,
-    };
-    pb::NetemSpec {
-        delay: Some(duration(params.delay)),
-        jitter: Some(duration(params.jitter)),
-        loss_percent: params.loss_percent,
-        rate_bytes_per_sec: params.rate_bytes_per_sec,
-        limit_packets: params.limit_packets,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,24 +216,13 @@ mod tests {
 
     #[test]
     fn bad_values_are_invalid_arguments_naming_the_field() {
-        let error = params_from(&spec(5, 150.0)).expect_err("loss above 100");
+        let error =
+            Status::from(NetemParams::try_from(&spec(5, 150.0)).expect_err("loss above 100"));
         assert_eq!(error.code(), tonic::Code::InvalidArgument);
         assert!(
             error.message().starts_with("netem.loss"),
             "{}",
             error.message()
-        );
-        let error = params_from(&spec(-5, 0.0)).expect_err("negative delay");
-        assert!(
-            error.message().starts_with("netem.delay"),
-            "{}",
-            error.message()
-        );
-        let mut no_delay = spec(5, 0.0);
-        no_delay.delay = None;
-        assert_eq!(
-            params_from(&no_delay).expect_err("missing").message(),
-            "netem.delay: missing"
         );
         assert!(
             lease_from(Some(&prost_types::Duration {
@@ -277,12 +238,6 @@ mod tests {
             }))
             .is_err()
         );
-    }
-
-    #[test]
-    fn a_spec_round_trips_through_params() {
-        let params = params_from(&spec(3, 0.05)).expect("valid");
-        assert_eq!(params_from(&spec_from(&params)).expect("valid"), params);
     }
 
     #[tokio::test]

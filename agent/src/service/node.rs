@@ -5,8 +5,8 @@ use std::path::Path;
 use proto::agent::v1 as pb;
 use sysinfo::System;
 
-use crate::config::AgentConfig;
 use crate::netem::NetemCapability;
+use domain::AgentConfig;
 
 /// Where each broker product's binary is looked for.
 const BROKER_BINARIES: &[(pb::Product, &str)] = &[

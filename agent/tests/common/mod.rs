@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use controller::connect::connect_agent;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use tests::netns::{NodeProcess, Testbed};
@@ -206,7 +206,7 @@ pub fn duration(d: Duration) -> prost_types::Duration {
 /// A throughput workload against `broker`, as the controller would send it.
 pub fn workload(broker: &str, pairs: u32, messages: u64) -> Result<loadgen::WorkloadSpec> {
     let (host, port) = broker.rsplit_once(':').context("host:port")?;
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.broker.host = host.to_string();
     spec.broker.port = port.parse()?;
     spec.publishers = pairs;

@@ -7,8 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use host::blocking::run_with_deadline;
 use tests::netns::{Node, Testbed};
-use tests::process::run_with_deadline;
 
 /// Debian's Nebula.
 pub const NEBULA: &str = "/usr/bin/nebula";
@@ -136,6 +136,6 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
         })
-        .filter(|&pid| tests::process::is_running(pid))
+        .filter(|&pid| host::is_running(pid))
         .collect()
 }

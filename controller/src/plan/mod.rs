@@ -19,7 +19,6 @@ mod validate;
 
 pub use cells::{Cell, CellPoint};
 pub use presets::{scenario_preset, test_preset, workload_for};
-pub use testbed::{NODE_PORTS, overlay_network, parse_overlay_cidr};
 pub use types::*;
 pub use validate::PlanError;
 
@@ -37,13 +36,7 @@ impl Plan {
 
     /// Parses and validates plan text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Plan, PlanError> {
-        let plan: Plan = toml::from_str(text).map_err(|error| PlanError::Syntax {
-            origin: origin.to_string(),
-            line: error
-                .span()
-                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1),
-            message: error.message().to_string(),
-        })?;
+        let plan: Plan = domain::parse_toml(text, origin)?;
         plan.validate().map_err(|error| error.in_file(origin))?;
         Ok(plan)
     }

@@ -1,17 +1,19 @@
-//! The study's scenarios (Table II) and tests (Table III), as defaults that plans override.
+//! The study's scenarios (Table II), its tests (Table III) as loadgen defines them
+//! ([`loadgen::presets`]), and the plan's overrides of a test's workload.
 
 use std::time::Duration;
 
 use loadgen::WorkloadSpec;
+use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos};
 
 use super::types::{TestEntry, TestKind, WarmupEntry};
 
 /// Measured time of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+pub const DEFAULT_DURATION: Duration = loadgen::presets::SUSTAINED_DURATION;
 /// Warm-up of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_WARMUP: Duration = Duration::from_secs(2);
+pub const DEFAULT_WARMUP: Duration = loadgen::presets::SUSTAINED_WARMUP;
 
 /// Totals between two nodes of a preset scenario: (delay, jitter, loss %).
 pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
@@ -24,39 +26,18 @@ pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
     }
 }
 
-/// The workload of a test kind before the plan's overrides, and the points it sweeps.
+/// The workload of a test kind before the plan's overrides, and the points it sweeps
+/// (payload sizes, client pairs): the study's test of that kind, as loadgen defines it.
 pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
-    match kind {
-        TestKind::Latency => (loadgen::cli::latency_preset(), Vec::new(), Vec::new()),
-        TestKind::Payload => (
-            loadgen::cli::latency_preset(),
-            vec![ByteSize(1_000), ByteSize(10_000), ByteSize(1_000_000)],
-            Vec::new(),
-        ),
-        TestKind::Burst => (
-            loadgen::cli::throughput_preset(),
-            Vec::new(),
-            vec![100, 200, 300, 400, 500, 600, 700, 800],
-        ),
-        TestKind::Throughput => {
-            let mut spec = loadgen::cli::throughput_preset();
-            spec.messages_per_publisher = 0;
-            spec.duration = Some(DEFAULT_DURATION);
-            spec.warmup = Some(DEFAULT_WARMUP);
-            spec.pacing = Pacing::ClosedLoop;
-            (spec, Vec::new(), vec![100, 200, 400, 800])
-        }
-        TestKind::Saturation => {
-            // The probes' timing comes from the search settings; this is their workload.
-            let mut spec = loadgen::cli::throughput_preset();
-            let search = loadgen::saturation::SearchSettings::default();
-            spec.messages_per_publisher = 0;
-            spec.duration = Some(search.probe);
-            spec.warmup = Some(search.probe_warmup);
-            spec.pacing = Pacing::ClosedLoop;
-            (spec, Vec::new(), vec![100])
-        }
-    }
+    let test = match kind {
+        TestKind::Latency => StudyTest::Latency,
+        TestKind::Payload => StudyTest::Payload,
+        TestKind::Burst => StudyTest::Burst,
+        TestKind::Throughput => StudyTest::Throughput,
+        TestKind::Saturation => StudyTest::Saturation,
+    };
+    let preset = test.preset();
+    (preset.workload, preset.payload_sizes, preset.client_pairs)
 }
 
 /// The workload of one test at one point (payload size or client pairs), with the plan's

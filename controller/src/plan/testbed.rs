@@ -6,23 +6,11 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
+use domain::broker::NODE_PORTS;
+use domain::overlay::{overlay_network, parse_overlay_cidr};
+
 use super::validate::{PlanError, invalid, quoted};
 use super::{BrokerKind, NodeRole, Orchestrator, Overlay, Plan};
-
-/// NodePorts Kubernetes hands out.
-pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
-
-/// `198.19.0.2/24` as address and prefix length.
-pub fn parse_overlay_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
-    let (ip, len) = text.split_once('/')?;
-    let len: u8 = len.parse().ok().filter(|len| (1..=32).contains(len))?;
-    Some((ip.parse().ok()?, len))
-}
-
-/// The network part of `ip/len`, to tell whether two addresses share an overlay network.
-pub fn overlay_network(ip: Ipv4Addr, len: u8) -> u32 {
-    u32::from(ip) & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
-}
 
 impl Plan {
     pub(super) fn validate_testbed(&self) -> Result<(), PlanError> {

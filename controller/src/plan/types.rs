@@ -89,7 +89,7 @@ impl Default for Timeouts {
 }
 
 /// What a node may be asked to do: the agent's own roles, so plan and agent agree.
-pub use agent::config::NodeRole;
+pub use domain::NodeRole;
 
 /// A node of the testbed and how to reach its agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +156,13 @@ pub struct BrokerEntry {
     /// Skip (with a note in the report) instead of failing when the product is not installed.
     #[serde(default)]
     pub optional: bool,
+}
+
+impl BrokerEntry {
+    /// The product, for native and kubernetes brokers (validation made sure it is known).
+    pub fn product(&self) -> Option<domain::Product> {
+        self.product.as_deref().and_then(|name| name.parse().ok())
+    }
 }
 
 /// How a scenario's total delay is split over the two ends of a path.

@@ -3,81 +3,30 @@
 
 use std::collections::HashSet;
 
+use domain::Product;
+
 use super::presets::{scenario_preset, workload_for};
 use super::types::{BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
 const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Products the native driver knows.
-pub const PRODUCTS: [&str; 5] = ["mosquitto", "emqx", "rabbitmq", "vernemq", "hivemq"];
-
-/// Why a plan cannot run.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not valid TOML, an unknown field, or a value of the wrong type.
-    #[error("{origin}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
-    Syntax {
-        /// The file.
-        origin: String,
-        /// Line of the error, when known.
-        line: Option<usize>,
-        /// toml's message, naming the field.
-        message: String,
-    },
-    /// A field has a bad value or refers to something that does not exist.
-    #[error("{origin}: {path} = {value}: {problem}")]
-    Invalid {
-        /// The file (empty until [`PlanError::in_file`]).
-        origin: String,
-        /// TOML path, e.g. `brokers[1].product`.
-        path: String,
-        /// The value as written.
-        value: String,
-        /// What is wrong.
-        problem: String,
-    },
-}
-
-impl PlanError {
-    /// Names the file an [`PlanError::Invalid`] came from.
-    pub fn in_file(self, file: &str) -> Self {
-        match self {
-            PlanError::Invalid {
-                path,
-                value,
-                problem,
-                ..
-            } => PlanError::Invalid {
-                origin: file.to_string(),
-                path,
-                value,
-                problem,
-            },
-            other => other,
-        }
-    }
-}
+/// Why a plan cannot run: the file, the TOML path and the value (the error every TOML file
+/// of the project shares).
+pub type PlanError = domain::FileError;
 
 pub(super) fn invalid(
     path: impl Into<String>,
     value: impl std::fmt::Display,
     problem: impl Into<String>,
 ) -> PlanError {
-    PlanError::Invalid {
-        origin: String::new(),
-        path: path.into(),
-        value: value.to_string(),
-        problem: problem.into(),
-    }
+    PlanError::invalid(path, value, problem)
+}
+
+/// The products a plan may name, in the study's order.
+fn known_products() -> String {
+    let names: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
+    names.join(", ")
 }
 
 pub(super) fn quoted(text: &str) -> String {
@@ -87,17 +36,8 @@ pub(super) fn quoted(text: &str) -> String {
 impl Plan {
     /// Checks every field and cross-reference.
     pub fn validate(&self) -> Result<(), PlanError> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(invalid(
-                "name",
-                quoted(&self.name),
-                "use letters, digits, '-' and '_'",
-            ));
+        if let Err(problem) = domain::check_name(&self.name) {
+            return Err(invalid("name", quoted(&self.name), problem.to_string()));
         }
         if self.repetitions == 0 {
             return Err(invalid("repetitions", 0, "at least one repetition"));
@@ -172,15 +112,15 @@ impl Plan {
                                 } else {
                                     "kubernetes"
                                 },
-                                PRODUCTS.join(", ")
+                                known_products()
                             ),
                         ));
                     }
-                    Some(product) if !PRODUCTS.contains(&product) => {
+                    Some(product) if product.parse::<Product>().is_err() => {
                         return Err(invalid(
                             path("product"),
                             quoted(product),
-                            format!("unknown broker (known: {})", PRODUCTS.join(", ")),
+                            format!("unknown broker (known: {})", known_products()),
                         ));
                     }
                     Some(_) => {}

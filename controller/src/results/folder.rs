@@ -132,7 +132,7 @@ mod tests {
     fn rows_append_and_finished_cells_are_known_for_resume() {
         let dir = tempfile::tempdir().expect("temp dir");
         let results = ResultsDir::open(dir.path()).expect("open");
-        let spec = loadgen::cli::latency_preset();
+        let spec = loadgen::presets::latency();
         let mut result = RunResult::empty(&spec, "r");
         result.shards.push(spec.effective_shard());
         let record = |cell: &str, status, summary| CellRecord {

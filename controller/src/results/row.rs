@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn the_columns_are_the_ones_users_read() {
-        let spec = loadgen::cli::latency_preset();
+        let spec = loadgen::presets::latency();
         let mut result = loadgen::RunResult::empty(&spec, "r");
         result.shards.push(spec.effective_shard());
         let record = CellRecord {

@@ -3,21 +3,17 @@
 //! says `agent = "local"` — so the quickstart needs nothing installed and nothing set up.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr};
 
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
+use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::RunError;
+use super::local_agent::{LocalAgent, start_local_agent};
 use crate::clock::{ClockOffset, measure};
-use crate::connect::connect_agent;
 use crate::plan::{NodeEntry, Plan};
 
 /// One node's agent, connected.
@@ -52,23 +48,6 @@ impl AgentHandle {
             .as_ref()
             .and_then(|c| c.netem.as_ref())
             .map_or_else(|| "not reported".to_string(), |c| c.detail.clone())
-    }
-}
-
-/// An agent running inside this process, stopped (netem cleared, brokers stopped) on drop of
-/// its token and join of its task.
-#[derive(Debug)]
-pub struct LocalAgent {
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-    _files: tempfile::TempDir,
-}
-
-impl LocalAgent {
-    /// Stops the agent and waits until it has undone everything.
-    pub async fn shutdown(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
     }
 }
 
@@ -139,7 +118,7 @@ fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> Result<IpAddr, RunEr
     let overlay = node
         .overlay_ip
         .as_deref()
-        .and_then(crate::plan::parse_overlay_cidr)
+        .and_then(domain::overlay::parse_overlay_cidr)
         .map(|(ip, _)| IpAddr::V4(ip));
     match &node.data_address {
         None => Ok(overlay.unwrap_or(fallback)),
@@ -190,72 +169,4 @@ async fn describe(
         clock,
         data_address,
     })
-}
-
-/// Starts an agent in this process on 127.0.0.1 with a PKI of its own.
-async fn start_local_agent(
-    node: &NodeEntry,
-) -> Result<(LocalAgent, AgentClient<Channel>), RunError> {
-    let files = tempfile::tempdir().map_err(|e| RunError::Local(e.to_string()))?;
-    let credentials = local_pki(files.path()).map_err(|e| RunError::Local(e.to_string()))?;
-    let listener =
-        tokio::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
-            .await
-            .map_err(|e| RunError::Local(format!("binding 127.0.0.1: {e}")))?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| RunError::Local(e.to_string()))?;
-    let config = agent::config::AgentConfig {
-        name: node.name.clone(),
-        listen: address,
-        tls: agent::config::TlsFiles {
-            ca: files.path().join("ca.pem"),
-            cert: files.path().join("local.pem"),
-            key: files.path().join("local.key"),
-        },
-        roles: node.roles.clone(),
-        data_plane_interface: None,
-        state_dir: files.path().join("state"),
-        nebula: None,
-        k3s: Default::default(),
-    };
-    let agent_credentials =
-        Credentials::load(files.path(), "local").map_err(|e| RunError::Local(e.to_string()))?;
-    let service = Arc::new(agent::service::AgentService::new(config).await);
-    let stop = CancellationToken::new();
-    let shutdown = stop.clone();
-    let task = tokio::spawn(async move {
-        if let Err(error) = agent::server::serve(
-            service,
-            &agent_credentials,
-            listener,
-            shutdown.cancelled_owned(),
-        )
-        .await
-        {
-            tracing::error!(%error, "local agent");
-        }
-    });
-    let client = connect_agent(&address.to_string(), None, &credentials)
-        .await
-        .map_err(|e| RunError::Local(e.to_string()))?;
-    Ok((
-        LocalAgent {
-            stop,
-            task,
-            _files: files,
-        },
-        client,
-    ))
-}
-
-/// A CA, the controller and one agent ("local", valid for 127.0.0.1), written into `dir`.
-fn local_pki(dir: &Path) -> Result<Credentials, Box<dyn std::error::Error>> {
-    let ca = CertificateAuthority::generate("Continuum local CA")?;
-    let controller = ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?;
-    let agent = ca.issue(
-        &IdentitySpec::new(Role::Agent, "local").with_ip_address(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-    )?;
-    write_pki(dir, &ca, &[controller, agent], Overwrite::Refuse)?;
-    Ok(Credentials::load(dir, "controller")?)
 }

@@ -171,11 +171,11 @@ async fn stream_result(
         .client
         .run_load(request)
         .await
-        .map_err(|status| format!("{}: {}", agent.name, crate::connect::status_text(&status)))?
+        .map_err(|status| format!("{}: {}", agent.name, proto::client::status_text(&status)))?
         .into_inner();
     while let Some(event) = events.next().await {
         match event
-            .map_err(|status| format!("{}: {}", agent.name, crate::connect::status_text(&status)))?
+            .map_err(|status| format!("{}: {}", agent.name, proto::client::status_text(&status)))?
             .event
         {
             Some(pb::run_load_event::Event::Result(result)) => {

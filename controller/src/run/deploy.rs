@@ -3,20 +3,22 @@
 //! node, external only resolved.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
+use domain::broker::DEFAULT_NAMESPACE;
+use domain::{BrokerKind, BrokerOptions, BrokerSpec};
 use proto::agent::v1 as pb;
 
 use super::AgentHandle;
-use crate::plan::{BrokerEntry, BrokerKind, Plan};
+use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
 
 /// The node whose agent deploys `broker` and whose Metrics watch it: its own node, or the
 /// headnode for a kubernetes broker; none for an external one.
 pub(super) fn deploying_node<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> Option<&'a str> {
     match broker.kind {
-        BrokerKind::External => None,
-        BrokerKind::Kubernetes => plan.testbed.headnode.as_deref(),
-        BrokerKind::Native | BrokerKind::Embedded => broker.node.as_deref(),
+        PlanKind::External => None,
+        PlanKind::Kubernetes => plan.testbed.headnode.as_deref(),
+        PlanKind::Native | PlanKind::Embedded => broker.node.as_deref(),
     }
 }
 
@@ -35,7 +37,7 @@ pub(super) async fn deploy(
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
 ) -> Result<Deployed, (String, bool)> {
-    if broker.kind == BrokerKind::External {
+    if broker.kind == PlanKind::External {
         let address = broker.address.as_deref().unwrap_or_default();
         return tokio::net::lookup_host(address)
             .await
@@ -57,37 +59,12 @@ pub(super) async fn deploy(
         .get(node)
         .cloned()
         .ok_or_else(|| (format!("node {node} has no agent"), false))?;
-    let kind = match broker.kind {
-        BrokerKind::Embedded => pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {}),
-        // The pod is pinned to the broker's node; the headnode's agent applies it.
-        BrokerKind::Kubernetes => pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
-            product: product(broker.product.as_deref()).into(),
-            node: broker.node.clone().unwrap_or_default(),
-            namespace: String::new(),
-            node_port: u32::from(broker.port),
-        }),
-        BrokerKind::Native | BrokerKind::External => {
-            pb::broker_spec::Kind::Native(pb::NativeBroker {
-                product: product(broker.product.as_deref()).into(),
-            })
-        }
-    };
-    let spec = pb::BrokerSpec {
-        name: broker.name.clone(),
-        kind: Some(kind),
-        bind: agent.data_address.to_string(),
-        port: u32::from(broker.port),
-        options: [(
-            "start_deadline".to_string(),
-            humantime::format_duration(plan.timeouts.deploy).to_string(),
-        )]
-        .into(),
-    };
+    let spec = broker_spec(plan, broker, agent.data_address)?;
     let started = tokio::time::timeout(
         plan.timeouts.deploy + std::time::Duration::from_secs(5),
-        agent
-            .client
-            .start_broker(pb::StartBrokerRequest { spec: Some(spec) }),
+        agent.client.start_broker(pb::StartBrokerRequest {
+            spec: Some(pb::BrokerSpec::from(&spec)),
+        }),
     )
     .await
     .map_err(|_| {
@@ -134,13 +111,38 @@ pub(super) async fn undeploy(
     }
 }
 
-fn product(name: Option<&str>) -> pb::Product {
-    match name {
-        Some("mosquitto") => pb::Product::Mosquitto,
-        Some("rabbitmq") => pb::Product::Rabbitmq,
-        Some("emqx") => pb::Product::Emqx,
-        Some("vernemq") => pb::Product::Vernemq,
-        Some("hivemq") => pb::Product::Hivemq,
-        _ => pb::Product::Unspecified,
-    }
+/// What the agent is asked to run for `broker`, listening on its node's `bind` address.
+fn broker_spec(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    bind: IpAddr,
+) -> Result<BrokerSpec, (String, bool)> {
+    let product = || {
+        broker
+            .product()
+            .ok_or_else(|| (format!("broker {}: no known product", broker.name), false))
+    };
+    let kind = match broker.kind {
+        PlanKind::Embedded => BrokerKind::Embedded,
+        // The pod is pinned to the broker's node; the headnode's agent applies it.
+        PlanKind::Kubernetes => BrokerKind::Kubernetes {
+            product: product()?,
+            node: broker.node.clone().unwrap_or_default(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            node_port: (broker.port != 0).then_some(broker.port),
+        },
+        PlanKind::Native | PlanKind::External => BrokerKind::Native {
+            product: product()?,
+        },
+    };
+    Ok(BrokerSpec {
+        name: broker.name.clone(),
+        kind,
+        bind,
+        port: broker.port,
+        options: BrokerOptions {
+            start_deadline: Some(plan.timeouts.deploy),
+            ..BrokerOptions::default()
+        },
+    })
 }

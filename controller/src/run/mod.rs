@@ -11,6 +11,7 @@
 mod agents;
 mod cell;
 mod deploy;
+mod local_agent;
 mod phases;
 mod scenario;
 mod search;
@@ -20,8 +21,9 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-pub use self::agents::{AgentHandle, LocalAgent};
+pub use self::agents::AgentHandle;
 use self::cell::CellOutcome;
+pub use self::local_agent::LocalAgent;
 use self::scenario::ScenarioOutcome;
 use crate::plan::{Cell, OnFailure, Plan};
 use crate::results::{

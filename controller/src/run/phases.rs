@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use proto::agent::v1 as pb;
 
 use super::{AgentHandle, RunError};
-use crate::connect::status_text;
-use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan, parse_overlay_cidr};
+use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
 use crate::results::{ClusterNode, ClusterRecord, OverlayPeer, OverlayRecord, TestbedRecord};
+use domain::overlay::parse_overlay_cidr;
+use proto::client::status_text;
 
 /// The k3s API port on the server.
 const K3S_API_PORT: u16 = 6443;

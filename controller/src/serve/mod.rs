@@ -121,22 +121,8 @@ pub async fn run(listen: &str, pki: &Path, identity: &str) -> Result<(), ServeEr
     serve(listener, credentials, termination()).await
 }
 
-/// Completes on SIGTERM or SIGINT.
+/// Completes on SIGTERM or SIGINT, saying what the service does about it.
 async fn termination() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "no SIGTERM handler; only SIGINT stops the service");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
+    host::termination().await;
     eprintln!("controller: stopping: cancelling runs, clearing netem and removing brokers");
 }

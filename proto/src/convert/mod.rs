@@ -7,7 +7,13 @@
 //! Paths follow the domain's field names, which the `.proto` mirrors; the one difference is
 //! the pacing `oneof`, whose members `open_loop`/`burst` are reported as `pacing`, as in
 //! `SPEC.toml`.
+//!
+//! - `spec.rs`, `result.rs`: loadgen's workload and its result.
+//! - `broker.rs`: a broker request and its product ([`domain::BrokerSpec`]).
+//! - `netem.rs`: netem parameters ([`domain::NetemParams`]).
 
+mod broker;
+mod netem;
 mod result;
 mod spec;
 
@@ -44,6 +50,15 @@ pub enum ConversionError {
         /// What is wrong with it.
         problem: String,
     },
+    /// A domain rule refused the value (a Kubernetes node name, jitter above the delay); the
+    /// problem is the domain check's own words.
+    #[error("{path}: {problem}")]
+    Rule {
+        /// Field path, e.g. `spec.kind.kubernetes.node`.
+        path: String,
+        /// What the domain check said.
+        problem: String,
+    },
     /// A histogram's bytes are not an HdrHistogram V2 encoding (or could not be made into one).
     #[error("{path}: not a valid HdrHistogram V2 encoding: {reason}")]
     Histogram {
@@ -61,6 +76,7 @@ impl ConversionError {
             ConversionError::Missing { path }
             | ConversionError::UnknownEnum { path, .. }
             | ConversionError::Invalid { path, .. }
+            | ConversionError::Rule { path, .. }
             | ConversionError::Histogram { path, .. } => path,
         }
     }

@@ -19,9 +19,6 @@ use x509_parser::x509::X509Name;
 /// The scheme and separator that start an identity URI in a certificate's subjectAltName.
 pub const IDENTITY_URI_PREFIX: &str = "continuum://";
 
-/// Longest identity name: the X.509 upper bound for a common name.
-const MAX_NAME_LEN: usize = 64;
-
 /// What an identity may do, fixed when its certificate is issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
@@ -160,7 +157,7 @@ pub enum IdentityError {
         /// The offending name.
         name: String,
         /// The rule it breaks.
-        reason: &'static str,
+        reason: String,
     },
     /// The subject disagrees with the identity URI.
     #[error("subject {attribute} is {found:?} but the identity URI says {expected:?}")]
@@ -174,36 +171,15 @@ pub enum IdentityError {
     },
 }
 
-/// Checks an identity name: 1 to 64 characters from `A-Z a-z 0-9 - _ .`, starting with a
-/// letter or digit, and not `ca`. Names become file names (`<name>.pem`, `<name>.key`) next
-/// to `ca.pem`, so the rule also keeps out path separators, `..`, hidden files and the CA's
-/// own files.
+/// Checks an identity name: the domain's name rule with '.' allowed, and not `ca`
+/// ([`domain::check_identity_name`]). Names become file names (`<name>.pem`, `<name>.key`)
+/// next to `ca.pem`, so the rule keeps out path separators, `..`, hidden files and the
+/// CA's own files.
 pub fn validate_name(name: &str) -> Result<(), IdentityError> {
-    let invalid = |reason| IdentityError::InvalidName {
+    domain::check_identity_name(name).map_err(|reason| IdentityError::InvalidName {
         name: name.to_owned(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(invalid("empty"));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(invalid("longer than 64 characters"));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return Err(invalid("must start with a letter or digit"));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err(invalid(
-            "only letters, digits, '-', '_' and '.' are allowed",
-        ));
-    }
-    if name == "ca" {
-        return Err(invalid("reserved for the CA's own files"));
-    }
-    Ok(())
+        reason: reason.to_string(),
+    })
 }
 
 fn parse_uri(uri: &str) -> Result<PeerIdentity, IdentityError> {

@@ -43,8 +43,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::process::run_with_deadline;
 use crate::running_in_ci;
+use host::blocking::run_with_deadline;
 
 /// Set in the isolated process to the outer test process's PID.
 pub const ISOLATED_VAR: &str = "CONTINUUM_NETNS_ISOLATED";

@@ -51,8 +51,9 @@ use anyhow::{Context, Result, bail, ensure};
 
 #[cfg(doc)]
 use crate::process::INSTANCE_MARKER_VAR;
-use crate::process::{kill_instance_processes, run_with_deadline};
+use crate::process::instance_marker;
 use addr::SubnetLease;
+use host::blocking::run_with_deadline;
 use isolation::NETNS_DIR;
 
 /// How long one `ip` invocation may take.
@@ -238,7 +239,7 @@ impl Testbed {
 
     fn remove(&mut self) -> Result<()> {
         let mut problems = Vec::new();
-        let survivors = kill_instance_processes(&self.id, KILL_DEADLINE);
+        let survivors = instance_marker(&self.id).sweep_blocking(KILL_DEADLINE);
         if !survivors.is_empty() {
             problems.push(format!("processes {survivors:?} survived SIGKILL"));
         }

@@ -14,9 +14,10 @@ use std::thread;
 use anyhow::{Context, Result, ensure};
 
 use super::{IP_BINARY, Subnet, netns_path};
+use crate::process::INSTANCE_MARKER_VAR;
+use host::blocking::kill_group_and_reap;
 #[cfg(doc)]
-use crate::process::run_with_deadline;
-use crate::process::{INSTANCE_MARKER_VAR, kill_group_and_reap};
+use host::blocking::run_with_deadline;
 
 /// One node of a [`Testbed`](super::Testbed): a network namespace with one address.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use super::fake_k3s::{FakeK3s, broker_on_a_node_port};
 use super::*;
 use crate::broker::error::ErrorCode;
 use crate::broker::registry::{Brokers, BrokersConfig};
-use crate::broker::spec::BrokerOptions;
+use domain::BrokerOptions;
 
 /// Every test is bounded: a hung kubectl or probe fails the test instead of stalling it.
 async fn bounded<T>(test: impl Future<Output = T>) -> T {

@@ -6,9 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::broker::embedded::EmbeddedDriver;
-use crate::broker::spec::{BrokerKind, NODE_PORTS};
 use crate::broker::test_support::loopback_spec;
 use crate::broker::{BrokerDriver, RunningBroker};
+use domain::BrokerKind;
+use domain::broker::NODE_PORTS;
 
 use super::Kubectl;
 

@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service};
 use serde::Deserialize;
 
 use super::*;
-use crate::broker::spec::{BrokerOptions, NODE_PORTS, Product};
+use domain::broker::NODE_PORTS;
+use domain::{BrokerOptions, Product};
 
 const NODE: &str = "worker-1";
 

@@ -34,7 +34,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::products::{ConfigUse, Profile, Readiness, profile};
 use crate::broker::error::BrokerError;
-use crate::broker::spec::{BrokerKind, BrokerSpec, Product};
+use domain::{BrokerKind, BrokerSpec, Product};
 
 /// The `app.kubernetes.io/managed-by` value of everything the agent applies.
 pub const MANAGED_BY: &str = "continuum";

@@ -40,8 +40,8 @@ pub use metrics::{PodUsage, parse_quantity};
 
 use super::error::BrokerError;
 use super::readiness::wait_ready;
-use super::spec::{BrokerKind, BrokerSpec, Product};
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker, UsageSampler};
+use domain::{BrokerKind, BrokerSpec, Product};
 
 /// How long a start may take unless the spec says otherwise: pulling an image onto a
 /// Raspberry Pi takes minutes.

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::broker::others::{EMQX_MAX_PACKET_SIZE, HIVEMQ_MAX_PACKET_SIZE};
-use crate::broker::spec::{BrokerOptions, Product};
+use domain::{BrokerOptions, Product};
 
 /// The MQTT port inside every broker's container.
 pub const MQTT_PORT: u16 = 1883;

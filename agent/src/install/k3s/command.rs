@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::request::{ClusterPlan, ClusterRole, ROLE_LABEL};
 use crate::install::system::systemd_quote;
-use crate::process::CommandLine;
+use host::CommandLine;
 
 /// Keeps workloads off the control plane (the study's headnode runs no broker).
 pub(super) const CONTROL_PLANE_TAINT: &str =

@@ -8,7 +8,8 @@ use super::command::UNIT_MARK;
 use super::leftovers::{Record, STOP_GRACE, SWEEP_LIMIT, sweep_tree};
 use crate::install::InstallError;
 use crate::install::system::{journal_tail, remove_file, systemctl, write_atomic, write_private};
-use crate::process::{CommandLine, GroupChild, log_tail, new_marker};
+use crate::new_marker;
+use host::{CommandLine, GroupChild, log_tail};
 
 /// Lines of log quoted in an error.
 const LOG_LINES: usize = 20;
@@ -42,7 +43,7 @@ impl Supervised {
         tracing::info!(role, pid = child.pid(), log = %log.display(), "k3s started as a child");
         let started = Supervised {
             child,
-            marker,
+            marker: marker.value().to_owned(),
             log: log.to_path_buf(),
             record: record.to_path_buf(),
             role,

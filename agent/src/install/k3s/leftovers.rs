@@ -15,9 +15,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::MARKER_VAR;
 use crate::install::InstallError;
 use crate::install::system::{remove_file, write_private};
-use crate::process::{is_running, live_processes_of, send_signal};
+use host::{Marker, is_running, send_signal};
 
 /// How long k3s may take to stop on SIGTERM before its group is killed (a server flushes
 /// its datastore first). Part of [`crate::install::K3S_SHUTDOWN_BOUND`].
@@ -32,7 +33,7 @@ const POLL: Duration = Duration::from_millis(25);
 pub(super) struct Record {
     /// Its PID, also its process group.
     pub(super) pid: u32,
-    /// The value of [`crate::process::MARKER_VAR`] every process it started carries.
+    /// The value of [`crate::MARKER_VAR`] every process it started carries.
     pub(super) marker: String,
 }
 
@@ -52,7 +53,10 @@ impl Record {
     /// True while the recorded PID runs and is still that k3s: a recycled PID lacks the
     /// marker in its environment.
     pub(super) fn is_alive(&self) -> bool {
-        is_running(self.pid) && live_processes_of(&self.marker).contains(&self.pid)
+        is_running(self.pid)
+            && Marker::new(MARKER_VAR, self.marker.as_str())
+                .live_processes()
+                .contains(&self.pid)
     }
 }
 
@@ -138,7 +142,7 @@ impl Swept {
 pub(super) async fn sweep_tree(marker: &str, roots: &[u32], limit: Duration) -> Swept {
     sweep(
         || {
-            let mut found = live_processes_of(marker);
+            let mut found = Marker::new(MARKER_VAR, marker).live_processes();
             found.extend(roots.iter().copied().filter(|&pid| is_running(pid)));
             found
         },

@@ -49,7 +49,7 @@ pub use self::debris::HostPaths;
 use self::state::{Applied, Remembered};
 use super::system::{find_executable, is_bare_name, private_dir};
 use super::{InstallError, RELEASE_WAIT};
-use crate::config::AgentConfig;
+use domain::AgentConfig;
 
 /// Where systemd units go.
 const UNIT_DIR: &str = "/etc/systemd/system";

@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::Node;
 use proto::agent::v1 as pb;
 use serde::Deserialize;
 
-use crate::process::{CommandLine, new_marker, run_bounded};
+use crate::new_marker;
+use host::{CommandLine, run_bounded};
 
 /// `kubectl get -o json` prints a `List` (not a `NodeList`), so only its items are typed.
 #[derive(Deserialize)]

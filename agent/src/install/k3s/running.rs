@@ -11,7 +11,7 @@ use super::request::ClusterRole;
 use super::state::Applied;
 use super::{K3s, Supervision, UNITS, command, nodes};
 use crate::install::InstallError;
-use crate::process::log_tail;
+use host::log_tail;
 
 /// How often readiness is re-checked.
 const POLL: Duration = Duration::from_millis(250);

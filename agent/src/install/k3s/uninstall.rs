@@ -16,7 +16,8 @@ use super::state::{self, Remembered};
 use super::{K3s, Supervision, UNITS, locate_binary};
 use crate::install::InstallError;
 use crate::install::system::{remove_dir, remove_file};
-use crate::process::{CommandLine, new_marker, run_bounded};
+use crate::new_marker;
+use host::{CommandLine, run_bounded};
 
 /// Where the official installer puts its scripts, when they are not beside the binary.
 const SCRIPT_DIR: &str = "/usr/local/bin";

@@ -10,8 +10,8 @@ use super::super::system::{private_dir, remove_dir, write_private};
 use super::daemon::Supervisor;
 use super::plan::Plan;
 use super::tun;
-use crate::config::NebulaFiles;
-use crate::process::{self, CommandLine};
+use domain::NebulaFiles;
+use host::CommandLine;
 
 /// How long `nebula -test` may take.
 const CONFIG_TEST_LIMIT: Duration = Duration::from_secs(20);
@@ -53,7 +53,7 @@ async fn test_config(binary: &Path, config: &Path) -> Result<(), InstallError> {
         "-config".into(),
         config.display().to_string(),
     ];
-    match process::run_bounded(&line, "continuum-nebula-test", CONFIG_TEST_LIMIT).await {
+    match host::run_bounded(&line, &crate::new_marker("nebula-test"), CONFIG_TEST_LIMIT).await {
         Ok((status, _)) if status.success() => Ok(()),
         Ok((status, output)) => Err(InstallError::Failed(format!(
             "nebula -test refused the configuration ({status}):\n{}",

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::super::InstallError;
 use super::plan::Plan;
-use crate::config::NebulaFiles;
+use domain::NebulaFiles;
 
 /// Nebula's YAML configuration for `plan` with `files` as its PKI (whose contents digest
 /// to `pki_digest`, see [`pki_digest`]); `binary` is named in the header comment.

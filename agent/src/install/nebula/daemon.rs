@@ -11,7 +11,7 @@ use super::super::InstallError;
 use super::super::system::{
     journal_tail, remove_file, systemctl, systemd_quote, write_atomic, write_private,
 };
-use crate::process::{self, CommandLine, GroupChild};
+use host::{CommandLine, GroupChild};
 
 /// The unit's name.
 pub(super) const UNIT_NAME: &str = "continuum-nebula.service";
@@ -86,7 +86,7 @@ impl Supervisor {
             let child = GroupChild::spawn(
                 "nebula",
                 &line,
-                &process::new_marker("nebula"),
+                &crate::new_marker("nebula"),
                 &self.paths.dir,
                 &self.paths.log,
             )
@@ -175,7 +175,7 @@ impl Supervisor {
     /// The last lines Nebula logged, for error messages.
     pub async fn log_tail(&self) -> String {
         if self.paths.unit.is_none() {
-            return process::log_tail(&self.paths.log, 20);
+            return host::log_tail(&self.paths.log, 20);
         }
         journal_tail(UNIT_NAME, 20).await
     }
@@ -191,7 +191,7 @@ impl Supervisor {
             .trim()
             .parse::<u32>()
             .ok()
-            .filter(|&pid| pid != 0 && process::is_running(pid))
+            .filter(|&pid| pid != 0 && host::is_running(pid))
     }
 }
 
@@ -223,11 +223,11 @@ pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
 
 /// SIGTERM, then SIGKILL after the grace period, for a Nebula that is not our child.
 async fn stop_stray(pid: u32) -> Result<(), InstallError> {
-    process::send_signal(pid, libc::SIGTERM);
+    host::send_signal(pid, libc::SIGTERM);
     let deadline = Instant::now() + STOP_GRACE;
-    while process::is_running(pid) {
+    while host::is_running(pid) {
         if Instant::now() >= deadline {
-            process::send_signal(pid, libc::SIGKILL);
+            host::kill(pid);
         }
         if Instant::now() >= deadline + STOP_GRACE {
             return Err(InstallError::Failed(format!(
@@ -252,7 +252,7 @@ pub(super) fn recorded_pid(paths: &Paths) -> Option<u32> {
     let ours = cmdline
         .split(|&b| b == 0)
         .any(|arg| arg == config.as_bytes());
-    (ours && process::is_running(pid)).then_some(pid)
+    (ours && host::is_running(pid)).then_some(pid)
 }
 
 /// Stops the Nebula the PID file names, without the supervisor: what shutdown does when a

@@ -47,9 +47,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::system::{find_executable, is_bare_name, remove_dir};
 use super::{InstallError, RELEASE_WAIT};
-use crate::config::{AgentConfig, NebulaFiles};
 use bringup::{start, tun_mismatch};
 use daemon::{Paths, Supervisor};
+use domain::{AgentConfig, NebulaFiles};
 use plan::Plan;
 
 /// This node's Nebula: installs, checks and removes it. Calls are serialised.
@@ -280,7 +280,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::process;
 
     /// A Nebula supervising a child, whatever runs this machine: a unit test must never
     /// touch the machine's systemd.
@@ -453,7 +452,7 @@ mod tests {
             cancelled.to_string().contains("shutting down"),
             "{cancelled}"
         );
-        assert!(!process::is_running(pid), "the child was stopped");
+        assert!(!host::is_running(pid), "the child was stopped");
         let refused = nebula
             .install(lighthouse_request())
             .await

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::super::InstallError;
 use super::daemon::Supervisor;
 use super::plan::Plan;
-use crate::config::NebulaFiles;
+use domain::NebulaFiles;
 
 /// How long Nebula may take to bring its tun device up with the overlay address.
 const UP_DEADLINE: Duration = Duration::from_secs(20);

@@ -1,0 +1,379 @@
+//! What a caller asks an agent to run: [`BrokerSpec`] (which broker, where it listens, its
+//! limits), and the checks that turn a bad request into an [`InvalidSpec`] naming the field.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::name::check_name;
+use crate::product::Product;
+
+/// A field of a broker request is wrong; nothing was changed on the node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {value:?} {reason}")]
+pub struct InvalidSpec {
+    /// The spec field at fault, as a path (`name`, `port`, `kind.product`).
+    pub field: &'static str,
+    /// The offending value as given.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl InvalidSpec {
+    /// An error for `field`.
+    pub fn new(field: &'static str, value: impl ToString, reason: impl Into<String>) -> Self {
+        InvalidSpec {
+            field,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One broker instance to run on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerSpec {
+    /// Instance id, unique on this agent: `[A-Za-z0-9_-]{1,64}`.
+    pub name: String,
+    /// Which broker and how it is run.
+    pub kind: BrokerKind,
+    /// Address the MQTT listener binds (native and embedded; ignored for external).
+    pub bind: IpAddr,
+    /// MQTT port; 0 lets the agent pick a free one (native and embedded).
+    pub port: u16,
+    /// Limits and timing.
+    pub options: BrokerOptions,
+}
+
+/// How a broker is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// A broker process from an installed product, with a config the agent generates.
+    Native {
+        /// Which product.
+        product: Product,
+    },
+    /// rumqttd inside the agent process: nothing to install.
+    Embedded,
+    /// A broker someone else runs; the agent only records and probes its address.
+    External {
+        /// Where MQTT clients reach it.
+        address: SocketAddr,
+    },
+    /// A pinned official image on the Kubernetes cluster this agent reaches with kubectl:
+    /// ConfigMap + Deployment + NodePort Service, the pod pinned to `node`.
+    Kubernetes {
+        /// Which product.
+        product: Product,
+        /// The node the pod runs on (its `kubernetes.io/hostname` label).
+        node: String,
+        /// The namespace of its objects.
+        namespace: String,
+        /// The NodePort clients connect to; `None` means the product's default.
+        node_port: Option<u16>,
+    },
+}
+
+/// Namespace of Kubernetes brokers unless the request names one.
+pub const DEFAULT_NAMESPACE: &str = "continuum";
+
+/// The NodePort range of a default Kubernetes API server (`--service-node-port-range`).
+pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
+
+/// Limits and timing of one instance. The defaults lift every limit a benchmark could trip
+/// over by accident: 1 MB+ packets, anonymous clients, deep queues.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerOptions {
+    /// Unacknowledged QoS 1/2 messages per client. `None` keeps the product's default
+    /// (Mosquitto and VerneMQ 20, EMQX 32, rumqttd 100).
+    pub max_inflight_messages: Option<u16>,
+    /// Messages queued per client beyond those in flight. `None` means
+    /// [`DEFAULT_MAX_QUEUED_MESSAGES`].
+    pub max_queued_messages: Option<u32>,
+    /// How long a start may take before it counts as failed. `None` means the driver's
+    /// default (10 s for Mosquitto and embedded, 60 s for the JVM and Erlang brokers).
+    pub start_deadline: Option<Duration>,
+}
+
+/// Queue limit used unless [`BrokerOptions::max_queued_messages`] is set: high enough that a
+/// benchmark measures the broker, not Mosquitto's default of 1000 queued messages.
+pub const DEFAULT_MAX_QUEUED_MESSAGES: u32 = 1_000_000;
+
+/// Longest start deadline accepted.
+pub const MAX_START_DEADLINE: Duration = Duration::from_secs(600);
+
+impl BrokerOptions {
+    /// The start deadline, or `default` if none was given.
+    pub fn start_deadline_or(&self, default: Duration) -> Duration {
+        self.start_deadline.unwrap_or(default)
+    }
+
+    /// [`Self::max_queued_messages`] or its default.
+    pub fn max_queued_messages(&self) -> u32 {
+        self.max_queued_messages
+            .unwrap_or(DEFAULT_MAX_QUEUED_MESSAGES)
+    }
+}
+
+impl BrokerSpec {
+    /// Checks what can be checked without touching the node.
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        validate_name(&self.name)?;
+        self.kind.validate()?;
+        if matches!(self.kind, BrokerKind::Kubernetes { .. }) {
+            validate_object_name(&self.name)?;
+        }
+        if let Some(deadline) = self.options.start_deadline
+            && (deadline.is_zero() || deadline > MAX_START_DEADLINE)
+        {
+            return Err(InvalidSpec::new(
+                "options.start_deadline",
+                format!("{deadline:?}"),
+                format!("must be above 0 and at most {MAX_START_DEADLINE:?}"),
+            ));
+        }
+        if self.options.max_queued_messages == Some(0) {
+            return Err(InvalidSpec::new(
+                "options.max_queued_messages",
+                0,
+                "would drop every queued message; leave it unset for the default",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address the broker listens on once its port is known.
+    pub fn listen_address(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.bind, port)
+    }
+
+    /// A one-line summary for logs and errors.
+    pub fn summary(&self) -> String {
+        match &self.kind {
+            BrokerKind::Native { product } => {
+                format!("native {product} on {}:{}", self.bind, self.port)
+            }
+            BrokerKind::Embedded => format!("embedded on {}:{}", self.bind, self.port),
+            BrokerKind::External { address } => format!("external at {address}"),
+            BrokerKind::Kubernetes {
+                product,
+                node,
+                namespace,
+                node_port,
+            } => {
+                let port = node_port.map_or_else(|| "default".to_owned(), |p| p.to_string());
+                format!("kubernetes {product} in {namespace} on node {node}, NodePort {port}")
+            }
+        }
+    }
+}
+
+impl BrokerKind {
+    /// Checks the kind's own fields (an external address, a Kubernetes target); errors name
+    /// them as `kind.<field>` (`kind.kubernetes.node` for the Kubernetes ones, as on the wire).
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        match self {
+            BrokerKind::External { address } => {
+                if address.port() == 0 {
+                    return Err(InvalidSpec::new(
+                        "kind.address",
+                        address,
+                        "has port 0; an external broker needs its real port",
+                    ));
+                }
+                if address.ip().is_unspecified() {
+                    return Err(InvalidSpec::new(
+                        "kind.address",
+                        address,
+                        "is unspecified; give an address clients can connect to",
+                    ));
+                }
+            }
+            BrokerKind::Kubernetes {
+                node,
+                namespace,
+                node_port,
+                ..
+            } => {
+                // The node name is matched as the value of the kubernetes.io/hostname label,
+                // and label values are at most 63 characters.
+                if !is_dns_name(node, 63, true) {
+                    return Err(InvalidSpec::new(
+                        "kind.kubernetes.node",
+                        node,
+                        "is not a Kubernetes node name (lower-case letters, digits, '-' and \
+                         '.', 1 to 63 characters, starting and ending alphanumeric)",
+                    ));
+                }
+                if !is_dns_name(namespace, 63, false) {
+                    return Err(InvalidSpec::new(
+                        "kind.kubernetes.namespace",
+                        namespace,
+                        "is not a namespace name (lower-case letters, digits and '-', 1 to 63 \
+                         characters, starting and ending alphanumeric)",
+                    ));
+                }
+                if let Some(port) = node_port
+                    && !NODE_PORTS.contains(port)
+                {
+                    return Err(InvalidSpec::new(
+                        "kind.kubernetes.node_port",
+                        port,
+                        format!(
+                            "is outside the NodePort range {}-{}",
+                            NODE_PORTS.start(),
+                            NODE_PORTS.end()
+                        ),
+                    ));
+                }
+            }
+            BrokerKind::Native { .. } | BrokerKind::Embedded => {}
+        }
+        Ok(())
+    }
+}
+
+/// True if `text` is an RFC 1123 label (`dots` false) or subdomain of at most `max` bytes:
+/// lower-case alphanumerics and '-' (and '.'), starting and ending alphanumeric.
+fn is_dns_name(text: &str, max: usize, dots: bool) -> bool {
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !text.is_empty()
+        && text.len() <= max
+        && edge_ok(text.chars().next())
+        && edge_ok(text.chars().last())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots && c == '.'))
+}
+
+/// A Kubernetes broker's name becomes the name of its Deployment and Service, and a Service
+/// name must be an RFC 1035 label: it starts with a letter.
+fn validate_object_name(name: &str) -> Result<(), InvalidSpec> {
+    if is_dns_name(name, 63, false) && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Ok(());
+    }
+    Err(InvalidSpec::new(
+        "name",
+        name,
+        "names the Kubernetes Deployment and Service, so it must be lower-case letters, \
+         digits and '-', start with a letter and end with a letter or digit",
+    ))
+}
+
+fn validate_name(name: &str) -> Result<(), InvalidSpec> {
+    check_name(name).map_err(|problem| InvalidSpec::new("name", name, problem.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn spec(name: &str) -> BrokerSpec {
+        BrokerSpec {
+            name: name.to_owned(),
+            kind: BrokerKind::Embedded,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            options: BrokerOptions::default(),
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(spec("bench-1_a").validate().is_ok());
+        for bad in ["", "a/b", "../x", "a b", "ä", &"x".repeat(65)] {
+            let error = spec(bad).validate().unwrap_err();
+            assert!(error.to_string().starts_with("name: "), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn options_and_external_addresses_are_checked() {
+        let mut zero_deadline = spec("a");
+        zero_deadline.options.start_deadline = Some(Duration::ZERO);
+        let error = zero_deadline.validate().unwrap_err();
+        assert!(error.to_string().starts_with("options.start_deadline"));
+
+        let mut no_queue = spec("a");
+        no_queue.options.max_queued_messages = Some(0);
+        assert!(no_queue.validate().is_err());
+
+        let mut external = spec("a");
+        external.kind = BrokerKind::External {
+            address: "198.18.0.1:0".parse().unwrap(),
+        };
+        assert!(
+            external
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("kind.address")
+        );
+    }
+
+    fn kubernetes(name: &str, node: &str, namespace: &str, node_port: Option<u16>) -> BrokerSpec {
+        let mut spec = spec(name);
+        spec.kind = BrokerKind::Kubernetes {
+            product: Product::Mosquitto,
+            node: node.to_owned(),
+            namespace: namespace.to_owned(),
+            node_port,
+        };
+        spec
+    }
+
+    #[test]
+    fn kubernetes_targets_are_checked_and_errors_name_the_field() {
+        let field_of = |spec: BrokerSpec| match spec.validate() {
+            Ok(()) => String::new(),
+            Err(error) => error.to_string().split(':').next().unwrap().to_owned(),
+        };
+        assert_eq!(
+            field_of(kubernetes("bench", "worker-1", "continuum", None)),
+            ""
+        );
+        assert_eq!(
+            field_of(kubernetes("b2", "node.example.org", "ns-1", Some(30000))),
+            ""
+        );
+        assert_eq!(
+            field_of(kubernetes("bench", "rpi4", "continuum", Some(32767))),
+            ""
+        );
+        for node in ["", "Worker", "-a", "a-", "a_b", &"n".repeat(64)] {
+            assert_eq!(
+                field_of(kubernetes("bench", node, "continuum", None)),
+                "kind.kubernetes.node",
+                "{node:?}"
+            );
+        }
+        for namespace in ["", "a.b", "Upper", "x-"] {
+            assert_eq!(
+                field_of(kubernetes("bench", "w", namespace, None)),
+                "kind.kubernetes.namespace",
+                "{namespace:?}"
+            );
+        }
+        for port in [1883, 29999, 32768] {
+            assert_eq!(
+                field_of(kubernetes("bench", "w", "continuum", Some(port))),
+                "kind.kubernetes.node_port",
+                "{port}"
+            );
+        }
+        // Valid agent names that cannot name a Service.
+        for name in ["Bench", "bench_1", "1bench", "bench-"] {
+            assert_eq!(
+                field_of(kubernetes(name, "w", "continuum", None)),
+                "name",
+                "{name:?}"
+            );
+        }
+        let text = kubernetes("bench", "w", "continuum", Some(31999)).summary();
+        assert_eq!(
+            text,
+            "kubernetes mosquitto in continuum on node w, NodePort 31999"
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! [`Product`]: the brokers of the study by name, as plans, agents and the wire name them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::broker::InvalidSpec;
+
+/// The brokers of the study (PAPER.md, Table I), as the native and kubernetes drivers run them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Product {
+    /// Eclipse Mosquitto.
+    Mosquitto,
+    /// RabbitMQ with its MQTT plugin.
+    RabbitMq,
+    /// EMQX (5.x).
+    Emqx,
+    /// VerneMQ.
+    VerneMq,
+    /// HiveMQ Community Edition.
+    HiveMq,
+}
+
+impl Product {
+    /// Every product, in the study's order.
+    pub const ALL: [Product; 5] = [
+        Product::Mosquitto,
+        Product::Emqx,
+        Product::RabbitMq,
+        Product::VerneMq,
+        Product::HiveMq,
+    ];
+
+    /// The lower-case name used in plans and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Product::Mosquitto => "mosquitto",
+            Product::RabbitMq => "rabbitmq",
+            Product::Emqx => "emqx",
+            Product::VerneMq => "vernemq",
+            Product::HiveMq => "hivemq",
+        }
+    }
+}
+
+impl fmt::Display for Product {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Product {
+    type Err = InvalidSpec;
+
+    /// Parses a product name, case-insensitively; `hivemq-ce` is accepted for HiveMQ.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let lower = text.trim().to_ascii_lowercase();
+        if lower == "hivemq-ce" {
+            return Ok(Product::HiveMq);
+        }
+        Product::ALL
+            .into_iter()
+            .find(|product| product.as_str() == lower)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
+                InvalidSpec::new(
+                    "kind.product",
+                    text,
+                    format!(
+                        "is not a known product (expected one of {})",
+                        known.join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+impl Serialize for Product {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Plans name products as strings; an unknown one is refused listing the known ones.
+impl<'de> Deserialize<'de> for Product {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(|error: InvalidSpec| {
+            serde::de::Error::custom(format!("{:?} {}", error.value, error.reason))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_parse_by_name_and_an_unknown_one_names_the_field() {
+        for product in Product::ALL {
+            assert_eq!(product.as_str().parse::<Product>().ok(), Some(product));
+        }
+        assert_eq!("HiveMQ-CE".parse::<Product>().ok(), Some(Product::HiveMq));
+        let error = "mosquito".parse::<Product>().unwrap_err();
+        assert_eq!(error.field, "kind.product");
+        let text = error.to_string();
+        assert!(text.starts_with("kind.product: \"mosquito\""), "{text}");
+        assert!(text.contains("mosquitto, emqx, rabbitmq"), "{text}");
+    }
+}

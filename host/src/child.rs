@@ -1,0 +1,299 @@
+//! Child processes a service starts and must be able to stop for certain: [`CommandLine`]
+//! (plain data, so a plan for a program that is not installed can still be checked),
+//! [`GroupChild`] (a tagged child leading its own process group) and [`run_bounded`].
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::marker::{Marker, kill_group, send_signal};
+
+/// A child could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct SpawnError {
+    /// What was being done (`spawning /usr/sbin/mosquitto`, `opening <log>`).
+    pub context: String,
+    /// Why it failed.
+    pub source: std::io::Error,
+}
+
+/// A program with its arguments and environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for it, in order.
+    pub env: Vec<(String, String)>,
+    /// Prefixes of inherited variables to remove first (`RABBITMQ_`, `ERL_`), so the
+    /// caller's own environment cannot redirect the program to a system instance.
+    pub env_remove_prefixes: Vec<&'static str>,
+}
+
+impl CommandLine {
+    /// A command line for `program` with no arguments or environment.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_remove_prefixes: Vec::new(),
+        }
+    }
+
+    /// The value this command line sets for `name`, if any (the last one set wins).
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// A tokio command in its own process group, tagged with `marker`.
+    fn command(&self, marker: &Marker) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        for (name, _) in std::env::vars_os() {
+            let inherited = name.to_string_lossy();
+            if self
+                .env_remove_prefixes
+                .iter()
+                .any(|prefix| inherited.starts_with(prefix))
+            {
+                command.env_remove(&name);
+            }
+        }
+        command
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env(marker.var(), marker.value())
+            .stdin(Stdio::null())
+            // Its own group, so a forced stop reaches every helper it forks.
+            .process_group(0)
+            .kill_on_drop(false);
+        command
+    }
+}
+
+/// A child process leading its own process group. Dropping it SIGKILLs the group: the
+/// guard behind an explicit, graceful stop.
+#[derive(Debug)]
+pub struct GroupChild {
+    child: Child,
+    pid: u32,
+    what: String,
+    reaped: Option<ExitStatus>,
+}
+
+impl GroupChild {
+    /// Spawns `line` tagged with `marker`, in `cwd`, stdout and stderr appended to `log`.
+    pub fn spawn(
+        what: &str,
+        line: &CommandLine,
+        marker: &Marker,
+        cwd: &Path,
+        log: &Path,
+    ) -> Result<Self, SpawnError> {
+        let failed = |context: String| move |source| SpawnError { context, source };
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(failed(format!("opening {}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(failed(format!("duplicating {}", log.display())))?;
+        let spawning = format!("spawning {}", line.program.display());
+        let child = line
+            .command(marker)
+            .current_dir(cwd)
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(failed(spawning.clone()))?;
+        let pid = child.id().ok_or_else(|| SpawnError {
+            context: spawning,
+            source: std::io::Error::other("the child exited before its PID was read"),
+        })?;
+        tracing::debug!(what, pid, program = %line.program.display(), "spawned");
+        Ok(Self {
+            child,
+            pid,
+            what: what.to_owned(),
+            reaped: None,
+        })
+    }
+
+    /// The child's PID (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// How the child exited, if it has.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.reaped.is_none() {
+            self.reaped = self.child.try_wait().ok().flatten();
+        }
+        self.reaped
+    }
+
+    /// Sends `signal` to the child alone (a start script relays SIGTERM itself).
+    pub fn signal(&mut self, signal: libc::c_int) {
+        if self.exited().is_none() {
+            send_signal(self.pid, signal);
+        }
+    }
+
+    /// Waits up to `limit` for the child to exit.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        if let Some(status) = self.exited() {
+            return Some(status);
+        }
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(status)) => {
+                self.reaped = Some(status);
+                Some(status)
+            }
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    /// SIGKILLs the whole process group and reaps the child.
+    pub async fn kill(&mut self) {
+        kill_group(self.pid);
+        if self.wait_exit(Duration::from_secs(5)).await.is_none() {
+            tracing::warn!(what = %self.what, pid = self.pid, "not reaped 5 s after SIGKILL");
+        }
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        // Members of the group keep the id reserved, so this cannot hit a stranger.
+        kill_group(self.pid);
+    }
+}
+
+/// Runs `line` to completion within `limit` (killing its group after that); returns its
+/// exit status and combined output, or why it could not be run.
+pub async fn run_bounded(
+    line: &CommandLine,
+    marker: &Marker,
+    limit: Duration,
+) -> Result<(ExitStatus, String), String> {
+    let mut command = line.command(marker);
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command
+        .spawn()
+        .map_err(|e| format!("spawning {}: {e}", line.program.display()))?;
+    let pid = child.id();
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(Ok(output)) => {
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            Ok((output.status, text))
+        }
+        Ok(Err(error)) => Err(format!("waiting for {}: {error}", line.program.display())),
+        Err(_) => {
+            if let Some(pid) = pid {
+                kill_group(pid);
+            }
+            Err(format!(
+                "{} did not finish within {limit:?}",
+                line.program.display()
+            ))
+        }
+    }
+}
+
+/// The last `max_lines` lines of the file at `path` (at most 8 KiB), for error messages.
+pub fn log_tail(path: &Path, max_lines: usize) -> String {
+    const MAX_BYTES: usize = 8 * 1024;
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let start = bytes.len().saturating_sub(MAX_BYTES);
+            let text = String::from_utf8_lossy(&bytes[start..]);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(max_lines)..].join("\n")
+        }
+        Err(error) => format!("(cannot read {}: {error})", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::poll::{Attempt, poll_until};
+
+    #[test]
+    fn the_log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("log");
+        std::fs::write(&path, "a\nb\nc\nd\n").expect("write");
+        assert_eq!(log_tail(&path, 2), "c\nd");
+        assert!(log_tail(&dir.path().join("none"), 2).starts_with("(cannot read"));
+    }
+
+    #[tokio::test]
+    async fn a_tagged_tree_is_found_and_swept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let marker = Marker::unique("CONTINUUM_HOST_UNIT", "tree");
+        // A shell that forks a grandchild: both carry the marker.
+        let mut line = CommandLine::new("/bin/sh");
+        line.args = vec!["-c".into(), "sleep 30 & exec sleep 30".into()];
+        let mut child =
+            GroupChild::spawn("test", &line, &marker, dir.path(), &dir.path().join("log"))
+                .expect("spawns");
+        // Both are found once both have exec'ed sleep (until then they show as `sh`).
+        let named_sleep = |pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == "sleep")
+        };
+        let both = poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(25),
+            || async {
+                match marker
+                    .live_processes()
+                    .iter()
+                    .filter(|pid| named_sleep(pid))
+                    .count()
+                {
+                    2 => Attempt::Done(()),
+                    _ => Attempt::Retry(()),
+                }
+            },
+        )
+        .await;
+        assert!(both.is_ok());
+        assert_eq!(marker.live_processes().len(), 2);
+        assert!(marker.find_process_named(&["sleep"]).is_some());
+        child.kill().await;
+        assert!(marker.sweep(Duration::from_secs(5)).await.is_empty());
+        assert!(!crate::marker::is_running(child.pid()));
+    }
+
+    #[tokio::test]
+    async fn a_slow_command_is_cut_off() {
+        let mut line = CommandLine::new("/bin/sleep");
+        line.args = vec!["30".into()];
+        let started = std::time::Instant::now();
+        let error = run_bounded(
+            &line,
+            &Marker::unique("CONTINUUM_HOST_UNIT", "slow"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("did not finish"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,25 @@
+//! Continuum's plumbing on a host, shared by the agent, the controller, bootstrap, loadgen and
+//! the test harness: what touches processes and signals, and nothing about brokers.
+//!
+//! # Layout
+//! - [`marker`]: [`Marker`], the environment tag every process of one instance carries, and
+//!   the `/proc` sweep that finds and kills the whole tagged tree (detached helpers included).
+//! - [`child`]: [`CommandLine`] (a program as plain data) and [`GroupChild`], a tagged child
+//!   leading its own process group, killed with its group on drop; [`run_bounded`].
+//! - [`blocking`]: the same for synchronous callers (the test harness): a command run with a
+//!   deadline, its input fed and its output collected without deadlocks.
+//! - [`poll`]: [`poll_until`] and [`poll_until_blocking`], the one way to wait for a
+//!   condition with a deadline.
+//! - [`program`]: what every binary's `main` does first: tracing, a runtime, SIGTERM and
+//!   SIGINT ([`termination`]).
+
+pub mod blocking;
+pub mod child;
+pub mod marker;
+pub mod poll;
+pub mod program;
+
+pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
+pub use marker::{Marker, is_running, kill, kill_group, send_signal};
+pub use poll::{Attempt, poll_until, poll_until_blocking};
+pub use program::termination;

@@ -1,0 +1,81 @@
+//! Connecting to an agent over mutual TLS with the controller's (or a client's) identity.
+
+use crate::agent::v1::agent_client::AgentClient;
+use crate::mtls::Credentials;
+use tonic::transport::{Channel, Endpoint};
+
+/// An agent could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The address is not a valid endpoint.
+    #[error("agent address {address}: {}", error_chain(source))]
+    Address {
+        /// `host:port`.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// TLS could not be set up from the credentials.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::mtls::MtlsError),
+    /// The connection (TCP, TLS handshake) failed.
+    #[error("agent {address}: {}", error_chain(source))]
+    Connect {
+        /// `host:port`.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+}
+
+/// Opens an mTLS channel to the agent at `address` (`host:port`); `server_name` is the name
+/// its certificate carries when `address` is not among its certificate's names.
+pub async fn connect_agent(
+    address: &str,
+    server_name: Option<&str>,
+    credentials: &Credentials,
+) -> Result<AgentClient<Channel>, ConnectError> {
+    let mut tls = credentials.client_tls();
+    if let Some(name) = server_name {
+        tls = tls.domain_name(name);
+    }
+    let endpoint = Endpoint::from_shared(format!("https://{address}"))
+        .and_then(|endpoint| endpoint.tls_config(tls))
+        .map_err(|source| ConnectError::Address {
+            address: address.to_string(),
+            source,
+        })?
+        .connect_timeout(std::time::Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| ConnectError::Connect {
+            address: address.to_string(),
+            source,
+        })?;
+    Ok(AgentClient::new(channel))
+}
+
+/// An error and its causes, `outer: inner: root`: tonic's transport errors say only
+/// "transport error" on their own, the cause ("Connection refused") is further down.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        cause = inner.source();
+    }
+    text
+}
+
+/// A gRPC status as text, with the transport cause when there is one.
+pub fn status_text(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(cause) => format!("{}: {}", status.message(), error_chain(cause)),
+        None => status.message().to_string(),
+    }
+}

@@ -1,0 +1,352 @@
+//! Brokers on the wire: `BrokerSpec` <-> [`domain::BrokerSpec`], `Product` <->
+//! [`domain::Product`]. Receiving checks presence, ranges and the kind's own rules
+//! (`BrokerKind::validate`); the name and port are checked by the agent's registry, which
+//! every caller goes through.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use domain::broker::DEFAULT_NAMESPACE;
+use domain::{BrokerKind, BrokerOptions, BrokerSpec, InvalidSpec, Product};
+
+use super::{ConversionError, enumeration, field, required};
+use crate::agent::v1 as pb;
+
+/// The option keys a `BrokerSpec` message may carry.
+const OPTION_KEYS: &str = "max_inflight_messages, max_queued_messages, start_deadline";
+
+impl From<Product> for pb::Product {
+    fn from(product: Product) -> Self {
+        match product {
+            Product::Mosquitto => pb::Product::Mosquitto,
+            Product::RabbitMq => pb::Product::Rabbitmq,
+            Product::Emqx => pb::Product::Emqx,
+            Product::VerneMq => pb::Product::Vernemq,
+            Product::HiveMq => pb::Product::Hivemq,
+        }
+    }
+}
+
+/// A product field; the unspecified zero is missing.
+fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
+    enumeration(
+        value,
+        at,
+        "product",
+        "broker product",
+        |p: pb::Product| match p {
+            pb::Product::Unspecified => None,
+            pb::Product::Mosquitto => Some(Product::Mosquitto),
+            pb::Product::Rabbitmq => Some(Product::RabbitMq),
+            pb::Product::Emqx => Some(Product::Emqx),
+            pb::Product::Vernemq => Some(Product::VerneMq),
+            pb::Product::Hivemq => Some(Product::HiveMq),
+        },
+    )
+}
+
+/// A broker request: `spec` is its path in errors (`spec.kind.kubernetes.node: missing`).
+impl TryFrom<pb::BrokerSpec> for BrokerSpec {
+    type Error = ConversionError;
+
+    fn try_from(message: pb::BrokerSpec) -> Result<Self, ConversionError> {
+        let at = "spec";
+        let kind = match required(message.kind, at, "kind")? {
+            pb::broker_spec::Kind::Native(native) => BrokerKind::Native {
+                product: product(native.product, "spec.kind.native")?,
+            },
+            pb::broker_spec::Kind::Embedded(_) => BrokerKind::Embedded,
+            pb::broker_spec::Kind::External(external) => BrokerKind::External {
+                address: external.address.parse::<SocketAddr>().map_err(|error| {
+                    ConversionError::Invalid {
+                        path: "spec.kind.external.address".to_owned(),
+                        value: format!("{:?}", external.address),
+                        problem: error.to_string(),
+                    }
+                })?,
+            },
+            pb::broker_spec::Kind::Kubernetes(kubernetes) => kubernetes_kind(kubernetes)?,
+        };
+        // The kind's own errors read `kind.kubernetes.<field>: ...`.
+        kind.validate().map_err(|error| spec_error(at, error))?;
+        let bind = match (&kind, message.bind.as_str()) {
+            // Neither binds on the agent's node: the address is elsewhere (a NodePort).
+            (BrokerKind::External { .. } | BrokerKind::Kubernetes { .. }, _) => {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            }
+            (_, "") => {
+                return Err(ConversionError::Missing {
+                    path: field(at, "bind"),
+                });
+            }
+            (_, text) => text.parse().map_err(|error: std::net::AddrParseError| {
+                ConversionError::Invalid {
+                    path: field(at, "bind"),
+                    value: format!("{text:?}"),
+                    problem: error.to_string(),
+                }
+            })?,
+        };
+        let port = u16::try_from(message.port).map_err(|_| ConversionError::Invalid {
+            path: field(at, "port"),
+            value: message.port.to_string(),
+            problem: "is not a TCP port".to_owned(),
+        })?;
+        Ok(BrokerSpec {
+            name: message.name,
+            kind,
+            bind,
+            port,
+            options: options(&message.options)?,
+        })
+    }
+}
+
+/// A Kubernetes target; the namespace defaults to [`DEFAULT_NAMESPACE`].
+fn kubernetes_kind(message: pb::KubernetesBroker) -> Result<BrokerKind, ConversionError> {
+    let at = "spec.kind.kubernetes";
+    if message.node.is_empty() {
+        return Err(ConversionError::Missing {
+            path: field(at, "node"),
+        });
+    }
+    let node_port = match message.node_port {
+        0 => None,
+        port => Some(u16::try_from(port).map_err(|_| {
+            spec_error(
+                "spec",
+                InvalidSpec::new("kind.kubernetes.node_port", port, "is not a TCP port"),
+            )
+        })?),
+    };
+    Ok(BrokerKind::Kubernetes {
+        product: product(message.product, at)?,
+        node: message.node,
+        namespace: if message.namespace.is_empty() {
+            DEFAULT_NAMESPACE.to_owned()
+        } else {
+            message.namespace
+        },
+        node_port,
+    })
+}
+
+fn options(
+    message: &std::collections::BTreeMap<String, String>,
+) -> Result<BrokerOptions, ConversionError> {
+    let mut options = BrokerOptions::default();
+    for (key, value) in message {
+        let invalid = |problem: String| ConversionError::Invalid {
+            path: format!("spec.options.{key}"),
+            value: format!("{value:?}"),
+            problem,
+        };
+        match key.as_str() {
+            "max_inflight_messages" => {
+                options.max_inflight_messages =
+                    Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
+            }
+            "max_queued_messages" => {
+                options.max_queued_messages =
+                    Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
+            }
+            "start_deadline" => {
+                let deadline: Duration =
+                    humantime::parse_duration(value).map_err(|e| invalid(e.to_string()))?;
+                options.start_deadline = Some(deadline);
+            }
+            _ => return Err(invalid(format!("unknown option ({OPTION_KEYS})"))),
+        }
+    }
+    Ok(options)
+}
+
+/// A domain check's error, its field placed under the message at `at`.
+fn spec_error(at: &str, error: InvalidSpec) -> ConversionError {
+    ConversionError::Rule {
+        path: format!("{at}.{}", error.field),
+        problem: format!("{:?} {}", error.value, error.reason),
+    }
+}
+
+/// A broker as a request.
+impl From<&BrokerSpec> for pb::BrokerSpec {
+    fn from(spec: &BrokerSpec) -> Self {
+        let kind = match &spec.kind {
+            BrokerKind::Native { product } => pb::broker_spec::Kind::Native(pb::NativeBroker {
+                product: pb::Product::from(*product).into(),
+            }),
+            BrokerKind::Embedded => pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {}),
+            BrokerKind::External { address } => {
+                pb::broker_spec::Kind::External(pb::ExternalBroker {
+                    address: address.to_string(),
+                })
+            }
+            BrokerKind::Kubernetes {
+                product,
+                node,
+                namespace,
+                node_port,
+            } => pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+                product: pb::Product::from(*product).into(),
+                node: node.clone(),
+                namespace: namespace.clone(),
+                node_port: node_port.map_or(0, u32::from),
+            }),
+        };
+        let mut options = std::collections::BTreeMap::new();
+        if let Some(inflight) = spec.options.max_inflight_messages {
+            options.insert("max_inflight_messages".to_owned(), inflight.to_string());
+        }
+        if let Some(queued) = spec.options.max_queued_messages {
+            options.insert("max_queued_messages".to_owned(), queued.to_string());
+        }
+        if let Some(deadline) = spec.options.start_deadline {
+            options.insert(
+                "start_deadline".to_owned(),
+                humantime::format_duration(deadline).to_string(),
+            );
+        }
+        pb::BrokerSpec {
+            name: spec.name.clone(),
+            kind: Some(kind),
+            bind: spec.bind.to_string(),
+            port: u32::from(spec.port),
+            options,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(product: pb::Product) -> pb::BrokerSpec {
+        pb::BrokerSpec {
+            name: "b1".into(),
+            kind: Some(pb::broker_spec::Kind::Native(pb::NativeBroker {
+                product: product.into(),
+            })),
+            bind: "127.0.0.1".into(),
+            port: 0,
+            options: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_native_spec_converts_with_its_options() {
+        let mut message = native(pb::Product::Mosquitto);
+        message
+            .options
+            .insert("max_inflight_messages".into(), "40".into());
+        message
+            .options
+            .insert("start_deadline".into(), "30s".into());
+        let spec = BrokerSpec::try_from(message).expect("valid");
+        assert_eq!(
+            spec.kind,
+            BrokerKind::Native {
+                product: Product::Mosquitto
+            }
+        );
+        assert_eq!(spec.options.max_inflight_messages, Some(40));
+        assert_eq!(spec.options.start_deadline, Some(Duration::from_secs(30)));
+        assert_eq!(
+            BrokerSpec::try_from(pb::BrokerSpec::from(&spec)).expect("round trip"),
+            spec
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let message = |f: fn(&mut pb::BrokerSpec)| {
+            let mut m = native(pb::Product::Mosquitto);
+            f(&mut m);
+            BrokerSpec::try_from(m).expect_err("invalid").to_string()
+        };
+        assert!(
+            message(
+                |m| m.kind = Some(pb::broker_spec::Kind::Native(pb::NativeBroker {
+                    product: 0
+                }))
+            )
+            .starts_with("spec.kind.native.product")
+        );
+        assert!(message(|m| m.kind = None).starts_with("spec.kind: missing"));
+        assert!(message(|m| m.bind = "nowhere".into()).starts_with("spec.bind"));
+        assert!(message(|m| m.port = 70_000).starts_with("spec.port"));
+        assert!(
+            message(|m| {
+                m.options.insert("colour".into(), "blue".into());
+            })
+            .starts_with("spec.options.colour")
+        );
+    }
+
+    fn kubernetes(node: &str, namespace: &str, node_port: u32) -> pb::BrokerSpec {
+        pb::BrokerSpec {
+            name: "bench".into(),
+            kind: Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+                product: pb::Product::Vernemq.into(),
+                node: node.into(),
+                namespace: namespace.into(),
+                node_port,
+            })),
+            // Ignored for Kubernetes brokers: the address is the node's NodePort.
+            bind: String::new(),
+            port: 0,
+            options: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_kubernetes_spec_converts_with_its_defaults() {
+        let spec = BrokerSpec::try_from(kubernetes("worker-1", "", 0)).expect("valid");
+        assert_eq!(
+            spec.kind,
+            BrokerKind::Kubernetes {
+                product: Product::VerneMq,
+                node: "worker-1".into(),
+                namespace: "continuum".into(),
+                node_port: None,
+            }
+        );
+        assert_eq!(spec.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let spec = BrokerSpec::try_from(kubernetes("worker-1", "lab", 31999)).expect("valid");
+        assert!(matches!(
+            spec.kind,
+            BrokerKind::Kubernetes { node_port: Some(31999), ref namespace, .. } if namespace == "lab"
+        ));
+    }
+
+    #[test]
+    fn bad_kubernetes_fields_are_named() {
+        let message = |m: pb::BrokerSpec| BrokerSpec::try_from(m).expect_err("invalid").to_string();
+        for (bad, field) in [
+            (kubernetes("", "", 0), "spec.kind.kubernetes.node: missing"),
+            (kubernetes("Worker 1", "", 0), "spec.kind.kubernetes.node: "),
+            (
+                kubernetes("w", "Lab", 0),
+                "spec.kind.kubernetes.namespace: ",
+            ),
+            (
+                kubernetes("w", "", 1883),
+                "spec.kind.kubernetes.node_port: ",
+            ),
+            (
+                kubernetes("w", "", 70_000),
+                "spec.kind.kubernetes.node_port: ",
+            ),
+        ] {
+            let text = message(bad);
+            assert!(text.starts_with(field), "{text}");
+        }
+        let mut no_product = kubernetes("w", "", 0);
+        no_product.kind = Some(pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
+            product: 0,
+            node: "w".into(),
+            ..Default::default()
+        }));
+        assert!(message(no_product).starts_with("spec.kind.kubernetes.product"));
+    }
+}
