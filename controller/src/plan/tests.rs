@@ -155,3 +155,59 @@ fn timed_tests_refuse_zeros_and_counts_naming_the_path() {
     let fine = test("kind = \"saturation\"\nclients = [10]\n");
     Plan::parse(&fine, "plan.toml").expect("a search");
 }
+
+/// The sizes and names that aborted a server or escaped the results folder are refused at
+/// validation, each with a one-line error naming the field.
+#[test]
+fn sizes_durations_and_names_that_would_abort_or_escape_are_refused() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let throughput = "[[tests]]\nkind = \"burst\"\nloadgen = [\"n\"]\n";
+    let cases = [
+        (
+            format!("repetitions = 4000000000\n{BASE}{broker}"),
+            "repetitions = 4000000000: at most 1000",
+        ),
+        (
+            format!("{BASE}{broker}{throughput}clients = [4000000000]\n"),
+            "tests[1].clients = 4000000000: at most 100000",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[tests]]\nkind = \"payload\"\nloadgen = [\"n\"]\npayloads = [\"200MB\"]\npublishers = 10000\n"
+            ),
+            "tests[1].payloads = 200MB",
+        ),
+        (
+            format!("{BASE}{broker}[timeouts]\ndeploy = \"18446744073709551615s\"\n"),
+            "timeouts.deploy",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[scenarios]]\nname = \"../x\"\ndelay = \"1ms\"\njitter = \"0ms\"\nloss_percent = 0\n"
+            ),
+            "scenarios[1].name = \"../x\"",
+        ),
+        (
+            format!("{BASE}{broker}[[scenarios]]\nname = \"Local\"\n"),
+            "scenarios[1].name = \"Local\": another scenario has this name",
+        ),
+        (
+            format!("{BASE}{broker}[[brokers]]\nname = \"B\"\nkind = \"embedded\"\nnode = \"n\"\n"),
+            "brokers[1].name = \"B\": another broker has this name",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[scenarios]]\nname = \"far\"\ndelay = \"2h\"\njitter = \"0ms\"\nloss_percent = 0\n"
+            ),
+            "scenarios[1].delay",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error:?} should contain {expected:?}"
+        );
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+}

@@ -86,9 +86,6 @@ impl WorkloadArgs {
         if self.username.is_some() {
             spec.broker.username = self.username.clone();
         }
-        if self.password.is_some() {
-            spec.broker.password = self.password.clone();
-        }
         if self.tls_ca.is_some() {
             spec.broker.tls_ca_file = self.tls_ca.clone();
         }
@@ -141,8 +138,30 @@ pub fn spec_for(command: &Command) -> Result<WorkloadSpec, CliError> {
         }
     };
     args.apply(&mut spec);
+    if let Some(password) = password_of(args)? {
+        spec.broker.password = Some(password);
+    }
     spec.validate().map_err(LoadgenError::from)?;
     Ok(spec)
+}
+
+/// The password `--password-file` or `--password-env` names, if either is given.
+fn password_of(args: &super::args::WorkloadArgs) -> Result<Option<String>, CliError> {
+    if let Some(path) = &args.password_file {
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::Input {
+            path: path.display().to_string(),
+            problem: e.to_string(),
+        })?;
+        return Ok(Some(text.lines().next().unwrap_or_default().to_string()));
+    }
+    if let Some(name) = &args.password_env {
+        return std::env::var(name).map(Some).map_err(|_| {
+            CliError::Usage(format!(
+                "--password-env {name}: the environment has no variable {name}"
+            ))
+        });
+    }
+    Ok(None)
 }
 
 /// ` (line N)` for a TOML error with a position, so the user finds the bad line.

@@ -131,9 +131,13 @@ pub struct WorkloadArgs {
     /// Username for CONNECT.
     #[arg(long)]
     pub username: Option<String>,
-    /// Password for CONNECT.
-    #[arg(long)]
-    pub password: Option<String>,
+    /// Password for CONNECT, read from this file (its first line); a password on the command
+    /// line would show in every process listing.
+    #[arg(long, value_name = "FILE", conflicts_with = "password_env")]
+    pub password_file: Option<PathBuf>,
+    /// Password for CONNECT, read from this environment variable.
+    #[arg(long, value_name = "NAME")]
+    pub password_env: Option<String>,
     /// Connect with TLS, trusting this CA certificate (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,

@@ -25,8 +25,9 @@ pub struct BrokerTarget {
     /// Username for CONNECT.
     #[serde(default)]
     pub username: Option<String>,
-    /// Password for CONNECT (needs a username).
-    #[serde(default)]
+    /// Password for CONNECT (needs a username). Read from a spec file but never written:
+    /// results embed their spec, and a password has no place in a results folder.
+    #[serde(default, skip_serializing)]
     pub password: Option<String>,
 }
 

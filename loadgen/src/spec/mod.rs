@@ -27,7 +27,9 @@ pub use options::{
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
 pub use topology::{Shard, Topology};
-pub use validate::SpecError;
+pub use validate::{
+    MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
+};
 
 use std::time::Duration;
 
@@ -127,6 +129,26 @@ impl WorkloadSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A spec file may carry a password, but nothing loadgen writes (results embed their
+    /// spec) does.
+    #[test]
+    fn a_password_is_read_but_never_written() {
+        let mut spec = example();
+        spec.broker.username = Some("bob".into());
+        spec.broker.password = Some("hunter2".into());
+        let json = serde_json::to_string(&spec).expect("serializes");
+        assert!(
+            !json.contains("hunter2") && !json.contains("password"),
+            "{json}"
+        );
+        let toml_text = toml::to_string(&spec).expect("serializes");
+        assert!(!toml_text.contains("hunter2"), "{toml_text}");
+        let read: BrokerTarget =
+            toml::from_str("host = \"h\"\nport = 1\nusername = \"bob\"\npassword = \"hunter2\"\n")
+                .expect("parses");
+        assert_eq!(read.password.as_deref(), Some("hunter2"));
+    }
 
     pub(crate) fn example() -> WorkloadSpec {
         WorkloadSpec {

@@ -8,6 +8,7 @@ use super::{
     Topology, WorkloadSpec,
 };
 use crate::header::HeaderEncoding;
+use crate::size::ByteSize;
 
 /// A spec field with a bad value: names the TOML path, the value and the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +21,18 @@ pub struct SpecError {
     /// What is wrong with it.
     pub problem: String,
 }
+
+/// Most publishers, and most subscribers, one workload has (over all its instances): each
+/// costs a connection, a task and its buffers.
+pub const MAX_CLIENTS: u32 = 100_000;
+/// Most (subscriber, publisher) delivery tracks a workload keeps: a subscriber of the shared
+/// topic tracks every publisher, so this bounds subscribers x publishers there.
+pub const MAX_DELIVERY_TRACKS: u64 = 10_000_000;
+/// Most payload bytes all clients may hold at once (payload x clients), 8 GiB.
+pub const MAX_PAYLOAD_BYTES_HELD: u64 = 8 << 30;
+/// Most bits of delivery bitmaps a counted or rate-paced workload can need (tracks x planned
+/// messages), 4 GiB of memory.
+pub const MAX_TRACKED_MESSAGES: u64 = 32 << 30;
 
 fn invalid(path: &str, value: impl fmt::Display, problem: impl Into<String>) -> SpecError {
     SpecError {
@@ -47,6 +60,18 @@ impl WorkloadSpec {
         }
         if self.publishers == 0 {
             return Err(invalid("publishers", 0, "at least one publisher is needed"));
+        }
+        for (path, count) in [
+            ("publishers", self.publishers),
+            ("subscribers", self.subscribers),
+        ] {
+            if count > MAX_CLIENTS {
+                return Err(invalid(
+                    path,
+                    count,
+                    format!("at most {MAX_CLIENTS} per workload (spread over agents with a shard)"),
+                ));
+            }
         }
         match self.topology {
             Topology::Pairs if self.subscribers != self.publishers => {
@@ -100,6 +125,7 @@ impl WorkloadSpec {
             ));
         }
         self.validate_length(encoding)?;
+        self.validate_memory()?;
         if u64::from(self.publishers) > encoding.max_publishers() {
             return Err(invalid(
                 "publishers",
@@ -295,6 +321,56 @@ impl WorkloadSpec {
         Ok(())
     }
 
+    /// What the workload would hold in memory, bounded before anything is allocated: all
+    /// products in u64 (the counts are u32, so they cannot overflow).
+    fn validate_memory(&self) -> Result<(), SpecError> {
+        let clients = u64::from(self.publishers) + u64::from(self.subscribers);
+        let held = self.payload.bytes().saturating_mul(clients);
+        if held > MAX_PAYLOAD_BYTES_HELD {
+            return Err(invalid(
+                "payload",
+                self.payload,
+                format!(
+                    "x {clients} clients is {} held at once; at most {}",
+                    ByteSize(held),
+                    ByteSize(MAX_PAYLOAD_BYTES_HELD)
+                ),
+            ));
+        }
+        let tracks = match self.topology {
+            Topology::Shared => u64::from(self.subscribers) * u64::from(self.publishers),
+            Topology::Pairs | Topology::FanOut => u64::from(self.subscribers),
+        };
+        if tracks > MAX_DELIVERY_TRACKS {
+            return Err(invalid(
+                "subscribers",
+                self.subscribers,
+                format!(
+                    "each of them tracks all {} publishers of the shared topic: {tracks} tracks, at most {MAX_DELIVERY_TRACKS}",
+                    self.publishers
+                ),
+            ));
+        }
+        if let Some(planned) = self.planned_messages_per_publisher()
+            && tracks.saturating_mul(planned) > MAX_TRACKED_MESSAGES
+        {
+            let path = if self.duration.is_some() {
+                "duration"
+            } else {
+                "messages_per_publisher"
+            };
+            return Err(invalid(
+                path,
+                planned,
+                format!(
+                    "messages per publisher over {tracks} subscriber tracks would need more than {} of delivery bitmaps",
+                    ByteSize(MAX_TRACKED_MESSAGES / 8)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_engine(&self) -> Result<(), SpecError> {
         if let Coalescing::Sleep(sleep) = self.engine.coalescing
             && (sleep.is_zero() || sleep > MAX_COALESCING)
@@ -424,5 +500,44 @@ mod tests {
         spec.payload = ByteSize(16);
         spec.validate()
             .expect("the full header numbers 2^32 publishers");
+    }
+
+    /// Counts that would make loadgen allocate gigabytes (or abort) are refused first, each
+    /// naming its field.
+    #[test]
+    fn sizes_that_would_exhaust_memory_are_refused_with_their_field() {
+        let refused = |mutate: &dyn Fn(&mut WorkloadSpec)| {
+            let mut spec = example();
+            mutate(&mut spec);
+            spec.validate().expect_err("refused")
+        };
+        let error = refused(&|s| {
+            s.publishers = 4_000_000_000;
+            s.subscribers = 4_000_000_000;
+        });
+        assert_eq!(error.path, "publishers", "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Shared;
+            s.publishers = 100_000;
+            s.subscribers = 1_000;
+        });
+        assert_eq!(error.path, "subscribers", "{error}");
+        assert!(error.problem.contains("tracks"), "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Pairs;
+            s.payload = ByteSize(200_000_000);
+            s.publishers = 100;
+            s.subscribers = 100;
+        });
+        assert_eq!(error.path, "payload", "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Shared;
+            s.payload = ByteSize(1_000);
+            s.publishers = 10_000;
+            s.subscribers = 1_000;
+            s.messages_per_publisher = 1 << 30;
+            s.warmup_messages = 0;
+        });
+        assert_eq!(error.path, "messages_per_publisher", "{error}");
     }
 }
