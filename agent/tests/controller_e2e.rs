@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use common::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
 use controller::plan::{Plan, TestKind};
-use controller::report::check_svg;
 use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
@@ -235,6 +234,27 @@ impl Bed {
 /// `summary.csv` of a run, row by row.
 fn summary_rows(dir: &Path) -> Result<Vec<SummaryRow>> {
     Ok(results::read_rows(&ResultsDir::open(dir)?.summary_path())?)
+}
+
+/// `Ok` when `text` parses as XML and is an SVG document of the report's kind: the SVG
+/// namespace, a viewBox, an accessible title and some text.
+fn check_svg(text: &str) -> Result<(), String> {
+    let document = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
+    let root = document.root_element();
+    if root.tag_name().name() != "svg"
+        || root.tag_name().namespace() != Some("http://www.w3.org/2000/svg")
+    {
+        return Err(format!("the root is {:?}, not SVG", root.tag_name()));
+    }
+    if root.attribute("viewBox").is_none() {
+        return Err("no viewBox".to_string());
+    }
+    for needed in ["title", "text"] {
+        if !root.descendants().any(|n| n.has_tag_name(needed)) {
+            return Err(format!("no <{needed}>"));
+        }
+    }
+    Ok(())
 }
 
 /// Every cell id of the plan, each once.

@@ -32,8 +32,7 @@
 //! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
 //! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
 //! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
-//! draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed, for
-//! the agent's end-to-end test only.
+//! draw; `markdown.rs` and `html.rs` render.
 
 mod axes;
 mod burst;
@@ -55,13 +54,9 @@ mod saturation;
 mod svg;
 mod throughput;
 mod timeseries;
-mod xml;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-
-#[doc(hidden)]
-pub use xml::check_svg;
 
 use crate::plan::{Plan, TestKind};
 use crate::results::ResultsError;
