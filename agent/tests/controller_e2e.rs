@@ -421,7 +421,7 @@ messages = 200
             format!(
                 "{} {} pairs: {} published, receive {} msg/s",
                 r.broker,
-                r.point,
+                r.point.label(),
                 r.published.unwrap_or_default(),
                 r.receive_rate_msgs_per_s.unwrap_or_default()
             )

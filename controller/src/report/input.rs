@@ -11,12 +11,11 @@ use std::io::ErrorKind;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use loadgen::size::ByteSize;
 use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use super::timeseries::CellSeries;
-use crate::plan::TestKind;
+use crate::plan::{CellPoint, TestKind};
 use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
 /// Everything the report is built from.
@@ -370,7 +369,10 @@ fn read_cell(
                 broker,
                 scenario,
                 test,
-                point: row.point.parse().unwrap_or(0),
+                point: match row.point {
+                    CellPoint::Clients(pairs) => u64::from(pairs),
+                    _ => 0,
+                },
                 repetition: row.repetition,
                 report,
                 extras,
@@ -395,14 +397,14 @@ fn read_cell(
     let series = CellSeries::of(&result);
     let point = match kind {
         TestKind::Latency => 0,
-        TestKind::Payload => row
-            .point
-            .parse::<ByteSize>()
-            .map_or(summary.payload_bytes, ByteSize::bytes),
-        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => row
-            .point
-            .parse::<u64>()
-            .unwrap_or(u64::from(summary.publishers)),
+        TestKind::Payload => match row.point {
+            CellPoint::Payload(size) => size.bytes(),
+            _ => summary.payload_bytes,
+        },
+        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => match row.point {
+            CellPoint::Clients(pairs) => u64::from(pairs),
+            _ => u64::from(summary.publishers),
+        },
     };
     if !kind.sweeps_clients() {
         let key = GroupKey {

@@ -1,5 +1,6 @@
 //! How some CSV fields are spelled: numbers rounded for reading, lists joined into one
-//! field, error counts as `kind=count`, verdicts as `yes`/`no`. Each encoding reads back
+//! field, error counts as `kind=count`, verdicts as `yes`/`no`, sweep points by their
+//! label (`-`, `1KB`, `100`). Each encoding reads back
 //! what it writes, so a row type can carry typed values both ways.
 
 use std::collections::BTreeMap;
@@ -119,6 +120,34 @@ pub mod yes_no {
     }
 }
 
+/// A sweep point by its label, as in cell ids: `-`, a payload size with its unit (`1KB`), a
+/// number of client pairs (`100`).
+pub mod point_label {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::plan::CellPoint;
+
+    /// Writes [`CellPoint::label`].
+    pub fn serialize<S: Serializer>(point: &CellPoint, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&point.label())
+    }
+
+    /// Reads what [`serialize`] writes: a size always has a unit, a number of pairs never.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<CellPoint, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "-" {
+            return Ok(CellPoint::Single);
+        }
+        if let Ok(pairs) = text.parse::<u32>() {
+            return Ok(CellPoint::Clients(pairs));
+        }
+        text.parse()
+            .map(CellPoint::Payload)
+            .map_err(|_| D::Error::custom(format!("{text:?} is neither -, a size nor a number")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +203,32 @@ mod tests {
         let (text, back) = round_trip(&empty);
         assert!(text.ends_with("\n0.00,,,,\n"), "{text}");
         assert_eq!(back, empty);
+    }
+
+    #[test]
+    fn sweep_points_are_written_and_read_as_their_labels() {
+        use crate::plan::CellPoint;
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Point {
+            #[serde(with = "point_label")]
+            point: CellPoint,
+        }
+        for (point, label) in [
+            (CellPoint::Single, "-"),
+            (CellPoint::Payload(loadgen::size::ByteSize(1_000)), "1KB"),
+            (CellPoint::Payload(loadgen::size::ByteSize(100)), "100B"),
+            (CellPoint::Clients(100), "100"),
+        ] {
+            let mut writer = csv::Writer::from_writer(Vec::new());
+            writer.serialize(Point { point }).expect("serialize");
+            let text = String::from_utf8(writer.into_inner().expect("flush")).expect("utf-8");
+            assert_eq!(text, format!("point\n{label}\n"));
+            let mut reader = csv::Reader::from_reader(text.as_bytes());
+            let back: Point = reader.deserialize().next().expect("a row").expect("read");
+            assert_eq!(back.point, point);
+        }
+        let mut reader = csv::Reader::from_reader("point\nlots\n".as_bytes());
+        let bad: Result<Point, _> = reader.deserialize().next().expect("a row");
+        assert!(bad.is_err(), "{bad:?}");
     }
 }

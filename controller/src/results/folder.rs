@@ -140,7 +140,7 @@ mod tests {
             broker: "b".into(),
             scenario: "local".into(),
             test: TestKind::Latency,
-            point: "-".into(),
+            point: crate::plan::CellPoint::Single,
             repetition: 1,
             status,
             reason: String::new(),

@@ -10,9 +10,9 @@ use loadgen::saturation::SearchEnd;
 use loadgen::summary::{RateKind, WindowKind};
 use serde::{Deserialize, Serialize};
 
-use super::fields::{ErrorCounts, TextList, decimals_or_empty, yes_no};
+use super::fields::{ErrorCounts, TextList, decimals_or_empty, point_label, yes_no};
 use super::{CellRecord, CellStatus};
-use crate::plan::TestKind;
+use crate::plan::{CellPoint, TestKind};
 
 /// One row of `summary.csv`: one cell, as the run recorded it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,8 +25,9 @@ pub struct SummaryRow {
     pub scenario: String,
     /// Test kind.
     pub test: TestKind,
-    /// Sweep point: `-`, a payload size, a number of client pairs.
-    pub point: String,
+    /// Sweep point, written as its label: `-`, a payload size, a number of client pairs.
+    #[serde(with = "point_label")]
+    pub point: CellPoint,
     /// 1-based repetition.
     pub repetition: u32,
     /// How the cell ended.
@@ -289,7 +290,7 @@ impl SummaryRow {
             broker: record.broker.clone(),
             scenario: record.scenario.clone(),
             test: record.test,
-            point: record.point.clone(),
+            point: record.point,
             repetition: record.repetition,
             status: record.status,
             reason: record.reason.replace('\n', " "),
@@ -447,7 +448,7 @@ mod tests {
             broker: "b".into(),
             scenario: "local".into(),
             test: TestKind::Latency,
-            point: "-".into(),
+            point: CellPoint::Single,
             repetition: 1,
             status: CellStatus::Ok,
             reason: String::new(),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::usage::BrokerUsage;
 use super::{ResultsError, SummaryRow, csv_file};
-use crate::plan::TestKind;
+use crate::plan::{CellPoint, TestKind};
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,8 +45,8 @@ pub struct CellRecord {
     pub scenario: String,
     /// Test kind.
     pub test: TestKind,
-    /// Sweep point (`-`, a payload size, a number of pairs).
-    pub point: String,
+    /// Sweep point.
+    pub point: CellPoint,
     /// 1-based repetition.
     pub repetition: u32,
     /// How it ended.

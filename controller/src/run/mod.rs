@@ -557,7 +557,7 @@ fn record(
         broker: plan.brokers[cell.broker].name.clone(),
         scenario: plan.scenarios[cell.scenario].name.clone(),
         test: test.kind,
-        point: cell.point.label(),
+        point: cell.point,
         repetition: cell.repetition,
         status,
         reason: if status == CellStatus::Ok {
