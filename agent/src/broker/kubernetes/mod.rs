@@ -11,7 +11,7 @@
 //!
 //! # Layout
 //! - this file: [`KubernetesDriver`], the running broker, the apply/delete guard.
-//! - `products.rs`: per product the image and why that tag, config, probe, resources.
+//! - (in `recipes`): per product the image and why that tag, config, probe, resources.
 //! - `manifests.rs`: [`Manifests`], the typed objects and their YAML.
 //! - `yaml.rs`: YAML that kubectl (YAML 1.1) and YAML 1.2 read alike.
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
@@ -23,7 +23,6 @@
 mod kubectl;
 mod manifests;
 mod metrics;
-mod products;
 mod yaml;
 
 use std::net::{IpAddr, SocketAddr};
