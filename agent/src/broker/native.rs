@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use host::poll::{Attempt, poll_until};
+use tokio::net::TcpStream;
 
 use super::error::BrokerError;
 use super::install::InstallPaths;
@@ -313,20 +314,20 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
 
 /// Polls until `addr` accepts TCP connections, or the child exits, or the helper deadline.
 async fn wait_listening(addr: SocketAddr, child: &mut GroupChild) -> Result<(), String> {
-    let end = Instant::now() + HELPER_DEADLINE;
-    loop {
-        if let Some(status) = child.exited() {
-            return Err(format!("exited ({status})"));
+    poll_until(HELPER_DEADLINE, Duration::from_millis(25), || {
+        let exited = child.exited();
+        async move {
+            if let Some(status) = exited {
+                return Attempt::Stop(format!("exited ({status})"));
+            }
+            match tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => Attempt::Done(()),
+                Ok(Err(error)) => Attempt::Retry(error.to_string()),
+                Err(_) => Attempt::Retry("connect timed out".to_owned()),
+            }
         }
-        match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
-            .await
-        {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(error)) if Instant::now() >= end => return Err(error.to_string()),
-            Err(_) if Instant::now() >= end => return Err("connect timed out".to_owned()),
-            _ => tokio::time::sleep(Duration::from_millis(25)).await,
-        }
-    }
+    })
+    .await
 }
 
 /// A running native broker and everything it started.
