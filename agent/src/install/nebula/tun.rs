@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
+use host::poll::{Attempt, poll_until};
 use netlink_packet_route::address::AddressAttribute;
 use tokio::time::Instant;
 
@@ -124,21 +125,16 @@ pub(super) async fn wait_up(
 
 /// Waits until a stopped Nebula's tun device is gone.
 pub(super) async fn wait_gone(interface: &str) -> Result<(), InstallError> {
-    let deadline = Instant::now() + GONE_DEADLINE;
-    loop {
+    poll_until(GONE_DEADLINE, Duration::from_millis(50), || async {
         match addresses(interface).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) | Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(Some(_)) => {
-                return Err(InstallError::Failed(format!(
-                    "{interface} still exists {GONE_DEADLINE:?} after nebula stopped"
-                )));
-            }
-            Err(error) => return Err(InstallError::Failed(error)),
+            Ok(None) => Attempt::Done(()),
+            Ok(Some(_)) => Attempt::Retry(InstallError::Failed(format!(
+                "{interface} still exists {GONE_DEADLINE:?} after nebula stopped"
+            ))),
+            Err(error) => Attempt::Retry(InstallError::Failed(error)),
         }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]
