@@ -5,8 +5,8 @@
 //! window, anonymous access), the files, environment and command line of a native instance,
 //! and the image, ports, config and readiness probe of its pod. It only describes: the agent's
 //! native driver turns a [`NativePlan`] into processes, its kubernetes driver turns a [`Pod`]
-//! into manifests, and the test harness runs the Mosquitto and RabbitMQ recipes for the
-//! private brokers of its tests. Nothing here spawns, binds or reads anything, so the command
+//! into manifests, and the test harness runs the RabbitMQ recipe's [`rabbitmq::Node`] for
+//! the private nodes of its tests. Nothing here spawns, binds or reads anything, so the command
 //! lines of products that are not installed are still checked by unit tests.
 //!
 //! # Layout

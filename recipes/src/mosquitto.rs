@@ -1,7 +1,7 @@
 //! Mosquitto: `mosquitto -c FILE` with a generated config that lifts every limit a benchmark
 //! could trip over; on Kubernetes the official image with the same file mounted. 1.6 and 2.x
-//! read the config alike. The test harness runs the same config for its private brokers, with
-//! options of its own ([`Config`] fields) and its listener on loopback.
+//! read the config alike. [`Config`]'s fields are also those the test harness's own Mosquitto
+//! config (`tests/src/mosquitto.rs`) sets, its listener on loopback, so it can move here.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -43,8 +43,8 @@ pub const PROVENANCE: &str = "The study deployed eclipse-mosquitto:1.6.15. This 
             variant (amd64, arm64v8, arm32v6 and more), which differs in the TLS library alone, \
             and no TLS is used here.";
 
-/// One Mosquitto config. [`Config::benchmark`] is the agent's; the test harness fills the
-/// fields from its own options.
+/// One Mosquitto config. [`Config::benchmark`] is the agent's; other users fill the fields
+/// from their own options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Who the header comment says wrote the file.
