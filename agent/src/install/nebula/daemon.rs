@@ -11,6 +11,7 @@ use super::super::InstallError;
 use super::super::system::{
     journal_tail, remove_file, systemctl, systemd_quote, write_atomic, write_private,
 };
+use host::poll::{Attempt, poll_until};
 use host::{CommandLine, GroupChild};
 
 /// The unit's name.
@@ -105,18 +106,24 @@ impl Supervisor {
         systemctl(&["enable", UNIT_NAME]).await?;
         // restart starts a stopped unit and reloads a running one from scratch.
         systemctl(&["restart", UNIT_NAME]).await?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(pid) = self.unit_pid().await {
-                return Ok(pid);
-            }
-            if Instant::now() >= deadline {
-                return Err(InstallError::Failed(format!(
-                    "{UNIT_NAME} did not start: {}",
-                    self.log_tail().await
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let this = &*self;
+        let started = poll_until(
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            || async {
+                match this.unit_pid().await {
+                    Some(pid) => Attempt::Done(pid),
+                    None => Attempt::Retry(()),
+                }
+            },
+        )
+        .await;
+        match started {
+            Ok(pid) => Ok(pid),
+            Err(()) => Err(InstallError::Failed(format!(
+                "{UNIT_NAME} did not start: {}",
+                self.log_tail().await
+            ))),
         }
     }
 
