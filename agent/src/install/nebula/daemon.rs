@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::super::InstallError;
 use super::super::system::{
     journal_tail, remove_file, systemctl, systemd_quote, write_atomic, write_private,
@@ -231,19 +229,25 @@ pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
 /// SIGTERM, then SIGKILL after the grace period, for a Nebula that is not our child.
 async fn stop_stray(pid: u32) -> Result<(), InstallError> {
     host::send_signal(pid, libc::SIGTERM);
-    let deadline = Instant::now() + STOP_GRACE;
-    while host::is_running(pid) {
-        if Instant::now() >= deadline {
-            host::kill(pid);
-        }
-        if Instant::now() >= deadline + STOP_GRACE {
-            return Err(InstallError::Failed(format!(
-                "nebula (pid {pid}, left by an earlier agent) survived SIGKILL"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let exited = || {
+        std::future::ready(if host::is_running(pid) {
+            Attempt::Retry(())
+        } else {
+            Attempt::Done(())
+        })
+    };
+    let interval = Duration::from_millis(25);
+    if poll_until(STOP_GRACE, interval, exited).await.is_ok() {
+        return Ok(());
     }
-    Ok(())
+    host::kill(pid);
+    poll_until(STOP_GRACE, interval, exited)
+        .await
+        .map_err(|()| {
+            InstallError::Failed(format!(
+                "nebula (pid {pid}, left by an earlier agent) survived SIGKILL"
+            ))
+        })
 }
 
 /// The PID in the installer's PID file, if that process still runs Nebula on this
