@@ -48,6 +48,9 @@ pub fn workload_for(
     clients: Option<u32>,
 ) -> Result<WorkloadSpec, String> {
     let (mut spec, _, _) = test_preset(test.kind);
+    if let Some(table) = &test.workload {
+        spec = overlay_workload(spec, table).map_err(|error| error.to_string())?;
+    }
     if let Some(publishers) = test.publishers {
         spec.publishers = publishers;
     }
@@ -89,4 +92,94 @@ pub fn workload_for(
         spec.subscribers = pairs;
     }
     Ok(spec)
+}
+
+/// A field of a test's `workload` table that loadgen's spec does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("workload.{path} = {value}: {problem}")]
+pub struct WorkloadTableError {
+    /// The field inside the table, e.g. `connection.inflight`.
+    pub path: String,
+    /// Its value as written (or `(absent)`).
+    pub value: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Fields of the spec that the run sets itself, per cell.
+const RUN_OWNED: [(&str, &str); 3] = [
+    (
+        "broker.host",
+        "the broker's address comes from the plan's [[brokers]]",
+    ),
+    (
+        "broker.port",
+        "the broker's address comes from the plan's [[brokers]]",
+    ),
+    ("shard", "the run splits the load over tests[].loadgen"),
+];
+
+/// `spec` with `table` laid over it, field by field (tables merge, values replace), then read
+/// back as loadgen's own type, so every field and check of SPEC.toml applies here too.
+pub fn overlay_workload(
+    spec: WorkloadSpec,
+    table: &toml::Table,
+) -> Result<WorkloadSpec, WorkloadTableError> {
+    for (path, problem) in RUN_OWNED {
+        if let Some(value) = lookup(table, path) {
+            return Err(WorkloadTableError {
+                path: path.to_string(),
+                value: value.to_string(),
+                problem: problem.to_string(),
+            });
+        }
+    }
+    let mut merged = toml::Table::try_from(&spec).map_err(|error| WorkloadTableError {
+        path: String::new(),
+        value: "(preset)".to_string(),
+        problem: format!("the preset does not serialize: {error}"),
+    })?;
+    merge(&mut merged, table);
+    let password = spec.broker.password.clone();
+    let mut overlaid: WorkloadSpec = serde_path_to_error::deserialize(toml::Value::Table(merged))
+        .map_err(|error| {
+        let path = error.path().to_string();
+        WorkloadTableError {
+            value: lookup(table, &path).map_or("(absent)".to_string(), |v| v.to_string()),
+            problem: error.inner().to_string(),
+            path,
+        }
+    })?;
+    // The password is never serialized, so it does not survive the round trip by itself.
+    if overlaid.broker.password.is_none() {
+        overlaid.broker.password = password;
+    }
+    Ok(overlaid)
+}
+
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner)) => {
+                merge(inner, over_inner);
+            }
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Whether a test's `workload` table sets the field at `path` (e.g. `connection.inflight`).
+pub fn sets(table: &toml::Table, path: &str) -> bool {
+    lookup(table, path).is_some()
+}
+
+fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    let mut steps = path.split('.');
+    let mut value = table.get(steps.next()?)?;
+    for step in steps {
+        value = value.as_table()?.get(step)?;
+    }
+    Some(value)
 }

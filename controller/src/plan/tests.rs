@@ -211,3 +211,51 @@ fn sizes_durations_and_names_that_would_abort_or_escape_are_refused() {
         assert_eq!(error.lines().count(), 1, "{error}");
     }
 }
+
+/// A test's `workload` table reaches every field of loadgen's spec over the preset, and its
+/// mistakes name their path inside the table.
+#[test]
+fn a_workload_table_sets_any_spec_field_and_names_its_mistakes() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let text = format!(
+        "{BASE}{broker}[tests.workload]\ntopology = \"fan-out\"\nsubscribers = 300\nbroker = {{ protocol = \"5\", username = \"bob\" }}\nconnection = {{ inflight = 7, keep_alive = \"30s\" }}\n"
+    );
+    let plan = Plan::parse(&text, "plan.toml").expect("a workload table");
+    let spec = workload_for(&plan.tests[0], None, None).expect("workload");
+    assert_eq!(spec.topology, loadgen::spec::Topology::FanOut);
+    assert_eq!(spec.subscribers, 300);
+    assert_eq!(spec.publishers, 100, "the latency preset's publishers stay");
+    assert_eq!(spec.broker.protocol, loadgen::spec::MqttVersion::V5);
+    assert_eq!(spec.broker.username.as_deref(), Some("bob"));
+    assert_eq!(spec.connection.inflight, 7);
+    assert_eq!(
+        spec.connection.keep_alive,
+        std::time::Duration::from_secs(30)
+    );
+
+    let cases = [
+        (
+            "[tests.workload]\ntopolgy = \"pairs\"\n",
+            "tests[0].workload.topolgy",
+        ),
+        (
+            "[tests.workload]\nconnection = { inflight = \"many\" }\n",
+            "tests[0].workload.connection.inflight = \"many\"",
+        ),
+        (
+            "[tests.workload]\nbroker = { port = 1884 }\n",
+            "tests[0].workload.broker.port = 1884: the broker's address comes from the plan",
+        ),
+        (
+            "[tests.workload]\ntopology = \"pairs\"\nsubscribers = 3\n",
+            "tests[0].workload.subscribers = 3",
+        ),
+    ];
+    for (table, expected) in cases {
+        let error = error_of(&format!("{BASE}{broker}{table}"));
+        assert!(
+            error.contains(expected),
+            "{error:?} should contain {expected:?}"
+        );
+    }
+}

@@ -471,6 +471,16 @@ impl Plan {
                 ));
             }
             self.validate_timing(i, test)?;
+            if let Some(table) = &test.workload {
+                let (preset, _, _) = super::presets::test_preset(test.kind);
+                super::presets::overlay_workload(preset, table).map_err(|error| {
+                    invalid(
+                        format!("tests[{i}].workload.{}", error.path),
+                        error.value,
+                        error.problem,
+                    )
+                })?;
+            }
             for point in self.points(i) {
                 let (payload, clients) = match point {
                     super::CellPoint::Payload(size) => (Some(size), None),
@@ -480,6 +490,14 @@ impl Plan {
                 let spec = workload_for(test, payload, clients)
                     .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
                 if let Err(error) = spec.validate() {
+                    let in_table = test
+                        .workload
+                        .as_ref()
+                        .is_some_and(|table| super::presets::sets(table, &error.path));
+                    if in_table {
+                        let field = format!("workload.{}", error.path);
+                        return Err(invalid(path(&field), error.value, error.problem));
+                    }
                     let field = match error.path.as_str() {
                         "messages_per_publisher" => "messages",
                         "warmup_messages" => "warmup",
