@@ -43,9 +43,21 @@ impl ResultsDir {
         &self.dir
     }
 
-    /// The folder of one cell's files.
-    pub fn cell_dir(&self, cell: &str) -> PathBuf {
-        self.dir.join("cells").join(cell)
+    /// The folder of one cell's files, refused unless it lies inside `cells/`: a cell id is
+    /// made of plan names, and a name that slipped past validation must not write elsewhere.
+    pub fn cell_dir(&self, cell: &str) -> Result<PathBuf, ResultsError> {
+        let relative = Path::new(cell);
+        let inside = !cell.is_empty()
+            && relative
+                .components()
+                .all(|step| matches!(step, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(ResultsError::Format {
+                path: self.dir.join("cells").display().to_string(),
+                problem: format!("cell id {cell:?} is not a path inside the run's cells folder"),
+            });
+        }
+        Ok(self.dir.join("cells").join(relative))
     }
 
     /// `summary.csv`.
@@ -73,7 +85,7 @@ impl ResultsDir {
         result: Option<&RunResult>,
         search: Option<&loadgen::saturation::SaturationReport>,
     ) -> Result<(), ResultsError> {
-        let cell_dir = self.cell_dir(&record.cell);
+        let cell_dir = self.cell_dir(&record.cell)?;
         if search.is_some() || result.is_some() {
             fs::create_dir_all(&cell_dir).map_err(io(&cell_dir))?;
         }
@@ -115,10 +127,22 @@ impl ResultsDir {
     }
 }
 
+/// Writes `path` whole or not at all, and durably before anything may point at it: the file
+/// is synced before the rename and the folder after it, so a power loss cannot leave a
+/// summary row (synced on append) naming an empty result that resume would then skip.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+    use std::io::Write;
     let temporary = path.with_extension("partial");
-    fs::write(&temporary, bytes).map_err(io(&temporary))?;
-    fs::rename(&temporary, path).map_err(io(path))
+    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
+    file.write_all(bytes).map_err(io(&temporary))?;
+    file.sync_all().map_err(io(&temporary))?;
+    fs::rename(&temporary, path).map_err(io(path))?;
+    if let Some(folder) = path.parent() {
+        fs::File::open(folder)
+            .and_then(|folder| folder.sync_all())
+            .map_err(io(folder))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -127,6 +151,18 @@ mod tests {
 
     use super::*;
     use crate::plan::TestKind;
+
+    #[test]
+    fn a_cell_id_that_would_leave_the_cells_folder_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let results = ResultsDir::open(dir.path()).expect("open");
+        for id in ["../../escaped/x", "/etc/x", "b/../../x", ""] {
+            let error = results.cell_dir(id).expect_err(id).to_string();
+            assert!(error.contains("not a path inside"), "{id}: {error}");
+        }
+        let inside = results.cell_dir("b/local/0-latency/-/1").expect("inside");
+        assert!(inside.starts_with(dir.path().join("cells")));
+    }
 
     #[test]
     fn rows_append_and_finished_cells_are_known_for_resume() {
