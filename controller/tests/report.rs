@@ -503,6 +503,57 @@ fn the_report_shows_what_was_recorded() {
     assert!(md.contains("edge: emulation should add 2.50 ms one way"));
     assert!(md.contains("mosquitto +2.45 ms, rabbitmq +2.60 ms"), "{md}");
 
+    // Beside the study: its Table IV/V figure for the same product, scenario and payload, the
+    // added delays over local, and each path's model (the study's four egresses: 5 ms edge).
+    let rows = table(&md, "| Payload | Broker | Scenario | Study AMD64");
+    assert_eq!(rows.len(), 12, "3 payloads x 2 brokers x 2 scenarios");
+    for row in &rows {
+        let (broker, scenario) = (get(row, "Broker"), get(row, "Scenario"));
+        let payload: loadgen::size::ByteSize = get(row, "Payload").parse().expect("size");
+        let ours = median_us(broker, scenario, payload.bytes()) / 1e3;
+        near(
+            number(get(row, "Continuum median-IQR (ms)")),
+            ours,
+            ours * 1e-3,
+            "ours",
+        );
+        if scenario == "edge" {
+            let added = (median_us(broker, "edge", payload.bytes())
+                - median_us(broker, "local", payload.bytes()))
+                / 1e3;
+            near(
+                number(get(row, "Continuum added over local (ms)").trim_start_matches('+')),
+                added,
+                // Both medians carry HdrHistogram's 0.1 % (3 significant digits).
+                ours * 2e-3 + 0.01,
+                "added",
+            );
+            assert_eq!(get(row, "Path model: study (ms)"), "5.00", "{row:?}");
+            assert_eq!(get(row, "Path model: Continuum (ms)"), "2.50", "{row:?}");
+        }
+    }
+    let mosquitto_1kb_edge = rows
+        .iter()
+        .find(|r| {
+            get(r, "Broker") == "mosquitto"
+                && get(r, "Payload") == "1KB"
+                && get(r, "Scenario") == "edge"
+        })
+        .expect("mosquitto 1KB edge");
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study AMD64 median-IQR (ms)"),
+        "8.59-2"
+    );
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study ARM64 median-IQR (ms)"),
+        "10.67-1"
+    );
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study AMD64 added over local (ms)"),
+        "+4.65"
+    );
+    assert!(md.contains("four emulated egresses"));
+
     // Same folder, same bytes.
     let before = contents(&files);
     let again = write_report(dir.path()).expect("second report");

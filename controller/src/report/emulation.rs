@@ -52,8 +52,60 @@ fn egress_ns(
     (share, "plan")
 }
 
+/// The delay a message's path publisher -> broker -> subscriber should gain in a scenario.
+pub(super) struct PathModel {
+    /// One way, µs.
+    pub should_us: f64,
+    /// Hop by hop, and where each figure came from.
+    pub description: String,
+}
+
+/// The path model of `broker` in `scenario` for load on `nodes` (publisher, broker,
+/// subscriber node): each hop between two nodes gains the sending node's egress delay.
+pub(super) fn path_model(
+    data: &RunData,
+    broker: usize,
+    scenario: usize,
+    (publisher_node, broker_node, subscriber_node): (&str, &str, &str),
+) -> PathModel {
+    let plan = &data.manifest.plan;
+    let mut parts = Vec::new();
+    let mut sources = Vec::new();
+    let mut should_us = 0.0;
+    for (from, to, hop) in [
+        (publisher_node, broker_node, "pub->broker"),
+        (broker_node, subscriber_node, "broker->sub"),
+    ] {
+        if from == to {
+            parts.push(format!("{hop} 0 (both on {from})"));
+            continue;
+        }
+        let (ns, source) = egress_ns(plan, data, broker, scenario, from);
+        should_us += ns / 1e3;
+        sources.push(source);
+        parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
+    }
+    sources.dedup();
+    let description = format!("{}; from {}", parts.join(" + "), sources.join(", "));
+    PathModel {
+        should_us,
+        description,
+    }
+}
+
+/// The nodes a test's load runs on: (publisher node, subscriber node).
+pub(super) fn load_nodes(plan: &Plan, test: usize) -> (String, String) {
+    let loadgen = &plan.tests[test].loadgen;
+    let publisher_node = loadgen.first().cloned().unwrap_or_default();
+    let subscriber_node = loadgen
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| publisher_node.clone());
+    (publisher_node, subscriber_node)
+}
+
 /// The scenario the others are compared with: `local`, else the first without delay.
-fn baseline(plan: &Plan) -> Option<usize> {
+pub(super) fn baseline(plan: &Plan) -> Option<usize> {
     plan.scenarios
         .iter()
         .position(|s| s.name == "local")
@@ -152,12 +204,7 @@ pub fn section(data: &RunData) -> Option<Section> {
             .filter(|g| g.count > 0)
             .map(|g| g.p50)
     };
-    let loadgen = &plan.tests[test].loadgen;
-    let publisher_node = loadgen.first().cloned().unwrap_or_default();
-    let subscriber_node = loadgen
-        .get(1)
-        .cloned()
-        .unwrap_or_else(|| publisher_node.clone());
+    let (publisher_node, subscriber_node) = load_nodes(plan, test);
     let mut lines = Vec::new();
     let mut table = Table::new(
         &[
@@ -194,27 +241,17 @@ pub fn section(data: &RunData) -> Option<Section> {
                 ]);
                 continue;
             };
-            let mut parts = Vec::new();
-            let mut sources = Vec::new();
-            let mut should_us = 0.0;
-            for (from, to, hop) in [
-                (&publisher_node, &broker_node, "pub->broker"),
-                (&broker_node, &subscriber_node, "broker->sub"),
-            ] {
-                if from == to {
-                    parts.push(format!("{hop} 0 (both on {from})"));
-                    continue;
-                }
-                let (ns, source) = egress_ns(plan, data, broker, scenario, from);
-                should_us += ns / 1e3;
-                sources.push(source);
-                parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
-            }
-            sources.dedup();
+            let path = path_model(
+                data,
+                broker,
+                scenario,
+                (&publisher_node, &broker_node, &subscriber_node),
+            );
+            let should_us = path.should_us;
             let mut row = vec![
                 name.clone(),
                 broker_name.clone(),
-                format!("{}; from {}", parts.join(" + "), sources.join(", ")),
+                path.description,
                 ms(should_us),
             ];
             let added = match (median(broker, scenario), median(broker, base)) {

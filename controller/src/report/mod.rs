@@ -19,6 +19,8 @@
 //! 7. Broker comparisons: Mann-Whitney U and Cliff's delta for every pair of brokers.
 //! 8. Broker CPU and memory per test, from `metrics.csv`.
 //! 9. Emulation check: the delay netem should add beside the measured rise of the median.
+//! 10. Beside the study: its Tables IV/V next to this run's figures, added delays over local
+//!     and what each path should add.
 //!
 //! It opens with the findings (who is ahead, by how much, significant or not) and the run's
 //! conditions.
@@ -28,7 +30,7 @@
 //!
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
 //! `throughput.rs`, `saturation.rs`, `burst.rs`, `comparison.rs`, `resources.rs`,
-//! `emulation.rs` build one section each; `estimate.rs` gives medians with intervals;
+//! `emulation.rs`, `study.rs` build one section each; `estimate.rs` gives medians with intervals;
 //! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
 //! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
 //! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
@@ -51,6 +53,7 @@ mod payload;
 mod resources;
 mod run;
 mod saturation;
+mod study;
 mod svg;
 mod throughput;
 mod timeseries;
@@ -156,6 +159,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
+    sections.extend(study::section(data));
     sections
 }
 
