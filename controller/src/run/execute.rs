@@ -290,8 +290,8 @@ impl<'p> Run<'p> {
                     let event = RunEvent::Netem {
                         scenario: netem.scenario.clone(),
                         node: netem.node.clone(),
-                        asked: netem.asked.clone(),
-                        read_back: netem.read_back.clone(),
+                        asked: netem.asked.to_string(),
+                        read_back: netem.read_back_text(),
                     };
                     self.progress.events.emit(event).await;
                 }

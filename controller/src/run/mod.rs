@@ -202,11 +202,7 @@ fn fresh_folder(base: &Path) -> PathBuf {
 }
 
 fn timestamp() -> String {
-    let t = crate::civil::UtcTime::from_unix_secs(loadgen::clock::unix_now_ns() / 1_000_000_000);
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    crate::civil::folder_stamp(loadgen::clock::unix_now_ns() / 1_000_000_000)
 }
 
 /// Where the results of `plan` go when not resuming (for messages).

@@ -19,7 +19,7 @@ use tonic::transport::Channel;
 use super::events::{Events, RunEvent};
 use super::{AgentHandle, RunError};
 use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
-use crate::results::{ClusterRecord, OverlayRecord, TestbedRecord};
+use crate::results::{ClusterNode, ClusterRecord, OverlayPeer, OverlayRecord, TestbedRecord};
 use domain::overlay::parse_overlay_cidr;
 use proto::client::status_text;
 
@@ -159,7 +159,11 @@ fn overlay_record(node: &NodeEntry, lighthouse: bool, status: pb::OverlayStatus)
         peers: status
             .peers
             .into_iter()
-            .map(|p| (p.overlay_ip, p.reachable, p.detail))
+            .map(|p| OverlayPeer {
+                address: p.overlay_ip,
+                reachable: p.reachable,
+                detail: p.detail,
+            })
             .collect(),
     }
 }
@@ -252,13 +256,11 @@ async fn all_ready(
                 nodes: status
                     .nodes
                     .iter()
-                    .map(|n| {
-                        (
-                            n.name.clone(),
-                            n.ready,
-                            n.internal_ip.clone(),
-                            n.taints.clone(),
-                        )
+                    .map(|n| ClusterNode {
+                        name: n.name.clone(),
+                        ready: n.ready,
+                        internal_ip: n.internal_ip.clone(),
+                        taints: n.taints.clone(),
                     })
                     .collect(),
             });

@@ -118,8 +118,8 @@ impl Progress {
             cell: cell.id(plan),
             broker: plan.brokers[cell.broker].name.clone(),
             scenario: plan.scenarios[cell.scenario].name.clone(),
-            test: format!("{:?}", test.kind).to_lowercase(),
-            point: cell.point.label(),
+            test: test.kind,
+            point: cell.point,
             repetition: cell.repetition,
             status,
             reason: if status == CellStatus::Ok {
