@@ -9,17 +9,15 @@
 //! broker "pod" as a real Mosquitto in the worker's namespace on the manifest's NodePort
 //! (what a NodePort Service would expose), with canned pod metrics.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use common::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network};
-use common::{AGENT_PORT, AgentBed};
 use controller::plan::Plan;
 use controller::results::ResultsDir;
 use controller::run::{RunOptions, run_plan};
+use tests::agent_bed::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network};
+use tests::agent_bed::{AGENT_PORT, AgentBed};
 use tests::isolated_netns_test;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +55,7 @@ fn plan_text(bed: &AgentBed, net: [u8; 3], results: &Path) -> String {
 
 /// Mosquitto processes started as the fake's pod (their config is in the fake's folder).
 fn pods(fake: &Path) -> Vec<u32> {
-    common::nebula::processes_mentioning(&fake.join("pod.conf").display().to_string())
+    tests::agent_bed::nebula::processes_mentioning(&fake.join("pod.conf").display().to_string())
 }
 
 #[test]
