@@ -41,6 +41,8 @@
 //! - [`fake_k3s`]: the scripted fake `k3s` and what it recorded.
 //! - [`workspace`]: a workspace binary built fresh for a test of another
 //!   package.
+//! - [`vm`]: the real-kernel checks' driver: builds the one VM payload
+//!   (`examples/vm_check/`), boots it under qemu, reads its results.
 //! - this file: checks for installed components ([`require_binary`],
 //!   [`skip_unless_installed!`]) that skip locally and fail in CI.
 
@@ -58,6 +60,7 @@ pub mod process;
 pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
+pub mod vm;
 pub mod workspace;
 
 pub use cpu_quota::{CpuQuota, cpu_quota_unavailable};
