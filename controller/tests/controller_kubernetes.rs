@@ -172,10 +172,18 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
 
     // Deleted after the run: the pod is gone.
     ensure!(calls.contains("delete -f -"), "{calls}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !pods(fake.path()).is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    // Whether it went in time or not, the check below says.
+    let _ = host::poll_until_blocking(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(50),
+        || {
+            if pods(fake.path()).is_empty() {
+                host::Attempt::Done(())
+            } else {
+                host::Attempt::Retry(())
+            }
+        },
+    );
     ensure!(
         pods(fake.path()).is_empty(),
         "the pod was stopped: {:?} still run; pid file said {:?}",
