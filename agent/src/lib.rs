@@ -14,7 +14,8 @@
 //! - [`broker`]: MQTT brokers behind one driver trait (native Mosquitto, RabbitMQ, EMQX,
 //!   VerneMQ, HiveMQ; kubernetes: the same five as pinned images on k3s; embedded
 //!   rumqttd; external), readiness by CONNECT/CONNACK, and
-//!   [`broker::Brokers`], the running instances by name (see its own Layout).
+//!   [`broker::Brokers`], the running instances by name (see its own Layout). What each
+//!   product needs (settings, command line, image, probe) is its file in crate `recipes`.
 //! - [`install`]: the Nebula and k3s installers (phases 2 and 3), see its own Layout.
 //! - [`MARKER_VAR`] tags every process the agent starts; the `host` crate holds the process
 //!   groups, the `/proc` sweep and bounded runs.

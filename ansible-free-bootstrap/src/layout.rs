@@ -165,7 +165,11 @@ pub fn files_for(
     ));
     let binary = agent_binary(loaded, &node.arch);
     let hint = format!(
-        "; build it (cargo build --release -p agent{}) or set [agent.binaries] {} in the inventory",
+        "; build it with scripts/build-agents.sh {} (it says what to install for {}; \
+         alone: cargo build --release -p agent{}) or set [agent] binaries = {{ {} = \"PATH\" }} \
+         in the inventory",
+        loaded.path.display(),
+        node.arch,
         target_flag(&node.arch),
         node.arch
     );
@@ -290,5 +294,39 @@ mod tests {
         assert_eq!(loaded.k3s.binary, std::path::PathBuf::from(K3S_BINARY));
         assert!(loaded.nebula.is_some());
         assert_eq!(loaded.data_plane_interface.as_deref(), Some("nebula1"));
+    }
+}
+
+#[cfg(test)]
+mod missing_binary_tests {
+    use super::*;
+    use crate::state::State;
+
+    /// A Pi's agent that was never cross-built: the error says how to get one.
+    #[test]
+    fn a_missing_agent_binary_says_how_to_build_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lab.toml");
+        std::fs::write(
+            &path,
+            "state_dir = \"state\"\n[[nodes]]\nname = \"pi\"\naddress = \"198.18.0.2\"\n\
+             arch = \"aarch64\"\nrole = \"tester\"\ndata_interface = \"eth0\"\n",
+        )
+        .expect("write");
+        let loaded = Loaded::load(&path).expect("a valid inventory");
+        let state = State::new(loaded.state_dir.clone());
+        state.ensure(&loaded).expect("the PKI is made");
+        let error = files_for(&loaded, &state, &loaded.nodes[0])
+            .expect_err("no aarch64 agent was built")
+            .to_string();
+        for expected in [
+            "node pi: agent binary ",
+            "target/aarch64-unknown-linux-gnu/release/continuum-agent",
+            "scripts/build-agents.sh ",
+            "cargo build --release -p agent --target aarch64-unknown-linux-gnu",
+            "[agent] binaries = { aarch64 = \"PATH\" }",
+        ] {
+            assert!(error.contains(expected), "{expected:?} not in: {error}");
+        }
     }
 }

@@ -88,7 +88,20 @@ pub async fn run_install(
         "controller identity and CA: {} (pki_dir for the plan)\n",
         state.pki_dir().display()
     ));
+    text.push_str(&expiry_warnings(&state.pki_dir()));
     Ok((text, all_ok && failed.is_empty()))
+}
+
+/// One line per certificate of the PKI that ends within [`proto::pki::EXPIRY_WARNING`].
+fn expiry_warnings(pki_dir: &std::path::Path) -> String {
+    let now = std::time::SystemTime::now();
+    match proto::pki::expiring_within(pki_dir, proto::pki::EXPIRY_WARNING, now) {
+        Ok(ending) => ending
+            .iter()
+            .map(|expiring| format!("warning: {expiring}\n"))
+            .collect(),
+        Err(error) => format!("warning: could not check certificate expiry: {error}\n"),
+    }
 }
 
 /// Runs `bootstrap uninstall INVENTORY`: returns the report and whether every node is clean.

@@ -93,10 +93,19 @@ pub fn create(request: &PkiRequest) -> Result<Vec<String>, PkiError> {
         Overwrite::Refuse
     };
     write_pki(&request.dir, &ca, &issued, overwrite)?;
-    Ok(issued
+    let mut lines: Vec<String> = issued
         .iter()
         .map(|identity| describe(&request.dir, identity))
-        .collect())
+        .collect();
+    // Identities added to an older PKI sit beside certificates (the CA's too) that may end
+    // soon: say so now, not as a handshake error on a node.
+    let ending = proto::pki::expiring_within(
+        &request.dir,
+        proto::pki::EXPIRY_WARNING,
+        std::time::SystemTime::now(),
+    )?;
+    lines.extend(ending.iter().map(|expiring| format!("warning: {expiring}")));
+    Ok(lines)
 }
 
 fn describe(dir: &Path, identity: &IssuedIdentity) -> String {

@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn each_limit_is_named_and_an_idle_generator_is_not_limited() {
-        let spec = crate::cli::throughput_preset();
+        let spec = crate::presets::throughput();
         let mut result = RunResult::empty(&spec, "g");
         result.instances.push(instance(30.0, 2.0, 0.0));
         assert!(!check(&result).limited);
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn an_open_loop_that_kept_its_schedule_is_warned_not_limited() {
-        let mut spec = crate::cli::latency_preset();
+        let mut spec = crate::presets::latency();
         spec.pacing = crate::spec::Pacing::Rate { rate: 5_000 };
         let mut result = RunResult::empty(&spec, "g");
         result.instances.push(instance(40.0, 52.0, 0.0));

@@ -8,17 +8,24 @@
 //! Results of several instances merge exactly, which is how agents combine.
 //!
 //! # Layout
-//! - [`spec`]: the workload (serde, validated with TOML paths); [`size`]: byte sizes.
-//! - [`engine`]: the phases of a run; [`publisher`] and [`subscriber`]: one task per
-//!   connection; [`pacer`]: the open-loop schedule; [`session`]: connecting;
-//!   [`runtime`]: the threads a run lives on; [`usage`]: what it cost loadgen itself.
+//! - [`spec`]: the workload (serde, validated with TOML paths), one file per concern: broker
+//!   and MQTT settings, topology and shards, pacing and run length, connection/engine/drain
+//!   options, validation; [`size`]: byte sizes.
+//! - [`presets`]: the study's tests (its Table III), each a workload and the points it sweeps;
+//!   the CLI and the controller's plan both start from them.
+//! - [`engine`]: the phases of a run (`engine/connect`, `engine/publish`, `engine/drain` beside
+//!   them); `publisher` and `subscriber`: one task per connection; `pacer`: the
+//!   open-loop schedule; `session`: connecting; [`runtime`]: the threads a run lives on;
+//!   [`usage`]: what it cost loadgen itself; `live`: the counters tasks share during a run.
 //! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS;
 //!   [`header`]: the measurement header; [`clock`]: the run clock.
 //! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
 //!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
 //!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
-//!   [`saturation`]: the search for the highest rate a broker sustains.
-//! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command.
+//!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
+//!   search).
+//! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command
+//!   (flags, applying them, one file per command).
 
 pub mod accounting;
 pub mod cli;
@@ -27,9 +34,11 @@ pub mod codec;
 pub mod engine;
 pub mod generator;
 pub mod header;
+pub mod histogram_v2;
 mod live;
 pub mod output;
 mod pacer;
+pub mod presets;
 mod publisher;
 pub mod result;
 pub mod runtime;

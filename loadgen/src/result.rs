@@ -134,13 +134,13 @@ pub struct RunResult {
     /// The header the payloads carried.
     pub header: HeaderEncoding,
     /// End-to-end latency of measured messages (open loop: from the intended send time), ns.
-    #[serde(with = "histogram_v2")]
+    #[serde(with = "crate::histogram_v2")]
     pub latency: Histogram<u64>,
     /// Open loop: actual minus intended send time of measured messages, ns.
-    #[serde(with = "histogram_v2")]
+    #[serde(with = "crate::histogram_v2")]
     pub send_delay: Histogram<u64>,
     /// TCP + TLS + CONNECT/CONNACK (+ SUBACK for subscribers), ns, per connection.
-    #[serde(with = "histogram_v2")]
+    #[serde(with = "crate::histogram_v2")]
     pub connect_time: Histogram<u64>,
     /// Per global publisher: PUBLISH packets written to the broker, warm-up included.
     pub published: Vec<u64>,
@@ -316,53 +316,6 @@ impl RunResult {
             .iter()
             .chain(&subscribers)
             .all(|covered| *covered)
-    }
-}
-
-/// Histograms travel as HdrHistogram V2 + DEFLATE, base64: compact and readable by every
-/// HdrHistogram implementation.
-pub mod histogram_v2 {
-    use base64::Engine;
-    use hdrhistogram::Histogram;
-    use hdrhistogram::serialization::{
-        Deserializer as HdrDeserializer, Serializer as _, V2DeflateSerializer,
-    };
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Encodes a histogram as V2+DEFLATE bytes.
-    pub fn to_bytes(histogram: &Histogram<u64>) -> Result<Vec<u8>, String> {
-        let mut bytes = Vec::new();
-        V2DeflateSerializer::new()
-            .serialize(histogram, &mut bytes)
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(bytes)
-    }
-
-    /// Decodes V2 (optionally DEFLATE) bytes.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Histogram<u64>, String> {
-        HdrDeserializer::new()
-            .deserialize(&mut std::io::Cursor::new(bytes))
-            .map_err(|e| format!("{e:?}"))
-    }
-
-    /// serde: serialize as base64 text.
-    pub fn serialize<S: Serializer>(
-        histogram: &Histogram<u64>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        let bytes = to_bytes(histogram).map_err(serde::ser::Error::custom)?;
-        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
-    }
-
-    /// serde: deserialize from base64 text.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Histogram<u64>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(serde::de::Error::custom)?;
-        from_bytes(&bytes).map_err(serde::de::Error::custom)
     }
 }
 

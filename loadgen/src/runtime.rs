@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn automatic_threads_leave_half_the_cpus() {
-        let mut spec = crate::cli::throughput_preset();
+        let mut spec = crate::presets::throughput();
         spec.engine.threads = 0;
         assert_eq!(threads_for(&spec), (cpus_allowed() / 2).max(1));
         spec.engine.threads = 3;

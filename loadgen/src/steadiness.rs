@@ -181,7 +181,7 @@ mod tests {
     /// A timed pairs run of 10 s (after 1 s of warm-up) whose subscribers receive `receive(s)`
     /// messages in second s while publishers send 1000 per second.
     fn run(receive: impl Fn(u64) -> u64) -> RunResult {
-        let mut spec = crate::cli::throughput_preset();
+        let mut spec = crate::presets::throughput();
         spec.publishers = 1;
         spec.subscribers = 1;
         spec.topology = Topology::Pairs;

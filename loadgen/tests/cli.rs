@@ -62,6 +62,72 @@ fn bad_input_is_one_line_naming_the_problem() {
     assert_one_line_error(&output, 1, "(line 2)");
 }
 
+/// Runs loadgen to its end and returns its output with the child's own peak RSS, bytes.
+fn loadgen_with_peak_rss(args: &[&str]) -> (Output, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(args)
+        .arg("--no-progress")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("loadgen starts");
+    let pid = child.id() as libc::pid_t;
+    let mut child = child;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stdout)
+        .expect("stdout");
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stderr)
+        .expect("stderr");
+    // SAFETY: wait4 writes the status and the rusage we own; the child is ours and unreaped.
+    let (status, usage) = unsafe {
+        let mut status = 0;
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
+        (status, usage)
+    };
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (output, usage.ru_maxrss as u64 * 1024)
+}
+
+/// Counts that would need gigabytes are refused before anything is allocated: a one-line
+/// error naming the field, and the process stays small.
+#[test]
+fn counts_that_would_exhaust_memory_are_refused_before_allocating() {
+    for (args, expected) in [
+        (
+            &["throughput", "--clients", "4000000000"][..],
+            "publishers = 4000000000",
+        ),
+        (
+            &["payload", "--size", "200MB", "--publishers", "10000"][..],
+            "payload = 200MB",
+        ),
+    ] {
+        let (output, peak_rss) = loadgen_with_peak_rss(args);
+        assert_one_line_error(&output, 1, expected);
+        eprintln!("{args:?}: peak RSS {} KiB", peak_rss / 1024);
+        assert!(
+            peak_rss < 64 << 20,
+            "{args:?} peaked at {} MiB",
+            peak_rss >> 20
+        );
+    }
+}
+
 #[test]
 fn an_unreachable_broker_fails_within_seconds() {
     // A loopback port nobody listens on: the connection is refused.
@@ -94,16 +160,21 @@ fn a_refusing_broker_fails_with_its_reason() {
     })
     .expect("mosquitto starts");
     let address = broker.addr().to_string();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "wrong\n").expect("secret file");
     let output = loadgen(&[
         "latency",
         "--broker",
         &address,
         "--username",
         "bob",
-        "--password",
-        "wrong",
+        "--password-file",
+        utf8(&secret),
     ]);
     assert_one_line_error(&output, 1, "refused CONNECT: NotAuthorized");
+    // A password on the command line is no longer accepted at all.
+    let output = loadgen(&["latency", "--broker", &address, "--password", "wrong"]);
+    assert_one_line_error(&output, 2, "--password");
 }
 
 /// Fields in one CSV line, honouring quotes.

@@ -27,6 +27,7 @@
 //!   0600 in a 0700 directory) with [`write_pki`], the `load`/`write` methods and
 //!   [`Overwrite`].
 
+mod expiry;
 mod files;
 pub mod identity;
 mod spec;
@@ -43,6 +44,7 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 use x509_parser::time::ASN1Time;
 
+pub use expiry::{EXPIRY_WARNING, Expiring, expiring_within, not_after};
 pub(crate) use files::read_pem;
 pub use files::{CA_CERT_FILE, CA_KEY_FILE, Overwrite, cert_path, key_path, write_pki};
 pub use identity::{IdentityError, PeerIdentity, Role, validate_name};

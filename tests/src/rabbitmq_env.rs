@@ -1,53 +1,50 @@
-//! The files and environment that make a RabbitMQ node private to one test.
+//! The files and environment that make a RabbitMQ node private to one test: the recipe's
+//! ([`recipes::rabbitmq::Node`], which the agent runs too), with the harness's name in the
+//! config, its marker in the environment and the Erlang schedulers told not to spin.
 //!
 //! Every RabbitMQ and Erlang tool started for an instance (server, epmd,
 //! `rabbitmqctl`) gets [`instance_env`], so none of them reads the system's
 //! `/etc/rabbitmq`, its Erlang cookie, or the default ports.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result};
+use recipes::rabbitmq::{ENV_REMOVE_PREFIXES, Node, PrivatePorts};
 
 use crate::ports::LOOPBACK;
 use crate::process::INSTANCE_MARKER_VAR;
 use crate::rabbitmq::RabbitPorts;
 
-/// Writes the config, the enabled-plugins file, an empty env file (so the
-/// system's /etc/rabbitmq/rabbitmq-env.conf is not read) and the inetrc.
+/// Who the config's header says wrote it.
+const WRITTEN_BY: &str = "Continuum's test harness; one node per test";
+
+/// Appended to the recipe's `RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS` in tests only: the Erlang
+/// schedulers spin while idle by default, and on a 2-core test machine that spinning takes
+/// the CPU the load generator beside the node needs.
+const TEST_ERL_ARGS: &str = "+sbwt none +sbwtdcpu none +sbwtdio none";
+
+/// The recipe's node in `dir`, named `name`, on the private ports of `ports`.
+fn node<'a>(dir: &'a Path, name: &str, ports: &RabbitPorts) -> Node<'a> {
+    Node {
+        dir,
+        name: name.to_owned(),
+        ports: PrivatePorts {
+            amqp: ports.amqp,
+            dist: ports.dist,
+            epmd: ports.epmd,
+        },
+    }
+}
+
+/// Writes the recipe's files: the config (MQTT on loopback), the enabled-plugins file, an
+/// empty env file (so the system's /etc/rabbitmq/rabbitmq-env.conf is not read) and the
+/// inetrc (no DNS query leaves the machine).
 pub(crate) fn write_files(dir: &Path, ports: &RabbitPorts) -> Result<()> {
-    let config = format!(
-        "\
-# Written by Continuum's test harness; one node per test.
-# Clients connect over loopback only, so the guest user may be used there.
-loopback_users = none
-mqtt.listeners.tcp.default = {LOOPBACK}:{mqtt}
-mqtt.allow_anonymous = true
-mqtt.default_user = guest
-mqtt.default_pass = guest
-mqtt.vhost = /
-mqtt.exchange = amq.topic
-# 3.10's MQTT plugin has no size limit of its own; rabbit's max_message_size
-# (default 128 MiB) applies. Stated so payloads of 1 MB+ are allowed on purpose.
-max_message_size = 134217728
-# A nearly full test disk must not block publishers mid-test.
-disk_free_limit.absolute = 1MB
-log.console = true
-log.console.level = info
-",
-        mqtt = ports.mqtt
-    );
-    let files = [
-        ("rabbitmq.conf", config),
-        ("enabled_plugins", "[rabbitmq_mqtt].\n".to_owned()),
-        ("rabbitmq-env.conf", String::new()),
-        // Resolve host names from files only: no DNS query leaves the machine.
-        (
-            "inetrc",
-            "{lookup, [file]}.\n{host, {127,0,0,1}, [\"localhost\"]}.\n".to_owned(),
-        ),
-    ];
-    for (name, text) in files {
+    let mqtt = SocketAddr::from((LOOPBACK, ports.mqtt));
+    // The node name is not part of any file.
+    for (name, text) in node(dir, "", ports).files(WRITTEN_BY, mqtt, None) {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -55,41 +52,27 @@ log.console.level = info
 }
 
 /// The environment that makes every RabbitMQ and Erlang tool act on this
-/// instance only.
+/// instance only: the recipe's, tagged with the harness's marker.
 pub(crate) fn instance_env(
     dir: &Path,
     instance_id: &str,
-    node: &str,
+    node_name: &str,
     ports: &RabbitPorts,
 ) -> Vec<(String, String)> {
-    let path = |name: &str| dir.join(name).display().to_string();
-    [
-        (INSTANCE_MARKER_VAR, instance_id.to_owned()),
-        ("HOME", dir.display().to_string()),
-        ("RABBITMQ_NODENAME", node.to_owned()),
-        ("RABBITMQ_USE_LONGNAME", "false".to_owned()),
-        ("RABBITMQ_MNESIA_BASE", path("mnesia")),
-        ("RABBITMQ_LOG_BASE", path("log")),
-        ("RABBITMQ_CONFIG_FILE", path("rabbitmq.conf")),
-        ("RABBITMQ_ADVANCED_CONFIG_FILE", path("advanced.config")),
-        ("RABBITMQ_CONF_ENV_FILE", path("rabbitmq-env.conf")),
-        ("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins")),
-        ("RABBITMQ_ENABLED_PLUGINS", "rabbitmq_mqtt".to_owned()),
-        ("RABBITMQ_NODE_IP_ADDRESS", LOOPBACK.to_string()),
-        ("RABBITMQ_NODE_PORT", ports.amqp.to_string()),
-        ("RABBITMQ_DIST_PORT", ports.dist.to_string()),
-        // Erlang distribution listens on every interface unless told otherwise.
-        (
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-            "-kernel inet_dist_use_interface {127,0,0,1}".to_owned(),
-        ),
-        ("ERL_EPMD_PORT", ports.epmd.to_string()),
-        ("ERL_EPMD_ADDRESS", LOOPBACK.to_string()),
-        ("ERL_INETRC", path("inetrc")),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name.to_owned(), value))
-    .collect()
+    let mut env = vec![(INSTANCE_MARKER_VAR.to_owned(), instance_id.to_owned())];
+    env.extend(
+        node(dir, node_name, ports)
+            .env()
+            .into_iter()
+            .map(|(name, mut value)| {
+                if name == "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS" {
+                    value.push(' ');
+                    value.push_str(TEST_ERL_ARGS);
+                }
+                (name, value)
+            }),
+    );
+    env
 }
 
 /// Applies `env` to `command`, after removing any RabbitMQ or Erlang
@@ -97,7 +80,10 @@ pub(crate) fn instance_env(
 pub(crate) fn apply_env(command: &mut Command, env: &[(String, String)]) {
     for (name, _) in std::env::vars_os() {
         let inherited = name.to_string_lossy();
-        if inherited.starts_with("RABBITMQ_") || inherited.starts_with("ERL_") {
+        if ENV_REMOVE_PREFIXES
+            .iter()
+            .any(|prefix| inherited.starts_with(prefix))
+        {
             command.env_remove(&name);
         }
     }
@@ -132,6 +118,12 @@ mod tests {
             Some("/tmp/x/rabbitmq-env.conf")
         );
         assert_eq!(get(INSTANCE_MARKER_VAR), Some("ct-1-1"));
+        assert_eq!(
+            get("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
+            Some(
+                "-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none"
+            )
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A burst workload of `pairs` publisher/subscriber pairs against 127.0.0.1:`port`.
 fn pairs_workload(port: u16, qos: Qos, pairs: u32, messages: u64) -> WorkloadSpec {
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.broker.port = port;
     spec.qos = qos;
     spec.publishers = pairs;
@@ -24,7 +24,7 @@ fn pairs_workload(port: u16, qos: Qos, pairs: u32, messages: u64) -> WorkloadSpe
 
 /// The study's payload test shape with 1 MB payloads: publishers -> one topic -> 1 subscriber.
 fn megabyte_workload(port: u16) -> WorkloadSpec {
-    let mut spec = loadgen::cli::latency_preset();
+    let mut spec = loadgen::presets::latency();
     spec.broker.port = port;
     spec.publishers = 5;
     spec.payload = ByteSize(1_000_000);
@@ -243,7 +243,7 @@ async fn mosquitto_carries_1mb_payloads_at_qos1() {
 async fn latency_preset_reports_sub_millisecond_medians_on_loopback() {
     skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
-    let mut spec = loadgen::cli::latency_preset();
+    let mut spec = loadgen::presets::latency();
     spec.broker.port = broker.port();
     spec.messages_per_publisher = 8;
     let (_, summary) = run(&spec).await;
@@ -325,7 +325,7 @@ async fn two_instances_at_one_start_barrier_merge_into_the_whole_run() {
     skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
     // Publishers on one instance, subscribers on the other, as agents on two nodes would.
-    let mut whole = loadgen::cli::latency_preset();
+    let mut whole = loadgen::presets::latency();
     whole.broker.port = broker.port();
     whole.publishers = 20;
     whole.subscribers = 2;

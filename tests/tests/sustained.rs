@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 /// `pairs` publisher/subscriber pairs at an offered `rate` for `duration` after `warmup`.
 fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> WorkloadSpec {
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.broker.port = port;
     spec.publishers = pairs;
     spec.subscribers = pairs;
@@ -104,7 +104,10 @@ async fn a_sustained_rabbitmq_run_is_steady_and_matches_its_delivered_counter() 
     );
     let broker = RabbitMq::start().expect("rabbitmq starts");
     let before = broker.counters_settled().expect("counters before");
-    let mut spec = timed(broker.port(), 10, 5_000, 10, 2);
+    // A rate this 2-core machine holds beside an Erlang VM: at 5000 msg/s loadgen's pacer
+    // waited ~80 µs for a CPU at each wake-up (62 % of its runnable time) and loadgen rightly
+    // called its own figures generator-limited.
+    let mut spec = timed(broker.port(), 5, 1_000, 10, 2);
     spec.qos = Qos::AtLeastOnce;
     let (_, summary) = run(spec).await;
     let after = broker.counters_settled().expect("counters after");

@@ -466,14 +466,13 @@ mod tests {
         let broker = start(&loopback_spec("dropped", BrokerKind::Embedded)).await;
         let address = broker.address();
         drop(broker);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpListener::bind(address).is_err() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{address} still bound"
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let freed = host::poll_until(Duration::from_secs(10), Duration::from_millis(25), || {
+            std::future::ready(match std::net::TcpListener::bind(address) {
+                Ok(_) => host::Attempt::Done(()),
+                Err(_) => host::Attempt::Retry(()),
+            })
+        });
+        assert!(freed.await.is_ok(), "{address} still bound");
     }
 
     #[tokio::test]

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use super::error::BrokerError;
 use domain::Product;
 
-/// Where the products' executables are looked for, first match wins. The defaults are the
-/// paths of Debian packages and of the products' tarballs unpacked in `/opt`.
+/// Where the products' executables are looked for, first match wins. The defaults are each
+/// recipe's `PROGRAMS`: the paths of Debian packages and of the products' tarballs in `/opt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallPaths {
     /// `mosquitto`.
@@ -32,18 +32,13 @@ impl Default for InstallPaths {
     fn default() -> Self {
         let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect();
         Self {
-            mosquitto: paths(&["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"]),
-            rabbitmq_server: paths(&["/usr/lib/rabbitmq/bin/rabbitmq-server"]),
-            rabbitmqctl: paths(&["/usr/lib/rabbitmq/bin/rabbitmqctl"]),
-            epmd: paths(&["/usr/bin/epmd", "/usr/lib/erlang/bin/epmd"]),
-            emqx: paths(&["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"]),
-            vernemq: paths(&[
-                "/usr/sbin/vernemq",
-                "/usr/bin/vernemq",
-                "/opt/vernemq/bin/vernemq",
-                "/vernemq/bin/vernemq",
-            ]),
-            hivemq: paths(&["/opt/hivemq/bin/run.sh", "/opt/hivemq-ce/bin/run.sh"]),
+            mosquitto: paths(recipes::mosquitto::PROGRAMS),
+            rabbitmq_server: paths(recipes::rabbitmq::SERVER_PROGRAMS),
+            rabbitmqctl: paths(recipes::rabbitmq::CTL_PROGRAMS),
+            epmd: paths(recipes::rabbitmq::EPMD_PROGRAMS),
+            emqx: paths(recipes::emqx::PROGRAMS),
+            vernemq: paths(recipes::vernemq::PROGRAMS),
+            hivemq: paths(recipes::hivemq::PROGRAMS),
         }
     }
 }

@@ -18,11 +18,12 @@
 //! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline.
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
 //! - `install.rs`: [`InstallPaths`], where product executables are looked for.
-//! - `native.rs`: [`NativeDriver`], launch plans and the running broker process.
+//! - (in `recipes`, shared with the tests crate): each product's settings, command line,
+//!   image, ports and probe, one file per product.
+//! - `native.rs`: [`NativeDriver`], a recipe's plan with this node's executables and ports,
+//!   and the running broker process; `native_tests.rs` starts real Mosquitto and RabbitMQ.
 //! - (in `host`, shared with the installers and the tests): process groups, markers, the
 //!   `/proc` sweep.
-//! - `mosquitto.rs`, `rabbitmq.rs`: the two products the study's tests run here.
-//! - `others.rs`: EMQX, VerneMQ and HiveMQ CE command lines.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
 //! - `external.rs`: [`ExternalDriver`].
 //! - `kubernetes/`: [`KubernetesDriver`], manifests, kubectl, pod metrics (see its Layout).
@@ -34,11 +35,8 @@ mod error;
 mod external;
 mod install;
 pub mod kubernetes;
-mod mosquitto;
 mod native;
-mod others;
 mod ports;
-mod rabbitmq;
 mod readiness;
 mod registry;
 #[cfg(test)]

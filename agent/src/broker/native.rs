@@ -1,27 +1,32 @@
 //! The native driver: a broker product installed on the node, run as a child process with
 //! a configuration the agent generates into the instance's own state directory.
 //!
-//! Each product module turns a [`BrokerSpec`] into a [`LaunchPlan`] (files, helper
-//! processes, the broker's command line, how to stop it). Plans are plain data, so the
-//! command lines of products that are not installed here are still checked by unit tests.
-//! [`NativeDriver`] runs a plan: writes the files, starts helpers and the broker in their own
-//! process groups, waits for an MQTT CONNACK, and on failure stops everything again.
+//! Each product's recipe (crate `recipes`) turns an instance into a [`NativePlan`] (files,
+//! helper processes, the broker's command line, how to stop it); this driver gives it the
+//! node's executables ([`InstallPaths`]), its port and free private ports. Plans are plain
+//! data, so the command lines of products that are not installed here are checked by the
+//! recipes' unit tests. [`NativeDriver`] runs a plan: writes the files, starts helpers and
+//! the broker in their own process groups, waits for an MQTT CONNACK, and on failure stops
+//! everything again. Its tests (`native_tests.rs`) include the real Mosquitto and RabbitMQ
+//! starts, which skip where the product is not installed.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use host::poll::{Attempt, poll_until};
+use tokio::net::TcpStream;
 
 use super::error::BrokerError;
 use super::install::InstallPaths;
-use super::ports::{claim_port, connect_address};
+use super::ports::{claim_port, connect_address, free_loopback_ports};
 use super::readiness::wait_ready;
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
 use crate::new_marker;
 use domain::{BrokerKind, BrokerSpec, Product};
 use host::Marker;
 use host::{CommandLine, GroupChild, log_tail, run_bounded};
+use recipes::{Instance, NativePlan, rabbitmq};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.
@@ -59,41 +64,6 @@ impl PlanContext<'_> {
     }
 }
 
-/// A process started before the broker, which must listen before the broker starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Helper {
-    /// Short name, also its log file's stem.
-    pub what: &'static str,
-    /// Its command line.
-    pub command: CommandLine,
-    /// The TCP address it must accept connections on.
-    pub listens_on: SocketAddr,
-}
-
-/// Everything needed to start one native broker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchPlan {
-    /// The product.
-    pub product: Product,
-    /// The MQTT listen address, with the port resolved.
-    pub listen: SocketAddr,
-    /// Files to write before anything starts (absolute paths inside the state directory).
-    pub files: Vec<(PathBuf, String)>,
-    /// Processes to start, in order, before the broker.
-    pub helpers: Vec<Helper>,
-    /// The broker itself.
-    pub main: CommandLine,
-    /// A command that stops the broker gracefully; without one, the broker gets SIGTERM.
-    pub stop: Option<CommandLine>,
-    /// How long the broker may take to answer MQTT.
-    pub ready_deadline: Duration,
-    /// Command names (`/proc/PID/comm`) of the process that is the broker, when the
-    /// command line starts a script (`beam.smp`, `java`); its PID is what Metrics watches.
-    pub main_process_names: &'static [&'static str],
-    /// Log texts meaning the MQTT port was taken, so a start on any port is retried.
-    pub port_taken_markers: &'static [&'static str],
-}
-
 /// The driver for installed products.
 #[derive(Debug, Clone)]
 pub struct NativeDriver {
@@ -128,14 +98,15 @@ impl NativeDriver {
             let port = claim.port();
             let dir = self.fresh_dir(&spec.name)?;
             let marker = new_marker(&spec.name);
+            let secret = marker.value().to_owned();
             let context = PlanContext {
                 spec,
                 dir: &dir,
                 port,
-                marker: marker.value(),
+                marker: &secret,
             };
             let plan = plan(product, &self.install, &context)?;
-            match launch(spec, plan, &dir, marker).await {
+            match launch(&context, product, plan, marker).await {
                 Err(Launch::PortTaken(error)) if attempt < attempts => {
                     tracing::info!(broker = %spec.name, port, "port taken meanwhile, retrying: {error}");
                 }
@@ -158,19 +129,54 @@ impl NativeDriver {
     }
 }
 
-/// The plan of `product`, from its module.
+/// The recipe's plan of `product`, with this node's executables and the free loopback ports
+/// its private listeners need (RabbitMQ's AMQP, distribution and epmd; EMQX's dashboard;
+/// HiveMQ's JMX).
 fn plan(
     product: Product,
     install: &InstallPaths,
     context: &PlanContext<'_>,
-) -> Result<LaunchPlan, BrokerError> {
-    match product {
-        Product::Mosquitto => super::mosquitto::plan(install, context),
-        Product::RabbitMq => super::rabbitmq::plan(install, context),
-        Product::Emqx => super::others::emqx_plan(install, context),
-        Product::VerneMq => super::others::vernemq_plan(install, context),
-        Product::HiveMq => super::others::hivemq_plan(install, context),
-    }
+) -> Result<NativePlan, BrokerError> {
+    let instance = Instance {
+        name: &context.spec.name,
+        dir: context.dir,
+        listen: context.listen(),
+        options: &context.spec.options,
+        secret: context.marker,
+    };
+    let locate = |candidates: &[PathBuf]| InstallPaths::locate(product, candidates);
+    Ok(match product {
+        Product::Mosquitto => recipes::mosquitto::native(&locate(&install.mosquitto)?, &instance),
+        Product::RabbitMq => {
+            let programs = rabbitmq::Programs {
+                server: locate(&install.rabbitmq_server)?,
+                ctl: locate(&install.rabbitmqctl)?,
+                epmd: locate(&install.epmd)?,
+            };
+            let [amqp, dist, epmd] = free_ports::<3>("RabbitMQ's private ports")?;
+            let ports = rabbitmq::PrivatePorts { amqp, dist, epmd };
+            rabbitmq::native(&programs, &instance, ports)
+        }
+        Product::Emqx => {
+            let [dashboard] = free_ports::<1>("EMQX's dashboard port")?;
+            recipes::emqx::native(&locate(&install.emqx)?, &instance, dashboard)
+        }
+        Product::VerneMq => recipes::vernemq::native(&locate(&install.vernemq)?, &instance),
+        Product::HiveMq => {
+            let [jmx] = free_ports::<1>("HiveMQ's JMX port")?;
+            recipes::hivemq::native(&locate(&install.hivemq)?, &instance, jmx)
+        }
+    })
+}
+
+/// `N` distinct free loopback ports for `what`.
+fn free_ports<const N: usize>(what: &str) -> Result<[u16; N], BrokerError> {
+    free_loopback_ports(N)?.try_into().map_err(|_| {
+        BrokerError::io(
+            format!("choosing {what}"),
+            std::io::Error::other(format!("expected {N} ports")),
+        )
+    })
 }
 
 impl BrokerDriver for NativeDriver {
@@ -201,11 +207,12 @@ enum Launch {
 }
 
 async fn launch(
-    spec: &BrokerSpec,
-    plan: LaunchPlan,
-    dir: &Path,
+    context: &PlanContext<'_>,
+    product: Product,
+    plan: NativePlan,
     marker: Marker,
 ) -> Result<NativeBroker, Launch> {
+    let (spec, dir) = (context.spec, context.dir);
     for (path, text) in &plan.files {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| {
@@ -219,8 +226,8 @@ async fn launch(
     let log = dir.join(LOG_FILE);
     let mut broker = NativeBroker {
         name: spec.name.clone(),
-        product: plan.product,
-        listen: plan.listen,
+        product,
+        listen: context.listen(),
         main: None,
         helpers: Vec::new(),
         marker,
@@ -246,7 +253,8 @@ async fn launch(
     }
 }
 
-async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result<(), BrokerError> {
+async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result<(), BrokerError> {
+    let product = broker.product;
     for helper in &plan.helpers {
         let log = broker.dir.join(format!("{}.log", helper.what));
         let mut child = GroupChild::spawn(
@@ -267,7 +275,7 @@ async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result
         })?;
     }
     let main = GroupChild::spawn(
-        plan.product.as_str(),
+        product.as_str(),
         &plan.main,
         &broker.marker,
         &broker.dir,
@@ -276,7 +284,6 @@ async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result
     broker.pid = main.pid();
     let main = broker.main.insert(main);
     let probe_at = connect_address(broker.listen);
-    let product = plan.product;
     let ready = wait_ready(probe_at, plan.ready_deadline, || {
         main.exited()
             .map(|status| format!("{product} exited ({status}) before answering MQTT"))
@@ -307,20 +314,20 @@ async fn start_processes(broker: &mut NativeBroker, plan: &LaunchPlan) -> Result
 
 /// Polls until `addr` accepts TCP connections, or the child exits, or the helper deadline.
 async fn wait_listening(addr: SocketAddr, child: &mut GroupChild) -> Result<(), String> {
-    let end = Instant::now() + HELPER_DEADLINE;
-    loop {
-        if let Some(status) = child.exited() {
-            return Err(format!("exited ({status})"));
+    poll_until(HELPER_DEADLINE, Duration::from_millis(25), || {
+        let exited = child.exited();
+        async move {
+            if let Some(status) = exited {
+                return Attempt::Stop(format!("exited ({status})"));
+            }
+            match tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => Attempt::Done(()),
+                Ok(Err(error)) => Attempt::Retry(error.to_string()),
+                Err(_) => Attempt::Retry("connect timed out".to_owned()),
+            }
         }
-        match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
-            .await
-        {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(error)) if Instant::now() >= end => return Err(error.to_string()),
-            Err(_) if Instant::now() >= end => return Err("connect timed out".to_owned()),
-            _ => tokio::time::sleep(Duration::from_millis(25)).await,
-        }
-    }
+    })
+    .await
 }
 
 /// A running native broker and everything it started.
@@ -389,7 +396,7 @@ impl RunningBroker for NativeBroker {
     fn detail(&self) -> String {
         let version = std::fs::read(&self.log)
             .ok()
-            .and_then(|log| version_in_log(self.product, &String::from_utf8_lossy(&log)))
+            .and_then(|log| recipes::version_in_log(self.product, &String::from_utf8_lossy(&log)))
             .unwrap_or_else(|| "(version not in its log)".to_string());
         format!(
             "{} {version} (pid {}), files in {}, log {}",
@@ -419,152 +426,6 @@ impl RunningBroker for NativeBroker {
     }
 }
 
-/// The version a broker announces in its log as it starts, for the products whose start
-/// line is known: Mosquitto ("mosquitto version 2.0.11 starting") and RabbitMQ ("Starting
-/// RabbitMQ 3.10.8 on Erlang ..."). The others say nothing here rather than guess.
-pub(super) fn version_in_log(product: Product, log: &str) -> Option<String> {
-    let marker = match product {
-        Product::Mosquitto => "mosquitto version ",
-        Product::RabbitMq => "Starting RabbitMQ ",
-        Product::Emqx | Product::VerneMq | Product::HiveMq => return None,
-    };
-    let start = log.find(marker)? + marker.len();
-    let version: String = log[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
-        .collect();
-    version
-        .starts_with(|c: char| c.is_ascii_digit())
-        .then_some(version)
-}
-
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn versions_are_read_from_the_start_lines_only_where_known() {
-        use super::{Product, version_in_log};
-        let mosquitto =
-            "1796013085: mosquitto version 2.0.11 starting\n1796013085: Using default config.";
-        assert_eq!(
-            version_in_log(Product::Mosquitto, mosquitto).as_deref(),
-            Some("2.0.11")
-        );
-        let rabbit = "2026-11-30 [info] <0.229.0>  Starting RabbitMQ 3.10.8 on Erlang 25.2.3 [jit]";
-        assert_eq!(
-            version_in_log(Product::RabbitMq, rabbit).as_deref(),
-            Some("3.10.8")
-        );
-        assert_eq!(version_in_log(Product::Mosquitto, "no start line"), None);
-        assert_eq!(
-            version_in_log(Product::Mosquitto, "mosquitto version starting"),
-            None
-        );
-        assert_eq!(
-            version_in_log(Product::Emqx, "EMQX 5.0.22 is running now!"),
-            None
-        );
-    }
-
-    use super::*;
-    use crate::broker::error::ErrorCode;
-    use domain::BrokerOptions;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[tokio::test]
-    async fn starting_a_product_that_is_not_installed_fails_before_touching_the_node() {
-        let state = tempfile::tempdir().unwrap();
-        let install = InstallPaths {
-            hivemq: vec!["/nonexistent/hivemq/bin/run.sh".into()],
-            ..InstallPaths::default()
-        };
-        let driver = NativeDriver::new(install, state.path().to_owned());
-        let spec = BrokerSpec {
-            name: "hive".into(),
-            kind: BrokerKind::Native {
-                product: Product::HiveMq,
-            },
-            bind: "127.0.0.1".parse().unwrap(),
-            port: 0,
-            options: BrokerOptions::default(),
-        };
-        let error = driver.start(&spec).await.unwrap_err();
-        assert_eq!(error.code(), ErrorCode::FailedPrecondition);
-        assert!(
-            error.to_string().contains("/nonexistent/hivemq/bin/run.sh"),
-            "{error}"
-        );
-        assert!(!state.path().join("hive").exists());
-    }
-
-    fn fake_mosquitto(program: &Path, state: &Path) -> NativeDriver {
-        let install = InstallPaths {
-            mosquitto: vec![program.to_owned()],
-            ..InstallPaths::default()
-        };
-        NativeDriver::new(install, state.to_owned())
-    }
-
-    fn mosquitto_spec(name: &str) -> BrokerSpec {
-        crate::broker::test_support::loopback_spec(
-            name,
-            BrokerKind::Native {
-                product: Product::Mosquitto,
-            },
-        )
-    }
-
-    #[tokio::test]
-    async fn a_broker_that_exits_is_unavailable_with_its_log() {
-        let state = tempfile::tempdir().unwrap();
-        // `sh -c <config path>` tries to run the config file: "Permission denied", exit 126.
-        let driver = fake_mosquitto(Path::new("/bin/sh"), state.path());
-        let started = std::time::Instant::now();
-        let error = driver.start(&mosquitto_spec("exits")).await.unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "no waiting for the deadline"
-        );
-        assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
-        let BrokerError::NotReady {
-            reason, log_tail, ..
-        } = &error
-        else {
-            panic!("{error}");
-        };
-        assert!(
-            reason.starts_with("mosquitto exited (exit status: 126)"),
-            "{reason}"
-        );
-        assert!(log_tail.contains("Permission denied"), "{log_tail}");
-    }
-
-    #[tokio::test]
-    async fn a_broker_that_never_answers_fails_at_its_deadline_and_is_cleaned_up() {
-        let state = tempfile::tempdir().unwrap();
-        let script = state.path().join("silent-broker");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\necho booting\nsleep 60 &\nexec sleep 60\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let driver = fake_mosquitto(&script, &state.path().join("state"));
-        let mut spec = mosquitto_spec("silent");
-        spec.options.start_deadline = Some(Duration::from_millis(800));
-        let started = std::time::Instant::now();
-        let error = driver.start(&spec).await.unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "bounded by deadline and stop"
-        );
-        assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
-        let text = error.to_string();
-        assert!(text.contains("within 800ms"), "{text}");
-        assert!(text.contains("booting"), "the log tail is quoted: {text}");
-        assert_eq!(
-            crate::broker::test_support::tagged_processes("silent"),
-            Vec::<u32>::new(),
-            "the script and its background child are gone"
-        );
-    }
-}
+#[path = "native_tests.rs"]
+mod tests;

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use host::poll::{Attempt, poll_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
@@ -110,18 +111,21 @@ pub async fn wait_ready(
     mut exited: impl FnMut() -> Option<String>,
 ) -> Result<(), String> {
     let end = Instant::now() + deadline;
-    loop {
-        if let Some(reason) = exited() {
-            return Err(reason);
+    poll_until(deadline, POLL_INTERVAL, || {
+        let exit = exited();
+        async move {
+            if let Some(reason) = exit {
+                return Attempt::Stop(reason);
+            }
+            let remaining = end.saturating_duration_since(Instant::now());
+            let attempt = PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100)));
+            match probe(addr, attempt).await {
+                Ok(()) => Attempt::Done(()),
+                Err(error) => Attempt::Retry(error.to_string()),
+            }
         }
-        let remaining = end.saturating_duration_since(Instant::now());
-        let attempt = PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100)));
-        match probe(addr, attempt).await {
-            Ok(()) => return Ok(()),
-            Err(error) if Instant::now() >= end => return Err(error.to_string()),
-            Err(_) => tokio::time::sleep(POLL_INTERVAL.min(remaining)).await,
-        }
-    }
+    })
+    .await
 }
 
 /// A client id of at most 23 characters (the length every 3.1.1 broker must accept),

@@ -332,6 +332,7 @@ mod tests {
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
     use domain::Product;
     use host::is_running;
+    use host::poll::{Attempt, poll_until};
     use std::time::Duration;
 
     fn registry(state: &std::path::Path) -> Brokers {
@@ -437,15 +438,18 @@ mod tests {
 
         // The broker dies behind the agent's back: status says so, a start replaces it.
         host::kill(pid);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let failed = loop {
-            let status = brokers.status("native").await.unwrap();
-            if let BrokerState::Failed(reason) = status.state {
-                break reason;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "death not noticed");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        };
+        let failed = poll_until(
+            Duration::from_secs(10),
+            Duration::from_millis(25),
+            || async {
+                match brokers.status("native").await.unwrap().state {
+                    BrokerState::Failed(reason) => Attempt::Done(reason),
+                    _ => Attempt::Retry(()),
+                }
+            },
+        )
+        .await
+        .expect("death not noticed");
         assert!(failed.contains("mosquitto exited"), "{failed}");
         let second = brokers.start(spec).await.unwrap();
         assert_ne!(second.pid, Some(pid));

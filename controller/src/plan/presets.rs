@@ -1,17 +1,19 @@
-//! The study's scenarios (Table II) and tests (Table III), as defaults that plans override.
+//! The study's scenarios (Table II), its tests (Table III) as loadgen defines them
+//! ([`loadgen::presets`]), and the plan's overrides of a test's workload.
 
 use std::time::Duration;
 
 use loadgen::WorkloadSpec;
+use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos};
 
 use super::types::{TestEntry, TestKind, WarmupEntry};
 
 /// Measured time of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+pub const DEFAULT_DURATION: Duration = loadgen::presets::SUSTAINED_DURATION;
 /// Warm-up of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_WARMUP: Duration = Duration::from_secs(2);
+pub const DEFAULT_WARMUP: Duration = loadgen::presets::SUSTAINED_WARMUP;
 
 /// Totals between two nodes of a preset scenario: (delay, jitter, loss %).
 pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
@@ -24,39 +26,18 @@ pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
     }
 }
 
-/// The workload of a test kind before the plan's overrides, and the points it sweeps.
+/// The workload of a test kind before the plan's overrides, and the points it sweeps
+/// (payload sizes, client pairs): the study's test of that kind, as loadgen defines it.
 pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
-    match kind {
-        TestKind::Latency => (loadgen::cli::latency_preset(), Vec::new(), Vec::new()),
-        TestKind::Payload => (
-            loadgen::cli::latency_preset(),
-            vec![ByteSize(1_000), ByteSize(10_000), ByteSize(1_000_000)],
-            Vec::new(),
-        ),
-        TestKind::Burst => (
-            loadgen::cli::throughput_preset(),
-            Vec::new(),
-            vec![100, 200, 300, 400, 500, 600, 700, 800],
-        ),
-        TestKind::Throughput => {
-            let mut spec = loadgen::cli::throughput_preset();
-            spec.messages_per_publisher = 0;
-            spec.duration = Some(DEFAULT_DURATION);
-            spec.warmup = Some(DEFAULT_WARMUP);
-            spec.pacing = Pacing::ClosedLoop;
-            (spec, Vec::new(), vec![100, 200, 400, 800])
-        }
-        TestKind::Saturation => {
-            // The probes' timing comes from the search settings; this is their workload.
-            let mut spec = loadgen::cli::throughput_preset();
-            let search = loadgen::saturation::SearchSettings::default();
-            spec.messages_per_publisher = 0;
-            spec.duration = Some(search.probe);
-            spec.warmup = Some(search.probe_warmup);
-            spec.pacing = Pacing::ClosedLoop;
-            (spec, Vec::new(), vec![100])
-        }
-    }
+    let test = match kind {
+        TestKind::Latency => StudyTest::Latency,
+        TestKind::Payload => StudyTest::Payload,
+        TestKind::Burst => StudyTest::Burst,
+        TestKind::Throughput => StudyTest::Throughput,
+        TestKind::Saturation => StudyTest::Saturation,
+    };
+    let preset = test.preset();
+    (preset.workload, preset.payload_sizes, preset.client_pairs)
 }
 
 /// The workload of one test at one point (payload size or client pairs), with the plan's
@@ -67,6 +48,9 @@ pub fn workload_for(
     clients: Option<u32>,
 ) -> Result<WorkloadSpec, String> {
     let (mut spec, _, _) = test_preset(test.kind);
+    if let Some(table) = &test.workload {
+        spec = overlay_workload(spec, table).map_err(|error| error.to_string())?;
+    }
     if let Some(publishers) = test.publishers {
         spec.publishers = publishers;
     }
@@ -108,4 +92,94 @@ pub fn workload_for(
         spec.subscribers = pairs;
     }
     Ok(spec)
+}
+
+/// A field of a test's `workload` table that loadgen's spec does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("workload.{path} = {value}: {problem}")]
+pub struct WorkloadTableError {
+    /// The field inside the table, e.g. `connection.inflight`.
+    pub path: String,
+    /// Its value as written (or `(absent)`).
+    pub value: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Fields of the spec that the run sets itself, per cell.
+const RUN_OWNED: [(&str, &str); 3] = [
+    (
+        "broker.host",
+        "the broker's address comes from the plan's [[brokers]]",
+    ),
+    (
+        "broker.port",
+        "the broker's address comes from the plan's [[brokers]]",
+    ),
+    ("shard", "the run splits the load over tests[].loadgen"),
+];
+
+/// `spec` with `table` laid over it, field by field (tables merge, values replace), then read
+/// back as loadgen's own type, so every field and check of SPEC.toml applies here too.
+pub fn overlay_workload(
+    spec: WorkloadSpec,
+    table: &toml::Table,
+) -> Result<WorkloadSpec, WorkloadTableError> {
+    for (path, problem) in RUN_OWNED {
+        if let Some(value) = lookup(table, path) {
+            return Err(WorkloadTableError {
+                path: path.to_string(),
+                value: value.to_string(),
+                problem: problem.to_string(),
+            });
+        }
+    }
+    let mut merged = toml::Table::try_from(&spec).map_err(|error| WorkloadTableError {
+        path: String::new(),
+        value: "(preset)".to_string(),
+        problem: format!("the preset does not serialize: {error}"),
+    })?;
+    merge(&mut merged, table);
+    let password = spec.broker.password.clone();
+    let mut overlaid: WorkloadSpec = serde_path_to_error::deserialize(toml::Value::Table(merged))
+        .map_err(|error| {
+        let path = error.path().to_string();
+        WorkloadTableError {
+            value: lookup(table, &path).map_or("(absent)".to_string(), |v| v.to_string()),
+            problem: error.inner().to_string(),
+            path,
+        }
+    })?;
+    // The password is never serialized, so it does not survive the round trip by itself.
+    if overlaid.broker.password.is_none() {
+        overlaid.broker.password = password;
+    }
+    Ok(overlaid)
+}
+
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner)) => {
+                merge(inner, over_inner);
+            }
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Whether a test's `workload` table sets the field at `path` (e.g. `connection.inflight`).
+pub fn sets(table: &toml::Table, path: &str) -> bool {
+    lookup(table, path).is_some()
+}
+
+fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    let mut steps = path.split('.');
+    let mut value = table.get(steps.next()?)?;
+    for step in steps {
+        value = value.as_table()?.get(step)?;
+    }
+    Some(value)
 }

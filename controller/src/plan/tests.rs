@@ -155,3 +155,107 @@ fn timed_tests_refuse_zeros_and_counts_naming_the_path() {
     let fine = test("kind = \"saturation\"\nclients = [10]\n");
     Plan::parse(&fine, "plan.toml").expect("a search");
 }
+
+/// The sizes and names that aborted a server or escaped the results folder are refused at
+/// validation, each with a one-line error naming the field.
+#[test]
+fn sizes_durations_and_names_that_would_abort_or_escape_are_refused() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let throughput = "[[tests]]\nkind = \"burst\"\nloadgen = [\"n\"]\n";
+    let cases = [
+        (
+            format!("repetitions = 4000000000\n{BASE}{broker}"),
+            "repetitions = 4000000000: at most 1000",
+        ),
+        (
+            format!("{BASE}{broker}{throughput}clients = [4000000000]\n"),
+            "tests[1].clients = 4000000000: at most 100000",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[tests]]\nkind = \"payload\"\nloadgen = [\"n\"]\npayloads = [\"200MB\"]\npublishers = 10000\n"
+            ),
+            "tests[1].payloads = 200MB",
+        ),
+        (
+            format!("{BASE}{broker}[timeouts]\ndeploy = \"18446744073709551615s\"\n"),
+            "timeouts.deploy",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[scenarios]]\nname = \"../x\"\ndelay = \"1ms\"\njitter = \"0ms\"\nloss_percent = 0\n"
+            ),
+            "scenarios[1].name = \"../x\"",
+        ),
+        (
+            format!("{BASE}{broker}[[scenarios]]\nname = \"Local\"\n"),
+            "scenarios[1].name = \"Local\": another scenario has this name",
+        ),
+        (
+            format!("{BASE}{broker}[[brokers]]\nname = \"B\"\nkind = \"embedded\"\nnode = \"n\"\n"),
+            "brokers[1].name = \"B\": another broker has this name",
+        ),
+        (
+            format!(
+                "{BASE}{broker}[[scenarios]]\nname = \"far\"\ndelay = \"2h\"\njitter = \"0ms\"\nloss_percent = 0\n"
+            ),
+            "scenarios[1].delay",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error:?} should contain {expected:?}"
+        );
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+}
+
+/// A test's `workload` table reaches every field of loadgen's spec over the preset, and its
+/// mistakes name their path inside the table.
+#[test]
+fn a_workload_table_sets_any_spec_field_and_names_its_mistakes() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let text = format!(
+        "{BASE}{broker}[tests.workload]\ntopology = \"fan-out\"\nsubscribers = 300\nbroker = {{ protocol = \"5\", username = \"bob\" }}\nconnection = {{ inflight = 7, keep_alive = \"30s\" }}\n"
+    );
+    let plan = Plan::parse(&text, "plan.toml").expect("a workload table");
+    let spec = workload_for(&plan.tests[0], None, None).expect("workload");
+    assert_eq!(spec.topology, loadgen::spec::Topology::FanOut);
+    assert_eq!(spec.subscribers, 300);
+    assert_eq!(spec.publishers, 100, "the latency preset's publishers stay");
+    assert_eq!(spec.broker.protocol, loadgen::spec::MqttVersion::V5);
+    assert_eq!(spec.broker.username.as_deref(), Some("bob"));
+    assert_eq!(spec.connection.inflight, 7);
+    assert_eq!(
+        spec.connection.keep_alive,
+        std::time::Duration::from_secs(30)
+    );
+
+    let cases = [
+        (
+            "[tests.workload]\ntopolgy = \"pairs\"\n",
+            "tests[0].workload.topolgy",
+        ),
+        (
+            "[tests.workload]\nconnection = { inflight = \"many\" }\n",
+            "tests[0].workload.connection.inflight = \"many\"",
+        ),
+        (
+            "[tests.workload]\nbroker = { port = 1884 }\n",
+            "tests[0].workload.broker.port = 1884: the broker's address comes from the plan",
+        ),
+        (
+            "[tests.workload]\ntopology = \"pairs\"\nsubscribers = 3\n",
+            "tests[0].workload.subscribers = 3",
+        ),
+    ];
+    for (table, expected) in cases {
+        let error = error_of(&format!("{BASE}{broker}{table}"));
+        assert!(
+            error.contains(expected),
+            "{error:?} should contain {expected:?}"
+        );
+    }
+}

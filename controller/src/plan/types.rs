@@ -331,6 +331,12 @@ pub struct TestEntry {
     /// How the saturation search runs (saturation).
     #[serde(default)]
     pub search: Option<loadgen::saturation::SearchSettings>,
+    /// Any field of loadgen's workload spec, by its SPEC.toml name (`topology`, `qos`,
+    /// `broker.protocol`, `connection.inflight`, ...), laid over the test's preset; the
+    /// fields above and the sweep point apply after it. The broker's address and the shard
+    /// are the run's to set.
+    #[serde(default)]
+    pub workload: Option<toml::Table>,
 }
 
 /// The overlay network of phase 2.

@@ -10,6 +10,14 @@ use super::types::{BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry}
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
 const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most repetitions of each cell; a study uses 3 to 30.
+pub const MAX_REPETITIONS: u32 = 1_000;
+/// Most cells one plan unrolls to (brokers x scenarios x points x repetitions), computed
+/// before the cell list is built.
+pub const MAX_CELLS: u64 = 100_000;
+/// Longest any of `[timeouts]` may be: beyond a day a timeout no longer protects anything, and
+/// deadlines computed from it stay far from overflowing.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Why a plan cannot run: the file, the TOML path and the value (the error every TOML file
 /// of the project shares).
@@ -42,11 +50,116 @@ impl Plan {
         if self.repetitions == 0 {
             return Err(invalid("repetitions", 0, "at least one repetition"));
         }
+        if self.repetitions > MAX_REPETITIONS {
+            return Err(invalid(
+                "repetitions",
+                self.repetitions,
+                format!("at most {MAX_REPETITIONS}"),
+            ));
+        }
+        self.validate_timeouts()?;
+        self.validate_names()?;
         self.validate_nodes()?;
         self.validate_brokers()?;
         self.validate_testbed()?;
         self.validate_scenarios()?;
-        self.validate_tests()
+        self.validate_tests()?;
+        self.validate_cell_count()
+    }
+
+    fn validate_timeouts(&self) -> Result<(), PlanError> {
+        let timeouts = &self.timeouts;
+        for (field, value) in [
+            ("connect", timeouts.connect),
+            ("deploy", timeouts.deploy),
+            ("netem", timeouts.netem),
+            ("cell", timeouts.cell),
+        ] {
+            if value.is_zero() || value > MAX_TIMEOUT {
+                return Err(invalid(
+                    format!("timeouts.{field}"),
+                    quoted(&humantime::format_duration(value).to_string()),
+                    format!(
+                        "must lie between 1 ns and {}",
+                        humantime::format_duration(MAX_TIMEOUT)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Node, broker and scenario names become ids and folder names: each follows the name
+    /// rule and is unique ignoring case, since cell ids are lower-cased and a case-insensitive
+    /// file system would give two such names one folder.
+    fn validate_names(&self) -> Result<(), PlanError> {
+        let groups: [(&str, &str, Vec<&str>); 3] = [
+            (
+                "nodes",
+                "node",
+                self.nodes.iter().map(|n| n.name.as_str()).collect(),
+            ),
+            (
+                "brokers",
+                "broker",
+                self.brokers.iter().map(|b| b.name.as_str()).collect(),
+            ),
+            (
+                "scenarios",
+                "scenario",
+                self.scenarios.iter().map(|s| s.name.as_str()).collect(),
+            ),
+        ];
+        for (table, what, names) in groups {
+            let mut seen = HashSet::new();
+            for (i, name) in names.into_iter().enumerate() {
+                let path = format!("{table}[{i}].name");
+                // A node's name is its agent's certificate name, where '.' is allowed too
+                // (never first, so never a path step like "..").
+                let rule = if table == "nodes" {
+                    domain::check_identity_name
+                } else {
+                    domain::check_name
+                };
+                if let Err(problem) = rule(name) {
+                    return Err(invalid(path, quoted(name), problem.to_string()));
+                }
+                if !seen.insert(name.to_ascii_lowercase()) {
+                    return Err(invalid(
+                        path,
+                        quoted(name),
+                        format!(
+                            "another {what} has this name (names are ids: they may not differ only in case)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The number of cells, by arithmetic (checked), before anything builds the list.
+    fn validate_cell_count(&self) -> Result<(), PlanError> {
+        let points: u64 = (0..self.tests.len())
+            .map(|i| self.points(i).len() as u64)
+            .sum();
+        let cells = (self.brokers.len() as u64)
+            .checked_mul(self.scenarios.len() as u64)
+            .and_then(|n| n.checked_mul(points))
+            .and_then(|n| n.checked_mul(u64::from(self.repetitions)));
+        match cells {
+            Some(cells) if cells <= MAX_CELLS => Ok(()),
+            _ => Err(invalid(
+                "repetitions",
+                self.repetitions,
+                format!(
+                    "{} brokers x {} scenarios x {points} test points x {} repetitions is more than {MAX_CELLS} cells",
+                    self.brokers.len(),
+                    self.scenarios.len(),
+                    self.repetitions
+                ),
+            )),
+        }
     }
 
     fn node_has(&self, name: &str, role: NodeRole) -> Option<bool> {
@@ -60,15 +173,7 @@ impl Plan {
         if self.nodes.is_empty() {
             return Err(invalid("nodes", "[]", "at least one node is needed"));
         }
-        let mut names = HashSet::new();
         for (i, node) in self.nodes.iter().enumerate() {
-            if !names.insert(node.name.as_str()) {
-                return Err(invalid(
-                    format!("nodes[{i}].name"),
-                    quoted(&node.name),
-                    "another node has this name",
-                ));
-            }
             if !node.is_local()
                 && node
                     .agent
@@ -89,16 +194,8 @@ impl Plan {
         if self.brokers.is_empty() {
             return Err(invalid("brokers", "[]", "at least one broker is needed"));
         }
-        let mut names = HashSet::new();
         for (i, broker) in self.brokers.iter().enumerate() {
             let path = |field: &str| format!("brokers[{i}].{field}");
-            if !names.insert(broker.name.as_str()) {
-                return Err(invalid(
-                    path("name"),
-                    quoted(&broker.name),
-                    "another broker has this name",
-                ));
-            }
             match broker.kind {
                 BrokerKind::Native | BrokerKind::Kubernetes => match broker.product.as_deref() {
                     None => {
@@ -180,16 +277,8 @@ impl Plan {
                 "at least one scenario (e.g. name = \"local\")",
             ));
         }
-        let mut names = HashSet::new();
         for (i, scenario) in self.scenarios.iter().enumerate() {
             let path = |field: &str| format!("scenarios[{i}].{field}");
-            if !names.insert(scenario.name.as_str()) {
-                return Err(invalid(
-                    path("name"),
-                    quoted(&scenario.name),
-                    "another scenario has this name",
-                ));
-            }
             let complete = scenario.delay.is_some()
                 && scenario.jitter.is_some()
                 && scenario.loss_percent.is_some();
@@ -208,6 +297,20 @@ impl Plan {
                     loss,
                     "a percentage is between 0 and 100",
                 ));
+            }
+            for (field, value) in [("delay", scenario.delay), ("jitter", scenario.jitter)] {
+                if let Some(value) = value
+                    && value > domain::netem::MAX_DELAY
+                {
+                    return Err(invalid(
+                        path(field),
+                        quoted(&humantime::format_duration(value).to_string()),
+                        format!(
+                            "longer than netem's maximum of {}",
+                            humantime::format_duration(domain::netem::MAX_DELAY)
+                        ),
+                    ));
+                }
             }
             if let (Some(delay), Some(jitter)) = (scenario.delay, scenario.jitter)
                 && jitter > delay
@@ -368,6 +471,16 @@ impl Plan {
                 ));
             }
             self.validate_timing(i, test)?;
+            if let Some(table) = &test.workload {
+                let (preset, _, _) = super::presets::test_preset(test.kind);
+                super::presets::overlay_workload(preset, table).map_err(|error| {
+                    invalid(
+                        format!("tests[{i}].workload.{}", error.path),
+                        error.value,
+                        error.problem,
+                    )
+                })?;
+            }
             for point in self.points(i) {
                 let (payload, clients) = match point {
                     super::CellPoint::Payload(size) => (Some(size), None),
@@ -377,6 +490,14 @@ impl Plan {
                 let spec = workload_for(test, payload, clients)
                     .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
                 if let Err(error) = spec.validate() {
+                    let in_table = test
+                        .workload
+                        .as_ref()
+                        .is_some_and(|table| super::presets::sets(table, &error.path));
+                    if in_table {
+                        let field = format!("workload.{}", error.path);
+                        return Err(invalid(path(&field), error.value, error.problem));
+                    }
                     let field = match error.path.as_str() {
                         "messages_per_publisher" => "messages",
                         "warmup_messages" => "warmup",

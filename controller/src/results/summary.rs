@@ -411,7 +411,7 @@ fn write_line(file: &mut std::fs::File, fields: &[String]) -> std::io::Result<()
 /// A summary with every field, optional ones included (a timed run's steadiness verdict), so
 /// the CSV header is the same whatever the first cell did.
 fn figures_template() -> Summary {
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.messages_per_publisher = 0;
     spec.duration = Some(std::time::Duration::from_secs(1));
     spec.pacing = loadgen::spec::Pacing::ClosedLoop;
@@ -460,7 +460,7 @@ mod tests {
     fn rows_append_and_finished_cells_are_known_for_resume() {
         let dir = tempfile::tempdir().expect("temp dir");
         let results = ResultsDir::open(dir.path()).expect("open");
-        let spec = loadgen::cli::latency_preset();
+        let spec = loadgen::presets::latency();
         let mut result = RunResult::empty(&spec, "r");
         result.shards.push(spec.effective_shard());
         let record = |cell: &str, status, summary| CellRecord {

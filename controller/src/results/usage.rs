@@ -131,7 +131,7 @@ mod tests {
     }
 
     fn timed_result() -> (RunResult, Summary) {
-        let mut spec = loadgen::cli::throughput_preset();
+        let mut spec = loadgen::presets::throughput();
         spec.publishers = 1;
         spec.subscribers = 1;
         spec.messages_per_publisher = 0;

@@ -4,9 +4,10 @@ use std::ops::Range;
 
 use hdrhistogram::Histogram;
 use loadgen::header::HeaderEncoding;
+use loadgen::histogram_v2::{self, HistogramError};
 use loadgen::result::{
     ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad, MeasuredWindow,
-    ResourceUsage, RunResult, histogram_v2,
+    ResourceUsage, RunResult,
 };
 use loadgen::series::RateSeries;
 use loadgen::spec::Shard;
@@ -220,28 +221,20 @@ fn histogram_from_bytes(
     at: &str,
     name: &str,
 ) -> Result<Histogram<u64>, ConversionError> {
-    let histogram =
-        histogram_v2::from_bytes(bytes).map_err(|reason| ConversionError::Histogram {
+    // from_bytes checks the header (bounds, declared lengths) before it allocates anything.
+    histogram_v2::from_bytes(bytes).map_err(|error| match error {
+        HistogramError::Bounds { high, sigfig, .. } => ConversionError::Invalid {
             path: field(at, name),
-            reason,
-        })?;
-    if histogram.low() != 1
-        || histogram.high() != HISTOGRAM_HIGHEST_NS
-        || histogram.sigfig() != HISTOGRAM_SIGFIG
-    {
-        return Err(ConversionError::Invalid {
-            path: field(at, name),
-            value: format!(
-                "1..={} ns at {} digits",
-                histogram.high(),
-                histogram.sigfig()
-            ),
+            value: format!("1..={high} ns at {sigfig} digits"),
             problem: format!(
                 "histograms must have bounds 1..={HISTOGRAM_HIGHEST_NS} ns at {HISTOGRAM_SIGFIG} digits to merge"
             ),
-        });
-    }
-    Ok(histogram)
+        },
+        HistogramError::Malformed(reason) => ConversionError::Histogram {
+            path: field(at, name),
+            reason,
+        },
+    })
 }
 
 fn histogram_to_bytes(

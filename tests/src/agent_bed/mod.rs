@@ -223,7 +223,7 @@ pub fn duration(d: Duration) -> prost_types::Duration {
 /// A throughput workload against `broker`, as the controller would send it.
 pub fn workload(broker: &str, pairs: u32, messages: u64) -> Result<loadgen::WorkloadSpec> {
     let (host, port) = broker.rsplit_once(':').context("host:port")?;
-    let mut spec = loadgen::cli::throughput_preset();
+    let mut spec = loadgen::presets::throughput();
     spec.broker.host = host.to_string();
     spec.broker.port = port.parse()?;
     spec.publishers = pairs;

@@ -217,14 +217,19 @@ async fn an_abandoned_start_deletes_what_it_applied() {
             abandoned.is_err(),
             "the start was still waiting for the rollout"
         );
-        let end = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !fake
-            .calls()
-            .iter()
-            .any(|call| call.starts_with("delete -f -"))
-        {
-            assert!(tokio::time::Instant::now() < end, "{:#?}", fake.calls());
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let deleted = host::poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+            let calls = fake.calls();
+            std::future::ready(
+                if calls.iter().any(|call| call.starts_with("delete -f -")) {
+                    host::Attempt::Done(())
+                } else {
+                    host::Attempt::Retry(calls)
+                },
+            )
+        })
+        .await;
+        if let Err(calls) = deleted {
+            panic!("{calls:#?}");
         }
     })
     .await;

@@ -1,5 +1,6 @@
 //! [`Manifests`]: one Kubernetes broker as typed API objects (Namespace, ConfigMap, Deployment,
 //! NodePort Service), written as the multi-document YAML that kubectl applies and deletes.
+//! What differs by product (image, config, probe, resources) is its recipe's [`Pod`].
 //!
 //! The shape, the same for every product:
 //! - labels `app.kubernetes.io/{name,instance,managed-by}` = product, instance name,
@@ -32,9 +33,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::products::{ConfigUse, Profile, Readiness, profile};
 use crate::broker::error::BrokerError;
 use domain::{BrokerKind, BrokerSpec, Product};
+use recipes::{ConfigUse, MQTT_PORT, Pod, Readiness};
 
 /// The `app.kubernetes.io/managed-by` value of everything the agent applies.
 pub const MANAGED_BY: &str = "continuum";
@@ -79,7 +80,7 @@ impl Manifests {
                 "is not a Kubernetes broker",
             ));
         };
-        let profile = profile(*product, &spec.options);
+        let profile = recipes::pod(*product, &spec.options);
         let node_port = node_port.unwrap_or(profile.default_node_port);
         let name = spec.name.as_str();
         let pod_labels = labels(*product, name);
@@ -135,7 +136,7 @@ impl Manifests {
                 ports: Some(vec![ServicePort {
                     name: Some("mqtt".into()),
                     protocol: Some("TCP".into()),
-                    port: i32::from(super::products::MQTT_PORT),
+                    port: i32::from(MQTT_PORT),
                     target_port: Some(IntOrString::String("mqtt".into())),
                     node_port: Some(i32::from(node_port)),
                     ..ServicePort::default()
@@ -209,7 +210,7 @@ fn labels(product: Product, name: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn pod_spec(product: Product, profile: &Profile, node: &str, config_name: &str) -> PodSpec {
+fn pod_spec(product: Product, profile: &Pod, node: &str, config_name: &str) -> PodSpec {
     let (volumes, mounts, env_from) = match &profile.config_use {
         ConfigUse::Files(files) => (
             Some(vec![Volume {

@@ -11,7 +11,7 @@
 //!
 //! # Layout
 //! - this file: [`KubernetesDriver`], the running broker, the apply/delete guard.
-//! - `products.rs`: per product the image and why that tag, config, probe, resources.
+//! - (in `recipes`): per product the image and why that tag, config, probe, resources.
 //! - `manifests.rs`: [`Manifests`], the typed objects and their YAML.
 //! - `yaml.rs`: YAML that kubectl (YAML 1.1) and YAML 1.2 read alike.
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
@@ -23,13 +23,13 @@
 mod kubectl;
 mod manifests;
 mod metrics;
-mod products;
 mod yaml;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use host::poll::{Attempt, poll_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
@@ -361,27 +361,24 @@ impl KubernetesBroker {
             "-o",
             "name",
         ];
-        let end = Instant::now() + GONE_DEADLINE;
-        loop {
-            let left = match self.kubectl.run(&args, None, GET_LIMIT).await {
-                Ok(output) if output.stdout.trim().is_empty() => return Ok(()),
-                Ok(output) => output
-                    .stdout
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                Err(error) => error.to_string(),
-            };
-            if Instant::now() >= end {
-                return Err(BrokerError::StopFailed {
-                    name: self.name.clone(),
-                    reason: format!(
-                        "its objects were deleted, but after {GONE_DEADLINE:?} still: {left}"
-                    ),
-                });
+        let left = poll_until(GONE_DEADLINE, Duration::from_secs(1), || async {
+            match self.kubectl.run(&args, None, GET_LIMIT).await {
+                Ok(output) if output.stdout.trim().is_empty() => Attempt::Done(()),
+                Ok(output) => Attempt::Retry(
+                    output
+                        .stdout
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+                Err(error) => Attempt::Retry(error.to_string()),
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        })
+        .await;
+        left.map_err(|left| BrokerError::StopFailed {
+            name: self.name.clone(),
+            reason: format!("its objects were deleted, but after {GONE_DEADLINE:?} still: {left}"),
+        })
     }
 }
 

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::MARKER_VAR;
 use crate::install::InstallError;
 use crate::install::system::{remove_file, write_private};
+use host::poll::{Attempt, poll_until};
 use host::{Marker, is_running, send_signal};
 
 /// How long k3s may take to stop on SIGTERM before its group is killed (a server flushes
@@ -90,10 +91,15 @@ pub(super) async fn stop_recorded(path: &Path) -> Option<String> {
 async fn stop_orphan(record: &Record) -> String {
     let pid = record.pid;
     send_signal(pid, libc::SIGTERM);
-    let deadline = Instant::now() + STOP_GRACE;
-    while is_running(pid) && Instant::now() < deadline {
-        tokio::time::sleep(POLL).await;
-    }
+    // Whether it exits within the grace period is read again below.
+    let _ = poll_until(STOP_GRACE, POLL, || {
+        std::future::ready(if is_running(pid) {
+            Attempt::Retry(())
+        } else {
+            Attempt::Done(())
+        })
+    })
+    .await;
     let how = if is_running(pid) {
         kill_group(pid);
         format!(
@@ -278,18 +284,18 @@ mod tests {
             .spawn()
             .expect("spawned");
         let shim = child.id();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let container = loop {
+        let container = host::poll_until(Duration::from_secs(5), POLL, || {
             let below: Vec<u32> = with_descendants(&[shim])
                 .into_iter()
                 .filter(|&pid| pid != shim)
                 .collect();
-            if let [container] = below[..] {
-                break container;
-            }
-            assert!(Instant::now() < deadline, "no container below {shim}");
-            tokio::time::sleep(POLL).await;
-        };
+            std::future::ready(match below[..] {
+                [container] => host::Attempt::Done(container),
+                _ => host::Attempt::Retry(()),
+            })
+        })
+        .await
+        .unwrap_or_else(|()| panic!("no container below {shim}"));
         let swept = sweep_tree("no-such-marker", &[shim], SWEEP_LIMIT).await;
         assert!(swept.survivors.is_empty(), "{swept:?}");
         assert!(swept.killed.contains(&shim) && swept.killed.contains(&container));

@@ -8,7 +8,7 @@
 //! idempotent: the applied request is remembered, the same one again restarts nothing, a
 //! different one restarts k3s and says what changed. [`K3s::uninstall`] stops k3s, runs the
 //! official uninstall scripts where present (else does `k3s-killall.sh`'s essential work
-//! itself, see `debris.rs`) and removes every file it wrote.
+//! itself, see `host_paths.rs`) and removes every file it wrote.
 //!
 //! A child's PID and marker are recorded in the installer's folder, so a k3s left running
 //! by an agent that was killed is found and stopped by the next install or uninstall
@@ -22,13 +22,13 @@
 //! - `command.rs`: the k3s and kubectl command lines, the unit and its EnvironmentFile.
 //! - `daemon.rs`: k3s as a child or as a unit; `running.rs`: what runs, readiness;
 //!   `nodes.rs`: the node list.
-//! - `leftovers.rs`: the child's record, orphans, process-tree sweeps; `debris.rs`: mounts,
+//! - `leftovers.rs`: the child's record, orphans, process-tree sweeps; `host_paths.rs`: mounts,
 //!   links and folders k3s leaves ([`HostPaths`]).
 //! - `state.rs`: the remembered request.
 
 mod command;
 mod daemon;
-mod debris;
+mod host_paths;
 mod labels;
 mod leftovers;
 mod nodes;
@@ -45,7 +45,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use self::daemon::{Supervised, Systemd};
-pub use self::debris::HostPaths;
+pub use self::host_paths::HostPaths;
 use self::state::{Applied, Remembered};
 use super::system::{find_executable, is_bare_name, private_dir};
 use super::{InstallError, RELEASE_WAIT};

@@ -1,7 +1,7 @@
 //! UninstallCluster: stop k3s, run the official installer's scripts where they exist
 //! (`k3s-killall.sh` stops the pods' containers, unmounts and removes the CNI interfaces;
 //! `k3s-uninstall.sh` / `k3s-agent-uninstall.sh` remove what that installer put in place),
-//! or without `k3s-killall.sh` do its essential work here (`leftovers.rs`, `debris.rs`),
+//! or without `k3s-killall.sh` do its essential work here (`leftovers.rs`, `host_paths.rs`),
 //! then remove every file this installer wrote. A second call finds nothing and says so.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::time::Duration;
 use proto::agent::v1 as pb;
 
 use super::daemon::Supervised;
-use super::debris;
+use super::host_paths;
 use super::leftovers::{SWEEP_LIMIT, in_unit_cgroup, shims_under, sweep};
 use super::state::{self, Remembered};
 use super::{K3s, Supervision, UNITS, locate_binary};
@@ -80,7 +80,7 @@ impl K3s {
         let kubeconfig = remove_file(&self.kubeconfig);
         note_removal(&mut done, &mut failed, &self.kubeconfig, kubeconfig);
         // A mount left below the data dir would have its own files removed through it.
-        let data = if debris::nothing_mounted_below(&self.data_dir) {
+        let data = if host_paths::nothing_mounted_below(&self.data_dir) {
             remove_dir(&self.data_dir)
         } else {
             Err(InstallError::Failed(format!(
@@ -117,12 +117,12 @@ impl K3s {
         }
     }
 
-    /// What `k3s-killall.sh` does, but its iptables cleanup (see `debris.rs`): every process
+    /// What `k3s-killall.sh` does, but its iptables cleanup (see `host_paths.rs`): every process
     /// k3s left (shims, containers; under systemd whatever is left in its units' cgroups,
     /// which KillMode=process does not stop), then mounts, links and folders. The cgroups
     /// are read from /proc rather than `systemctl kill --kill-whom=all`: by now our unit
     /// is disabled and its file removed, and /proc answers whether or not it is loaded.
-    async fn clean_like_killall(&self) -> debris::Cleaned {
+    async fn clean_like_killall(&self) -> host_paths::Cleaned {
         let systemd = self.supervision == Supervision::Systemd;
         let swept = sweep(
             || {
@@ -137,7 +137,7 @@ impl K3s {
             SWEEP_LIMIT,
         )
         .await;
-        let mut processes = debris::Cleaned::default();
+        let mut processes = host_paths::Cleaned::default();
         if !swept.killed.is_empty() {
             processes.done.push(format!(
                 "killed {} process(es) k3s had left (shims, containers)",
@@ -149,7 +149,7 @@ impl K3s {
                 .failed
                 .push(format!("processes {:?} survived SIGKILL", swept.survivors));
         }
-        let mut cleaned = debris::clean(&self.host, &self.data_dir).await;
+        let mut cleaned = host_paths::clean(&self.host, &self.data_dir).await;
         processes.done.append(&mut cleaned.done);
         processes.failed.append(&mut cleaned.failed);
         processes

@@ -5,12 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::super::InstallError;
 use super::super::system::{
     journal_tail, remove_file, systemctl, systemd_quote, write_atomic, write_private,
 };
+use host::poll::{Attempt, poll_until};
 use host::{CommandLine, GroupChild};
 
 /// The unit's name.
@@ -105,18 +104,24 @@ impl Supervisor {
         systemctl(&["enable", UNIT_NAME]).await?;
         // restart starts a stopped unit and reloads a running one from scratch.
         systemctl(&["restart", UNIT_NAME]).await?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(pid) = self.unit_pid().await {
-                return Ok(pid);
-            }
-            if Instant::now() >= deadline {
-                return Err(InstallError::Failed(format!(
-                    "{UNIT_NAME} did not start: {}",
-                    self.log_tail().await
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let this = &*self;
+        let started = poll_until(
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            || async {
+                match this.unit_pid().await {
+                    Some(pid) => Attempt::Done(pid),
+                    None => Attempt::Retry(()),
+                }
+            },
+        )
+        .await;
+        match started {
+            Ok(pid) => Ok(pid),
+            Err(()) => Err(InstallError::Failed(format!(
+                "{UNIT_NAME} did not start: {}",
+                self.log_tail().await
+            ))),
         }
     }
 
@@ -224,19 +229,25 @@ pub(super) fn unit_text(binary: &Path, config: &Path) -> String {
 /// SIGTERM, then SIGKILL after the grace period, for a Nebula that is not our child.
 async fn stop_stray(pid: u32) -> Result<(), InstallError> {
     host::send_signal(pid, libc::SIGTERM);
-    let deadline = Instant::now() + STOP_GRACE;
-    while host::is_running(pid) {
-        if Instant::now() >= deadline {
-            host::kill(pid);
-        }
-        if Instant::now() >= deadline + STOP_GRACE {
-            return Err(InstallError::Failed(format!(
-                "nebula (pid {pid}, left by an earlier agent) survived SIGKILL"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let exited = || {
+        std::future::ready(if host::is_running(pid) {
+            Attempt::Retry(())
+        } else {
+            Attempt::Done(())
+        })
+    };
+    let interval = Duration::from_millis(25);
+    if poll_until(STOP_GRACE, interval, exited).await.is_ok() {
+        return Ok(());
     }
-    Ok(())
+    host::kill(pid);
+    poll_until(STOP_GRACE, interval, exited)
+        .await
+        .map_err(|()| {
+            InstallError::Failed(format!(
+                "nebula (pid {pid}, left by an earlier agent) survived SIGKILL"
+            ))
+        })
 }
 
 /// The PID in the installer's PID file, if that process still runs Nebula on this

@@ -429,17 +429,14 @@ mod tests {
             async move { nebula.install(lighthouse_request()).await }
         });
         let pid_file = dir.path().join("nebula/nebula.pid");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let pid: u32 = loop {
-            if let Some(pid) = std::fs::read_to_string(&pid_file)
+        let pid: u32 = host::poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            let pid = std::fs::read_to_string(&pid_file)
                 .ok()
-                .and_then(|text| text.trim().parse().ok())
-            {
-                break pid;
-            }
-            assert!(Instant::now() < deadline, "nebula was not started");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+                .and_then(|text| text.trim().parse().ok());
+            std::future::ready(pid.map_or(host::Attempt::Retry(()), host::Attempt::Done))
+        })
+        .await
+        .expect("nebula was not started");
         let started = Instant::now();
         nebula.shutdown().await;
         assert!(

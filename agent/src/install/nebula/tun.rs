@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
+use host::poll::{Attempt, poll_until};
 use netlink_packet_route::address::AddressAttribute;
-use tokio::time::Instant;
 
 use super::super::InstallError;
 use super::daemon::Supervisor;
@@ -84,61 +84,74 @@ pub(super) async fn wait_up(
     plan: &Plan,
     files: &NebulaFiles,
 ) -> Result<(), InstallError> {
-    let deadline = Instant::now() + UP_DEADLINE;
     let wanted = (plan.address, plan.prefix);
-    loop {
-        let last = match addresses(&plan.interface).await {
-            Ok(Some(found)) if found.contains(&wanted) => return Ok(()),
-            Ok(Some(found)) if !found.is_empty() => {
-                return Err(InstallError::Failed(format!(
-                    "{} came up with {}, not {} as the request says: this host's Nebula \
-                     certificate ({}) was made for another address",
-                    plan.interface,
-                    describe(&found),
-                    plan.cidr(),
-                    files.cert.display()
-                )));
+    let waited = poll_until(UP_DEADLINE, Duration::from_millis(50), || {
+        // Asked before the device is read, so a device that is up wins over an exit.
+        let exit = supervisor.exit_status();
+        async move {
+            let last = match addresses(&plan.interface).await {
+                Ok(Some(found)) if found.contains(&wanted) => return Attempt::Done(()),
+                Ok(Some(found)) if !found.is_empty() => {
+                    return Attempt::Stop(NotUp::OtherAddress(describe(&found)));
+                }
+                Ok(Some(_)) => "the device has no address yet".to_string(),
+                Ok(None) => "no such device".to_string(),
+                Err(error) => error,
+            };
+            match exit {
+                Some(status) => Attempt::Stop(NotUp::Exited(status)),
+                None => Attempt::Retry(NotUp::NotYet(last)),
             }
-            Ok(Some(_)) => "the device has no address yet".to_string(),
-            Ok(None) => "no such device".to_string(),
-            Err(error) => error,
-        };
-        if let Some(status) = supervisor.exit_status() {
-            return Err(InstallError::Failed(format!(
-                "nebula exited ({status}) before {} came up. Its log:\n{}",
-                plan.interface,
-                supervisor.log_tail().await
-            )));
         }
-        if Instant::now() >= deadline {
-            return Err(InstallError::Failed(format!(
-                "{} did not come up with {} within {UP_DEADLINE:?} ({last}). Nebula's log:\n{}",
-                plan.interface,
-                plan.cidr(),
-                supervisor.log_tail().await
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    let Err(why) = waited else {
+        return Ok(());
+    };
+    Err(InstallError::Failed(match why {
+        NotUp::OtherAddress(found) => format!(
+            "{} came up with {found}, not {} as the request says: this host's Nebula \
+             certificate ({}) was made for another address",
+            plan.interface,
+            plan.cidr(),
+            files.cert.display()
+        ),
+        NotUp::Exited(status) => format!(
+            "nebula exited ({status}) before {} came up. Its log:\n{}",
+            plan.interface,
+            supervisor.log_tail().await
+        ),
+        NotUp::NotYet(last) => format!(
+            "{} did not come up with {} within {UP_DEADLINE:?} ({last}). Nebula's log:\n{}",
+            plan.interface,
+            plan.cidr(),
+            supervisor.log_tail().await
+        ),
+    }))
+}
+
+/// Why the tun device did not come up.
+enum NotUp {
+    /// It has addresses, not the wanted one (described).
+    OtherAddress(String),
+    /// Nebula exited (its status).
+    Exited(String),
+    /// Not yet, when the time was up (the last check).
+    NotYet(String),
 }
 
 /// Waits until a stopped Nebula's tun device is gone.
 pub(super) async fn wait_gone(interface: &str) -> Result<(), InstallError> {
-    let deadline = Instant::now() + GONE_DEADLINE;
-    loop {
+    poll_until(GONE_DEADLINE, Duration::from_millis(50), || async {
         match addresses(interface).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) | Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(Some(_)) => {
-                return Err(InstallError::Failed(format!(
-                    "{interface} still exists {GONE_DEADLINE:?} after nebula stopped"
-                )));
-            }
-            Err(error) => return Err(InstallError::Failed(error)),
+            Ok(None) => Attempt::Done(()),
+            Ok(Some(_)) => Attempt::Retry(InstallError::Failed(format!(
+                "{interface} still exists {GONE_DEADLINE:?} after nebula stopped"
+            ))),
+            Err(error) => Attempt::Retry(InstallError::Failed(error)),
         }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -1,0 +1,238 @@
+//! Tests of the native driver: failures before and during a start, and (where the product is
+//! installed) real Mosquitto and RabbitMQ brokers started, probed and stopped.
+
+use super::*;
+use crate::broker::error::ErrorCode;
+use crate::broker::readiness::{PROBE_TIMEOUT, probe};
+use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
+use domain::BrokerOptions;
+use host::is_running;
+use std::os::unix::fs::PermissionsExt;
+
+#[tokio::test]
+async fn starting_a_product_that_is_not_installed_fails_before_touching_the_node() {
+    let state = tempfile::tempdir().unwrap();
+    let install = InstallPaths {
+        hivemq: vec!["/nonexistent/hivemq/bin/run.sh".into()],
+        ..InstallPaths::default()
+    };
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let spec = BrokerSpec {
+        name: "hive".into(),
+        kind: BrokerKind::Native {
+            product: Product::HiveMq,
+        },
+        bind: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        options: BrokerOptions::default(),
+    };
+    let error = driver.start(&spec).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::FailedPrecondition);
+    assert!(
+        error.to_string().contains("/nonexistent/hivemq/bin/run.sh"),
+        "{error}"
+    );
+    assert!(!state.path().join("hive").exists());
+}
+
+fn fake_mosquitto(program: &Path, state: &Path) -> NativeDriver {
+    let install = InstallPaths {
+        mosquitto: vec![program.to_owned()],
+        ..InstallPaths::default()
+    };
+    NativeDriver::new(install, state.to_owned())
+}
+
+fn mosquitto_spec(name: &str) -> BrokerSpec {
+    loopback_spec(
+        name,
+        BrokerKind::Native {
+            product: Product::Mosquitto,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_broker_that_exits_is_unavailable_with_its_log() {
+    let state = tempfile::tempdir().unwrap();
+    // `sh -c <config path>` tries to run the config file: "Permission denied", exit 126.
+    let driver = fake_mosquitto(Path::new("/bin/sh"), state.path());
+    let started = std::time::Instant::now();
+    let error = driver.start(&mosquitto_spec("exits")).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no waiting for the deadline"
+    );
+    assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+    let BrokerError::NotReady {
+        reason, log_tail, ..
+    } = &error
+    else {
+        panic!("{error}");
+    };
+    assert!(
+        reason.starts_with("mosquitto exited (exit status: 126)"),
+        "{reason}"
+    );
+    assert!(log_tail.contains("Permission denied"), "{log_tail}");
+}
+
+#[tokio::test]
+async fn a_broker_that_never_answers_fails_at_its_deadline_and_is_cleaned_up() {
+    let state = tempfile::tempdir().unwrap();
+    let script = state.path().join("silent-broker");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho booting\nsleep 60 &\nexec sleep 60\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let driver = fake_mosquitto(&script, &state.path().join("state"));
+    let mut spec = mosquitto_spec("silent");
+    spec.options.start_deadline = Some(Duration::from_millis(800));
+    let started = std::time::Instant::now();
+    let error = driver.start(&spec).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "bounded by deadline and stop"
+    );
+    assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+    let text = error.to_string();
+    assert!(text.contains("within 800ms"), "{text}");
+    assert!(text.contains("booting"), "the log tail is quoted: {text}");
+    assert_eq!(
+        tagged_processes("silent"),
+        Vec::<u32>::new(),
+        "the script and its background child are gone"
+    );
+}
+
+#[tokio::test]
+async fn each_missing_product_is_a_failed_precondition_naming_its_paths() {
+    let state = tempfile::tempdir().unwrap();
+    for product in [Product::Emqx, Product::VerneMq, Product::HiveMq] {
+        let missing = format!("/nonexistent/{product}/bin/start");
+        let install = InstallPaths {
+            emqx: vec![missing.clone().into()],
+            vernemq: vec![missing.clone().into()],
+            hivemq: vec![missing.clone().into()],
+            ..InstallPaths::default()
+        };
+        let driver = NativeDriver::new(install, state.path().to_owned());
+        let spec = loopback_spec("other", BrokerKind::Native { product });
+        let error = driver.start(&spec).await.unwrap_err();
+        assert_eq!(
+            error.code(),
+            ErrorCode::FailedPrecondition,
+            "{product}: {error}"
+        );
+        assert!(error.to_string().contains(&missing), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_real_mosquitto_starts_answers_and_stops_without_leftovers() {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::Mosquitto) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let spec = loopback_spec(
+        "mosq",
+        BrokerKind::Native {
+            product: Product::Mosquitto,
+        },
+    );
+    let mut broker = tokio::time::timeout(Duration::from_secs(30), driver.start(&spec))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let address = broker.address();
+    assert_ne!(address.port(), 0, "port 0 is resolved");
+    let pid = broker.pid().unwrap();
+    assert!(is_running(pid));
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim(),
+        "mosquitto"
+    );
+    assert_eq!(broker.check().await, BrokerState::Running);
+    probe(address, PROBE_TIMEOUT).await.unwrap();
+    let detail = broker.detail();
+    assert!(
+        detail.starts_with("mosquitto ")
+            && detail.chars().nth(10).is_some_and(|c| c.is_ascii_digit()),
+        "the version from its log: {detail}"
+    );
+
+    // The same port again is refused before anything is spawned.
+    let mut again = spec.clone();
+    again.name = "mosq2".into();
+    again.port = address.port();
+    let error = driver.start(&again).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+
+    let config = std::fs::read_to_string(state.path().join("mosq/mosquitto.conf")).unwrap();
+    assert!(config.contains(&format!("listener {} 127.0.0.1", address.port())));
+
+    tokio::time::timeout(Duration::from_secs(30), broker.stop())
+        .await
+        .expect("stop is bounded")
+        .unwrap();
+    assert!(!is_running(pid), "mosquitto {pid} still runs");
+    assert!(probe(address, PROBE_TIMEOUT).await.is_err());
+    assert_eq!(tagged_processes("mosq"), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_real_rabbitmq_node_starts_answers_and_stops_with_its_epmd() {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::RabbitMq) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let spec = loopback_spec(
+        "rabbit",
+        BrokerKind::Native {
+            product: Product::RabbitMq,
+        },
+    );
+    let mut broker = tokio::time::timeout(Duration::from_secs(90), driver.start(&spec))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let pid = broker.pid().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim(),
+        "beam.smp",
+        "the watched PID is the Erlang VM"
+    );
+    assert_eq!(broker.check().await, BrokerState::Running);
+    probe(broker.address(), PROBE_TIMEOUT).await.unwrap();
+    let detail = broker.detail();
+    assert!(
+        !detail.contains("version not in its log"),
+        "the version from its log: {detail}"
+    );
+    let tagged = tagged_processes("rabbit");
+    assert!(
+        tagged.len() >= 3,
+        "script, VM and epmd are tagged: {tagged:?}"
+    );
+
+    tokio::time::timeout(Duration::from_secs(90), broker.stop())
+        .await
+        .expect("stop is bounded")
+        .unwrap();
+    assert!(!is_running(pid));
+    assert_eq!(
+        tagged_processes("rabbit"),
+        Vec::<u32>::new(),
+        "epmd and helpers are gone too"
+    );
+}

@@ -1,0 +1,109 @@
+//! The broker under test and the MQTT it is spoken to with.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// MQTT's largest packet: the remaining length is at most 268,435,455 bytes.
+pub const MQTT_MAX_REMAINING_LENGTH: u64 = 268_435_455;
+
+/// The broker under test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerTarget {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// MQTT protocol version.
+    #[serde(default)]
+    pub protocol: MqttVersion,
+    /// Connect with TLS, trusting this CA certificate (PEM).
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Username for CONNECT.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password for CONNECT (needs a username). Read from a spec file but never written:
+    /// results embed their spec, and a password has no place in a results folder.
+    #[serde(default, skip_serializing)]
+    pub password: Option<String>,
+}
+
+impl fmt::Display for BrokerTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls_ca_file.is_some() {
+            "mqtts"
+        } else {
+            "mqtt"
+        };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// MQTT protocol version. On the command line also `311` or `4` (its protocol level) for
+/// 3.1.1 and `5.0` for 5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum MqttVersion {
+    /// MQTT 3.1.1 (the study's version).
+    #[default]
+    #[serde(rename = "3.1.1")]
+    #[value(name = "3.1.1", aliases = ["311", "4"])]
+    V311,
+    /// MQTT 5.
+    #[serde(rename = "5")]
+    #[value(name = "5", alias = "5.0")]
+    V5,
+}
+
+impl fmt::Display for MqttVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MqttVersion::V311 => "3.1.1",
+            MqttVersion::V5 => "5",
+        })
+    }
+}
+
+/// MQTT quality of service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub enum Qos {
+    /// At most once.
+    AtMostOnce,
+    /// At least once: duplicates are legal, loss is not.
+    AtLeastOnce,
+    /// Exactly once: neither loss nor duplicates are legal.
+    ExactlyOnce,
+}
+
+impl Qos {
+    /// The numeric level, 0-2.
+    pub fn level(self) -> u8 {
+        self.into()
+    }
+}
+
+impl From<Qos> for u8 {
+    fn from(qos: Qos) -> u8 {
+        match qos {
+            Qos::AtMostOnce => 0,
+            Qos::AtLeastOnce => 1,
+            Qos::ExactlyOnce => 2,
+        }
+    }
+}
+
+impl TryFrom<u8> for Qos {
+    type Error = String;
+
+    fn try_from(level: u8) -> Result<Self, Self::Error> {
+        match level {
+            0 => Ok(Qos::AtMostOnce),
+            1 => Ok(Qos::AtLeastOnce),
+            2 => Ok(Qos::ExactlyOnce),
+            other => Err(format!("QoS must be 0, 1 or 2, not {other}")),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The workload specification: what one loadgen run does.
+//!
+//! The same type is read from `SPEC.toml`, built by the study's [presets](crate::presets), and
+//! received by an agent over gRPC. A spec always describes the *whole* workload; a [`Shard`]
+//! says which of its publishers and subscribers this instance runs, so several loadgen
+//! instances can share one workload and their results merge exactly.
+//!
+//! A run is either *counted* (`messages_per_publisher`, the study's burst and latency tests) or
+//! *timed* (`duration` after a `warmup`, for sustained rates); [`RunLength`] is the view the
+//! engine uses.
+//!
+//! Each concern has its own file, all re-exported here: the broker and the MQTT it speaks
+//! (`broker`), who publishes to whom (`topology`), when messages leave (`pacing`), the
+//! connection, engine and drain settings (`options`), and the checks with their TOML paths
+//! (`validate`).
+
+mod broker;
+mod options;
+mod pacing;
+mod topology;
+mod validate;
+
+pub use broker::{BrokerTarget, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos};
+pub use options::{
+    AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
+    DrainOptions, EngineOptions, MAX_COALESCING,
+};
+pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
+pub use topology::{Shard, Topology};
+pub use validate::{
+    MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
+};
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::header::HeaderEncoding;
+use crate::size::ByteSize;
+
+/// One loadgen workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Where the broker is and how to talk to it.
+    pub broker: BrokerTarget,
+    /// Publisher connections in the whole workload.
+    pub publishers: u32,
+    /// Subscriber connections in the whole workload.
+    pub subscribers: u32,
+    /// How publishers' topics map to subscribers.
+    #[serde(default)]
+    pub topology: Topology,
+    /// First level of every topic; a run id is appended so runs never see each other's messages.
+    #[serde(default = "default_topic_prefix")]
+    pub topic_prefix: String,
+    /// QoS of publishes and subscriptions.
+    pub qos: Qos,
+    /// Exact payload size of every PUBLISH, measurement header included.
+    pub payload: ByteSize,
+    /// Counted runs: messages each publisher sends, warm-up included. 0 in a timed run (one
+    /// with a `duration`).
+    #[serde(default)]
+    pub messages_per_publisher: u64,
+    /// Counted runs: the first messages of each publisher are sent and counted but excluded
+    /// from latency and rate figures.
+    #[serde(default)]
+    pub warmup_messages: u64,
+    /// Timed runs: how long the measured part lasts, after the warm-up.
+    #[serde(default, with = "humantime_serde")]
+    pub duration: Option<Duration>,
+    /// Timed runs: publishing before the measured part; its messages are sent and counted but
+    /// excluded from latency and rate figures.
+    #[serde(default, with = "humantime_serde")]
+    pub warmup: Option<Duration>,
+    /// When publishers send: on a schedule (open loop, per publisher or as an offered rate),
+    /// as fast as the window allows for a duration (closed loop), or a counted burst.
+    pub pacing: Pacing,
+    /// Connection settings shared by every client.
+    #[serde(default)]
+    pub connection: ConnectionOptions,
+    /// How the engine itself runs (threads, waiting for the network).
+    #[serde(default)]
+    pub engine: EngineOptions,
+    /// How long to wait for in-flight messages after the last publish.
+    #[serde(default)]
+    pub drain: DrainOptions,
+    /// Caps how fast each subscriber reads (messages/s): a deliberately slow consumer.
+    #[serde(default)]
+    pub subscriber_rate_limit: Option<u32>,
+    /// The part of the workload this instance runs; all of it when absent.
+    #[serde(default)]
+    pub shard: Option<Shard>,
+    /// Identifies the run in topics and client ids; generated when absent. Instances that share a
+    /// workload must share it.
+    #[serde(default)]
+    pub run_id: Option<String>,
+}
+
+fn default_topic_prefix() -> String {
+    "continuum".to_string()
+}
+
+impl WorkloadSpec {
+    /// Parses and validates a spec from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, crate::LoadgenError> {
+        let spec: WorkloadSpec =
+            toml::from_str(text).map_err(|e| crate::LoadgenError::SpecSyntax(e.to_string()))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The measurement header every payload carries.
+    pub fn header_encoding(&self) -> HeaderEncoding {
+        HeaderEncoding::for_payload(self.payload.bytes()).unwrap_or(HeaderEncoding::Compact)
+    }
+
+    /// The largest packet clients accept: the configured one, or the payload plus room.
+    pub fn max_packet_bytes(&self) -> usize {
+        let derived = (self.payload.bytes() + 64 * 1024).min(MQTT_MAX_REMAINING_LENGTH + 5);
+        let bytes = self
+            .connection
+            .max_packet_size
+            .map_or(derived, ByteSize::bytes);
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spec file may carry a password, but nothing loadgen writes (results embed their
+    /// spec) does.
+    #[test]
+    fn a_password_is_read_but_never_written() {
+        let mut spec = example();
+        spec.broker.username = Some("bob".into());
+        spec.broker.password = Some("hunter2".into());
+        let json = serde_json::to_string(&spec).expect("serializes");
+        assert!(
+            !json.contains("hunter2") && !json.contains("password"),
+            "{json}"
+        );
+        let toml_text = toml::to_string(&spec).expect("serializes");
+        assert!(!toml_text.contains("hunter2"), "{toml_text}");
+        let read: BrokerTarget =
+            toml::from_str("host = \"h\"\nport = 1\nusername = \"bob\"\npassword = \"hunter2\"\n")
+                .expect("parses");
+        assert_eq!(read.password.as_deref(), Some("hunter2"));
+    }
+
+    pub(crate) fn example() -> WorkloadSpec {
+        WorkloadSpec {
+            broker: BrokerTarget {
+                host: "127.0.0.1".into(),
+                port: 1883,
+                protocol: MqttVersion::V311,
+                tls_ca_file: None,
+                username: None,
+                password: None,
+            },
+            publishers: 4,
+            subscribers: 4,
+            topology: Topology::Pairs,
+            topic_prefix: default_topic_prefix(),
+            qos: Qos::AtLeastOnce,
+            payload: ByteSize(10),
+            messages_per_publisher: 10,
+            warmup_messages: 0,
+            duration: None,
+            warmup: None,
+            pacing: Pacing::Burst,
+            connection: ConnectionOptions::default(),
+            engine: EngineOptions::default(),
+            drain: DrainOptions::default(),
+            subscriber_rate_limit: None,
+            shard: None,
+            run_id: None,
+        }
+    }
+
+    #[test]
+    fn parses_a_full_toml_spec() {
+        let spec = WorkloadSpec::from_toml(
+            r#"
+            publishers = 100
+            subscribers = 1
+            topology = "shared"
+            qos = 1
+            payload = "1KB"
+            messages_per_publisher = 20
+            warmup_messages = 2
+            [pacing]
+            mode = "open-loop"
+            interval = "250ms"
+            [broker]
+            host = "localhost"
+            port = 1883
+            protocol = "5"
+            [connection]
+            keep_alive = "30s"
+            inflight = 10
+            "#,
+        )
+        .expect("valid spec");
+        assert_eq!(spec.payload, ByteSize(1000));
+        assert_eq!(spec.broker.protocol, MqttVersion::V5);
+        assert_eq!(
+            spec.pacing,
+            Pacing::OpenLoop {
+                interval: Duration::from_millis(250)
+            }
+        );
+        assert_eq!(spec.connection.inflight, 10);
+        assert_eq!(spec.connection.connect_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let error = WorkloadSpec::from_toml("publisherz = 1").expect_err("unknown field");
+        assert!(error.to_string().contains("publisherz"), "{error}");
+    }
+}

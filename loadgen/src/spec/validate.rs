@@ -1,0 +1,543 @@
+//! The checks a spec must pass before it runs; each failure names the TOML path, the value
+//! and the problem.
+
+use std::fmt;
+
+use super::{
+    Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
+    Topology, WorkloadSpec,
+};
+use crate::header::HeaderEncoding;
+use crate::size::ByteSize;
+
+/// A spec field with a bad value: names the TOML path, the value and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} = {value}: {problem}")]
+pub struct SpecError {
+    /// TOML path of the field, e.g. `pacing.interval`.
+    pub path: String,
+    /// The offending value as written.
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Most publishers, and most subscribers, one workload has (over all its instances): each
+/// costs a connection, a task and its buffers.
+pub const MAX_CLIENTS: u32 = 100_000;
+/// Most (subscriber, publisher) delivery tracks a workload keeps: a subscriber of the shared
+/// topic tracks every publisher, so this bounds subscribers x publishers there.
+pub const MAX_DELIVERY_TRACKS: u64 = 10_000_000;
+/// Most payload bytes all clients may hold at once (payload x clients), 8 GiB.
+pub const MAX_PAYLOAD_BYTES_HELD: u64 = 8 << 30;
+/// Most bits of delivery bitmaps a counted or rate-paced workload can need (tracks x planned
+/// messages), 4 GiB of memory.
+pub const MAX_TRACKED_MESSAGES: u64 = 32 << 30;
+
+fn invalid(path: &str, value: impl fmt::Display, problem: impl Into<String>) -> SpecError {
+    SpecError {
+        path: path.to_string(),
+        value: value.to_string(),
+        problem: problem.into(),
+    }
+}
+
+impl WorkloadSpec {
+    /// Checks every field; the first problem found is returned with its TOML path.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.broker.host.trim().is_empty() {
+            return Err(invalid("broker.host", "\"\"", "a broker host is required"));
+        }
+        if self.broker.port == 0 {
+            return Err(invalid("broker.port", 0, "port 0 is not a broker port"));
+        }
+        if self.broker.password.is_some() && self.broker.username.is_none() {
+            return Err(invalid(
+                "broker.password",
+                "(set)",
+                "a password needs broker.username",
+            ));
+        }
+        if self.publishers == 0 {
+            return Err(invalid("publishers", 0, "at least one publisher is needed"));
+        }
+        for (path, count) in [
+            ("publishers", self.publishers),
+            ("subscribers", self.subscribers),
+        ] {
+            if count > MAX_CLIENTS {
+                return Err(invalid(
+                    path,
+                    count,
+                    format!("at most {MAX_CLIENTS} per workload (spread over agents with a shard)"),
+                ));
+            }
+        }
+        match self.topology {
+            Topology::Pairs if self.subscribers != self.publishers => {
+                return Err(invalid(
+                    "subscribers",
+                    self.subscribers,
+                    format!(
+                        "topology \"pairs\" needs as many subscribers as publishers ({})",
+                        self.publishers
+                    ),
+                ));
+            }
+            Topology::FanOut
+                if !self.subscribers.is_multiple_of(self.publishers) || self.subscribers == 0 =>
+            {
+                return Err(invalid(
+                    "subscribers",
+                    self.subscribers,
+                    format!(
+                        "topology \"fan-out\" needs a non-zero multiple of publishers ({})",
+                        self.publishers
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if self.topic_prefix.is_empty() || self.topic_prefix.contains(['+', '#']) {
+            return Err(invalid(
+                "topic_prefix",
+                format!("{:?}", self.topic_prefix),
+                "must be a non-empty topic without wildcards",
+            ));
+        }
+        let payload = self.payload.bytes();
+        let encoding = HeaderEncoding::for_payload(payload).ok_or_else(|| {
+            invalid(
+                "payload",
+                self.payload,
+                format!(
+                    "too small for the measurement header (at least {} B)",
+                    HeaderEncoding::SMALLEST_PAYLOAD
+                ),
+            )
+        })?;
+        // Topic, packet id and properties take a little room; 1 KiB is generous.
+        if payload + 1024 > MQTT_MAX_REMAINING_LENGTH {
+            return Err(invalid(
+                "payload",
+                self.payload,
+                format!("over MQTT's packet limit of {MQTT_MAX_REMAINING_LENGTH} bytes (256 MB)"),
+            ));
+        }
+        self.validate_length(encoding)?;
+        self.validate_memory()?;
+        if u64::from(self.publishers) > encoding.max_publishers() {
+            return Err(invalid(
+                "publishers",
+                self.publishers,
+                format!(
+                    "a {payload} B payload carries the {encoding} header, which numbers at most {} publishers",
+                    encoding.max_publishers()
+                ),
+            ));
+        }
+        self.validate_connection()?;
+        self.validate_engine()?;
+        if self.drain.timeout.is_zero() {
+            return Err(invalid("drain.timeout", "0s", "must be above zero"));
+        }
+        if self.subscriber_rate_limit == Some(0) {
+            return Err(invalid(
+                "subscriber_rate_limit",
+                0,
+                "must be above zero when set",
+            ));
+        }
+        if let Some(shard) = &self.shard
+            && self.pacing == Pacing::ClosedLoop
+            && self.qos == Qos::AtMostOnce
+            && (shard.publishers != (0..self.publishers)
+                || shard.subscribers != (0..self.subscribers))
+        {
+            return Err(invalid(
+                "pacing.mode",
+                "\"closed-loop\"",
+                "a closed loop at QoS 0 counts its window end to end, so one instance must run every publisher and subscriber (use QoS 1 or an offered rate to split the load)",
+            ));
+        }
+        if let Some(shard) = &self.shard {
+            if shard.publishers.end > self.publishers
+                || shard.publishers.start > shard.publishers.end
+            {
+                return Err(invalid(
+                    "shard.publishers",
+                    format!("{:?}", shard.publishers),
+                    format!("must lie within 0..{}", self.publishers),
+                ));
+            }
+            if shard.subscribers.end > self.subscribers
+                || shard.subscribers.start > shard.subscribers.end
+            {
+                return Err(invalid(
+                    "shard.subscribers",
+                    format!("{:?}", shard.subscribers),
+                    format!("must lie within 0..{}", self.subscribers),
+                ));
+            }
+        }
+        if let Some(run_id) = &self.run_id
+            && (run_id.is_empty()
+                || !run_id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        {
+            return Err(invalid(
+                "run_id",
+                format!("{run_id:?}"),
+                "use letters, digits and '-' only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counted or timed, and a pacing that fits: the combinations a run can honestly carry out.
+    fn validate_length(&self, encoding: HeaderEncoding) -> Result<(), SpecError> {
+        let payload = self.payload.bytes();
+        match self.pacing {
+            Pacing::OpenLoop { interval } if interval.is_zero() => {
+                return Err(invalid(
+                    "pacing.interval",
+                    "0s",
+                    "open loop needs an interval above zero (use mode = \"burst\" for as fast as possible)",
+                ));
+            }
+            Pacing::Rate { rate: 0 } => {
+                return Err(invalid(
+                    "pacing.rate",
+                    0,
+                    "an offered rate must be above zero (use mode = \"closed-loop\" for as fast as the broker takes them)",
+                ));
+            }
+            Pacing::Rate { rate } if rate > MAX_RATE => {
+                return Err(invalid(
+                    "pacing.rate",
+                    rate,
+                    format!("at most {MAX_RATE} messages/s"),
+                ));
+            }
+            _ => {}
+        }
+        match self.duration {
+            None => {
+                if self.warmup.is_some() {
+                    return Err(invalid(
+                        "warmup",
+                        humantime::format_duration(self.warmup.unwrap_or_default()),
+                        "a warm-up time needs a duration (counted runs use warmup_messages)",
+                    ));
+                }
+                if self.pacing == Pacing::ClosedLoop {
+                    return Err(invalid(
+                        "pacing.mode",
+                        "\"closed-loop\"",
+                        "a closed loop runs for a duration: set duration (and warmup)",
+                    ));
+                }
+                if self.messages_per_publisher == 0 {
+                    return Err(invalid(
+                        "messages_per_publisher",
+                        0,
+                        "at least one message is needed (or a duration for a timed run)",
+                    ));
+                }
+                if self.warmup_messages >= self.messages_per_publisher {
+                    return Err(invalid(
+                        "warmup_messages",
+                        self.warmup_messages,
+                        format!(
+                            "must be fewer than messages_per_publisher ({})",
+                            self.messages_per_publisher
+                        ),
+                    ));
+                }
+            }
+            Some(duration) => {
+                let shown = humantime::format_duration(duration);
+                if duration.is_zero() {
+                    return Err(invalid("duration", "0s", "must be above zero"));
+                }
+                if duration > MAX_DURATION {
+                    return Err(invalid(
+                        "duration",
+                        shown,
+                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
+                    ));
+                }
+                if self.warmup.unwrap_or_default() > MAX_DURATION {
+                    return Err(invalid(
+                        "warmup",
+                        humantime::format_duration(self.warmup.unwrap_or_default()),
+                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
+                    ));
+                }
+                if self.pacing == Pacing::Burst {
+                    return Err(invalid(
+                        "pacing.mode",
+                        "\"burst\"",
+                        "a burst is counted (messages_per_publisher); for a duration use mode = \"closed-loop\" or \"rate\"",
+                    ));
+                }
+                if self.messages_per_publisher != 0 {
+                    return Err(invalid(
+                        "messages_per_publisher",
+                        self.messages_per_publisher,
+                        "a timed run (duration) sends as many as its pacing allows: leave it out",
+                    ));
+                }
+                if self.warmup_messages != 0 {
+                    return Err(invalid(
+                        "warmup_messages",
+                        self.warmup_messages,
+                        "a timed run's warm-up is a time: use warmup = \"2s\"",
+                    ));
+                }
+            }
+        }
+        let most = encoding.max_messages_per_publisher();
+        if let Some(planned) = self.planned_messages_per_publisher()
+            && planned > most
+        {
+            let (path, value) = if self.duration.is_some() {
+                (
+                    "duration",
+                    humantime::format_duration(self.run_time()).to_string(),
+                )
+            } else {
+                ("messages_per_publisher", planned.to_string())
+            };
+            return Err(invalid(
+                path,
+                value,
+                format!(
+                    "{planned} messages per publisher; a {payload} B payload carries the {encoding} header, which numbers at most {most}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the workload would hold in memory, bounded before anything is allocated: all
+    /// products in u64 (the counts are u32, so they cannot overflow).
+    fn validate_memory(&self) -> Result<(), SpecError> {
+        let clients = u64::from(self.publishers) + u64::from(self.subscribers);
+        let held = self.payload.bytes().saturating_mul(clients);
+        if held > MAX_PAYLOAD_BYTES_HELD {
+            return Err(invalid(
+                "payload",
+                self.payload,
+                format!(
+                    "x {clients} clients is {} held at once; at most {}",
+                    ByteSize(held),
+                    ByteSize(MAX_PAYLOAD_BYTES_HELD)
+                ),
+            ));
+        }
+        let tracks = match self.topology {
+            Topology::Shared => u64::from(self.subscribers) * u64::from(self.publishers),
+            Topology::Pairs | Topology::FanOut => u64::from(self.subscribers),
+        };
+        if tracks > MAX_DELIVERY_TRACKS {
+            return Err(invalid(
+                "subscribers",
+                self.subscribers,
+                format!(
+                    "each of them tracks all {} publishers of the shared topic: {tracks} tracks, at most {MAX_DELIVERY_TRACKS}",
+                    self.publishers
+                ),
+            ));
+        }
+        if let Some(planned) = self.planned_messages_per_publisher()
+            && tracks.saturating_mul(planned) > MAX_TRACKED_MESSAGES
+        {
+            let path = if self.duration.is_some() {
+                "duration"
+            } else {
+                "messages_per_publisher"
+            };
+            return Err(invalid(
+                path,
+                planned,
+                format!(
+                    "messages per publisher over {tracks} subscriber tracks would need more than {} of delivery bitmaps",
+                    ByteSize(MAX_TRACKED_MESSAGES / 8)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_engine(&self) -> Result<(), SpecError> {
+        if let Coalescing::Sleep(sleep) = self.engine.coalescing
+            && (sleep.is_zero() || sleep > MAX_COALESCING)
+        {
+            return Err(invalid(
+                "engine.coalescing",
+                humantime::format_duration(sleep),
+                format!(
+                    "must lie between 1us and {} (or be \"off\")",
+                    humantime::format_duration(MAX_COALESCING)
+                ),
+            ));
+        }
+        if self.engine.threads > 1024 {
+            return Err(invalid(
+                "engine.threads",
+                self.engine.threads,
+                "at most 1024",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_connection(&self) -> Result<(), SpecError> {
+        let connection = &self.connection;
+        if connection.keep_alive.as_secs() > u64::from(u16::MAX) {
+            return Err(invalid(
+                "connection.keep_alive",
+                humantime::format_duration(connection.keep_alive),
+                "MQTT allows at most 65535 s",
+            ));
+        }
+        if connection.connect_timeout.is_zero() {
+            return Err(invalid(
+                "connection.connect_timeout",
+                "0s",
+                "must be above zero",
+            ));
+        }
+        if connection.inflight == 0 {
+            return Err(invalid(
+                "connection.inflight",
+                0,
+                "at least one message must be allowed in flight",
+            ));
+        }
+        if connection.ramp_up_per_second == Some(0) {
+            return Err(invalid(
+                "connection.ramp_up_per_second",
+                0,
+                "must be above zero when set (omit it for no ramp-up)",
+            ));
+        }
+        if let Some(limit) = connection.max_packet_size
+            && limit.bytes() < self.payload.bytes()
+        {
+            return Err(invalid(
+                "connection.max_packet_size",
+                limit,
+                format!("smaller than the payload ({})", self.payload),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::size::ByteSize;
+    use crate::spec::Shard;
+    use crate::spec::tests::example;
+
+    #[test]
+    fn bad_values_name_their_path_and_value() {
+        type Mutation = Box<dyn Fn(&mut WorkloadSpec)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|s| s.publishers = 0), "publishers = 0"),
+            (
+                Box::new(|s| {
+                    s.pacing = Pacing::OpenLoop {
+                        interval: Duration::ZERO,
+                    }
+                }),
+                "pacing.interval = 0s",
+            ),
+            (
+                Box::new(|s| s.payload = ByteSize(300_000_000)),
+                "payload = 300MB",
+            ),
+            (Box::new(|s| s.payload = ByteSize(9)), "payload = 9B"),
+            (Box::new(|s| s.subscribers = 3), "subscribers = 3"),
+            (Box::new(|s| s.warmup_messages = 10), "warmup_messages = 10"),
+            (
+                Box::new(|s| s.connection.inflight = 0),
+                "connection.inflight = 0",
+            ),
+            (
+                Box::new(|s| {
+                    s.shard = Some(Shard {
+                        publishers: 0..9,
+                        subscribers: 0..1,
+                    })
+                }),
+                "shard.publishers = 0..9",
+            ),
+        ];
+        for (mutate, expected) in cases {
+            let mut spec = example();
+            mutate(&mut spec);
+            let error = spec.validate().expect_err(expected);
+            assert!(
+                error.to_string().starts_with(expected),
+                "{error} should start with {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn compact_header_limits_are_enforced() {
+        let mut spec = example();
+        spec.topology = Topology::Shared;
+        spec.publishers = 70_000;
+        assert_eq!(spec.validate().expect_err("too many").path, "publishers");
+        spec.payload = ByteSize(16);
+        spec.validate()
+            .expect("the full header numbers 2^32 publishers");
+    }
+
+    /// Counts that would make loadgen allocate gigabytes (or abort) are refused first, each
+    /// naming its field.
+    #[test]
+    fn sizes_that_would_exhaust_memory_are_refused_with_their_field() {
+        let refused = |mutate: &dyn Fn(&mut WorkloadSpec)| {
+            let mut spec = example();
+            mutate(&mut spec);
+            spec.validate().expect_err("refused")
+        };
+        let error = refused(&|s| {
+            s.publishers = 4_000_000_000;
+            s.subscribers = 4_000_000_000;
+        });
+        assert_eq!(error.path, "publishers", "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Shared;
+            s.publishers = 100_000;
+            s.subscribers = 1_000;
+        });
+        assert_eq!(error.path, "subscribers", "{error}");
+        assert!(error.problem.contains("tracks"), "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Pairs;
+            s.payload = ByteSize(200_000_000);
+            s.publishers = 100;
+            s.subscribers = 100;
+        });
+        assert_eq!(error.path, "payload", "{error}");
+        let error = refused(&|s| {
+            s.topology = Topology::Shared;
+            s.payload = ByteSize(1_000);
+            s.publishers = 10_000;
+            s.subscribers = 1_000;
+            s.messages_per_publisher = 1 << 30;
+            s.warmup_messages = 0;
+        });
+        assert_eq!(error.path, "messages_per_publisher", "{error}");
+    }
+}

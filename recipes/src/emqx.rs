@@ -1,0 +1,153 @@
+//! EMQX 5: configured through `EMQX_*` variables (`__` separates levels) natively and in its
+//! pod alike.
+//!
+//! Natively `emqx foreground` runs with a node name and cookie of its own, data and logs in
+//! the instance's directory, the TCP listener on the spec's address, the other listeners off
+//! and the dashboard on a free loopback port. Both sides set [`benchmark_settings`]:
+//! `EMQX_MQTT__MAX_PACKET_SIZE=2MB` as in the study, deep queues, and with no authenticator
+//! configured EMQX admits anonymous clients, which `AUTHORIZATION__NO_MATCH=allow` lets
+//! publish and subscribe to any topic.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use domain::BrokerOptions;
+use host::CommandLine;
+
+use crate::{ConfigUse, Instance, MQTT_PORT, NativePlan, Pod, Readiness};
+
+/// Where EMQX's `bin/emqx` is looked for: its package, its tarball in `/opt`, a local install.
+pub const PROGRAMS: &[&str] = &["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"];
+
+/// How long the Erlang VM may take to answer MQTT.
+pub const START_DEADLINE: Duration = Duration::from_secs(60);
+
+/// EMQX's largest MQTT packet, as the study configured it.
+pub const MAX_PACKET_SIZE: &str = "2MB";
+
+/// EMQX's start line is not known here: no version is read from its log.
+pub const VERSION_IN_LOG: Option<&str> = None;
+
+/// The pinned image; [`PROVENANCE`] says why this tag.
+pub const IMAGE: &str = "emqx:5.0.22";
+
+/// Which image the study deployed, and why [`IMAGE`].
+pub const PROVENANCE: &str = "The study deployed emqx:5.0.22 with EMQX_MQTT__MAX_PACKET_SIZE=2MB; the \
+            same official image (amd64, arm64v8) and packet size are used.";
+
+/// The settings a benchmark needs, as `EMQX_*` variables, natively and in the pod.
+pub fn benchmark_settings(options: &BrokerOptions) -> Vec<(&'static str, String)> {
+    let mut settings = vec![
+        ("EMQX_MQTT__MAX_PACKET_SIZE", MAX_PACKET_SIZE.to_owned()),
+        (
+            "EMQX_MQTT__MAX_MQUEUE_LEN",
+            options.max_queued_messages().to_string(),
+        ),
+        ("EMQX_AUTHORIZATION__NO_MATCH", "allow".to_owned()),
+    ];
+    if let Some(inflight) = options.max_inflight_messages {
+        settings.push(("EMQX_MQTT__MAX_INFLIGHT", inflight.to_string()));
+    }
+    settings
+}
+
+/// The plan for one native node of `program`, its dashboard on loopback port `dashboard`.
+pub fn native(program: &Path, instance: &Instance<'_>, dashboard: u16) -> NativePlan {
+    let dir = |name: &str| instance.dir.join(name).display().to_string();
+    let own = [
+        (
+            "EMQX_NODE__NAME",
+            format!("continuum-{}@127.0.0.1", instance.name),
+        ),
+        ("EMQX_NODE__COOKIE", instance.secret.to_owned()),
+        ("EMQX_NODE__DATA_DIR", dir("data")),
+        ("EMQX_LOG_DIR", dir("log")),
+        (
+            "EMQX_LISTENERS__TCP__DEFAULT__BIND",
+            instance.listen.to_string(),
+        ),
+        ("EMQX_LISTENERS__SSL__DEFAULT__ENABLED", "false".to_owned()),
+        ("EMQX_LISTENERS__WS__DEFAULT__ENABLED", "false".to_owned()),
+        ("EMQX_LISTENERS__WSS__DEFAULT__ENABLED", "false".to_owned()),
+        (
+            "EMQX_DASHBOARD__LISTENERS__HTTP__BIND",
+            SocketAddr::from((Ipv4Addr::LOCALHOST, dashboard)).to_string(),
+        ),
+    ];
+    let mut main = CommandLine::new(program);
+    main.args = vec!["foreground".into()];
+    main.env = own
+        .into_iter()
+        .chain(benchmark_settings(instance.options))
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    main.env_remove_prefixes = vec!["EMQX_"];
+    NativePlan::erlang(main, instance.options.start_deadline_or(START_DEADLINE))
+}
+
+/// The pod: [`IMAGE`] with [`benchmark_settings`] as its environment. The other listeners
+/// stay as shipped: inside the pod they collide with nothing, and the Service exposes MQTT
+/// only.
+pub fn pod(options: &BrokerOptions) -> Pod {
+    Pod {
+        image: IMAGE,
+        provenance: PROVENANCE,
+        default_node_port: 31884,
+        config: benchmark_settings(options)
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect(),
+        config_use: ConfigUse::Env,
+        env: Vec::new(),
+        ports: vec![("mqtt", MQTT_PORT), ("dashboard", 18083)],
+        // EMQX's status API answers 200 once the node runs (its Helm chart's probe).
+        readiness: Readiness::Http {
+            port: "dashboard",
+            path: "/api/v5/status",
+        },
+        cpu_request: "500m",
+        memory_request_mib: 512,
+        memory_limit_mib: 4096,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emqx_runs_in_the_foreground_with_the_studys_packet_size() {
+        let options = BrokerOptions::default();
+        let instance = Instance {
+            name: "x",
+            dir: Path::new("/state/x"),
+            listen: "127.0.0.1:1883".parse().unwrap(),
+            options: &options,
+            secret: "cookie-1",
+        };
+        let plan = native(Path::new("/bin/true"), &instance, 40001);
+        assert_eq!(plan.main.args, ["foreground"]);
+        for (name, value) in [
+            ("EMQX_NODE__NAME", "continuum-x@127.0.0.1"),
+            ("EMQX_NODE__COOKIE", "cookie-1"),
+            ("EMQX_NODE__DATA_DIR", "/state/x/data"),
+            ("EMQX_LOG_DIR", "/state/x/log"),
+            ("EMQX_LISTENERS__TCP__DEFAULT__BIND", "127.0.0.1:1883"),
+            ("EMQX_LISTENERS__SSL__DEFAULT__ENABLED", "false"),
+            ("EMQX_MQTT__MAX_PACKET_SIZE", "2MB"),
+            ("EMQX_MQTT__MAX_MQUEUE_LEN", "1000000"),
+            ("EMQX_AUTHORIZATION__NO_MATCH", "allow"),
+        ] {
+            assert_eq!(plan.main.env_value(name), Some(value), "{name}");
+        }
+        let dashboard = plan
+            .main
+            .env_value("EMQX_DASHBOARD__LISTENERS__HTTP__BIND")
+            .unwrap();
+        assert!(dashboard.starts_with("127.0.0.1:"), "{dashboard}");
+        assert_eq!(plan.main.env_value("EMQX_MQTT__MAX_INFLIGHT"), None);
+        assert_eq!(plan.main_process_names, ["beam.smp"]);
+        assert_eq!(plan.ready_deadline, START_DEADLINE);
+    }
+}

@@ -1,0 +1,293 @@
+//! Broker recipes: everything Continuum knows about running each product of the study for a
+//! benchmark, one file per product, whatever runs it.
+//!
+//! A recipe states the settings that lift a product's limits (packet size, queues, inflight
+//! window, anonymous access), the files, environment and command line of a native instance,
+//! and the image, ports, config and readiness probe of its pod. It only describes: the agent's
+//! native driver turns a [`NativePlan`] into processes, its kubernetes driver turns a [`Pod`]
+//! into manifests, and the test harness runs the RabbitMQ recipe's [`rabbitmq::Node`] for
+//! the private nodes of its tests. Nothing here spawns, binds or reads anything, so the command
+//! lines of products that are not installed are still checked by unit tests.
+//!
+//! # Layout
+//! - this file: what a native plan is given ([`Instance`]) and returns ([`NativePlan`],
+//!   [`Helper`]); what a pod is made of ([`Pod`], [`ConfigUse`], [`Readiness`]); the choice
+//!   by [`Product`] ([`pod`], [`version_in_log`]).
+//! - [`mosquitto`]: `mosquitto -c FILE`; the image with the same file mounted.
+//! - [`rabbitmq`]: a private node with its MQTT plugin and its own epmd; the image with the
+//!   same config under `conf.d`.
+//! - [`emqx`]: `emqx foreground` configured by `EMQX_*` variables, on both sides.
+//! - [`vernemq`]: `-vmq_server` settings on the command line; `DOCKER_VERNEMQ_*` in the pod.
+//! - [`hivemq`]: `run.sh` with a private config folder; the image with that `config.xml`.
+//!
+//! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
+//! together near its top, so a change to one product is a change to one file.
+
+pub mod emqx;
+pub mod hivemq;
+pub mod mosquitto;
+pub mod rabbitmq;
+pub mod vernemq;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use domain::{BrokerOptions, Product};
+use host::CommandLine;
+
+/// Who the agent's generated configs say wrote them (`# Written by the Continuum agent.`).
+pub const WRITTEN_BY_AGENT: &str = "the Continuum agent";
+
+/// The MQTT port inside every broker's container.
+pub const MQTT_PORT: u16 = 1883;
+
+/// Process names of the Erlang VM, the process that is the broker under an Erlang start
+/// script (RabbitMQ, EMQX, VerneMQ).
+const ERLANG_VM: &[&str] = &["beam.smp"];
+
+/// What an Erlang broker logs when its MQTT port is taken.
+const ERLANG_PORT_TAKEN: &[&str] = &["eaddrinuse"];
+
+/// One native instance to plan, as its driver prepared it.
+#[derive(Debug, Clone, Copy)]
+pub struct Instance<'a> {
+    /// The instance name (validated by `domain::check_name`), part of node names.
+    pub name: &'a str,
+    /// Its state directory (config, data, logs), empty at this point.
+    pub dir: &'a Path,
+    /// Where its MQTT listener binds, port resolved.
+    pub listen: SocketAddr,
+    /// The limits the spec asks for.
+    pub options: &'a BrokerOptions,
+    /// A per-instance secret (the agent passes its process marker), e.g. an Erlang cookie.
+    pub secret: &'a str,
+}
+
+/// A process started before the broker, which must listen before the broker starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helper {
+    /// Short name, also its log file's stem.
+    pub what: &'static str,
+    /// Its command line.
+    pub command: CommandLine,
+    /// The TCP address it must accept connections on.
+    pub listens_on: SocketAddr,
+}
+
+/// Everything needed to start one native broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativePlan {
+    /// Files to write before anything starts (absolute paths inside the state directory).
+    pub files: Vec<(PathBuf, String)>,
+    /// Processes to start, in order, before the broker.
+    pub helpers: Vec<Helper>,
+    /// The broker itself.
+    pub main: CommandLine,
+    /// A command that stops the broker gracefully; without one, the broker gets SIGTERM.
+    pub stop: Option<CommandLine>,
+    /// How long the broker may take to answer MQTT (the spec's, or the product's default).
+    pub ready_deadline: Duration,
+    /// Command names (`/proc/PID/comm`) of the process that is the broker, when the
+    /// command line starts a script (`beam.smp`, `java`); its PID is what Metrics watches.
+    pub main_process_names: &'static [&'static str],
+    /// Log texts meaning the MQTT port was taken, so a start on any port is retried.
+    pub port_taken_markers: &'static [&'static str],
+}
+
+impl NativePlan {
+    /// A plan with no files, helpers or stop command: the broker is `main`, stopped by SIGTERM.
+    fn of(main: CommandLine, ready_deadline: Duration) -> Self {
+        Self {
+            files: Vec::new(),
+            helpers: Vec::new(),
+            main,
+            stop: None,
+            ready_deadline,
+            main_process_names: &[],
+            port_taken_markers: &[],
+        }
+    }
+
+    /// The plan of an Erlang broker that stops cleanly on SIGTERM (OTP 20+).
+    fn erlang(main: CommandLine, ready_deadline: Duration) -> Self {
+        Self {
+            main_process_names: ERLANG_VM,
+            port_taken_markers: ERLANG_PORT_TAKEN,
+            ..Self::of(main, ready_deadline)
+        }
+    }
+}
+
+/// How the container reads the ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigUse {
+    /// Each `(key, path)`: the key's text mounted as the file at `path` (one file each, so
+    /// the rest of the image's config folder stays as shipped).
+    Files(Vec<(&'static str, &'static str)>),
+    /// Every key is an environment variable (`envFrom`): the images configured by env.
+    Env,
+}
+
+/// How Kubernetes decides the broker is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// A TCP connect to the MQTT port (products without a health endpoint).
+    MqttPort,
+    /// An HTTP GET answered 2xx: the product's own health check.
+    Http {
+        /// The named container port.
+        port: &'static str,
+        /// The path.
+        path: &'static str,
+    },
+}
+
+/// Everything product-specific in one broker's Kubernetes objects. Images are the products'
+/// official multi-arch images, pinned to exact version tags so a rerun gets the same broker.
+/// Where the study's version had an image for both of its setups (AMD64 and ARM64) that
+/// version is kept; where it had not (VerneMQ, HiveMQ CE), the nearest release whose image
+/// has both is used; each product's `PROVENANCE` says which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    /// The pinned image.
+    pub image: &'static str,
+    /// Which image the study deployed, and why this tag (quoted in the manifests' header).
+    pub provenance: &'static str,
+    /// The NodePort used when the spec names none (the study exposed 31883, 31884, ...).
+    pub default_node_port: u16,
+    /// The ConfigMap's data.
+    pub config: BTreeMap<String, String>,
+    /// How the container reads it.
+    pub config_use: ConfigUse,
+    /// Plain environment variables of the container, besides the config.
+    pub env: Vec<(&'static str, String)>,
+    /// Named container ports; the first is MQTT.
+    pub ports: Vec<(&'static str, u16)>,
+    /// The readiness probe.
+    pub readiness: Readiness,
+    /// CPU requested (a share reserved on the node; no CPU limit is set: it would throttle
+    /// the broker in CFS periods, which shows up as latency).
+    pub cpu_request: &'static str,
+    /// Memory requested, in MiB.
+    pub memory_request_mib: u64,
+    /// Memory limit, in MiB: a broker that queues without bound is killed before the node is.
+    pub memory_limit_mib: u64,
+}
+
+/// The pod of `product` with the limits in `options`.
+pub fn pod(product: Product, options: &BrokerOptions) -> Pod {
+    match product {
+        Product::Mosquitto => mosquitto::pod(options),
+        Product::RabbitMq => rabbitmq::pod(options),
+        Product::Emqx => emqx::pod(options),
+        Product::VerneMq => vernemq::pod(options),
+        Product::HiveMq => hivemq::pod(options),
+    }
+}
+
+/// The version a broker announces in its log as it starts, for the products whose start
+/// line is known (each product's `VERSION_IN_LOG`); the others say nothing rather than guess.
+pub fn version_in_log(product: Product, log: &str) -> Option<String> {
+    let marker = match product {
+        Product::Mosquitto => mosquitto::VERSION_IN_LOG,
+        Product::RabbitMq => rabbitmq::VERSION_IN_LOG,
+        Product::Emqx => emqx::VERSION_IN_LOG,
+        Product::VerneMq => vernemq::VERSION_IN_LOG,
+        Product::HiveMq => hivemq::VERSION_IN_LOG,
+    }?;
+    let start = log.find(marker)? + marker.len();
+    let version: String = log[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
+        .collect();
+    version
+        .starts_with(|c: char| c.is_ascii_digit())
+        .then_some(version)
+}
+
+/// `(key, value)` pairs as ConfigMap data.
+fn data<const N: usize>(entries: [(&str, String); N]) -> BTreeMap<String, String> {
+    entries
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_the_start_lines_only_where_known() {
+        let mosquitto =
+            "1796013085: mosquitto version 2.0.11 starting\n1796013085: Using default config.";
+        assert_eq!(
+            version_in_log(Product::Mosquitto, mosquitto).as_deref(),
+            Some("2.0.11")
+        );
+        let rabbit = "2026-11-30 [info] <0.229.0>  Starting RabbitMQ 3.10.8 on Erlang 25.2.3 [jit]";
+        assert_eq!(
+            version_in_log(Product::RabbitMq, rabbit).as_deref(),
+            Some("3.10.8")
+        );
+        assert_eq!(version_in_log(Product::Mosquitto, "no start line"), None);
+        assert_eq!(
+            version_in_log(Product::Mosquitto, "mosquitto version starting"),
+            None
+        );
+        assert_eq!(
+            version_in_log(Product::Emqx, "EMQX 5.0.22 is running now!"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_spec_limits_reach_every_product() {
+        let options = BrokerOptions {
+            max_inflight_messages: Some(64),
+            max_queued_messages: Some(5000),
+            start_deadline: None,
+        };
+        let text = |product| {
+            pod(product, &options)
+                .config
+                .iter()
+                .map(|(k, v)| format!("{k}={v}\n"))
+                .collect::<String>()
+        };
+        let mosquitto = text(Product::Mosquitto);
+        assert!(
+            mosquitto.contains("\nmax_inflight_messages 64\n"),
+            "{mosquitto}"
+        );
+        assert!(
+            mosquitto.contains("\nmax_queued_messages 5000\n"),
+            "{mosquitto}"
+        );
+        let emqx = text(Product::Emqx);
+        assert!(emqx.contains("EMQX_MQTT__MAX_INFLIGHT=64\n"), "{emqx}");
+        assert!(emqx.contains("EMQX_MQTT__MAX_MQUEUE_LEN=5000\n"), "{emqx}");
+        assert!(text(Product::RabbitMq).contains("\nmqtt.prefetch = 64\n"));
+        let vernemq = text(Product::VerneMq);
+        assert!(vernemq.contains("DOCKER_VERNEMQ_MAX_INFLIGHT_MESSAGES=64\n"));
+        assert!(vernemq.contains("DOCKER_VERNEMQ_MAX_ONLINE_MESSAGES=5000\n"));
+        assert!(text(Product::HiveMq).contains("<max-queue-size>5000</max-queue-size>"));
+    }
+
+    #[test]
+    fn every_product_has_its_own_default_node_port_and_mqtt_first() {
+        let mut ports: Vec<u16> = Product::ALL
+            .iter()
+            .map(|p| pod(*p, &BrokerOptions::default()).default_node_port)
+            .collect();
+        ports.dedup();
+        assert_eq!(ports, [31883, 31884, 31885, 31886, 31887]);
+        for product in Product::ALL {
+            let pod = pod(product, &BrokerOptions::default());
+            assert_eq!(pod.ports[0], ("mqtt", MQTT_PORT), "{product}");
+            assert!(pod.memory_request_mib < pod.memory_limit_mib);
+        }
+    }
+}
