@@ -1,43 +1,32 @@
-//! Calendar dates from Unix time (UTC), without a date crate.
+//! UTC dates and times as the controller writes them, from humantime's RFC 3339 text.
 
-/// A UTC date and time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UtcTime {
-    /// Year.
-    pub year: i64,
-    /// Month, 1-12.
-    pub month: i64,
-    /// Day of the month, 1-31.
-    pub day: i64,
-    /// Hour, 0-23.
-    pub hour: u64,
-    /// Minute.
-    pub minute: u64,
-    /// Second.
-    pub second: u64,
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// `(2026-05-01, 12:34:56)`; `None` past year 9999, which RFC 3339 cannot write.
+fn date_and_time(unix_secs: u64) -> Option<(String, String)> {
+    let time = UNIX_EPOCH.checked_add(Duration::from_secs(unix_secs))?;
+    let mut text = String::new();
+    // humantime's Display fails (rather than panics) past year 9999.
+    write!(text, "{}", humantime::format_rfc3339_seconds(time)).ok()?;
+    let (date, time) = text.trim_end_matches('Z').split_once('T')?;
+    Some((date.to_string(), time.to_string()))
 }
 
-impl UtcTime {
-    /// The time `unix_secs` seconds after the epoch (Howard Hinnant's days-to-civil).
-    pub fn from_unix_secs(unix_secs: u64) -> Self {
-        let days = (unix_secs / 86_400) as i64;
-        let rest = unix_secs % 86_400;
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        UtcTime {
-            year: yoe + era * 400 + i64::from(month <= 2),
-            month,
-            day,
-            hour: rest / 3_600,
-            minute: rest % 3_600 / 60,
-            second: rest % 60,
-        }
+/// `2026-05-01 12:34:56 UTC`, for reports and run listings; a time no calendar of RFC 3339
+/// holds (a corrupt manifest's) as its Unix ms.
+pub fn utc_text(unix_ms: u64) -> String {
+    match date_and_time(unix_ms / 1_000) {
+        Some((date, time)) => format!("{date} {time} UTC"),
+        None => format!("{unix_ms} ms after the Unix epoch"),
+    }
+}
+
+/// `20260501-123456`, a run's folder name.
+pub fn folder_stamp(unix_secs: u64) -> String {
+    match date_and_time(unix_secs) {
+        Some((date, time)) => format!("{}-{}", date.replace('-', ""), time.replace(':', "")),
+        None => unix_secs.to_string(),
     }
 }
 
@@ -47,28 +36,18 @@ mod tests {
 
     #[test]
     fn known_dates() {
+        assert_eq!(utc_text(0), "1970-01-01 00:00:00 UTC");
+        // A leap day.
+        assert_eq!(utc_text(1_709_210_096_999), "2024-02-29 12:34:56 UTC");
+        assert_eq!(folder_stamp(1_709_210_096), "20240229-123456");
+    }
+
+    #[test]
+    fn times_past_the_calendar_do_not_panic() {
         assert_eq!(
-            UtcTime::from_unix_secs(0),
-            UtcTime {
-                year: 1970,
-                month: 1,
-                day: 1,
-                hour: 0,
-                minute: 0,
-                second: 0
-            }
+            utc_text(u64::MAX),
+            format!("{} ms after the Unix epoch", u64::MAX)
         );
-        // 2024-02-29 12:34:56 UTC (a leap day).
-        assert_eq!(
-            UtcTime::from_unix_secs(1_709_210_096),
-            UtcTime {
-                year: 2024,
-                month: 2,
-                day: 29,
-                hour: 12,
-                minute: 34,
-                second: 56
-            }
-        );
+        assert_eq!(folder_stamp(u64::MAX), u64::MAX.to_string());
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`connect`]: an mTLS channel to an agent.
-//! - [`civil`]: UTC calendar dates for folder names and reports.
+//! - [`civil`]: UTC dates and times for folder names, reports and run listings.
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
 //! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.

@@ -17,9 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use controller::plan::Plan;
-use controller::report::check_svg;
-use controller::results::ResultsDir;
+use controller::plan::{Plan, TestKind};
+use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
 use proto::client::connect_agent;
@@ -230,27 +229,30 @@ impl Bed {
     }
 }
 
-/// `summary.csv` of a run: its rows as maps from column to value. A name that appears twice
-/// in the header keeps its first column (the fixed `broker` column is the broker's name; a
-/// loadgen column of the same name, the broker's address, follows it).
-fn summary_rows(dir: &Path) -> Result<Vec<BTreeMap<String, String>>> {
-    let (header, rows) = ResultsDir::open(dir)?.read_summary()?;
-    rows.into_iter()
-        .map(|row| {
-            ensure!(row.len() == header.len(), "a ragged row: {row:?}");
-            let mut map = BTreeMap::new();
-            for (name, value) in header.iter().zip(row) {
-                map.entry(name.clone()).or_insert(value);
-            }
-            Ok(map)
-        })
-        .collect()
+/// `summary.csv` of a run, row by row.
+fn summary_rows(dir: &Path) -> Result<Vec<SummaryRow>> {
+    Ok(results::read_rows(&ResultsDir::open(dir)?.summary_path())?)
 }
 
-fn field<'a>(row: &'a BTreeMap<String, String>, column: &str) -> &'a str {
-    row.get(column)
-        .map(String::as_str)
-        .unwrap_or_else(|| panic!("summary.csv has no column {column}"))
+/// `Ok` when `text` parses as XML and is an SVG document of the report's kind: the SVG
+/// namespace, a viewBox, an accessible title and some text.
+fn check_svg(text: &str) -> Result<(), String> {
+    let document = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
+    let root = document.root_element();
+    if root.tag_name().name() != "svg"
+        || root.tag_name().namespace() != Some("http://www.w3.org/2000/svg")
+    {
+        return Err(format!("the root is {:?}, not SVG", root.tag_name()));
+    }
+    if root.attribute("viewBox").is_none() {
+        return Err("no viewBox".to_string());
+    }
+    for needed in ["title", "text"] {
+        if !root.descendants().any(|n| n.has_tag_name(needed)) {
+            return Err(format!("no <{needed}>"));
+        }
+    }
+    Ok(())
 }
 
 /// Every cell id of the plan, each once.
@@ -261,10 +263,10 @@ fn plan_cell_ids(plan: &Plan) -> Vec<String> {
 }
 
 /// Rows per cell id.
-fn rows_per_cell(rows: &[BTreeMap<String, String>]) -> BTreeMap<String, usize> {
+fn rows_per_cell(rows: &[SummaryRow]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for row in rows {
-        *counts.entry(field(row, "cell").to_string()).or_insert(0) += 1;
+        *counts.entry(row.cell.clone()).or_insert(0) += 1;
     }
     counts
 }
@@ -387,27 +389,18 @@ messages = 200
     );
 
     let rows = summary_rows(&summary.dir).expect("summary.csv");
-    let mut ids: Vec<String> = rows.iter().map(|r| field(r, "cell").to_string()).collect();
+    let mut ids: Vec<String> = rows.iter().map(|r| r.cell.clone()).collect();
     ids.sort();
     assert_eq!(ids, plan_cell_ids(&plan), "one row per cell, no more");
     for row in &rows {
-        let cell = field(row, "cell");
-        assert_eq!(
-            field(row, "status"),
-            "ok",
-            "{cell}: {}",
-            field(row, "reason")
-        );
-        assert_eq!(field(row, "lost"), "0", "{cell} lost messages");
-        assert_eq!(
-            field(row, "delivered_unique"),
-            field(row, "expected_deliveries"),
-            "{cell}"
-        );
+        let cell = &row.cell;
+        assert_eq!(row.status, CellStatus::Ok, "{cell}: {}", row.reason);
+        assert_eq!(row.lost, Some(0), "{cell} lost messages");
+        assert_eq!(row.delivered_unique, row.expected_deliveries, "{cell}");
         assert!(
-            field(row, "qos_violations").is_empty(),
-            "{cell}: {}",
-            field(row, "qos_violations")
+            row.qos_violations.0.is_empty(),
+            "{cell}: {:?}",
+            row.qos_violations
         );
         assert!(
             summary
@@ -421,14 +414,14 @@ messages = 200
     }
     let throughput: Vec<_> = rows
         .iter()
-        .filter(|r| field(r, "test") == "burst")
+        .filter(|r| r.test == TestKind::Burst)
         .map(|r| {
             format!(
                 "{} {} pairs: {} published, receive {} msg/s",
-                field(r, "broker"),
-                field(r, "point"),
-                field(r, "published"),
-                field(r, "receive_rate_msgs_per_s")
+                r.broker,
+                r.point.label(),
+                r.published.unwrap_or_default(),
+                r.receive_rate_msgs_per_s.unwrap_or_default()
             )
         })
         .collect();
@@ -650,14 +643,8 @@ messages = 1000
         "every cell, none lost"
     );
     for row in &rows {
-        assert_eq!(
-            field(row, "status"),
-            "ok",
-            "{}: {}",
-            field(row, "cell"),
-            field(row, "reason")
-        );
-        assert_eq!(field(row, "lost"), "0", "{}", field(row, "cell"));
+        assert_eq!(row.status, CellStatus::Ok, "{}: {}", row.cell, row.reason);
+        assert_eq!(row.lost, Some(0), "{}", row.cell);
     }
     bed.assert_nothing_left("mosquitto")
         .expect("brokers and netem cleaned up after the resumed run");
@@ -791,20 +778,16 @@ warmup = 1
     let rows = summary_rows(&summary.dir).expect("summary.csv");
     assert_eq!(rows_per_cell(&rows).len(), plan.cells().len());
     for row in &rows {
-        let (cell, status, reason) = (
-            field(row, "cell"),
-            field(row, "status"),
-            field(row, "reason"),
-        );
-        eprintln!("{cell}: {status} {reason}");
-        match field(row, "test") {
-            "burst" => {
-                assert_eq!(status, "failed", "{cell}");
+        let (cell, status, reason) = (&row.cell, row.status, &row.reason);
+        eprintln!("{cell}: {} {reason}", status.as_str());
+        match row.test {
+            TestKind::Burst => {
+                assert_eq!(status, CellStatus::Failed, "{cell}");
                 assert!(reason.contains("headnode"), "{cell}: {reason}");
             }
             _ => {
-                assert_eq!(status, "ok", "{cell}: {reason}");
-                assert_eq!(field(row, "lost"), "0", "{cell}");
+                assert_eq!(status, CellStatus::Ok, "{cell}: {reason}");
+                assert_eq!(row.lost, Some(0), "{cell}");
             }
         }
     }

@@ -119,14 +119,15 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
         "{applied}"
     );
     let results = ResultsDir::open(&summary.dir)?;
-    let (header, rows) = results.read_summary()?;
-    let column = header
-        .iter()
-        .position(|c| c == "broker_address")
-        .context("summary.csv has broker_address")?;
-    let address = &rows.first().context("one row")?[column];
+    let rows = controller::results::read_rows(&results.summary_path())?;
+    let address = rows
+        .first()
+        .context("one row")?
+        .broker_address
+        .as_deref()
+        .unwrap_or_default();
     ensure!(
-        *address == format!("mqtt://{}:{NODE_PORT}", overlay_ip(net, "worker")),
+        address == format!("mqtt://{}:{NODE_PORT}", overlay_ip(net, "worker")),
         "measured at the worker's NodePort over the overlay: {address}"
     );
     let deployed = results.read_manifest()?.brokers;
@@ -144,28 +145,21 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
     );
 
     // The pod's CPU and memory, from the metrics API, are in metrics.csv under the broker.
-    let metrics = std::fs::read_to_string(summary.dir.join("metrics.csv"))?;
-    let header_line = metrics.lines().next().context("metrics header")?;
-    let columns: Vec<&str> = header_line.split(',').collect();
-    let column = |name: &str| columns.iter().position(|c| *c == name);
-    let (process, cpu, rss) = (
-        column("process").context("process column")?,
-        column("process_cpu_percent").context("cpu column")?,
-        column("process_rss_bytes").context("rss column")?,
-    );
-    let pod_rows: Vec<Vec<&str>> = metrics
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect::<Vec<_>>())
-        .filter(|r| r.get(process) == Some(&"mosquitto"))
+    let metrics = controller::results::read_each_sample(&summary.dir.join("metrics.csv"))?
+        .context("metrics.csv")?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let pod_rows: Vec<_> = metrics
+        .iter()
+        .filter(|r| r.process == "mosquitto")
         .collect();
     ensure!(
         !pod_rows.is_empty(),
-        "pod samples in metrics.csv: {metrics}"
+        "pod samples in metrics.csv: {metrics:?}"
     );
     for row in &pod_rows {
         ensure!(
-            row[cpu].parse::<f64>().ok() == Some(25.0) && row[rss] == "104857600",
+            row.process_cpu_percent == 25.0 && row.process_rss_bytes == 104_857_600,
             "0.25 cores and 100 MiB: {row:?}"
         );
     }

@@ -103,7 +103,7 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
     let checked: Vec<&str> = testbed.overlay[2]
         .peers
         .iter()
-        .map(|p| p.0.as_str())
+        .map(|p| p.address.as_str())
         .collect();
     let expected = [
         overlay_ip(net, "headnode").to_string(),
@@ -114,11 +114,19 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
         "the last member checked every node: {checked:?}"
     );
     ensure!(
-        testbed.overlay.iter().flat_map(|o| &o.peers).all(|p| p.1),
+        testbed
+            .overlay
+            .iter()
+            .flat_map(|o| &o.peers)
+            .all(|p| p.reachable),
         "all reachable"
     );
     let cluster = testbed.cluster.context("the cluster is recorded")?;
-    let nodes: Vec<(&str, bool)> = cluster.nodes.iter().map(|n| (n.0.as_str(), n.1)).collect();
+    let nodes: Vec<(&str, bool)> = cluster
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.ready))
+        .collect();
     ensure!(
         nodes.contains(&("headnode", true)) && nodes.contains(&("worker", true)),
         "{nodes:?}"
@@ -126,12 +134,12 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
     let head = cluster
         .nodes
         .iter()
-        .find(|n| n.0 == "headnode")
+        .find(|n| n.name == "headnode")
         .context("headnode")?;
     ensure!(
-        head.3.iter().any(|t| t.ends_with(":NoSchedule")),
+        head.taints.iter().any(|t| t.ends_with(":NoSchedule")),
         "workloads kept off the control plane: {:?}",
-        head.3
+        head.taints
     );
 
     let report = std::fs::read_to_string(first.dir.join("report.md"))?;

@@ -7,10 +7,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use controller::plan::{CellPoint, Plan, TestKind, workload_for};
-use controller::report::{ReportFiles, check_svg, write_report};
+use controller::report::{ReportFiles, write_report};
 use controller::results::{
-    AppliedNetem, BrokerRecord, CellRecord, CellStatus, ClusterRecord, Manifest, MetricsRow,
-    NodeRecord, OverlayRecord, ResultsDir, TestbedRecord,
+    AppliedNetem, BrokerRecord, CellRecord, CellStatus, ClusterNode, ClusterRecord, Manifest,
+    MetricsRow, NetemRecord, NodeRecord, OverlayPeer, OverlayRecord, ResultsDir, TestbedRecord,
 };
 use loadgen::result::ClientWindow;
 use loadgen::{RunResult, Summary};
@@ -34,6 +34,36 @@ tests = [
   { kind = "burst", loadgen = ["tester"], clients = [100, 200], messages = 1000 },
 ]
 "#;
+
+/// netem asked on each end of the edge scenario: half of its 2.5 ms.
+const EDGE_HALF: NetemRecord = NetemRecord {
+    delay_ns: 1_250_000,
+    jitter_ns: 250_000,
+    loss_percent: 0.02,
+    rate_bytes_per_sec: None,
+    limit_packets: None,
+};
+
+/// `Ok` when `text` parses as XML and is an SVG document of the report's kind: the SVG
+/// namespace, a viewBox, an accessible title and some text.
+fn check_svg(text: &str) -> Result<(), String> {
+    let document = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
+    let root = document.root_element();
+    if root.tag_name().name() != "svg"
+        || root.tag_name().namespace() != Some("http://www.w3.org/2000/svg")
+    {
+        return Err(format!("the root is {:?}, not SVG", root.tag_name()));
+    }
+    if root.attribute("viewBox").is_none() {
+        return Err("no viewBox".to_string());
+    }
+    for needed in ["title", "text"] {
+        if !root.descendants().any(|n| n.has_tag_name(needed)) {
+            return Err(format!("no <{needed}>"));
+        }
+    }
+    Ok(())
+}
 
 /// Reads one rate of a cell's summary.
 type Rate = fn(&Summary) -> f64;
@@ -136,8 +166,11 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
         scenario: "edge".into(),
         node: node.into(),
         interface: "nebula1".into(),
-        asked: "delay 1.25ms jitter 0.25ms loss 0.02%".into(),
-        read_back: "qdisc netem 8001: root limit 1000 delay 1.25ms 0.25ms loss 0.02%".into(),
+        asked: EDGE_HALF,
+        read_back: Some(NetemRecord {
+            limit_packets: Some(1000),
+            ..EDGE_HALF
+        }),
     };
     let manifest = Manifest {
         plan: plan.clone(),
@@ -170,19 +203,28 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
                     lighthouse: false,
                     overlay_cidr: "198.19.0.3/24".into(),
                     detail: "already running".into(),
-                    peers: vec![("198.19.0.2".into(), true, "first answer 1.2 ms".into())],
+                    peers: vec![OverlayPeer {
+                        address: "198.19.0.2".into(),
+                        reachable: true,
+                        detail: "first answer 1.2 ms".into(),
+                    }],
                 },
             ],
             cluster: Some(ClusterRecord {
                 server: "headnode".into(),
                 nodes: vec![
-                    (
-                        "headnode".into(),
-                        true,
-                        "198.19.0.2".into(),
-                        vec!["node-role.kubernetes.io/control-plane=true:NoSchedule".into()],
-                    ),
-                    ("worker".into(), true, "198.19.0.3".into(), Vec::new()),
+                    ClusterNode {
+                        name: "headnode".into(),
+                        ready: true,
+                        internal_ip: "198.19.0.2".into(),
+                        taints: vec!["node-role.kubernetes.io/control-plane=true:NoSchedule".into()],
+                    },
+                    ClusterNode {
+                        name: "worker".into(),
+                        ready: true,
+                        internal_ip: "198.19.0.3".into(),
+                        taints: Vec::new(),
+                    },
                 ],
             }),
         }),
@@ -197,8 +239,8 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             cell: id.clone(),
             broker: broker.clone(),
             scenario: scenario.clone(),
-            test: format!("{:?}", test.kind).to_lowercase(),
-            point: cell.point.label(),
+            test: test.kind,
+            point: cell.point,
             repetition: cell.repetition,
             status,
             reason: reason.to_string(),
@@ -461,6 +503,57 @@ fn the_report_shows_what_was_recorded() {
     assert!(md.contains("edge: emulation should add 2.50 ms one way"));
     assert!(md.contains("mosquitto +2.45 ms, rabbitmq +2.60 ms"), "{md}");
 
+    // Beside the study: its Table IV/V figure for the same product, scenario and payload, the
+    // added delays over local, and each path's model (the study's four egresses: 5 ms edge).
+    let rows = table(&md, "| Payload | Broker | Scenario | Study AMD64");
+    assert_eq!(rows.len(), 12, "3 payloads x 2 brokers x 2 scenarios");
+    for row in &rows {
+        let (broker, scenario) = (get(row, "Broker"), get(row, "Scenario"));
+        let payload: loadgen::size::ByteSize = get(row, "Payload").parse().expect("size");
+        let ours = median_us(broker, scenario, payload.bytes()) / 1e3;
+        near(
+            number(get(row, "Continuum median-IQR (ms)")),
+            ours,
+            ours * 1e-3,
+            "ours",
+        );
+        if scenario == "edge" {
+            let added = (median_us(broker, "edge", payload.bytes())
+                - median_us(broker, "local", payload.bytes()))
+                / 1e3;
+            near(
+                number(get(row, "Continuum added over local (ms)").trim_start_matches('+')),
+                added,
+                // Both medians carry HdrHistogram's 0.1 % (3 significant digits).
+                ours * 2e-3 + 0.01,
+                "added",
+            );
+            assert_eq!(get(row, "Path model: study (ms)"), "5.00", "{row:?}");
+            assert_eq!(get(row, "Path model: Continuum (ms)"), "2.50", "{row:?}");
+        }
+    }
+    let mosquitto_1kb_edge = rows
+        .iter()
+        .find(|r| {
+            get(r, "Broker") == "mosquitto"
+                && get(r, "Payload") == "1KB"
+                && get(r, "Scenario") == "edge"
+        })
+        .expect("mosquitto 1KB edge");
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study AMD64 median-IQR (ms)"),
+        "8.59-2"
+    );
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study ARM64 median-IQR (ms)"),
+        "10.67-1"
+    );
+    assert_eq!(
+        get(mosquitto_1kb_edge, "Study AMD64 added over local (ms)"),
+        "+4.65"
+    );
+    assert!(md.contains("four emulated egresses"));
+
     // Same folder, same bytes.
     let before = contents(&files);
     let again = write_report(dir.path()).expect("second report");
@@ -634,14 +727,17 @@ fn search_report(found: u64) -> loadgen::saturation::SaturationReport {
     }
 }
 
-#[test]
-fn sustained_rates_saturation_points_and_comparisons_are_reported() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let plan = Plan::parse(SUSTAINED_PLAN, "plan.toml").expect("plan");
-    let results = ResultsDir::open(dir.path()).expect("open");
+/// Writes the folder of a timed throughput and a saturation test: 2 brokers x 5 repetitions;
+/// returns the receive rates that count as sustained, by broker.
+fn build_sustained(
+    dir: &Path,
+    plan_text: &str,
+) -> std::collections::BTreeMap<&'static str, Vec<f64>> {
+    let plan = Plan::parse(plan_text, "plan.toml").expect("plan");
+    let results = ResultsDir::open(dir).expect("open");
     let manifest = Manifest {
         plan: plan.clone(),
-        plan_text: SUSTAINED_PLAN.to_string(),
+        plan_text: plan_text.to_string(),
         controller_version: "0.1.0".into(),
         started_unix_ms: 1_777_638_896_789,
         nodes: Vec::new(),
@@ -661,8 +757,8 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
             cell: id.clone(),
             broker: broker.clone(),
             scenario: "local".into(),
-            test: format!("{:?}", test.kind).to_lowercase(),
-            point: cell.point.label(),
+            test: test.kind,
+            point: cell.point,
             repetition: rep,
             status: CellStatus::Ok,
             reason: String::new(),
@@ -685,7 +781,9 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
         result.shards.push(spec.effective_shard());
         let rate = [10_000.0, 5_000.0][cell.broker] + f64::from(rep) * 100.0;
         // rabbitmq's 3rd repetition falls behind; mosquitto's 4th is loadgen's limit.
-        let falls_behind = broker == "rabbitmq" && rep == 3;
+        // By position, so a plan may name its brokers otherwise.
+        let (first, key) = (cell.broker == 0, ["mosquitto", "rabbitmq"][cell.broker]);
+        let falls_behind = !first && rep == 3;
         fill_timed(&mut result, rate, falls_behind);
         let summary = Summary::of(&result);
         record.usage = Some(controller::results::usage::BrokerUsage {
@@ -694,17 +792,13 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
             peak_rss_mb: 12.0,
             samples: 8,
         });
-        if broker == "mosquitto" && rep == 4 {
+        if first && rep == 4 {
             record.generator_limit = Some("loadgen used 97 % of the 1.0 CPU it may use".into());
         } else if !falls_behind {
             let steady = summary.steadiness.as_ref().expect("timed");
             assert!(steady.steady, "{:?}", steady.reasons);
             counted
-                .entry(if broker == "mosquitto" {
-                    "mosquitto"
-                } else {
-                    "rabbitmq"
-                })
+                .entry(key)
                 .or_default()
                 .push(steady.receive_msgs_per_s);
         }
@@ -713,6 +807,13 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
             .record(&record, Some(&result), None)
             .expect("record");
     }
+    counted
+}
+
+#[test]
+fn sustained_rates_saturation_points_and_comparisons_are_reported() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let counted = build_sustained(dir.path(), SUSTAINED_PLAN);
     let files = write_report(dir.path()).expect("report");
     let md = std::fs::read_to_string(&files.markdown).expect("report.md");
     for path in &files.figures {
@@ -789,4 +890,50 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
         md.find("## Findings") < md.find("## Run"),
         "the report opens with its findings"
     );
+}
+
+/// A chart title longer than its figure is wide wraps to a second line instead of running
+/// off both edges; the whole title stays the figure's accessible name.
+#[test]
+fn long_chart_titles_wrap_inside_the_figure() {
+    const LONG: &str = "mosquitto-on-the-second-raspberry-pi-of-the-rack";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan_text = SUSTAINED_PLAN.replacen(
+        "{ name = \"mosquitto\", kind",
+        &format!("{{ name = \"{LONG}\", kind"),
+        1,
+    );
+    assert!(plan_text.contains(LONG));
+    build_sustained(dir.path(), &plan_text);
+    write_report(dir.path()).expect("report");
+    let path = dir
+        .path()
+        .join("figures")
+        .join("throughput-0-series-b0-s0.svg");
+    let text = std::fs::read_to_string(&path).expect("figure");
+    let document = roxmltree::Document::parse(&text).expect("well-formed");
+    let root = document.root_element();
+    let title = format!("{LONG}, local, 10 pairs");
+    let accessible = root
+        .descendants()
+        .find(|n| n.has_tag_name("title"))
+        .and_then(|n| n.text());
+    assert_eq!(accessible, Some(title.as_str()));
+    let width: f64 = root
+        .attribute("viewBox")
+        .and_then(|b| b.split_whitespace().nth(2))
+        .and_then(|w| w.parse().ok())
+        .expect("a viewBox width");
+    let lines: Vec<&str> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("font-weight") == Some("bold"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(lines.join(" "), title, "the title in two lines: {lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        // Bold 13 px glyphs are at most about 0.62 em wide.
+        let estimate = line.chars().count() as f64 * 13.0 * 0.62;
+        assert!(estimate <= width, "{line:?} is wider than {width} px");
+    }
 }

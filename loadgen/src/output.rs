@@ -357,27 +357,25 @@ fn flatten(prefix: &str, value: &serde_json::Value, columns: &mut Vec<(String, S
     }
 }
 
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
+/// `fields` as one CSV line without its line end, quoted where needed (by the csv crate,
+/// which the controller's results use too).
+fn csv_line<'a>(fields: impl IntoIterator<Item = &'a str>) -> Result<String, OutputError> {
+    let problem = |e: &dyn std::fmt::Display| OutputError::Serialize(e.to_string());
+    let mut writer = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    writer.write_record(fields).map_err(|e| problem(&e))?;
+    let bytes = writer.into_inner().map_err(|e| problem(&e))?;
+    let mut line = String::from_utf8(bytes).map_err(|e| problem(&e))?;
+    line.pop();
+    Ok(line)
 }
 
 /// Appends one row to `path`, writing the header first when the file is new or empty.
 pub fn append_csv(path: &Path, summary: &Summary) -> Result<(), OutputError> {
     let columns = csv_columns(summary)?;
-    let header = columns
-        .iter()
-        .map(|(name, _)| csv_field(name))
-        .collect::<Vec<_>>()
-        .join(",");
-    let row = columns
-        .iter()
-        .map(|(_, value)| csv_field(value))
-        .collect::<Vec<_>>()
-        .join(",");
+    let header = csv_line(columns.iter().map(|(name, _)| name.as_str()))?;
+    let row = csv_line(columns.iter().map(|(_, value)| value.as_str()))?;
     let existing = match fs::read_to_string(path) {
         Ok(text) => Some(text),
         Err(error) if error.kind() == io::ErrorKind::NotFound => None,
@@ -500,8 +498,9 @@ mod tests {
 
     #[test]
     fn csv_fields_are_quoted_when_needed() {
-        assert_eq!(csv_field("plain"), "plain");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        let field = |text: &str| csv_line([text]).expect("a line");
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
 }

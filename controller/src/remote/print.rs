@@ -2,8 +2,6 @@
 
 use proto::controller::v1 as pb;
 
-use crate::civil::UtcTime;
-
 /// The state's short name: queued, running, finished, failed, cancelled.
 pub fn state_name(state: pb::RunState) -> &'static str {
     match state {
@@ -24,14 +22,6 @@ fn counts_text(counts: Option<&pb::Counts>) -> String {
     )
 }
 
-fn time_text(unix_ms: u64) -> String {
-    let t = UtcTime::from_unix_secs(unix_ms / 1_000);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 /// A line for a run in `list` and `cancel`: id, state, plan, counts, times, folder, error.
 pub fn describe_run(run: &pb::RunInfo) -> String {
     let mut line = format!(
@@ -42,9 +32,15 @@ pub fn describe_run(run: &pb::RunInfo) -> String {
         counts_text(run.counts.as_ref())
     );
     if run.started_unix_ms > 0 {
-        line.push_str(&format!("  started {}", time_text(run.started_unix_ms)));
+        line.push_str(&format!(
+            "  started {}",
+            crate::civil::utc_text(run.started_unix_ms)
+        ));
     } else {
-        line.push_str(&format!("  submitted {}", time_text(run.submitted_unix_ms)));
+        line.push_str(&format!(
+            "  submitted {}",
+            crate::civil::utc_text(run.submitted_unix_ms)
+        ));
     }
     if !run.results_dir.is_empty() {
         line.push_str(&format!("  {}", run.results_dir));

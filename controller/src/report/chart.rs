@@ -1,8 +1,8 @@
-//! A line chart with markers and vertical error bars, shared by the payload and throughput
-//! figures.
+//! A line chart with markers and vertical error bars, shared by the payload, throughput,
+//! saturation and burst figures, drawn inside the common [`Frame`].
 
 use super::axes::{self, LegendItem, Plot, Scale};
-use super::svg::{Anchor, Svg};
+use super::frame::Frame;
 
 /// One point of a series: the value and the ends of its error bar.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,8 +56,6 @@ pub struct LineChart {
 impl LineChart {
     /// The chart as an SVG document of `width` x `height` px.
     pub fn render(&self, width: f64, height: f64) -> String {
-        let mut doc = Svg::new(width, height, &self.title);
-        doc.text((width / 2.0, 18.0), &self.title, 13.0, Anchor::Middle, true);
         let items: Vec<LegendItem> = self
             .series
             .iter()
@@ -68,15 +66,9 @@ impl LineChart {
                 line: true,
             })
             .collect();
-        let legend_width = width - 80.0;
-        let legend_h = axes::legend_height(&items, legend_width);
-        axes::legend(&mut doc, &items, (64.0, 26.0), legend_width);
-        let plot = Plot {
-            left: 64.0,
-            top: 34.0 + legend_h,
-            right: width - 18.0,
-            bottom: height - 50.0,
-        };
+        let mut frame = Frame::new(width, height, &self.title, &items);
+        let plot = frame.plot();
+        let doc = &mut frame.doc;
         let own: Vec<f64> = self
             .series
             .iter()
@@ -93,7 +85,7 @@ impl LineChart {
         } else {
             self.y_label.clone()
         };
-        axes::y_axis(&mut doc, &plot, &y, &label);
+        axes::y_axis(doc, &plot, &y, &label);
         let x = self.x_scale(&plot);
         let ticks: Vec<(f64, String)> = self
             .x_ticks
@@ -105,7 +97,7 @@ impl LineChart {
         } else {
             self.x_label.clone()
         };
-        axes::x_axis(&mut doc, &plot, &ticks, &x_label);
+        axes::x_axis(doc, &plot, &ticks, &x_label);
         let count = self.series.len() as f64;
         for (i, series) in self.series.iter().enumerate() {
             // Shift each series a little sideways so equal error bars do not hide each other.
@@ -140,7 +132,7 @@ impl LineChart {
                 doc.circle((*px, *py), 3.2, series.colour);
             }
         }
-        doc.finish()
+        frame.finish()
     }
 
     /// Pixel of an x value: the ticks span the plot with a margin on both sides.

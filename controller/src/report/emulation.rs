@@ -2,8 +2,6 @@
 //! message's path publisher -> broker -> subscriber, beside what the latency test measured
 //! (its median in the scenario minus its median in the local one, per broker).
 
-use std::time::Duration;
-
 use super::input::{GroupKey, RunData};
 use super::model::{Block, Section, Table, ms, signed_ms, signed_ms_like};
 use crate::plan::{DelaySplit, NodeRole, Plan, TestKind, scenario_preset};
@@ -34,8 +32,8 @@ fn egress_ns(
     let asked = data.manifest.netem.iter().find(|n| {
         n.broker == plan.brokers[broker].name && n.scenario == entry.name && n.node == node
     });
-    if let Some(delay) = asked.and_then(|n| delay_in(&n.asked)) {
-        return (delay.as_nanos() as f64, "netem asked");
+    if let Some(netem) = asked {
+        return (netem.asked.delay_ns as f64, "netem asked");
     }
     let total = entry
         .delay
@@ -54,26 +52,60 @@ fn egress_ns(
     (share, "plan")
 }
 
-/// The `delay` of a netem description such as `delay 1.25ms jitter 0.25ms loss 0.02%`.
-pub fn delay_in(netem: &str) -> Option<Duration> {
-    let mut words = netem.split_whitespace();
-    words.find(|w| *w == "delay")?;
-    let value = words.next()?;
-    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = value.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let ns = match unit {
-        "ns" => 1.0,
-        "us" | "µs" | "usec" => 1e3,
-        "ms" | "msec" => 1e6,
-        "s" | "sec" => 1e9,
-        _ => return None,
-    };
-    Some(Duration::from_nanos((number * ns).round() as u64))
+/// The delay a message's path publisher -> broker -> subscriber should gain in a scenario.
+pub(super) struct PathModel {
+    /// One way, µs.
+    pub should_us: f64,
+    /// Hop by hop, and where each figure came from.
+    pub description: String,
+}
+
+/// The path model of `broker` in `scenario` for load on `nodes` (publisher, broker,
+/// subscriber node): each hop between two nodes gains the sending node's egress delay.
+pub(super) fn path_model(
+    data: &RunData,
+    broker: usize,
+    scenario: usize,
+    (publisher_node, broker_node, subscriber_node): (&str, &str, &str),
+) -> PathModel {
+    let plan = &data.manifest.plan;
+    let mut parts = Vec::new();
+    let mut sources = Vec::new();
+    let mut should_us = 0.0;
+    for (from, to, hop) in [
+        (publisher_node, broker_node, "pub->broker"),
+        (broker_node, subscriber_node, "broker->sub"),
+    ] {
+        if from == to {
+            parts.push(format!("{hop} 0 (both on {from})"));
+            continue;
+        }
+        let (ns, source) = egress_ns(plan, data, broker, scenario, from);
+        should_us += ns / 1e3;
+        sources.push(source);
+        parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
+    }
+    sources.dedup();
+    let description = format!("{}; from {}", parts.join(" + "), sources.join(", "));
+    PathModel {
+        should_us,
+        description,
+    }
+}
+
+/// The nodes a test's load runs on: (publisher node, subscriber node).
+pub(super) fn load_nodes(plan: &Plan, test: usize) -> (String, String) {
+    let loadgen = &plan.tests[test].loadgen;
+    let publisher_node = loadgen.first().cloned().unwrap_or_default();
+    let subscriber_node = loadgen
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| publisher_node.clone());
+    (publisher_node, subscriber_node)
 }
 
 /// The scenario the others are compared with: `local`, else the first without delay.
-fn baseline(plan: &Plan) -> Option<usize> {
+pub(super) fn baseline(plan: &Plan) -> Option<usize> {
     plan.scenarios
         .iter()
         .position(|s| s.name == "local")
@@ -84,23 +116,35 @@ fn baseline(plan: &Plan) -> Option<usize> {
         })
 }
 
+/// What one broker's latency says about one emulated scenario.
+struct DelayCheck {
+    /// The broker's name.
+    broker: String,
+    /// What the emulation should add one way, µs.
+    should_us: f64,
+    /// The rise of the broker's median over the baseline's, µs; `None` when not measured.
+    added_us: Option<f64>,
+}
+
 /// One line: what the scenario should add and what each broker measured.
-fn scenario_line(scenario: &str, checks: &[(String, f64, Option<f64>)]) -> String {
+fn scenario_line(scenario: &str, checks: &[DelayCheck]) -> String {
     let measured = |added: Option<f64>| {
         added.map_or_else(
             || "not measured".to_string(),
             |a| format!("{} ms", signed_ms(a)),
         )
     };
-    let same = checks.windows(2).all(|w| ms(w[0].1) == ms(w[1].1));
+    let same = checks
+        .windows(2)
+        .all(|w| ms(w[0].should_us) == ms(w[1].should_us));
     match checks.first() {
         None => format!("{scenario}: no broker with a known node to check."),
-        Some((_, should, _)) if same => format!(
+        Some(first) if same => format!(
             "{scenario}: emulation should add {} ms one way (publisher -> broker -> subscriber) vs measured (median minus local's median): {}.",
-            ms(*should),
+            ms(first.should_us),
             checks
                 .iter()
-                .map(|(b, _, a)| format!("{b} {}", measured(*a)))
+                .map(|c| format!("{} {}", c.broker, measured(c.added_us)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -108,7 +152,12 @@ fn scenario_line(scenario: &str, checks: &[(String, f64, Option<f64>)]) -> Strin
             "{scenario}: emulation should add, vs measured (median minus local's median): {}.",
             checks
                 .iter()
-                .map(|(b, s, a)| format!("{b} {} ms vs {}", ms(*s), measured(*a)))
+                .map(|c| format!(
+                    "{} {} ms vs {}",
+                    c.broker,
+                    ms(c.should_us),
+                    measured(c.added_us)
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -155,12 +204,7 @@ pub fn section(data: &RunData) -> Option<Section> {
             .filter(|g| g.count > 0)
             .map(|g| g.p50)
     };
-    let loadgen = &plan.tests[test].loadgen;
-    let publisher_node = loadgen.first().cloned().unwrap_or_default();
-    let subscriber_node = loadgen
-        .get(1)
-        .cloned()
-        .unwrap_or_else(|| publisher_node.clone());
+    let (publisher_node, subscriber_node) = load_nodes(plan, test);
     let mut lines = Vec::new();
     let mut table = Table::new(
         &[
@@ -177,8 +221,7 @@ pub fn section(data: &RunData) -> Option<Section> {
     );
     for &scenario in &emulated {
         let name = &plan.scenarios[scenario].name;
-        // (broker, should add µs, measured added µs) for the scenario's line.
-        let mut checks: Vec<(String, f64, Option<f64>)> = Vec::new();
+        let mut checks: Vec<DelayCheck> = Vec::new();
         for broker in 0..plan.brokers.len() {
             // Brokers never measured in this test are listed as skipped in the run section.
             if !(0..plan.scenarios.len()).any(|s| median(broker, s).is_some()) {
@@ -198,27 +241,17 @@ pub fn section(data: &RunData) -> Option<Section> {
                 ]);
                 continue;
             };
-            let mut parts = Vec::new();
-            let mut sources = Vec::new();
-            let mut should_us = 0.0;
-            for (from, to, hop) in [
-                (&publisher_node, &broker_node, "pub->broker"),
-                (&broker_node, &subscriber_node, "broker->sub"),
-            ] {
-                if from == to {
-                    parts.push(format!("{hop} 0 (both on {from})"));
-                    continue;
-                }
-                let (ns, source) = egress_ns(plan, data, broker, scenario, from);
-                should_us += ns / 1e3;
-                sources.push(source);
-                parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
-            }
-            sources.dedup();
+            let path = path_model(
+                data,
+                broker,
+                scenario,
+                (&publisher_node, &broker_node, &subscriber_node),
+            );
+            let should_us = path.should_us;
             let mut row = vec![
                 name.clone(),
                 broker_name.clone(),
-                format!("{}; from {}", parts.join(" + "), sources.join(", ")),
+                path.description,
                 ms(should_us),
             ];
             let added = match (median(broker, scenario), median(broker, base)) {
@@ -237,29 +270,15 @@ pub fn section(data: &RunData) -> Option<Section> {
                 }
             };
             table.row(row);
-            checks.push((broker_name.clone(), should_us, added));
+            checks.push(DelayCheck {
+                broker: broker_name.clone(),
+                should_us,
+                added_us: added,
+            });
         }
         lines.push(scenario_line(name, &checks));
     }
     section.blocks.push(Block::List(lines));
     section.blocks.push(Block::Table(table));
     Some(section)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn netem_descriptions_give_their_delay() {
-        let d = |text: &str| delay_in(text).map(|d| d.as_nanos());
-        assert_eq!(d("delay 1.25ms jitter 0.25ms loss 0.02%"), Some(1_250_000));
-        assert_eq!(
-            d("qdisc netem 8001: root limit 1000 delay 3.1ms  0.6ms"),
-            Some(3_100_000)
-        );
-        assert_eq!(d("delay 800us"), Some(800_000));
-        assert_eq!(d("loss 1%"), None);
-        assert_eq!(d("delay soon"), None);
-    }
 }

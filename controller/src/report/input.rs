@@ -5,19 +5,18 @@
 //! Results are read one cell at a time and only their figures and merged latency
 //! histograms are kept, so a study of thousands of cells fits in memory.
 
-use crate::results::split_csv_line;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use loadgen::size::ByteSize;
 use loadgen::{RunResult, Summary};
 
 use super::ReportError;
-use crate::plan::TestKind;
-use crate::results::{Manifest, MetricsRow, SUMMARY_FIXED_COLUMNS};
+use super::timeseries::CellSeries;
+use crate::plan::{CellPoint, TestKind};
+use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
 /// Everything the report is built from.
 #[derive(Debug)]
@@ -38,8 +37,8 @@ pub struct RunData {
     pub problems: Vec<String>,
     /// Samples from `metrics.csv` (empty when it is absent).
     pub metrics: Vec<MetricsRow>,
-    /// Cell id -> (broker index, test index), for attributing metrics.
-    pub cell_index: BTreeMap<String, (usize, usize)>,
+    /// Where each measured cell sits in the plan, by cell id, for attributing metrics.
+    pub cell_index: BTreeMap<String, CellPlace>,
     /// Saturation cells: what each search found.
     pub searches: Vec<SearchFigures>,
 }
@@ -74,73 +73,6 @@ pub struct CellExtras {
     pub broker_peak_rss_mb: Option<f64>,
     /// Why the generator, not the broker, was the limit.
     pub generator_limit: Option<String>,
-}
-
-/// A timed cell's publish and receive rates over time, in 100 ms steps.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CellSeries {
-    /// Step width, s.
-    pub step_s: f64,
-    /// Time of each step since the start barrier, s.
-    pub at_s: Vec<f64>,
-    /// Publishes per second in each step.
-    pub publish: Vec<f64>,
-    /// Deliveries per second in each step.
-    pub receive: Vec<f64>,
-    /// Deliveries owed at the end of each step.
-    pub backlog: Vec<f64>,
-    /// The measured window, s since the start barrier.
-    pub window_s: (f64, f64),
-}
-
-impl CellSeries {
-    /// The series of a timed result; `None` for counted runs.
-    pub fn of(result: &RunResult) -> Option<Self> {
-        let window = result.measured_window?;
-        let spec = &result.spec;
-        let fanout = match spec.topology {
-            loadgen::spec::Topology::Shared => f64::from(spec.subscribers),
-            _ => f64::from(spec.subscribers) / f64::from(spec.publishers.max(1)),
-        };
-        const PER_STEP: usize = 10; // 10 buckets of 10 ms
-        let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;
-        let start = usize::try_from(window.start_ns / loadgen::series::BUCKET_NS).ok()?;
-        let len = result
-            .publish_series
-            .counts
-            .len()
-            .max(result.receive_series.counts.len());
-        let (mut at_s, mut publish, mut receive, mut backlog) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut published, mut received) = (0.0, 0.0);
-        let count = |series: &loadgen::series::RateSeries, i: usize| {
-            series.counts.get(i).copied().unwrap_or(0) as f64
-        };
-        for (k, i) in (0..len).enumerate() {
-            published += count(&result.publish_series, i);
-            received += count(&result.receive_series, i);
-            if i < start || (k + 1) % PER_STEP != 0 {
-                continue;
-            }
-            let steps = (i + 1 - PER_STEP)..=i;
-            let sum = |series: &loadgen::series::RateSeries| {
-                steps.clone().map(|j| count(series, j)).sum::<f64>()
-            };
-            at_s.push((i + 1 - start) as f64 * bucket_s);
-            publish.push(sum(&result.publish_series) / (PER_STEP as f64 * bucket_s));
-            receive.push(sum(&result.receive_series) / (PER_STEP as f64 * bucket_s));
-            backlog.push((published * fanout - received).max(0.0));
-        }
-        let to_s = |ns: u64| ns.saturating_sub(window.start_ns) as f64 / 1e9;
-        Some(CellSeries {
-            step_s: PER_STEP as f64 * bucket_s,
-            at_s,
-            publish,
-            receive,
-            backlog,
-            window_s: (to_s(window.from_ns), to_s(window.until_ns)),
-        })
-    }
 }
 
 /// The figures of one measured cell.
@@ -244,40 +176,45 @@ pub fn kind_name(kind: TestKind) -> &'static str {
     kind.name()
 }
 
-struct SummaryRow {
-    cell: String,
-    broker: String,
-    scenario: String,
-    test: String,
-    point: String,
-    repetition: u32,
-    status: String,
-    reason: String,
-    extras: CellExtras,
+/// Where a measured cell sits in the plan, for attributing its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellPlace {
+    /// Index into the plan's brokers.
+    pub broker: usize,
+    /// Index into the plan's tests.
+    pub test: usize,
 }
 
-fn read_text(path: &Path) -> Result<Option<String>, ReportError> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ReportError::Read {
-            path: path.display().to_string(),
-            source,
-        }),
+impl CellExtras {
+    fn of(row: &SummaryRow) -> Self {
+        CellExtras {
+            broker_cpu_percent: row.broker_cpu_percent,
+            broker_cpu_us_per_delivery: row.broker_cpu_us_per_delivery,
+            broker_peak_rss_mb: row.broker_peak_rss_mb,
+            generator_limit: row.limit_reason.clone().filter(|r| !r.is_empty()),
+        }
+    }
+}
+
+/// A problem with a file of the folder, naming it as `name` (relative to the folder, so the
+/// same folder gives the same report wherever it lies).
+fn problem_in(name: &str, error: &ResultsError) -> String {
+    match error {
+        ResultsError::Row {
+            line,
+            column,
+            value,
+            problem,
+            ..
+        } => format!("{name} line {line}: column {column} = {value:?}: {problem}; left out"),
+        ResultsError::Format { problem, .. } => format!("{name}: {problem}; left out"),
+        ResultsError::Io { source, .. } => format!("{name}: {source}; left out"),
     }
 }
 
 /// Reads the folder.
 pub fn load(dir: &Path) -> Result<RunData, ReportError> {
-    let manifest_path = dir.join("manifest.json");
-    let text = fs::read_to_string(&manifest_path).map_err(|source| ReportError::Read {
-        path: manifest_path.display().to_string(),
-        source,
-    })?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| ReportError::Format {
-        path: manifest_path.display().to_string(),
-        problem: e.to_string(),
-    })?;
+    let manifest = Manifest::read(&dir.join("manifest.json"))?;
     let mut data = RunData {
         manifest,
         cells: Vec::new(),
@@ -290,133 +227,86 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         cell_index: BTreeMap::new(),
         searches: Vec::new(),
     };
-    let summary_path = dir.join("summary.csv");
-    let rows = match read_text(&summary_path)? {
-        Some(text) => read_summary(&text, &summary_path, &mut data)?,
+    let rows = match results::read_each_row(&dir.join("summary.csv"))? {
+        Some(rows) => last_rows(rows, &mut data),
         None => {
             data.problems
                 .push("summary.csv is absent: no cell has been recorded yet".to_string());
             BTreeMap::new()
         }
     };
-    let mut merged: BTreeMap<GroupKey, (Histogram<u64>, u32)> = BTreeMap::new();
+    let mut merged: BTreeMap<GroupKey, Merged> = BTreeMap::new();
     for row in rows.values() {
-        match row.status.as_str() {
-            "ok" => read_cell(dir, row, &mut data, &mut merged),
-            "failed" | "skipped" => {
-                let note = CellNote {
-                    cell: row.cell.clone(),
-                    broker: row.broker.clone(),
-                    scenario: row.scenario.clone(),
-                    reason: row.reason.clone(),
-                };
-                if row.status == "failed" {
-                    data.failed.push(note);
-                } else {
-                    data.skipped.push(note);
-                }
-            }
-            other => data.problems.push(format!(
-                "summary.csv: cell {} has unknown status {other:?}",
-                row.cell
-            )),
+        let note = || CellNote {
+            cell: row.cell.clone(),
+            broker: row.broker.clone(),
+            scenario: row.scenario.clone(),
+            reason: row.reason.clone(),
+        };
+        match row.status {
+            CellStatus::Ok => read_cell(dir, row, &mut data, &mut merged),
+            CellStatus::Failed => data.failed.push(note()),
+            CellStatus::Skipped => data.skipped.push(note()),
         }
     }
     data.latency = merged
         .into_iter()
-        .map(|(key, (histogram, reps))| (key, LatencyGroup::of(&histogram, reps)))
+        .map(|(key, m)| (key, LatencyGroup::of(&m.histogram, m.repetitions)))
         .collect();
-    if let Some(text) = read_text(&dir.join("metrics.csv"))? {
-        read_metrics(&text, &mut data);
+    match results::read_each_sample(&dir.join("metrics.csv")) {
+        Ok(Some(samples)) => {
+            let mut bad = 0usize;
+            for sample in samples {
+                match sample {
+                    Ok(sample) => data.metrics.push(sample),
+                    Err(_) => bad += 1,
+                }
+            }
+            if bad > 0 {
+                data.problems.push(format!(
+                    "metrics.csv: {bad} rows could not be read; left out"
+                ));
+            }
+        }
+        Ok(None) => {}
+        // Samples only add to the report: a file of another layout is named, not fatal.
+        Err(error @ ResultsError::Format { .. }) => {
+            data.problems.push(problem_in("metrics.csv", &error));
+        }
+        Err(error) => return Err(error.into()),
     }
     Ok(data)
 }
 
+/// Latency histograms of one group, merged over repetitions.
+struct Merged {
+    histogram: Histogram<u64>,
+    repetitions: u32,
+}
+
 /// The last row of each cell, by cell id; counts cells that failed before they succeeded.
-fn read_summary(
-    text: &str,
-    path: &Path,
+fn last_rows(
+    rows: Vec<Result<SummaryRow, ResultsError>>,
     data: &mut RunData,
-) -> Result<BTreeMap<String, SummaryRow>, ReportError> {
-    let mut lines = text.lines();
-    let header = lines.next().map(split_csv_line).unwrap_or_default();
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| ReportError::Format {
-                path: path.display().to_string(),
-                problem: format!("the header has no column {name:?}"),
-            })
-    };
-    let at: Vec<usize> = SUMMARY_FIXED_COLUMNS
-        .iter()
-        .map(|name| column(name))
-        .collect::<Result<_, _>>()?;
-    // The controller's own columns are newer than some folders: absent means unknown.
-    let optional = |name: &str| header.iter().position(|h| h == name);
-    let (cpu, per_delivery, rss, limit) = (
-        optional("broker_cpu_percent"),
-        optional("broker_cpu_us_per_delivery"),
-        optional("broker_peak_rss_mb"),
-        optional("limit_reason"),
-    );
-    let mut rows: BTreeMap<String, SummaryRow> = BTreeMap::new();
-    let mut failed_before: BTreeMap<String, bool> = BTreeMap::new();
-    for (number, line) in lines.enumerate() {
-        if line.is_empty() {
-            continue;
+) -> BTreeMap<String, SummaryRow> {
+    let mut last: BTreeMap<String, SummaryRow> = BTreeMap::new();
+    let mut failed_before: BTreeSet<String> = BTreeSet::new();
+    for row in rows {
+        match row {
+            Ok(row) => {
+                if row.status == CellStatus::Failed {
+                    failed_before.insert(row.cell.clone());
+                }
+                last.insert(row.cell.clone(), row);
+            }
+            Err(error) => data.problems.push(problem_in("summary.csv", &error)),
         }
-        let fields = split_csv_line(line);
-        let field = |i: usize| fields.get(at[i]).cloned();
-        let (Some(cell), Some(broker), Some(scenario), Some(test), Some(point)) =
-            (field(0), field(1), field(2), field(3), field(4))
-        else {
-            data.problems.push(format!(
-                "summary.csv line {}: {} fields, fewer than the header's",
-                number + 2,
-                fields.len()
-            ));
-            continue;
-        };
-        let status = field(6).unwrap_or_default();
-        let reason = field(7).unwrap_or_default();
-        let number_at = |column: Option<usize>| {
-            column
-                .and_then(|c| fields.get(c))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        let extras = CellExtras {
-            broker_cpu_percent: number_at(cpu),
-            broker_cpu_us_per_delivery: number_at(per_delivery),
-            broker_peak_rss_mb: number_at(rss),
-            generator_limit: limit
-                .and_then(|c| fields.get(c))
-                .filter(|v| !v.is_empty())
-                .cloned(),
-        };
-        let repetition = field(5).and_then(|r| r.parse().ok()).unwrap_or(1);
-        if status == "failed" {
-            failed_before.insert(cell.clone(), true);
-        }
-        let row = SummaryRow {
-            cell: cell.clone(),
-            broker,
-            scenario,
-            test,
-            point,
-            repetition,
-            status,
-            reason,
-            extras,
-        };
-        rows.insert(cell, row);
     }
-    data.retried = rows
+    data.retried = last
         .values()
-        .filter(|row| row.status == "ok" && failed_before.contains_key(&row.cell))
+        .filter(|row| row.status == CellStatus::Ok && failed_before.contains(&row.cell))
         .count();
-    Ok(rows)
+    last
 }
 
 /// The test a row belongs to: the index in its cell id (`.../<index>-<kind>/<point>/<rep>`),
@@ -429,15 +319,15 @@ fn test_index(data: &RunData, row: &SummaryRow) -> Option<usize> {
         .checked_sub(3)
         .and_then(|i| segments[i].split_once('-'))
         .and_then(|(index, _)| index.parse::<usize>().ok())
-        .filter(|&i| i < tests.len() && kind_name(tests[i].kind) == row.test);
-    from_id.or_else(|| tests.iter().position(|t| kind_name(t.kind) == row.test))
+        .filter(|&i| i < tests.len() && tests[i].kind == row.test);
+    from_id.or_else(|| tests.iter().position(|t| t.kind == row.test))
 }
 
 fn read_cell(
     dir: &Path,
     row: &SummaryRow,
     data: &mut RunData,
-    merged: &mut BTreeMap<GroupKey, (Histogram<u64>, u32)>,
+    merged: &mut BTreeMap<GroupKey, Merged>,
 ) {
     let plan = &data.manifest.plan;
     let broker = plan.brokers.iter().position(|b| b.name == row.broker);
@@ -450,8 +340,10 @@ fn read_cell(
         ));
         return;
     };
-    data.cell_index.insert(row.cell.clone(), (broker, test));
+    data.cell_index
+        .insert(row.cell.clone(), CellPlace { broker, test });
     let kind = plan.tests[test].kind;
+    let extras = CellExtras::of(row);
     let cell_dir = dir.join("cells").join(&row.cell);
     let read_json = |name: &str| -> Result<Option<String>, String> {
         match fs::read_to_string(cell_dir.join(name)) {
@@ -477,10 +369,13 @@ fn read_cell(
                 broker,
                 scenario,
                 test,
-                point: row.point.parse().unwrap_or(0),
+                point: match row.point {
+                    CellPoint::Clients(pairs) => u64::from(pairs),
+                    _ => 0,
+                },
                 repetition: row.repetition,
                 report,
-                extras: row.extras.clone(),
+                extras,
             }),
             Err(problem) => left_out(data, "saturation.json", problem),
         }
@@ -502,14 +397,14 @@ fn read_cell(
     let series = CellSeries::of(&result);
     let point = match kind {
         TestKind::Latency => 0,
-        TestKind::Payload => row
-            .point
-            .parse::<ByteSize>()
-            .map_or(summary.payload_bytes, ByteSize::bytes),
-        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => row
-            .point
-            .parse::<u64>()
-            .unwrap_or(u64::from(summary.publishers)),
+        TestKind::Payload => match row.point {
+            CellPoint::Payload(size) => size.bytes(),
+            _ => summary.payload_bytes,
+        },
+        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => match row.point {
+            CellPoint::Clients(pairs) => u64::from(pairs),
+            _ => u64::from(summary.publishers),
+        },
     };
     if !kind.sweeps_clients() {
         let key = GroupKey {
@@ -519,15 +414,21 @@ fn read_cell(
             point,
         };
         match merged.get_mut(&key) {
-            Some((histogram, reps)) => match histogram.add(&result.latency) {
-                Ok(()) => *reps += 1,
+            Some(group) => match group.histogram.add(&result.latency) {
+                Ok(()) => group.repetitions += 1,
                 Err(error) => data.problems.push(format!(
                     "cells/{}/result.json: its latency histogram does not merge ({error:?}); left out",
                     row.cell
                 )),
             },
             None => {
-                merged.insert(key, (result.latency, 1));
+                merged.insert(
+                    key,
+                    Merged {
+                        histogram: result.latency,
+                        repetitions: 1,
+                    },
+                );
             }
         }
     }
@@ -538,72 +439,14 @@ fn read_cell(
         point,
         repetition: row.repetition,
         summary,
-        extras: row.extras.clone(),
+        extras,
         series,
     });
-}
-
-fn read_metrics(text: &str, data: &mut RunData) {
-    let mut lines = text.lines();
-    let header = lines.next().map(split_csv_line).unwrap_or_default();
-    let names = [
-        "cell",
-        "unix_ns",
-        "node",
-        "node_cpu_percent",
-        "node_memory_used_bytes",
-        "process",
-        "process_cpu_percent",
-        "process_rss_bytes",
-    ];
-    let Some(at) = names
-        .iter()
-        .map(|name| header.iter().position(|h| h == name))
-        .collect::<Option<Vec<usize>>>()
-    else {
-        data.problems
-            .push("metrics.csv: its header lacks the expected columns; not used".to_string());
-        return;
-    };
-    let mut bad = 0usize;
-    for line in lines.filter(|l| !l.is_empty()) {
-        let fields = split_csv_line(line);
-        let get = |i: usize| fields.get(at[i]).map(String::as_str).unwrap_or("");
-        let row = (|| {
-            Some(MetricsRow {
-                cell: get(0).to_string(),
-                unix_ns: get(1).parse().ok()?,
-                node: get(2).to_string(),
-                node_cpu_percent: get(3).parse().ok()?,
-                node_memory_used_bytes: get(4).parse().ok()?,
-                process: get(5).to_string(),
-                process_cpu_percent: get(6).parse().ok()?,
-                process_rss_bytes: get(7).parse().ok()?,
-            })
-        })();
-        match row {
-            Some(row) => data.metrics.push(row),
-            None => bad += 1,
-        }
-    }
-    if bad > 0 {
-        data.problems.push(format!(
-            "metrics.csv: {bad} rows could not be read; left out"
-        ));
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quoted_fields_keep_their_commas() {
-        assert_eq!(
-            split_csv_line("a,\"x, y\",\"say \"\"no\"\"\","),
-            vec!["a", "x, y", "say \"no\"", ""]
-        );
-    }
 
     #[test]
     fn merged_percentiles_are_in_microseconds() {

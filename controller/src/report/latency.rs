@@ -1,11 +1,12 @@
 //! The latency test (the study's Fig. 2): boxplots per broker and scenario of the latency
 //! histogram merged over repetitions, and the same numbers as a table.
 
-use super::axes::{self, LegendItem, Plot, Scale};
+use super::axes::{self, LegendItem, Scale};
 use super::estimate::{Estimate, INTERVAL_MEANING};
+use super::frame::Frame;
 use super::input::{GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Figure, Section, Table, ms, ms_like};
-use super::svg::{self, Anchor, Svg};
+use super::svg;
 use super::workload_line;
 use crate::plan::TestKind;
 
@@ -151,8 +152,6 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
     let group_width = slot_width * brokers.len() as f64 + 36.0;
     let width = (group_width * scenarios.len() as f64 + 90.0).max(520.0);
     let height = 400.0;
-    let mut doc = Svg::new(width, height, title);
-    doc.text((width / 2.0, 18.0), title, 13.0, Anchor::Middle, true);
     let items: Vec<LegendItem> = brokers
         .iter()
         .enumerate()
@@ -163,14 +162,9 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
             line: false,
         })
         .collect();
-    let legend_h = axes::legend_height(&items, width - 80.0);
-    axes::legend(&mut doc, &items, (64.0, 26.0), width - 80.0);
-    let plot = Plot {
-        left: 64.0,
-        top: 34.0 + legend_h,
-        right: width - 18.0,
-        bottom: height - 50.0,
-    };
+    let mut frame = Frame::new(width, height, title, &items);
+    let plot = frame.plot();
+    let doc = &mut frame.doc;
     let values: Vec<f64> = boxes
         .iter()
         .flat_map(|b| [b.group.p1 / 1e3, b.group.p99 / 1e3])
@@ -181,7 +175,7 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
     } else {
         "latency (ms)"
     };
-    axes::y_axis(&mut doc, &plot, &y, label);
+    axes::y_axis(doc, &plot, &y, label);
     let step = (plot.right - plot.left) / scenarios.len() as f64;
     let centre = |column: usize| plot.left + step * (column as f64 + 0.5);
     let ticks: Vec<(f64, String)> = scenarios
@@ -189,7 +183,7 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
         .enumerate()
         .map(|(i, name)| (centre(i), name.clone()))
         .collect();
-    axes::x_axis(&mut doc, &plot, &ticks, "network scenario");
+    axes::x_axis(doc, &plot, &ticks, "network scenario");
     let slot = (step * 0.8 / brokers.len() as f64).min(slot_width);
     for b in boxes {
         let x = centre(b.scenario) + (b.slot as f64 - (brokers.len() as f64 - 1.0) / 2.0) * slot;
@@ -230,7 +224,7 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
             "",
         );
     }
-    doc.finish()
+    frame.finish()
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //! 7. Broker comparisons: Mann-Whitney U and Cliff's delta for every pair of brokers.
 //! 8. Broker CPU and memory per test, from `metrics.csv`.
 //! 9. Emulation check: the delay netem should add beside the measured rise of the median.
+//! 10. Beside the study: its Tables IV/V next to this run's figures, added delays over local
+//!     and what each path should add.
 //!
 //! It opens with the findings (who is ahead, by how much, significant or not) and the run's
 //! conditions.
@@ -28,9 +30,11 @@
 //!
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
 //! `throughput.rs`, `saturation.rs`, `burst.rs`, `comparison.rs`, `resources.rs`,
-//! `emulation.rs` build one section each; `estimate.rs` gives medians with intervals;
-//! `model.rs` is the document model; `svg.rs`, `axes.rs`, `chart.rs` and `timeseries.rs`
-//! draw; `markdown.rs` and `html.rs` render; `xml.rs` checks figures are well-formed.
+//! `emulation.rs`, `study.rs` build one section each; `estimate.rs` gives medians with intervals;
+//! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
+//! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
+//! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
+//! draw; `markdown.rs` and `html.rs` render.
 
 mod axes;
 mod burst;
@@ -39,6 +43,7 @@ mod comparison;
 mod emulation;
 mod estimate;
 mod findings;
+mod frame;
 mod html;
 mod input;
 mod latency;
@@ -48,39 +53,32 @@ mod payload;
 mod resources;
 mod run;
 mod saturation;
+mod study;
 mod svg;
 mod throughput;
 mod timeseries;
-mod xml;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use emulation::delay_in as emulation_delay_in;
-pub use xml::check_svg;
-
 use crate::plan::{Plan, TestKind};
+use crate::results::ResultsError;
 use input::RunData;
 use model::{Block, Section};
 
 /// The report could not be built or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// A file of the results folder could not be read.
+    /// A file of the results folder could not be read, or is not what this version writes.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// A folder of the results could not be listed.
     #[error("{path}: {source}")]
     Read {
-        /// The file.
+        /// The folder.
         path: String,
         /// Why.
         source: std::io::Error,
-    },
-    /// A file's content is not what this version writes.
-    #[error("{path}: {problem}")]
-    Format {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        problem: String,
     },
     /// A report file could not be written.
     #[error("{path}: {source}")]
@@ -161,6 +159,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
+    sections.extend(study::section(data));
     sections
 }
 

@@ -155,11 +155,7 @@ pub fn rate(msgs_per_s: f64) -> String {
 
 /// A UTC date and time from Unix ms: `2026-05-01 12:34:56 UTC`.
 pub fn utc(unix_ms: u64) -> String {
-    let t = crate::civil::UtcTime::from_unix_secs(unix_ms / 1_000);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    crate::civil::utc_text(unix_ms)
 }
 
 /// Nanoseconds as a short human duration: `1.25 ms`, `80 µs`, `0 ns`.

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::axes::{self, LegendItem, Plot, Scale};
-use super::input::RunData;
+use super::axes::{self, LegendItem, Scale};
+use super::frame::Frame;
+use super::input::{CellPlace, RunData};
 use super::model::{Block, Figure, Section, Table};
-use super::svg::{self, Anchor, Svg};
+use super::svg;
 use super::test_label;
 
 /// Samples of one broker process during one test.
@@ -35,7 +36,7 @@ pub fn section(data: &RunData) -> Section {
     // (broker, test, process) -> samples; samples of failed cells have no entry in cell_index.
     let mut usage: BTreeMap<(usize, usize, String), Usage> = BTreeMap::new();
     for row in data.metrics.iter().filter(|r| !r.process.is_empty()) {
-        let Some(&(broker, test)) = data.cell_index.get(&row.cell) else {
+        let Some(&CellPlace { broker, test }) = data.cell_index.get(&row.cell) else {
             continue;
         };
         let entry = usage
@@ -116,8 +117,6 @@ fn cpu_bars(data: &RunData, usage: &BTreeMap<(usize, usize, String), Usage>) -> 
     let width = (group * tests.len() as f64 + 90.0).max(480.0);
     let height = 320.0;
     let title = "Broker CPU per test";
-    let mut doc = Svg::new(width, height, title);
-    doc.text((width / 2.0, 18.0), title, 13.0, Anchor::Middle, true);
     let items: Vec<LegendItem> = bars
         .iter()
         .enumerate()
@@ -132,17 +131,12 @@ fn cpu_bars(data: &RunData, usage: &BTreeMap<(usize, usize, String), Usage>) -> 
             line: false,
         })
         .collect();
-    let legend_h = axes::legend_height(&items, width - 80.0);
-    axes::legend(&mut doc, &items, (64.0, 26.0), width - 80.0);
-    let plot = Plot {
-        left: 64.0,
-        top: 34.0 + legend_h,
-        right: width - 18.0,
-        bottom: height - 50.0,
-    };
+    let mut frame = Frame::new(width, height, title, &items);
+    let plot = frame.plot();
+    let doc = &mut frame.doc;
     let top = usage.values().map(Usage::cpu_max).fold(0.0, f64::max);
     let y = Scale::linear(top, plot.bottom, plot.top);
-    axes::y_axis(&mut doc, &plot, &y, "CPU (% of one core)");
+    axes::y_axis(doc, &plot, &y, "CPU (% of one core)");
     let step = (plot.right - plot.left) / tests.len() as f64;
     let centre = |i: usize| plot.left + step * (i as f64 + 0.5);
     let ticks: Vec<(f64, String)> = tests
@@ -150,7 +144,7 @@ fn cpu_bars(data: &RunData, usage: &BTreeMap<(usize, usize, String), Usage>) -> 
         .enumerate()
         .map(|(i, &t)| (centre(i), test_label(plan, t)))
         .collect();
-    axes::x_axis(&mut doc, &plot, &ticks, "test");
+    axes::x_axis(doc, &plot, &ticks, "test");
     let width_of_bar = (step * 0.8 / bars.len() as f64).min(slot) * 0.8;
     for ((broker, test, process), u) in usage {
         let (Some(column), Some(index)) = (
@@ -177,5 +171,5 @@ fn cpu_bars(data: &RunData, usage: &BTreeMap<(usize, usize, String), Usage>) -> 
             "",
         );
     }
-    doc.finish()
+    frame.finish()
 }

@@ -135,8 +135,8 @@ pub fn section(data: &RunData) -> Section {
                 n.scenario.clone(),
                 n.node.clone(),
                 n.interface.clone(),
-                n.asked.clone(),
-                n.read_back.clone(),
+                n.asked.to_string(),
+                n.read_back_text(),
             ]);
         }
         section.blocks.push(Block::Table(netem));
@@ -192,13 +192,14 @@ fn testbed_part(section: &mut Section, testbed: &crate::results::TestbedRecord) 
         let peers: Vec<String> = node
             .peers
             .iter()
-            .map(|(ip, reachable, detail)| {
+            .map(|peer| {
                 format!(
-                    "{ip} {}",
-                    if *reachable {
-                        detail.clone()
+                    "{} {}",
+                    peer.address,
+                    if peer.reachable {
+                        peer.detail.clone()
                     } else {
-                        format!("UNREACHABLE: {detail}")
+                        format!("UNREACHABLE: {}", peer.detail)
                     }
                 )
             })
@@ -223,15 +224,15 @@ fn testbed_part(section: &mut Section, testbed: &crate::results::TestbedRecord) 
     section.blocks.push(Block::Table(overlay));
     if let Some(cluster) = &testbed.cluster {
         let mut nodes = Table::new(&["k3s node", "Ready", "Internal IP", "Taints"], 4);
-        for (name, ready, ip, taints) in &cluster.nodes {
+        for node in &cluster.nodes {
             nodes.row(vec![
-                name.clone(),
-                if *ready { "yes" } else { "no" }.to_string(),
-                ip.clone(),
-                if taints.is_empty() {
+                node.name.clone(),
+                if node.ready { "yes" } else { "no" }.to_string(),
+                node.internal_ip.clone(),
+                if node.taints.is_empty() {
                     "-".to_string()
                 } else {
-                    taints.join(", ")
+                    node.taints.join(", ")
                 },
             ]);
         }

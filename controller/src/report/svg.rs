@@ -62,6 +62,12 @@ pub fn text_width(text: &str, size: f64) -> f64 {
     text.chars().count() as f64 * size * 0.56
 }
 
+/// Rough width of bold `text` at `size` px, for fitting titles: bold glyphs run wider, and
+/// erring wide keeps a title inside its figure.
+pub fn bold_text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * size * 0.62
+}
+
 /// How text sits on its anchor point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Anchor {

@@ -1,11 +1,83 @@
 //! One timed cell over time: publish and receive rate in 100 ms steps with the measured
 //! window shaded (warm-up before it, drain after it), and below it the backlog of deliveries
 //! owed, so a reader sees warm-up, steady state and drain.
+//!
+//! [`CellSeries`] turns a result's 10 ms rate buckets into those steps; [`figure`] draws them
+//! in a [`Frame`] holding two plots, rates above and backlog below.
+
+use loadgen::RunResult;
 
 use super::axes::{self, LegendItem, Plot, Scale, tick_label};
-use super::input::CellSeries;
+use super::frame::Frame;
 use super::model::Figure;
-use super::svg::{self, Anchor, Svg};
+use super::svg;
+
+/// A timed cell's publish and receive rates over time, in 100 ms steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellSeries {
+    /// Step width, s.
+    pub step_s: f64,
+    /// Time of each step since the start barrier, s.
+    pub at_s: Vec<f64>,
+    /// Publishes per second in each step.
+    pub publish: Vec<f64>,
+    /// Deliveries per second in each step.
+    pub receive: Vec<f64>,
+    /// Deliveries owed at the end of each step.
+    pub backlog: Vec<f64>,
+    /// The measured window, s since the start barrier.
+    pub window_s: (f64, f64),
+}
+
+impl CellSeries {
+    /// The series of a timed result; `None` for counted runs.
+    pub fn of(result: &RunResult) -> Option<Self> {
+        let window = result.measured_window?;
+        let spec = &result.spec;
+        let fanout = match spec.topology {
+            loadgen::spec::Topology::Shared => f64::from(spec.subscribers),
+            _ => f64::from(spec.subscribers) / f64::from(spec.publishers.max(1)),
+        };
+        const PER_STEP: usize = 10; // 10 buckets of 10 ms
+        let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;
+        let start = usize::try_from(window.start_ns / loadgen::series::BUCKET_NS).ok()?;
+        let len = result
+            .publish_series
+            .counts
+            .len()
+            .max(result.receive_series.counts.len());
+        let (mut at_s, mut publish, mut receive, mut backlog) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut published, mut received) = (0.0, 0.0);
+        let count = |series: &loadgen::series::RateSeries, i: usize| {
+            series.counts.get(i).copied().unwrap_or(0) as f64
+        };
+        for (k, i) in (0..len).enumerate() {
+            published += count(&result.publish_series, i);
+            received += count(&result.receive_series, i);
+            if i < start || (k + 1) % PER_STEP != 0 {
+                continue;
+            }
+            let steps = (i + 1 - PER_STEP)..=i;
+            let sum = |series: &loadgen::series::RateSeries| {
+                steps.clone().map(|j| count(series, j)).sum::<f64>()
+            };
+            at_s.push((i + 1 - start) as f64 * bucket_s);
+            publish.push(sum(&result.publish_series) / (PER_STEP as f64 * bucket_s));
+            receive.push(sum(&result.receive_series) / (PER_STEP as f64 * bucket_s));
+            backlog.push((published * fanout - received).max(0.0));
+        }
+        let to_s = |ns: u64| ns.saturating_sub(window.start_ns) as f64 / 1e9;
+        Some(CellSeries {
+            step_s: PER_STEP as f64 * bucket_s,
+            at_s,
+            publish,
+            receive,
+            backlog,
+            window_s: (to_s(window.from_ns), to_s(window.until_ns)),
+        })
+    }
+}
 
 const WIDTH: f64 = 480.0;
 const HEIGHT: f64 = 380.0;
@@ -26,8 +98,6 @@ pub fn figure(title: &str, series: &CellSeries, file: String, caption_cell: &str
 }
 
 fn render(title: &str, series: &CellSeries) -> String {
-    let mut doc = Svg::new(WIDTH, HEIGHT, title);
-    doc.text((WIDTH / 2.0, 18.0), title, 13.0, Anchor::Middle, true);
     let (publish_colour, receive_colour, backlog_colour) =
         (svg::colour(0), svg::colour(1), svg::colour(2));
     let items = [
@@ -50,19 +120,19 @@ fn render(title: &str, series: &CellSeries) -> String {
             line: true,
         },
     ];
-    axes::legend(&mut doc, &items, (64.0, 26.0), WIDTH - 80.0);
+    let mut frame = Frame::new(WIDTH, HEIGHT, title, &items);
+    // Two plots: the rates, and under them the backlog.
+    let whole = frame.plot();
     let rates = Plot {
-        left: 64.0,
-        top: 52.0,
-        right: WIDTH - 18.0,
-        bottom: 230.0,
+        bottom: 230.0 + frame.shift,
+        ..whole
     };
     let backlog = Plot {
-        left: 64.0,
-        top: 262.0,
-        right: WIDTH - 18.0,
-        bottom: HEIGHT - 48.0,
+        top: 262.0 + frame.shift,
+        bottom: frame.height - 48.0,
+        ..whole
     };
+    let doc = &mut frame.doc;
     let last = series
         .at_s
         .last()
@@ -87,12 +157,12 @@ fn render(title: &str, series: &CellSeries) -> String {
             "",
         );
     }
-    axes::y_axis(&mut doc, &rates, &y, "rate (msg/s)");
+    axes::y_axis(doc, &rates, &y, "rate (msg/s)");
     let ticks: Vec<(f64, String)> = time_ticks(last)
         .into_iter()
         .map(|s| (x(s), tick_label(s)))
         .collect();
-    axes::x_axis(&mut doc, &rates, &ticks, "");
+    axes::x_axis(doc, &rates, &ticks, "");
     let line = |values: &[f64], scale: &Scale| -> Vec<(f64, f64)> {
         series
             .at_s
@@ -105,10 +175,10 @@ fn render(title: &str, series: &CellSeries) -> String {
     doc.polyline(&line(&series.receive, &y), receive_colour, 1.6, "");
     let top_backlog = series.backlog.iter().copied().fold(0.0, f64::max).max(1.0);
     let b = Scale::linear(top_backlog, backlog.bottom, backlog.top);
-    axes::y_axis(&mut doc, &backlog, &b, "owed");
-    axes::x_axis(&mut doc, &backlog, &ticks, "seconds since the start");
+    axes::y_axis(doc, &backlog, &b, "owed");
+    axes::x_axis(doc, &backlog, &ticks, "seconds since the start");
     doc.polyline(&line(&series.backlog, &b), backlog_colour, 1.6, "");
-    doc.finish()
+    frame.finish()
 }
 
 /// Round tick positions over `0..=last` seconds.
@@ -144,7 +214,7 @@ mod tests {
             "t.svg".into(),
             "cell",
         );
-        crate::report::check_svg(&figure.svg).expect("well-formed");
+        roxmltree::Document::parse(&figure.svg).expect("well-formed");
         assert!(figure.svg.contains("#eef2f7"), "the window is shaded");
         assert_eq!(
             time_ticks(4.0),

@@ -1,7 +1,13 @@
 //! `manifest.json`: everything needed to reproduce and defend a run.
 
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use proto::agent::v1 as pb;
 use serde::{Deserialize, Serialize};
 
+use super::ResultsError;
 use crate::plan::Plan;
 
 /// One node as the run found it.
@@ -42,10 +48,75 @@ pub struct AppliedNetem {
     pub node: String,
     /// Interface.
     pub interface: String,
-    /// What was asked, e.g. `delay 1.25ms jitter 0.25ms loss 0.02%`.
-    pub asked: String,
-    /// What the kernel holds.
-    pub read_back: String,
+    /// What was asked.
+    pub asked: NetemRecord,
+    /// What the node's kernel held after applying it; `None` when it held no netem.
+    pub read_back: Option<NetemRecord>,
+}
+
+impl AppliedNetem {
+    /// What the kernel held, as shown in reports: its netem, or `nothing`.
+    pub fn read_back_text(&self) -> String {
+        self.read_back
+            .as_ref()
+            .map_or_else(|| "nothing".to_string(), NetemRecord::to_string)
+    }
+}
+
+/// netem parameters as numbers with their unit. Delays are in ns: the kernel holds them in
+/// 64 ns ticks, so what it reads back (1.249984 ms for 1.25 ms) is not a whole µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetemRecord {
+    /// Delay added to every packet leaving the interface, ns.
+    pub delay_ns: u64,
+    /// Random variation of the delay, ns.
+    pub jitter_ns: u64,
+    /// Share of packets dropped, percent.
+    pub loss_percent: f64,
+    /// Egress rate limit, bytes per second; none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_sec: Option<u64>,
+    /// netem's queue length, packets; the kernel's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_packets: Option<u32>,
+}
+
+impl NetemRecord {
+    /// The record of a netem spec as sent to or read back from an agent (an absent delay
+    /// or jitter is none).
+    pub fn of(spec: &pb::NetemSpec) -> Self {
+        let ns = |d: &Option<prost_types::Duration>| {
+            d.and_then(|d| Duration::try_from(d).ok())
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        };
+        NetemRecord {
+            delay_ns: ns(&spec.delay),
+            jitter_ns: ns(&spec.jitter),
+            loss_percent: spec.loss_percent,
+            rate_bytes_per_sec: spec.rate_bytes_per_sec,
+            limit_packets: spec.limit_packets,
+        }
+    }
+
+    /// The delay.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns)
+    }
+}
+
+/// `delay 1.25ms jitter 0.25ms loss 0.02%`, as the report shows it.
+impl fmt::Display for NetemRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "delay {}ms jitter {}ms loss {}%",
+            self.delay_ns as f64 / 1e6,
+            self.jitter_ns as f64 / 1e6,
+            // The kernel holds loss as a fraction of 2^32: 0.05 reads back as 0.0500000082.
+            (self.loss_percent * 1e6).round() / 1e6
+        )
+    }
 }
 
 /// The run's manifest.
@@ -72,6 +143,22 @@ pub struct Manifest {
     /// Each broker as it was deployed (the last deployment, on a resumed run).
     #[serde(default)]
     pub brokers: Vec<BrokerRecord>,
+}
+
+impl Manifest {
+    /// Reads `manifest.json`; a field this version does not read (an older folder's) is
+    /// named by its path, e.g. `netem[0].asked`.
+    pub fn read(path: &Path) -> Result<Manifest, ResultsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ResultsError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut json = serde_json::Deserializer::from_str(&text);
+        serde_path_to_error::deserialize(&mut json).map_err(|error| ResultsError::Format {
+            path: path.display().to_string(),
+            problem: format!("{}: {}", error.path(), error.inner()),
+        })
+    }
 }
 
 /// A broker as the agent that started it described it.
@@ -107,8 +194,19 @@ pub struct OverlayRecord {
     pub overlay_cidr: String,
     /// What the installer did ("started", "already running").
     pub detail: String,
-    /// Overlay peers checked from this node: address, reachable, round trip or why not.
-    pub peers: Vec<(String, bool, String)>,
+    /// Overlay peers checked from this node.
+    pub peers: Vec<OverlayPeer>,
+}
+
+/// An overlay peer as one node checked it through the tunnel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayPeer {
+    /// The peer's overlay address.
+    pub address: String,
+    /// It answered.
+    pub reachable: bool,
+    /// The round trip, or why not.
+    pub detail: String,
 }
 
 /// The k3s cluster.
@@ -116,6 +214,77 @@ pub struct OverlayRecord {
 pub struct ClusterRecord {
     /// The server (headnode).
     pub server: String,
-    /// Nodes as the server lists them: name, Ready, internal IP, taints.
-    pub nodes: Vec<(String, bool, String, Vec<String>)>,
+    /// Nodes as the server lists them.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// A k3s node as the server lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Node name.
+    pub name: String,
+    /// Ready.
+    pub ready: bool,
+    /// Its internal IP.
+    pub internal_ip: String,
+    /// Its taints, `key=value:Effect`.
+    pub taints: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netem_reads_as_the_report_shows_it() {
+        let spec = pb::NetemSpec {
+            delay: prost_types::Duration::try_from(Duration::from_nanos(1_249_984)).ok(),
+            jitter: prost_types::Duration::try_from(Duration::from_micros(250)).ok(),
+            loss_percent: 0.050_000_008_2,
+            rate_bytes_per_sec: None,
+            limit_packets: Some(1000),
+        };
+        let record = NetemRecord::of(&spec);
+        assert_eq!((record.delay_ns, record.jitter_ns), (1_249_984, 250_000));
+        assert_eq!(
+            record.to_string(),
+            "delay 1.249984ms jitter 0.25ms loss 0.05%"
+        );
+        assert_eq!(record.delay(), Duration::from_nanos(1_249_984));
+    }
+
+    #[test]
+    fn an_older_manifest_names_the_field_it_cannot_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("manifest.json");
+        let plan = crate::plan::Plan::parse(
+            "name = \"p\"\nnodes = [{ name = \"n\", agent = \"local\", roles = [\"loadgen\", \"broker\"] }]\n\
+             brokers = [{ name = \"b\", kind = \"embedded\", node = \"n\" }]\n\
+             scenarios = [{ name = \"local\" }]\ntests = [{ kind = \"latency\", loadgen = [\"n\"] }]\n",
+            "plan.toml",
+        )
+        .expect("plan");
+        let mut json = serde_json::to_value(Manifest {
+            plan,
+            plan_text: String::new(),
+            controller_version: "0.1.0".into(),
+            started_unix_ms: 0,
+            nodes: Vec::new(),
+            netem: Vec::new(),
+            skipped: Vec::new(),
+            testbed: None,
+            brokers: Vec::new(),
+        })
+        .expect("json");
+        json["netem"] = serde_json::json!([{
+            "broker": "b", "scenario": "edge", "node": "n", "interface": "eth0",
+            "asked": "delay 1.25ms jitter 0.25ms loss 0.02%", "read_back": "nothing"
+        }]);
+        std::fs::write(&path, json.to_string()).expect("write");
+        let error = Manifest::read(&path).expect_err("string netem").to_string();
+        assert!(
+            error.contains("manifest.json: netem[0].asked: invalid type: string"),
+            "{error}"
+        );
+    }
 }

@@ -2,7 +2,8 @@
 //! nothing and `--resume` knows what is done.
 //!
 //! ```text
-//! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem read back
+//! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem
+//!                                asked and read back (numbers with units)
 //! <dir>/summary.csv              one row per cell: ids, status, every loadgen figure, then the
 //!                                broker's CPU and memory over the cell, who was the limit,
 //!                                and a saturation search's outcome
@@ -13,18 +14,37 @@
 //! <dir>/report.md, report.html   written at the end (and by `controller report DIR`)
 //! ```
 //! A cell id is `broker/scenario/<test index>-<kind>/<point>/<repetition>`, lower case.
+//!
+//! Each CSV file is written and read through one serde row type: [`SummaryRow`] for
+//! `summary.csv`, [`MetricsRow`] for `metrics.csv`.
+//!
+//! # Layout
+//! - `folder.rs`: [`ResultsDir`], writing a cell's files and rows, and what a resume skips.
+//! - `manifest.rs`: [`Manifest`] and its records, netem as [`NetemRecord`].
+//! - `summary.rs`: [`CellRecord`] (a finished cell) and [`read_rows`].
+//! - `row.rs`: [`SummaryRow`], the columns of `summary.csv`.
+//! - `csv_file.rs`: appending and reading rows of a row type, the one CSV code.
+//! - `fields.rs`: how lists, error counts, verdicts and rounded numbers sit in one field.
+//! - [`usage`]: [`MetricsRow`], the samples of `metrics.csv`, and the broker's CPU and
+//!   memory over a cell's window from them.
 
+mod csv_file;
+mod fields;
+mod folder;
 mod manifest;
-mod summary;
+mod row;
+pub mod summary;
 pub mod usage;
 
+pub use fields::{ErrorCounts, TextList};
+pub use folder::ResultsDir;
 pub use manifest::{
-    AppliedNetem, BrokerRecord, ClusterRecord, Manifest, NodeRecord, OverlayRecord, TestbedRecord,
+    AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
+    OverlayPeer, OverlayRecord, TestbedRecord,
 };
-pub use summary::{
-    CellRecord, CellStatus, MetricsRow, ResultsDir, SUMMARY_CELL_COLUMNS, SUMMARY_FIXED_COLUMNS,
-    SaturationRecord, split_csv_line,
-};
+pub use row::SummaryRow;
+pub use summary::{CellRecord, CellStatus, SaturationRecord, read_each_row, read_rows};
+pub use usage::{MetricsRow, read_each_sample};
 
 /// Results could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +63,20 @@ pub enum ResultsError {
         /// The file.
         path: String,
         /// What is wrong.
+        problem: String,
+    },
+    /// A field of a CSV row is not what this version writes.
+    #[error("{path} line {line}: column {column} = {value:?}: {problem}")]
+    Row {
+        /// The file.
+        path: String,
+        /// Its line (1 is the header).
+        line: u64,
+        /// The column's name.
+        column: String,
+        /// The field as written.
+        value: String,
+        /// What is wrong with it.
         problem: String,
     },
 }

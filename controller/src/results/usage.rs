@@ -1,11 +1,58 @@
-//! What the broker spent on a cell, from the CPU and memory samples its node streamed, taken
-//! over the window the cell's figures describe: the measured window of a timed run, or the
-//! first to the last message of a counted one. And the cell's verdict on who was the limit.
+//! The CPU and memory samples nodes stream during each cell (`metrics.csv`, one
+//! [`MetricsRow`] each), and what the broker spent on a cell from them, taken over the
+//! window the cell's figures describe: the measured window of a timed run, or the first to
+//! the last message of a counted one. And the cell's verdict on who was the limit.
+
+use std::path::Path;
 
 use loadgen::{RunResult, Summary};
 use serde::{Deserialize, Serialize};
 
-use super::MetricsRow;
+use super::fields::decimals;
+use super::{ResultsError, csv_file};
+
+/// One node or process sample taken during a cell: a row of `metrics.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Cell id.
+    pub cell: String,
+    /// Sample time, Unix ns on the node's clock.
+    pub unix_ns: u64,
+    /// Node.
+    pub node: String,
+    /// Node CPU busy, percent of all cores.
+    #[serde(serialize_with = "decimals::<2, _>")]
+    pub node_cpu_percent: f64,
+    /// Node memory in use, bytes.
+    pub node_memory_used_bytes: u64,
+    /// Watched process (the broker), or empty.
+    pub process: String,
+    /// Its CPU, percent of one core.
+    #[serde(serialize_with = "decimals::<2, _>")]
+    pub process_cpu_percent: f64,
+    /// Its resident memory, bytes.
+    pub process_rss_bytes: u64,
+}
+
+/// The columns a sample cannot be used without: all of them.
+const COLUMNS: [&str; 8] = [
+    "cell",
+    "unix_ns",
+    "node",
+    "node_cpu_percent",
+    "node_memory_used_bytes",
+    "process",
+    "process_cpu_percent",
+    "process_rss_bytes",
+];
+
+/// Every sample of the `metrics.csv` at `path`, each read or why not; `None` when the
+/// file does not exist (no node sampled anything).
+pub fn read_each_sample(
+    path: &Path,
+) -> Result<Option<Vec<Result<MetricsRow, ResultsError>>>, ResultsError> {
+    csv_file::read(path, &COLUMNS)
+}
 
 /// The broker's CPU and memory over a cell's window.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -293,7 +293,10 @@ pub async fn run_plan_observed(
                     for netem in &applied {
                         eprintln!(
                             "controller: {} on {}: asked {}, kernel holds {}",
-                            netem.scenario, netem.node, netem.asked, netem.read_back
+                            netem.scenario,
+                            netem.node,
+                            netem.asked,
+                            netem.read_back_text()
                         );
                     }
                     manifest.netem.extend(applied);
@@ -553,8 +556,8 @@ fn record(
         cell: cell.id(plan),
         broker: plan.brokers[cell.broker].name.clone(),
         scenario: plan.scenarios[cell.scenario].name.clone(),
-        test: format!("{:?}", test.kind).to_lowercase(),
-        point: cell.point.label(),
+        test: test.kind,
+        point: cell.point,
         repetition: cell.repetition,
         status,
         reason: if status == CellStatus::Ok {
@@ -624,11 +627,7 @@ fn fresh_folder(base: &Path) -> PathBuf {
 }
 
 fn timestamp() -> String {
-    let t = crate::civil::UtcTime::from_unix_secs(loadgen::clock::unix_now_ns() / 1_000_000_000);
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    crate::civil::folder_stamp(loadgen::clock::unix_now_ns() / 1_000_000_000)
 }
 
 /// Where the results of `plan` go when not resuming (for messages).

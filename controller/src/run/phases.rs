@@ -15,7 +15,7 @@ use proto::agent::v1 as pb;
 
 use super::{AgentHandle, RunError};
 use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
-use crate::results::{ClusterRecord, OverlayRecord, TestbedRecord};
+use crate::results::{ClusterNode, ClusterRecord, OverlayPeer, OverlayRecord, TestbedRecord};
 use domain::overlay::parse_overlay_cidr;
 use proto::client::status_text;
 
@@ -144,7 +144,11 @@ async fn overlay(
             peers: status
                 .peers
                 .iter()
-                .map(|p| (p.overlay_ip.clone(), p.reachable, p.detail.clone()))
+                .map(|p| OverlayPeer {
+                    address: p.overlay_ip.clone(),
+                    reachable: p.reachable,
+                    detail: p.detail.clone(),
+                })
                 .collect(),
         });
         eprintln!("controller: overlay: {}: {}", node.name, status.detail);
@@ -224,13 +228,11 @@ async fn cluster(
                 nodes: status
                     .nodes
                     .iter()
-                    .map(|n| {
-                        (
-                            n.name.clone(),
-                            n.ready,
-                            n.internal_ip.clone(),
-                            n.taints.clone(),
-                        )
+                    .map(|n| ClusterNode {
+                        name: n.name.clone(),
+                        ready: n.ready,
+                        internal_ip: n.internal_ip.clone(),
+                        taints: n.taints.clone(),
                     })
                     .collect(),
             });

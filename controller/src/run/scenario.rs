@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
 use crate::plan::{DelaySplit, Plan, ScenarioEntry, scenario_preset};
-use crate::results::AppliedNetem;
+use crate::results::{AppliedNetem, NetemRecord};
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
 const LEASE: Duration = Duration::from_secs(30);
@@ -63,24 +63,6 @@ pub fn totals(scenario: &ScenarioEntry) -> (Duration, Duration, f64) {
         scenario.delay.unwrap_or(preset.0),
         scenario.jitter.unwrap_or(preset.1),
         scenario.loss_percent.unwrap_or(preset.2),
-    )
-}
-
-/// `delay 1.25ms jitter 250us loss 0.02%`.
-pub fn describe(spec: &pb::NetemSpec) -> String {
-    // One number per value ("1.249984ms"): the report reads them back.
-    let duration = |d: &Option<prost_types::Duration>| {
-        d.and_then(|d| Duration::try_from(d).ok()).map_or_else(
-            || "?".to_string(),
-            |d| format!("{}ms", d.as_nanos() as f64 / 1e6),
-        )
-    };
-    format!(
-        "delay {} jitter {} loss {}%",
-        duration(&spec.delay),
-        duration(&spec.jitter),
-        // The kernel holds loss as a fraction of 2^32: 0.05 reads back as 0.0500000082.
-        (spec.loss_percent * 1e6).round() / 1e6
     )
 }
 
@@ -167,11 +149,8 @@ pub async fn apply(
             scenario: scenario.name.clone(),
             node: name.to_string(),
             interface: state.interface.clone(),
-            asked: describe(&spec),
-            read_back: state
-                .netem
-                .as_ref()
-                .map_or_else(|| "nothing".to_string(), describe),
+            asked: NetemRecord::of(&spec),
+            read_back: state.netem.as_ref().map(NetemRecord::of),
         });
         nodes.push(node);
     }
@@ -216,11 +195,8 @@ mod tests {
             Duration::from_micros(250),
             0.02,
         );
-        let text = describe(&spec);
-        assert_eq!(text, "delay 1.25ms jitter 0.25ms loss 0.02%");
-        assert_eq!(
-            crate::report::emulation_delay_in(&text),
-            Some(Duration::from_micros(1_250))
-        );
+        let record = NetemRecord::of(&spec);
+        assert_eq!(record.to_string(), "delay 1.25ms jitter 0.25ms loss 0.02%");
+        assert_eq!(record.delay(), Duration::from_micros(1_250));
     }
 }

@@ -50,14 +50,15 @@ use std::time::{Duration, Instant};
 
 use agent::netem::{Netem, NetemOptions};
 use anyhow::{Context, Result, bail};
-use controller::plan::Plan;
+use controller::plan::{Plan, TestKind};
+use controller::results::{self, CellStatus, Manifest, NetemRecord};
 use controller::run::{RunOptions, run_plan};
 use domain::NetemParams;
 use domain::{AgentConfig, NodeRole, TlsFiles};
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use rtnetlink::{LinkUnspec, LinkVeth};
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::pki::{CONTROLLER, TestPki};
 use tokio_util::sync::CancellationToken;
 
@@ -337,29 +338,16 @@ interval = "250ms"
 /// summary.csv: every cell ok, and per scenario the median of the repetitions' medians;
 /// each emulated scenario's rise over local within 20 % + 0.5 ms of its total delay.
 fn check_latency(dir: &Path) -> Result<bool> {
-    let text = std::fs::read_to_string(dir.join("summary.csv")).context("summary.csv")?;
-    let mut lines = text.lines();
-    let header = split_csv(lines.next().context("summary.csv is empty")?);
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .with_context(|| format!("summary.csv has no column {name}"))
-    };
-    let (scenario, status, p50, test) = (
-        column("scenario")?,
-        column("status")?,
-        column("latency_p50_us")?,
-        column("test")?,
-    );
-    let rows: Vec<Vec<String>> = lines.map(split_csv).collect();
+    let rows = results::read_rows(&dir.join("summary.csv")).context("summary.csv")?;
     let mut medians = BTreeMap::new();
     let mut ok = true;
     for (name, ..) in SCENARIOS {
         let mut values: Vec<f64> = rows
             .iter()
-            .filter(|r| r[scenario] == name && r[test] == "latency" && r[status] == "ok")
-            .filter_map(|r| r[p50].parse::<f64>().ok())
+            .filter(|r| {
+                r.scenario == name && r.test == TestKind::Latency && r.status == CellStatus::Ok
+            })
+            .filter_map(|r| r.latency_p50_us)
             .map(|us| us / 1e3)
             .collect();
         values.sort_by(f64::total_cmp);
@@ -398,69 +386,35 @@ fn median_of(sorted: &[f64]) -> f64 {
     }
 }
 
-/// One CSV line into fields (quoted fields may hold commas and doubled quotes).
-fn split_csv(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(std::mem::take(&mut field)),
-            c => field.push(c),
-        }
-    }
-    fields.push(field);
-    fields
-}
-
-/// `delay 1ms 250us jitter 250us loss 0.02%` as (delay, jitter, loss %).
-fn parse_netem(text: &str) -> Option<(Duration, Duration, f64)> {
-    let rest = text.strip_prefix("delay ")?;
-    let (delay, rest) = rest.split_once(" jitter ")?;
-    let (jitter, loss) = rest.split_once(" loss ")?;
-    Some((
-        humantime::parse_duration(delay).ok()?,
-        humantime::parse_duration(jitter).ok()?,
-        loss.strip_suffix('%')?.parse().ok()?,
-    ))
-}
-
 /// manifest.json: both nodes able to emulate, and for each emulated scenario netem asked
 /// and read back on both nodes' data-plane interfaces: half of each total, as asked.
 fn check_manifest(dir: &Path) -> Result<bool> {
-    let text = std::fs::read_to_string(dir.join("manifest.json")).context("manifest.json")?;
-    let manifest: Value = serde_json::from_str(&text).context("manifest.json")?;
+    let manifest = Manifest::read(&dir.join("manifest.json")).context("manifest.json")?;
     let mut ok = true;
-    let nodes = manifest["nodes"].as_array().cloned().unwrap_or_default();
+    let nodes = &manifest.nodes;
     ok &= report(
         "manifest_nodes",
         NODES.iter().all(|n| {
             nodes
                 .iter()
-                .any(|m| m["name"] == n.name && m["netem"] == "available")
+                .any(|m| m.name == n.name && m.netem == "available")
         }),
-        json!({ "nodes": nodes.iter().map(|m| json!({ "name": m["name"], "agent": m["agent"],
-                 "netem": m["netem"], "kernel": m["kernel"], "clock_offset_ns": m["clock_offset_ns"] }))
+        json!({ "nodes": nodes.iter().map(|m| json!({ "name": m.name, "agent": m.agent,
+                 "netem": m.netem, "kernel": m.kernel, "clock_offset_ns": m.clock_offset_ns }))
                  .collect::<Vec<_>>() }),
     );
-    let netem = manifest["netem"].as_array().cloned().unwrap_or_default();
+    let netem = &manifest.netem;
     for (name, delay, jitter, loss) in SCENARIOS.into_iter().skip(1) {
         let want = (
             Duration::from_secs_f64(delay / 2e3),
             Duration::from_secs_f64(jitter / 2e3),
             loss / 2.0,
         );
-        let close = |got: Option<(Duration, Duration, f64)>| {
-            got.is_some_and(|(d, j, l)| {
-                d.abs_diff(want.0) < Duration::from_micros(1)
-                    && j.abs_diff(want.1) < Duration::from_micros(1)
-                    && (l - want.2).abs() < 1e-6
+        let close = |got: Option<&NetemRecord>| {
+            got.is_some_and(|r| {
+                Duration::from_nanos(r.delay_ns).abs_diff(want.0) < Duration::from_micros(1)
+                    && Duration::from_nanos(r.jitter_ns).abs_diff(want.1) < Duration::from_micros(1)
+                    && (r.loss_percent - want.2).abs() < 1e-6
             })
         };
         let mut entries = Vec::new();
@@ -468,12 +422,10 @@ fn check_manifest(dir: &Path) -> Result<bool> {
         for node in &NODES {
             let entry = netem
                 .iter()
-                .find(|e| e["scenario"] == name && e["node"] == node.name);
-            let asked = entry.and_then(|e| e["asked"].as_str()).unwrap_or("");
-            let read_back = entry.and_then(|e| e["read_back"].as_str()).unwrap_or("");
-            pass &= entry.is_some_and(|e| e["interface"] == node.data_if)
-                && close(parse_netem(asked))
-                && close(parse_netem(read_back));
+                .find(|e| e.scenario == name && e.node == node.name);
+            pass &= entry.is_some_and(|e| {
+                e.interface == node.data_if && close(Some(&e.asked)) && close(e.read_back.as_ref())
+            });
             entries.push(json!({ "node": node.name, "entry": entry }));
         }
         ok &= report(
@@ -482,7 +434,7 @@ fn check_manifest(dir: &Path) -> Result<bool> {
             json!({ "each_end_ms": want.0.as_secs_f64() * 1e3, "applied": entries }),
         );
     }
-    let local = netem.iter().any(|e| e["scenario"] == "local");
+    let local = netem.iter().any(|e| e.scenario == "local");
     ok &= report(
         "local_unimpaired",
         !local,

@@ -1,0 +1,244 @@
+//! [`ResultsDir`]: a run's results folder, written as each cell ends.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use loadgen::RunResult;
+
+use super::summary::read_each_row;
+use super::{CellRecord, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow, csv_file};
+
+/// A run's results folder.
+#[derive(Debug, Clone)]
+pub struct ResultsDir {
+    dir: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
+    move |source| ResultsError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn json_error(path: &Path) -> impl FnOnce(serde_json::Error) -> ResultsError + '_ {
+    move |error| ResultsError::Format {
+        path: path.display().to_string(),
+        problem: error.to_string(),
+    }
+}
+
+impl ResultsDir {
+    /// Creates (or reopens, for `--resume`) the folder.
+    pub fn open(dir: &Path) -> Result<Self, ResultsError> {
+        fs::create_dir_all(dir.join("cells")).map_err(io(dir))?;
+        Ok(ResultsDir {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The folder of one cell's files, refused unless it lies inside `cells/`: a cell id is
+    /// made of plan names, and a name that slipped past validation must not write elsewhere.
+    pub fn cell_dir(&self, cell: &str) -> Result<PathBuf, ResultsError> {
+        let relative = Path::new(cell);
+        let inside = !cell.is_empty()
+            && relative
+                .components()
+                .all(|step| matches!(step, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(ResultsError::Format {
+                path: self.dir.join("cells").display().to_string(),
+                problem: format!("cell id {cell:?} is not a path inside the run's cells folder"),
+            });
+        }
+        Ok(self.dir.join("cells").join(relative))
+    }
+
+    /// `summary.csv`.
+    pub fn summary_path(&self) -> PathBuf {
+        self.dir.join("summary.csv")
+    }
+
+    /// Writes the manifest (replacing an earlier one).
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), ResultsError> {
+        let path = self.dir.join("manifest.json");
+        let json = serde_json::to_string_pretty(manifest).map_err(json_error(&path))?;
+        write_atomically(&path, json.as_bytes())
+    }
+
+    /// Reads the manifest.
+    pub fn read_manifest(&self) -> Result<Manifest, ResultsError> {
+        Manifest::read(&self.dir.join("manifest.json"))
+    }
+
+    /// Records a finished cell: its raw result and histogram first, then its summary row, so
+    /// a row never points at files that are not there.
+    pub fn record(
+        &self,
+        record: &CellRecord,
+        result: Option<&RunResult>,
+        search: Option<&loadgen::saturation::SaturationReport>,
+    ) -> Result<(), ResultsError> {
+        let cell_dir = self.cell_dir(&record.cell)?;
+        if search.is_some() || result.is_some() {
+            fs::create_dir_all(&cell_dir).map_err(io(&cell_dir))?;
+        }
+        if let Some(search) = search {
+            let path = cell_dir.join("saturation.json");
+            let json = serde_json::to_string_pretty(search).map_err(json_error(&path))?;
+            write_atomically(&path, json.as_bytes())?;
+        }
+        if let Some(result) = result {
+            let path = cell_dir.join("result.json");
+            let json = serde_json::to_string(result).map_err(json_error(&path))?;
+            write_atomically(&path, json.as_bytes())?;
+            let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
+            write_atomically(&cell_dir.join("latency.hgrm"), hgrm.as_bytes())?;
+        }
+        csv_file::append(&self.summary_path(), &[SummaryRow::of(record)])
+    }
+
+    /// Appends metrics samples.
+    pub fn record_metrics(&self, rows: &[MetricsRow]) -> Result<(), ResultsError> {
+        csv_file::append(&self.dir.join("metrics.csv"), rows)
+    }
+
+    /// Cells already in `summary.csv` with status ok or skipped: a resumed run skips them
+    /// (failed cells are tried again, and so are cells whose row cannot be read).
+    pub fn finished_cells(&self) -> Result<HashSet<String>, ResultsError> {
+        let rows = read_each_row(&self.summary_path())?.unwrap_or_default();
+        let mut finished = HashSet::new();
+        for row in rows {
+            match row {
+                Ok(row) if row.status != CellStatus::Failed => {
+                    finished.insert(row.cell);
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "a summary row; its cell runs again"),
+            }
+        }
+        Ok(finished)
+    }
+}
+
+/// Writes `path` whole or not at all, and durably before anything may point at it: the file
+/// is synced before the rename and the folder after it, so a power loss cannot leave a
+/// summary row (synced on append) naming an empty result that resume would then skip.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+    use std::io::Write;
+    let temporary = path.with_extension("partial");
+    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
+    file.write_all(bytes).map_err(io(&temporary))?;
+    file.sync_all().map_err(io(&temporary))?;
+    fs::rename(&temporary, path).map_err(io(path))?;
+    if let Some(folder) = path.parent() {
+        fs::File::open(folder)
+            .and_then(|folder| folder.sync_all())
+            .map_err(io(folder))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use loadgen::Summary;
+
+    use super::*;
+    use crate::plan::TestKind;
+
+    #[test]
+    fn a_cell_id_that_would_leave_the_cells_folder_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let results = ResultsDir::open(dir.path()).expect("open");
+        for id in ["../../escaped/x", "/etc/x", "b/../../x", ""] {
+            let error = results.cell_dir(id).expect_err(id).to_string();
+            assert!(error.contains("not a path inside"), "{id}: {error}");
+        }
+        let inside = results.cell_dir("b/local/0-latency/-/1").expect("inside");
+        assert!(inside.starts_with(dir.path().join("cells")));
+    }
+
+    #[test]
+    fn rows_append_and_finished_cells_are_known_for_resume() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let results = ResultsDir::open(dir.path()).expect("open");
+        let spec = loadgen::presets::latency();
+        let mut result = RunResult::empty(&spec, "r");
+        result.shards.push(spec.effective_shard());
+        let record = |cell: &str, status, summary| CellRecord {
+            cell: cell.to_string(),
+            broker: "b".into(),
+            scenario: "local".into(),
+            test: TestKind::Latency,
+            point: crate::plan::CellPoint::Single,
+            repetition: 1,
+            status,
+            reason: String::new(),
+            summary,
+            usage: None,
+            generator_limit: None,
+            saturation: None,
+        };
+        let ok = record(
+            "b/local/0-latency/-/1",
+            CellStatus::Ok,
+            Some(Summary::of(&result)),
+        );
+        results.record(&ok, Some(&result), None).expect("ok row");
+        let failed = record("b/local/0-latency/-/2", CellStatus::Failed, None);
+        results.record(&failed, None, None).expect("failed row");
+        let skipped = record("b/edge/0-latency/-/1", CellStatus::Skipped, None);
+        results.record(&skipped, None, None).expect("skipped row");
+        let rows = super::super::read_rows(&results.summary_path()).expect("read");
+        assert_eq!(rows, [&ok, &failed, &skipped].map(SummaryRow::of));
+        let mut raw = csv::Reader::from_path(results.summary_path()).expect("read");
+        let header = raw.headers().expect("header").clone();
+        assert_eq!(
+            header.iter().take(8).collect::<Vec<_>>(),
+            SummaryRow::REQUIRED_COLUMNS
+        );
+        assert!(
+            raw.records()
+                .all(|row| row.is_ok_and(|row| row.len() == header.len())),
+            "every row has every column"
+        );
+        let done = results.finished_cells().expect("finished");
+        assert!(done.contains("b/local/0-latency/-/1") && done.contains("b/edge/0-latency/-/1"));
+        assert!(
+            !done.contains("b/local/0-latency/-/2"),
+            "failed cells run again"
+        );
+        assert!(
+            dir.path()
+                .join("cells/b/local/0-latency/-/1/result.json")
+                .exists()
+        );
+    }
+
+    #[test]
+    fn an_unreadable_row_is_named_and_its_cell_runs_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let results = ResultsDir::open(dir.path()).expect("open");
+        let header = "cell,broker,scenario,test,point,repetition,status,reason";
+        let text = format!(
+            "{header}\na/l/0-latency/-/1,a,l,latency,-,1,ok,\na/l/0-latency/-/2,a,l,latency,-,two,ok,\n"
+        );
+        fs::write(results.summary_path(), text).expect("write");
+        let done = results.finished_cells().expect("finished");
+        assert_eq!(done, HashSet::from(["a/l/0-latency/-/1".to_string()]));
+        let error = super::super::read_rows(&results.summary_path()).expect_err("bad row");
+        let error = error.to_string();
+        assert!(
+            error.ends_with(
+                "summary.csv line 3: column repetition = \"two\": invalid digit found in string"
+            ),
+            "{error}"
+        );
+    }
+}
