@@ -7,19 +7,17 @@
 //! Overlay addresses come from 198.18.0.0/15 like every testbed address, and only travel
 //! between the testbed's own namespaces.
 
-mod common;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use common::nebula::{
+use proto::agent::v1 as pb;
+use proto::agent::v1::agent_client::AgentClient;
+use tests::agent_bed::nebula::{
     NEBULA, NEBULA_CERT, TUN, in_node, nebula_section, overlay_ip, overlay_network,
     processes_mentioning, tun_addresses, tun_bytes,
 };
-use common::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
-use proto::agent::v1 as pb;
-use proto::agent::v1::agent_client::AgentClient;
+use tests::agent_bed::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
 use tests::{isolated_netns_test, skip_unless_installed};
 use tonic::Code;
 use tonic::transport::Channel;

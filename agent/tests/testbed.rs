@@ -3,18 +3,17 @@
 //! worker), RunLoad across nodes, security and bad input. Every test runs isolated in its own
 //! network namespace (see `tests::netns`); traffic stays between the testbed's nodes.
 
-mod common;
-
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use common::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
 use controller::clock;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Role};
+use tests::agent_bed::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};
+use tests::pki::TestPki;
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -347,8 +346,10 @@ fn only_the_controller_may_change_a_node_and_strangers_are_refused() {
             "no client cert"
         );
         // A certificate from another CA (even with the controller's name).
-        let stranger_ca = CertificateAuthority::generate("Continuum test CA")?;
-        let stranger = stranger_ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?;
+        let stranger_ca = TestPki::in_memory()?;
+        let stranger = stranger_ca
+            .ca()
+            .issue(&IdentitySpec::new(Role::Controller, "controller"))?;
         assert!(
             info_with(
                 &worker,

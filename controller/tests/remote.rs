@@ -19,7 +19,8 @@ use controller::remote::{self, RemoteError};
 use proto::controller::v1 as pb;
 use proto::controller::v1::controller_client::ControllerClient;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Role};
+use proto::pki::{IdentitySpec, Role};
+use tests::pki::TestPki;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -37,23 +38,15 @@ struct Pki {
 }
 
 fn pki() -> Result<Pki, Box<dyn std::error::Error + Send + Sync>> {
-    let ca = CertificateAuthority::generate("remote test CA")?;
-    let credentials =
-        |spec: IdentitySpec| -> Result<Credentials, Box<dyn std::error::Error + Send + Sync>> {
-            Ok(Credentials::new(
-                ca.cert_pem().to_string(),
-                ca.issue(&spec)?,
-                "test CA",
-            )?)
-        };
+    let pki = TestPki::in_memory()?;
     Ok(Pki {
-        controller: credentials(
-            IdentitySpec::new(Role::Controller, "controller")
+        controller: pki.issue(
+            &IdentitySpec::new(Role::Controller, "controller")
                 .with_ip_address([127, 0, 0, 1].into()),
         )?,
-        laptop: credentials(IdentitySpec::new(Role::Client, "laptop"))?,
-        agent: credentials(
-            IdentitySpec::new(Role::Agent, "worker-1").with_ip_address([127, 0, 0, 1].into()),
+        laptop: pki.issue(&IdentitySpec::new(Role::Client, "laptop"))?,
+        agent: pki.issue(
+            &IdentitySpec::new(Role::Agent, "worker-1").with_ip_address([127, 0, 0, 1].into()),
         )?,
     })
 }

@@ -1,5 +1,6 @@
 //! Testbed support for Continuum's end-to-end tests: real brokers on
-//! loopback, read through their own counters.
+//! loopback, read through their own counters; namespace testbeds with real
+//! agents on them; a shared test PKI and a fake `k3s`.
 //!
 //! A test starts a [`Mosquitto`] or a [`RabbitMq`] of its own, each on free
 //! 127.0.0.1 ports with its files in a private temporary directory, drives
@@ -13,8 +14,9 @@
 //! # Layout
 //! - [`ports`]: free loopback ports, and raising `RLIMIT_NOFILE` for tests
 //!   with thousands of connections.
-//! - [`process`]: bounded command runs, instance ids that tag every process
-//!   of a broker, and the sweep proving nothing was left running.
+//! - [`process`]: instance ids that tag every process of a broker (the
+//!   `host` crate sweeps them), and the one walk over `/proc` for processes
+//!   nobody tagged.
 //! - [`mqtt_wire`]: a minimal blocking MQTT 3.1.1 client (readiness probes,
 //!   `$SYS` reading, deliberately slow subscribers).
 //! - [`mosquitto`]: the Mosquitto driver and its options.
@@ -32,20 +34,34 @@
 //!   in 198.18.0.0/15, reachable only from inside the testbed's own
 //!   namespaces (the one exception to loopback-only), built from a test
 //!   process isolated in a namespace of its own.
+//! - [`agent_bed`]: real `continuum-agent` processes on a namespace testbed,
+//!   for the agent's and the controller's end-to-end tests.
+//! - [`pki`]: the one test PKI (a CA, the controller, one identity per
+//!   agent) on files or in memory.
+//! - [`fake_k3s`]: the scripted fake `k3s` and what it recorded.
+//! - [`workspace`]: a workspace binary built fresh for a test of another
+//!   package.
+//! - [`vm`]: the real-kernel checks' driver: builds the one VM payload
+//!   (`examples/vm_check/`), boots it under qemu, reads its results.
 //! - this file: checks for installed components ([`require_binary`],
 //!   [`skip_unless_installed!`]) that skip locally and fail in CI.
 
+pub mod agent_bed;
 pub mod cpu_quota;
+pub mod fake_k3s;
 pub mod mosquitto;
 pub mod mosquitto_sys;
 mod mosquitto_sys_reader;
 pub mod mqtt_wire;
 pub mod netns;
+pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
+pub mod vm;
+pub mod workspace;
 
 pub use cpu_quota::{CpuQuota, cpu_quota_unavailable};
 pub use mosquitto::{Mosquitto, MosquittoOptions};

@@ -11,10 +11,10 @@ use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::Child;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use host::{Attempt, poll_until_blocking};
 
 use crate::process::POLL_INTERVAL;
 
@@ -256,19 +256,26 @@ impl MqttConnection {
 pub fn wait_for_connack(addr: SocketAddr, broker: &mut Child, timeout: Duration) -> Result<()> {
     // Each try is short: a broker still booting may accept TCP and stay silent.
     const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = broker.try_wait().context("checking the broker process")? {
-            bail!("the broker exited ({status}) before answering MQTT on {addr}");
+    let connection = poll_until_blocking(timeout, POLL_INTERVAL, || {
+        match broker.try_wait() {
+            Ok(Some(status)) => {
+                return Attempt::Stop(anyhow!(
+                    "the broker exited ({status}) before answering MQTT on {addr}"
+                ));
+            }
+            Ok(None) => {}
+            Err(error) => {
+                return Attempt::Stop(anyhow!(error).context("checking the broker process"));
+            }
         }
         match MqttConnection::connect(addr, "continuum-readiness-probe", ATTEMPT_TIMEOUT) {
-            Ok(connection) => return connection.disconnect(),
-            Err(error) if Instant::now() >= deadline => {
-                return Err(error.context(format!("no CONNACK from {addr} within {timeout:?}")));
+            Ok(connection) => Attempt::Done(connection),
+            Err(error) => {
+                Attempt::Retry(error.context(format!("no CONNACK from {addr} within {timeout:?}")))
             }
-            Err(_) => thread::sleep(POLL_INTERVAL),
         }
-    }
+    })?;
+    connection.disconnect()
 }
 
 fn put_string(buffer: &mut Vec<u8>, text: &str) -> Result<()> {

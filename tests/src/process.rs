@@ -3,6 +3,10 @@
 //! `/proc` (the `host` crate holds the sweep, bounded runs and polling, shared with the agent).
 //! The variable differs from the agent's own, so a test's sweep never touches an agent's
 //! brokers and the other way round.
+//!
+//! For processes a test did not tag (a fake's daemons, the Nebula an agent started), the one
+//! walk over `/proc` is [`running_processes`], with [`processes_mentioning`] and
+//! [`process_group`] on top.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -28,4 +32,53 @@ pub fn new_instance_id() -> String {
 /// The marker of instance `id`.
 pub fn instance_marker(id: &str) -> Marker {
     Marker::new(INSTANCE_MARKER_VAR, id)
+}
+
+/// PIDs of the running (non-zombie) processes whose `/proc/PID/cmdline` mentions `needle`
+/// (a test's private folder, say), in order. Processes this user cannot inspect are skipped.
+pub fn processes_mentioning(needle: &str) -> Vec<u32> {
+    running_processes()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .collect()
+}
+
+/// PIDs of every running (non-zombie) process, in order ([`host::is_running`]).
+pub fn running_processes() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| host::is_running(pid))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The process group of `pid`, from `/proc/PID/stat` (read after the command name, which may
+/// hold spaces and parentheses: state, ppid, pgrp, ...).
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(2)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_found_with_its_group() {
+        let me = std::process::id();
+        assert!(running_processes().contains(&me));
+        let exe = std::env::current_exe().expect("own executable");
+        assert!(processes_mentioning(&exe.display().to_string()).contains(&me));
+        // SAFETY: getpgrp has no preconditions.
+        let group = unsafe { libc::getpgrp() };
+        assert_eq!(process_group(me), u32::try_from(group).ok());
+    }
 }

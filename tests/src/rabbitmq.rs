@@ -18,9 +18,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+use host::{Attempt, poll_until_blocking};
 use tempfile::TempDir;
 
 use crate::mqtt_wire::wait_for_connack;
@@ -200,19 +201,21 @@ impl RabbitMq {
     /// Reads the counters until two reads a moment apart report the same
     /// traffic, and returns the later one. Call it once clients stopped.
     pub fn counters_settled(&self) -> Result<RabbitCounters> {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
         let mut previous = self.counters()?;
-        loop {
-            thread::sleep(SETTLE_GAP);
-            let current = self.counters()?;
+        thread::sleep(SETTLE_GAP);
+        poll_until_blocking(SETTLE_DEADLINE, SETTLE_GAP, || {
+            let current = match self.counters() {
+                Ok(current) => current,
+                Err(error) => return Attempt::Stop(error),
+            };
             if current.same_traffic(&previous) {
-                return Ok(current);
+                return Attempt::Done(current);
             }
-            if Instant::now() >= deadline {
-                bail!("RabbitMQ counters still changing after {SETTLE_DEADLINE:?}: {current:?}");
-            }
+            let changing =
+                anyhow!("RabbitMQ counters still changing after {SETTLE_DEADLINE:?}: {current:?}");
             previous = current;
-        }
+            Attempt::Retry(changing)
+        })
     }
 }
 
@@ -252,19 +255,21 @@ fn spawn_epmd(env: &[(String, String)], ports: &RabbitPorts, dir: &Path) -> Resu
         .with_context(|| format!("spawning {EPMD}"))?;
 
     let addr = SocketAddr::from((LOOPBACK, ports.epmd));
-    let deadline = Instant::now() + EPMD_DEADLINE;
-    loop {
+    let listening = poll_until_blocking(EPMD_DEADLINE, POLL_INTERVAL, || {
         if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(epmd);
+            return Attempt::Done(());
         }
-        let exited = epmd.try_wait().ok().flatten();
-        if exited.is_some() || Instant::now() >= deadline {
-            kill_group_and_reap(&mut epmd);
-            let log = std::fs::read_to_string(dir.join("epmd.log")).unwrap_or_default();
-            bail!("epmd did not listen on {addr} (exit: {exited:?}); its log:\n{log}");
+        match epmd.try_wait().ok().flatten() {
+            Some(exited) => Attempt::Stop(Some(exited)),
+            None => Attempt::Retry(None),
         }
-        thread::sleep(POLL_INTERVAL);
+    });
+    if let Err(exited) = listening {
+        kill_group_and_reap(&mut epmd);
+        let log = std::fs::read_to_string(dir.join("epmd.log")).unwrap_or_default();
+        bail!("epmd did not listen on {addr} (exit: {exited:?}); its log:\n{log}");
     }
+    Ok(epmd)
 }
 
 fn spawn_server(env: &[(String, String)], dir: &Path) -> Result<Child> {

@@ -9,17 +9,15 @@
 //! broker "pod" as a real Mosquitto in the worker's namespace on the manifest's NodePort
 //! (what a NodePort Service would expose), with canned pod metrics.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use common::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network};
-use common::{AGENT_PORT, AgentBed};
 use controller::plan::Plan;
 use controller::results::ResultsDir;
 use controller::run::{RunOptions, run_plan};
+use tests::agent_bed::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network};
+use tests::agent_bed::{AGENT_PORT, AgentBed};
 use tests::isolated_netns_test;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +55,7 @@ fn plan_text(bed: &AgentBed, net: [u8; 3], results: &Path) -> String {
 
 /// Mosquitto processes started as the fake's pod (their config is in the fake's folder).
 fn pods(fake: &Path) -> Vec<u32> {
-    common::nebula::processes_mentioning(&fake.join("pod.conf").display().to_string())
+    tests::agent_bed::nebula::processes_mentioning(&fake.join("pod.conf").display().to_string())
 }
 
 #[test]
@@ -168,10 +166,18 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
 
     // Deleted after the run: the pod is gone.
     ensure!(calls.contains("delete -f -"), "{calls}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !pods(fake.path()).is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    // Whether it went in time or not, the check below says.
+    let _ = host::poll_until_blocking(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(50),
+        || {
+            if pods(fake.path()).is_empty() {
+                host::Attempt::Done(())
+            } else {
+                host::Attempt::Retry(())
+            }
+        },
+    );
     ensure!(
         pods(fake.path()).is_empty(),
         "the pod was stopped: {:?} still run; pid file said {:?}",

@@ -1,25 +1,32 @@
-//! What the namespace-testbed tests share: agents started as `continuum-agent` processes in
-//! testbed nodes with a PKI of their own, and a client holding the controller's identity.
-//! Used by `testbed.rs` and `nebula_overlay.rs`; [`nebula`] holds what the latter adds.
-
-// Each test binary includes this module and uses only part of it.
-#![allow(dead_code)]
+//! Agents on a namespace testbed: the real `continuum-agent` binary (built fresh by
+//! [`workspace_binary`]) as a process in each of tester, headnode and worker, with a
+//! [`TestPki`] of their own, and a client holding the controller's identity. Used by the
+//! agent's namespace tests and by the controller's end-to-end tests alike.
+//!
+//! # Layout
+//! - this file: [`AgentBed`], agent configurations, [`connect_when_ready`], and the
+//!   RunLoad helpers ([`workload`], [`run_load`]).
+//! - [`nebula`]: what the overlay tests add: `nebula-cert` certificates, the `[nebula]`
+//!   section of agent.toml, the tun device and processes seen from outside.
 
 pub mod nebula;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use host::{Attempt, poll_until, poll_until_blocking};
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
-use tests::netns::{NodeProcess, Testbed};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
+
+use crate::netns::{NodeProcess, Testbed};
+use crate::pki::TestPki;
+use crate::workspace::workspace_binary;
 
 /// The port every agent serves gRPC on, on its node's testbed address.
 pub const AGENT_PORT: u16 = 7100;
@@ -27,14 +34,26 @@ pub const AGENT_PORT: u16 = 7100;
 pub const AGENTS: [&str; 3] = ["tester", "headnode", "worker"];
 /// How long an agent may take to answer after it was started.
 pub const READY_DEADLINE: Duration = Duration::from_secs(20);
+/// How often a wait for an agent looks again.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often a wait for an agent to exit looks again.
+const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The agent binary, fresh ([`workspace_binary`]).
+pub fn agent_binary() -> Result<PathBuf> {
+    workspace_binary("agent", "continuum-agent")
+}
 
 /// A testbed with an agent on each of tester, headnode and worker, and an empty controller
 /// node, plus the PKI they share.
+#[derive(Debug)]
 pub struct AgentBed {
     /// The namespaces.
     pub testbed: Testbed,
-    /// The project's PKI, the agents' configs and their state folders.
+    /// The folder of the project's PKI, the agents' configs and their state folders.
     pub pki: tempfile::TempDir,
+    /// The PKI in [`AgentBed::pki`].
+    pub certificates: TestPki,
     /// Each agent's process, by name.
     pub agents: Vec<(String, NodeProcess)>,
 }
@@ -66,17 +85,14 @@ impl AgentBed {
             .chain(bare_nodes)
             .map(|n| (*n).into())
             .collect();
+        let binary = agent_binary()?;
         let testbed = Testbed::build(prefix, &nodes)?;
         let pki = tempfile::tempdir()?;
-        let ca = CertificateAuthority::generate("Continuum test CA")?;
-        let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
-        for name in AGENTS {
-            let addr = testbed.node(name).addr();
-            identities.push(
-                ca.issue(&IdentitySpec::new(Role::Agent, name).with_ip_address(addr.into()))?,
-            );
-        }
-        write_pki(pki.path(), &ca, &identities, Overwrite::Refuse)?;
+        let addresses: Vec<_> = AGENTS
+            .iter()
+            .map(|name| (*name, testbed.node(name).addr().into()))
+            .collect();
+        let certificates = TestPki::create(pki.path(), &addresses)?;
         let mut agents = Vec::new();
         for name in AGENTS {
             let node = testbed.node(name);
@@ -86,7 +102,7 @@ impl AgentBed {
                 SocketAddr::new(node.addr().into(), AGENT_PORT),
                 &extra(&testbed, name)?,
             )?;
-            let mut command = node.command(env!("CARGO_BIN_EXE_continuum-agent"));
+            let mut command = node.command(&binary);
             // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
             command
                 .arg("--config")
@@ -97,6 +113,7 @@ impl AgentBed {
         Ok(AgentBed {
             testbed,
             pki,
+            certificates,
             agents,
         })
     }
@@ -113,7 +130,7 @@ impl AgentBed {
 
     /// The identity `name` (controller or an agent) from the PKI.
     pub fn credentials(&self, name: &str) -> Result<Credentials> {
-        Ok(Credentials::load(self.pki.path(), name)?)
+        self.certificates.credentials(name)
     }
 
     /// Runs `f` in the controller node.
@@ -131,18 +148,17 @@ impl AgentBed {
         for (name, process) in &mut self.agents {
             // SAFETY: a plain kill(2) on our own child's PID.
             unsafe { libc::kill(process.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + limit;
-            loop {
-                if let Some(status) = process.child_mut().try_wait()? {
-                    if !status.success() {
-                        bail!("agent {name} exited with {status} after SIGTERM");
-                    }
-                    break;
+            let status = poll_until_blocking(limit, EXIT_POLL_INTERVAL, || {
+                match process.child_mut().try_wait() {
+                    Ok(Some(status)) => Attempt::Done(status),
+                    Ok(None) => Attempt::Retry(anyhow::anyhow!(
+                        "agent {name} did not exit within {limit:?} of SIGTERM"
+                    )),
+                    Err(error) => Attempt::Stop(anyhow::Error::new(error)),
                 }
-                if Instant::now() > deadline {
-                    bail!("agent {name} did not exit within {limit:?} of SIGTERM");
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            })?;
+            if !status.success() {
+                bail!("agent {name} exited with {status} after SIGTERM");
             }
         }
         Ok(())
@@ -181,26 +197,27 @@ pub async fn connect_when_ready(
     address: &str,
     credentials: &Credentials,
 ) -> Result<AgentClient<Channel>> {
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
+    poll_until(READY_DEADLINE, POLL_INTERVAL, || async {
         let attempt = async {
             let mut client = connect_agent(address, None, credentials).await?;
             client.info(pb::InfoRequest {}).await?;
             anyhow::Ok(client)
         };
         match attempt.await {
-            Ok(client) => return Ok(client),
-            Err(error) if Instant::now() > deadline => {
-                return Err(error.context(format!("agent {address} never answered")));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(client) => Attempt::Done(client),
+            Err(error) => Attempt::Retry(error),
         }
-    }
+    })
+    .await
+    .map_err(|error| error.context(format!("agent {address} never answered")))
 }
 
-/// A protobuf duration.
+/// A protobuf duration (the longest one for a duration beyond its range).
 pub fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration::try_from(d).expect("small durations convert")
+    prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 999_999_999,
+    })
 }
 
 /// A throughput workload against `broker`, as the controller would send it.

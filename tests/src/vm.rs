@@ -1,7 +1,8 @@
-//! What the VM tests share: fetching qemu and the Debian kernel (`vm/fetch.sh`), building an
-//! example static as the payload, packing the initramfs, booting under TCG (`vm/boot.sh`), and
-//! checking the payload's `RESULT {json}` lines. When qemu or the kernel cannot be fetched a
-//! test skips with the reason, unless `CI=true`, where it fails instead.
+//! The real-kernel checks' driver: fetching qemu and the Debian kernel (`vm/fetch.sh`),
+//! building the one VM payload (`examples/vm_check/`, every suite in one static program),
+//! packing the initramfs, booting it once under TCG (`vm/boot.sh`), and checking the
+//! payload's `RESULT {json}` lines suite by suite. When qemu or the kernel cannot be fetched
+//! the test skips with the reason, unless `CI=true`, where it fails instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,9 +13,10 @@ use serde_json::Value;
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
-/// One VM test's payload.
+/// The VM payload.
+#[derive(Debug)]
 pub struct Payload {
-    /// The example built static (`agent/examples/<example>.rs`).
+    /// The example built static (`tests/examples/<example>/`).
     pub example: &'static str,
     /// Built optimized (a payload that carries load under TCG) or not (faster to build).
     pub release: bool,
@@ -24,14 +26,30 @@ pub struct Payload {
     pub boot_timeout_secs: u32,
 }
 
+/// The one payload: optimized, as the controller suite carries load under TCG. The boot
+/// budget is the sum of the suites' (netem 240 s, controller 420 s).
+pub const PAYLOAD: Payload = Payload {
+    example: "vm_check",
+    release: true,
+    initrd: "vm-check.initrd",
+    boot_timeout_secs: 660,
+};
+
+/// The result lines of `suite` only.
+pub fn suite_results(results: &[Value], suite: &str) -> Vec<Value> {
+    results
+        .iter()
+        .filter(|r| r["suite"] == suite)
+        .cloned()
+        .collect()
+}
+
 /// Boots `payload` and returns its result lines; `None` when the test is skipped.
 pub fn boot(payload: &Payload) -> Result<Option<Vec<Value>>> {
     if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
         return skip("the VM tests run on x86_64 Linux only");
     }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("workspace root")?;
+    let workspace = crate::workspace::workspace_root();
     let cache = std::env::var_os("CONTINUUM_VM_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target/vm-cache"));
@@ -112,7 +130,7 @@ fn build(workspace: &Path, payload: &Payload) -> Result<PathBuf> {
         .args([
             "build",
             "-p",
-            "agent",
+            "tests",
             "--example",
             payload.example,
             "--target",

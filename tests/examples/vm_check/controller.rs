@@ -1,14 +1,14 @@
 //! The controller end to end on a real kernel with netem: a whole plan (an embedded broker;
 //! the scenarios local, edge and cloud; the latency test, twice each) run by
 //! `controller::run::run_plan` against two real agents, then its results checked against
-//! the physics. Built static and run as the payload of a throwaway VM by
-//! `tests/controller_vm.rs` (it rewires the network of the machine it runs on, so it refuses
+//! the physics. The `controller` suite of the VM payload (`main.rs`), run in a throwaway VM by
+//! `tests/tests/netem_vm.rs` (it rewires the network of the machine it runs on, so it refuses
 //! to run unless `CONTINUUM_VM_CHECK=1`).
 //!
 //! # Inside the VM
 //! - Three network namespaces: the VM's own, where the controller runs, and one per node,
 //!   "tester" and "worker", each holding a real agent in a process of its own (this program
-//!   re-executed as `agent NAME`, entered into the node's namespace before `exec`), as
+//!   re-executed as `controller agent NAME`, entered into the node's namespace before `exec`), as
 //!   `continuum-agent` runs: `agent::server::run`, so `AgentService` + `server::serve` over
 //!   mTLS until SIGTERM.
 //! - The data plane: one veth pair between the nodes, tester `vt` 198.18.0.1/30 and worker
@@ -38,8 +38,7 @@
 //! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
 //! is `done`.
 
-#[path = "vm_common/mod.rs"]
-mod vm_common;
+use crate::common::{configure, connect, index, report, setns, unshare_netns, up};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -48,7 +47,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
-use vm_common::{configure, connect, index, report, setns, unshare_netns, up};
 
 use agent::netem::{Netem, NetemOptions};
 use anyhow::{Context, Result, bail};
@@ -59,13 +57,16 @@ use domain::NetemParams;
 use domain::{AgentConfig, NodeRole, TlsFiles};
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use rtnetlink::{LinkUnspec, LinkVeth};
 use serde_json::json;
+use tests::pki::{CONTROLLER, TestPki};
 use tokio_util::sync::CancellationToken;
 
+/// This suite's name on the payload's command line.
+pub const SUITE: &str = "controller";
 const AGENT_PORT: u16 = 7100;
-const PKI_DIR: &str = "/tmp/continuum-pki";
+/// Its own folder: the netem suite ran before this one on the same filesystem.
+const PKI_DIR: &str = "/tmp/continuum-pki-controller";
 const WORK_DIR: &str = "/tmp/controller-vm";
 /// Agents taking longer than this to answer mTLS (under TCG) fail the check.
 const AGENT_READY: Duration = Duration::from_secs(60);
@@ -124,15 +125,16 @@ const NODES: [Node; 2] = [
     },
 ];
 
-fn main() -> ExitCode {
+/// The controller suite, in a process of its own; `args` after the suite's name are
+/// `agent NAME` for the agent processes it starts.
+pub fn main(args: &[String]) -> ExitCode {
     if std::env::var("CONTINUUM_VM_CHECK").as_deref() != Ok("1") {
         eprintln!(
             "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
         );
         return ExitCode::FAILURE;
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [mode, name] = args.as_slice()
+    if let [mode, name] = args
         && mode == "agent"
     {
         return agent_process(name);
@@ -513,15 +515,8 @@ fn check_report(dir: &Path) -> Result<bool> {
 /// The controller's identity and one per node naming its control address, as bootstrap
 /// writes them (keys 0600), on the VM's in-memory root filesystem.
 fn generate_pki(dir: &Path) -> Result<Credentials> {
-    let ca = CertificateAuthority::generate("Continuum controller VM check CA")?;
-    let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
-    for node in &NODES {
-        identities.push(ca.issue(
-            &IdentitySpec::new(Role::Agent, node.name).with_ip_address(node.listen().ip()),
-        )?);
-    }
-    write_pki(dir, &ca, &identities, Overwrite::Refuse)?;
-    Ok(Credentials::load(dir, "controller")?)
+    let agents: Vec<_> = NODES.iter().map(|n| (n.name, n.listen().ip())).collect();
+    TestPki::create(dir, &agents)?.credentials(CONTROLLER)
 }
 
 /// The agents' processes, in [`NODES`] order.
@@ -530,7 +525,7 @@ struct Agents {
 }
 
 impl Agents {
-    /// Re-executes this program as `agent NAME` for each node, entering the node's
+    /// Re-executes this program as `controller agent NAME` for each node, entering the node's
     /// namespace between fork and exec.
     fn spawn(bed: &Testbed) -> Result<Self> {
         let exe = std::env::current_exe().context("own executable")?;
@@ -539,7 +534,7 @@ impl Agents {
             let fd = netns.as_raw_fd();
             let mut command = Command::new(&exe);
             // Standard streams inherited: the VM has no /dev/null to give them.
-            command.args(["agent", node.name]);
+            command.args([SUITE, "agent", node.name]);
             // SAFETY: the closure runs in the forked child before exec and only calls setns,
             // which is async-signal-safe; `fd` stays open in the parent (and so the child)
             // for as long as `bed` lives.

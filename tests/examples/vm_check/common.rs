@@ -1,6 +1,6 @@
-//! What the VM payloads share: moving threads between network namespaces, rtnetlink links
-//! and addresses, and the `RESULT {json}` lines the tests read from the console. Included by
-//! `netem_vm_check.rs` and `controller_vm_check.rs` with `#[path]`.
+//! What the payload's suites share: moving threads between network namespaces, rtnetlink
+//! links and addresses, and the `RESULT {json}` lines the tests read from the console, each
+//! naming its suite ([`SUITE_VAR`]).
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
@@ -69,8 +69,13 @@ pub async fn configure(handle: &Handle, name: &str, addr: Ipv4Addr) -> Result<()
     up(handle, name).await
 }
 
+/// The environment variable naming the suite a process runs, set by `main.rs` for each
+/// suite's process and copied into every result line as `"suite"`.
+pub const SUITE_VAR: &str = "CONTINUUM_VM_SUITE";
+
 pub fn report(check: &str, pass: bool, details: Value) -> bool {
-    let mut line = json!({ "check": check, "pass": pass });
+    let suite = std::env::var(SUITE_VAR).unwrap_or_default();
+    let mut line = json!({ "suite": suite, "check": check, "pass": pass });
     if let (Some(line), Value::Object(details)) = (line.as_object_mut(), details) {
         line.extend(details);
     }

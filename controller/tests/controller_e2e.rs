@@ -2,17 +2,14 @@
 //! binary) on tester, headnode and worker, real Mosquitto and RabbitMQ on the worker, and the
 //! controller's `run_plan` on a node of its own, driven by plan files these tests write.
 //!
-//! Why here and not in the controller crate: Cargo builds a package's binaries only for its
-//! own integration tests, so `CARGO_BIN_EXE_continuum-agent` exists in the agent's tests
-//! alone. The controller is a library (a dev-dependency of this crate); where a test needs it
-//! as a separate process that can be SIGKILLed, the test binary re-executes itself for just
+//! The agents come from `tests::agent_bed`, which builds `continuum-agent` fresh for this
+//! package (`tests::workspace`). Where a test needs the controller as a separate process that
+//! can be SIGKILLed, the test binary re-executes itself for just
 //! [`controller_process_for_the_sigkill_test`] with the plan's path in an environment variable
 //! ([`HELPER_PLAN_VAR`]); that helper runs `run_plan` like `controller plan.toml` does.
 //!
 //! Every test runs isolated in its own network namespace (see `tests::netns`); traffic stays
 //! between the testbed's nodes, all in 198.18.0.0/15.
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,13 +17,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use common::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
 use controller::plan::{Plan, TestKind};
 use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
+use tests::agent_bed::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
+use tests::pki::CONTROLLER;
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -51,7 +49,7 @@ const CHROMIUM_FLAGS: [&str; 9] = [
 ];
 
 /// A testbed with agents on tester, headnode and worker (each with the roles given, all by
-/// default), a controller node, nodes without agents, the PKI (common::AgentBed) and a work
+/// default), a controller node, nodes without agents, the PKI (tests::agent_bed::AgentBed) and a work
 /// folder.
 struct Bed {
     bed: AgentBed,
@@ -103,7 +101,7 @@ impl Bed {
     }
 
     fn controller_credentials(&self) -> Result<Credentials> {
-        Ok(Credentials::load(self.bed.pki.path(), "controller")?)
+        self.bed.certificates.credentials(CONTROLLER)
     }
 
     /// Runs `f` in the controller node.

@@ -1,6 +1,6 @@
 //! Checks the agent's netem against a real kernel, through the agent's gRPC service over
-//! mutual TLS, as the controller drives it. Built static and run as the payload of a
-//! throwaway VM by `tests/netem_vm.rs` (it reconfigures the network of the machine it runs
+//! mutual TLS, as the controller drives it. The `netem` suite of the VM payload (`main.rs`),
+//! run in a throwaway VM by `tests/tests/netem_vm.rs` (it reconfigures the network of the machine it runs
 //! on, so it refuses to run unless `CONTINUUM_VM_CHECK=1`).
 //!
 //! # Inside the VM
@@ -22,8 +22,7 @@
 //! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
 //! is `done`.
 
-#[path = "vm_common/mod.rs"]
-mod vm_common;
+use crate::common::{configure, connect, index, report, setns, unshare_netns, up};
 use std::fs::File;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -32,7 +31,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vm_common::{configure, connect, index, report, setns, unshare_netns, up};
 
 use agent::netem::{Netem, NetemOptions};
 use agent::service::AgentService;
@@ -44,9 +42,9 @@ use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
 use rtnetlink::{LinkUnspec, LinkVeth};
 use serde_json::{Value, json};
+use tests::pki::{CONTROLLER, TestPki};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -56,7 +54,8 @@ const ADDR_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const ECHO_PORT: u16 = 7007;
 /// Each agent listens on the loopback of its own namespace.
 const AGENT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7100);
-const PKI_DIR: &str = "/tmp/continuum-pki";
+/// Its own folder: the controller suite runs after this one on the same filesystem.
+const PKI_DIR: &str = "/tmp/continuum-pki-netem";
 /// The agent of each end: its name (and identity) and its data-plane interface.
 const AGENTS: [(&str, &str); 2] = [("agent-a", "va"), ("agent-b", "vb")];
 const PROBES: usize = 500;
@@ -76,7 +75,8 @@ const RPC_DEADLINE: Duration = Duration::from_secs(10);
 const SCENARIOS: [(&str, f64, f64, f64); 2] =
     [("edge", 2.5, 0.5, 0.04), ("cloud", 6.25, 1.25, 0.1)];
 
-fn main() -> ExitCode {
+/// The netem suite, in a process of its own.
+pub fn main() -> ExitCode {
     if std::env::var("CONTINUUM_VM_CHECK").as_deref() != Ok("1") {
         eprintln!(
             "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
@@ -620,21 +620,12 @@ struct Pki {
 
 impl Pki {
     fn generate(dir: &Path) -> Result<Self> {
-        let ca = CertificateAuthority::generate("Continuum VM check CA")?;
-        let mut identities = vec![ca.issue(&IdentitySpec::new(Role::Controller, "controller"))?];
-        for (name, _) in AGENTS {
-            identities.push(
-                ca.issue(&IdentitySpec::new(Role::Agent, name).with_ip_address(AGENT_LISTEN.ip()))?,
-            );
-        }
-        write_pki(dir, &ca, &identities, Overwrite::Refuse)?;
+        let agents = AGENTS.map(|(name, _)| (name, AGENT_LISTEN.ip()));
+        let pki = TestPki::create(dir, &agents)?;
         Ok(Pki {
             dir: dir.to_path_buf(),
-            controller: Credentials::load(dir, "controller")?,
-            agents: [
-                Credentials::load(dir, AGENTS[0].0)?,
-                Credentials::load(dir, AGENTS[1].0)?,
-            ],
+            controller: pki.credentials(CONTROLLER)?,
+            agents: [pki.credentials(AGENTS[0].0)?, pki.credentials(AGENTS[1].0)?],
         })
     }
 

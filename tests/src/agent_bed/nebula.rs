@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::netns::{Node, Testbed};
 use anyhow::{Result, ensure};
 use host::blocking::run_with_deadline;
-use tests::netns::{Node, Testbed};
 
 /// Debian's Nebula.
 pub const NEBULA: &str = "/usr/bin/nebula";
@@ -36,6 +36,7 @@ pub fn overlay_host(agent: &str) -> u8 {
     }
 }
 
+/// The overlay address of `agent` in the overlay /24 `net`.
 pub fn overlay_ip(net: [u8; 3], agent: &str) -> Ipv4Addr {
     Ipv4Addr::new(net[0], net[1], net[2], overlay_host(agent))
 }
@@ -109,7 +110,7 @@ pub fn in_node(node: &Node, program: &str, args: &[&str]) -> Result<String> {
 pub fn tun_addresses(node: &Node) -> Option<String> {
     in_node(
         node,
-        tests::netns::IP_BINARY,
+        crate::netns::IP_BINARY,
         &["-4", "-o", "addr", "show", "dev", TUN],
     )
     .ok()
@@ -126,16 +127,4 @@ pub fn tun_bytes(node: &Node) -> Result<(u64, u64)> {
 
 /// PIDs of live processes whose command line mentions `needle` (nebula started with a
 /// config under the test's state folders).
-pub fn processes_mentioning(needle: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
-        })
-        .filter(|&pid| host::is_running(pid))
-        .collect()
-}
+pub use crate::process::processes_mentioning;

@@ -2,23 +2,21 @@
 //! `orchestrator = "k3s"` run by `run_plan` against three agents in namespaces. Nebula is
 //! real (Debian's, certificates from `nebula-cert`) and the measurement crosses it; k3s is
 //! NOT: it cannot be downloaded or run here, so both k3s nodes run the fake `k3s` of
-//! `fixtures/k3s/fake-k3s.sh`, which records its calls and plays a cluster through files
+//! `tests::fake_k3s` (`tests/fixtures/fake-k3s.sh`), which records its calls and plays a cluster through files
 //! (the server's token, the nodes it lists). Brokers here are embedded ones on the worker's
 //! overlay address; the kubernetes driver's own path is tested in the agent's unit tests.
-
-mod common;
-#[path = "fixtures/k3s/support.rs"]
-#[allow(dead_code)]
-mod k3s_support;
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use common::nebula::{NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network, tun_bytes};
-use common::{AGENT_PORT, AgentBed};
 use controller::plan::Plan;
 use controller::results::ResultsDir;
 use controller::run::{RunOptions, run_plan};
+use tests::agent_bed::nebula::{
+    NEBULA, NEBULA_CERT, nebula_section, overlay_ip, overlay_network, tun_bytes,
+};
+use tests::agent_bed::{AGENT_PORT, AgentBed};
+use tests::fake_k3s::Fake;
 use tests::isolated_netns_test;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +49,7 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
     if !tests::components_available(&[NEBULA, NEBULA_CERT]) {
         return Ok(());
     }
-    let fake = k3s_support::Fake::new();
+    let fake = Fake::new();
     let certs = tempfile::tempdir()?;
     let mut bed = AgentBed::start_with("phases", |testbed, name| {
         let mut extra = nebula_section(certs.path(), overlay_network(testbed), name)?;
@@ -194,7 +192,8 @@ fn a_plan_brings_up_nebula_and_k3s_then_measures_over_the_overlay() -> Result<()
 
     bed.terminate_agents(Duration::from_secs(30))?;
     ensure!(
-        common::nebula::processes_mentioning(&bed.pki.path().display().to_string()).is_empty(),
+        tests::agent_bed::nebula::processes_mentioning(&bed.pki.path().display().to_string())
+            .is_empty(),
         "SIGTERM stopped every agent's Nebula"
     );
     Ok(())

@@ -1,0 +1,110 @@
+//! Real netem: boots a Debian kernel (which has sch_netem) under qemu with TCG, with the
+//! one VM payload (`tests/examples/vm_check/`) as the initramfs, and asserts every check
+//! each of its suites reports.
+//!
+//! The `netem` suite makes a PKI, runs one real agent (gRPC over mTLS) in each of two
+//! namespaces joined by a veth pair, and drives both as the controller: Info says netem is
+//! available; the study's edge and cloud scenarios, half on each end, are read back as asked
+//! and add the configured delay to a UDP probe's median RTT; 10 % loss on one end loses
+//! 6-14 % of 1000 probes; a 1 s lease renewed twice holds, then lapses and the qdisc goes;
+//! ClearNetem is idempotent; an agent identity may not change netem; bad input is
+//! InvalidArgument naming the field; stopping an agent clears what it held.
+//!
+//! The `controller` suite builds a tester and a worker namespace joined by a data-plane veth
+//! pair, each reached from the controller's namespace over a control-plane veth pair of its
+//! own; runs a real agent process in each; and runs a plan with `controller::run::run_plan`:
+//! the embedded broker on the worker, the study's scenarios local, edge and cloud (half of
+//! each total on each end), the latency test from the tester (20 publishers every 250 ms; why
+//! not faster: see the suite's overview), 2 repetitions. Then: every cell measured; the
+//! latency median rises over local's by the scenario's one-way path delay (2.5 ms edge,
+//! 6.25 ms cloud: the message crosses the link out and back, each end adding its half) within
+//! 20 % + 0.5 ms; `manifest.json` records netem asked and read back on both nodes per
+//! scenario; the kernel held it on the data plane, never on the control plane; `report.html`
+//! and `report.md` carry the emulation check's line per scenario; netem is cleared after the
+//! run; the agents stop on SIGTERM.
+//!
+//! The payload is built once and booted once: the suites run one after the other in the same
+//! VM, each in a process of its own, so CI pays one build and one boot for both.
+//! The scripts in `vm/` do the work and can be run by hand; `tests::vm` drives them. When
+//! qemu or the kernel cannot be fetched the test skips with the reason, unless `CI=true`.
+//! Needs no root: all networking happens inside the VM, which has no network device.
+
+use anyhow::Result;
+use tests::vm::{self, PAYLOAD, suite_results};
+
+/// Every check the netem suite must report, each with `"pass": true`.
+const NETEM_CHECKS: &[&str] = &[
+    "agents",
+    "info",
+    "baseline",
+    "edge_readback",
+    "edge_delay",
+    "cloud_readback",
+    "cloud_delay",
+    "loss",
+    "apply_delay",
+    "apply_delay_jitter",
+    "apply_loss",
+    "apply_delay_loss",
+    "apply_delay_jitter_loss",
+    "apply_rate",
+    "apply_rate64",
+    "apply_limit",
+    "apply_all",
+    "permission",
+    "bad_input",
+    "lease_renew",
+    "lease_expiry",
+    "clear_idempotent",
+    "shutdown_clears",
+    "done",
+];
+
+/// Every check the controller suite must report, each with `"pass": true`.
+const CONTROLLER_CHECKS: &[&str] = &[
+    "agents",
+    "run",
+    "local_latency",
+    "edge_latency",
+    "cloud_latency",
+    "summary_rows",
+    "edge_delay",
+    "cloud_delay",
+    "manifest_nodes",
+    "edge_manifest_netem",
+    "cloud_manifest_netem",
+    "local_unimpaired",
+    "edge_kernel",
+    "cloud_kernel",
+    "control_plane_unimpaired",
+    "edge_report",
+    "cloud_report",
+    "cleared_after_run",
+    "agents_stopped",
+    "done",
+];
+
+#[test]
+fn netem_and_the_controller_on_a_real_kernel() -> Result<()> {
+    let Some(results) = vm::boot(&PAYLOAD)? else {
+        return Ok(());
+    };
+    let netem = suite_results(&results, "netem");
+    let controller = suite_results(&results, "controller");
+    for check in ["edge_delay", "cloud_delay"] {
+        if let Some(r) = controller.iter().find(|r| r["check"] == check) {
+            println!(
+                "{check}: median {} ms, local {} ms, added {} ms, expected {} ± {} ms",
+                r["median_ms"],
+                r["local_median_ms"],
+                r["added_ms"],
+                r["expected_ms"],
+                r["tolerance_ms"]
+            );
+        }
+    }
+    // Both suites judged, so one failing does not hide the other's outcome.
+    let netem_outcome = vm::assert_checks(&netem, NETEM_CHECKS);
+    let controller_outcome = vm::assert_checks(&controller, CONTROLLER_CHECKS);
+    netem_outcome.and(controller_outcome)
+}
