@@ -3,8 +3,8 @@
 //!
 //! Netem is applied to the data-plane interface only, read back from the kernel to report
 //! what is really in force, and held by a lease so that a node never stays impaired after a
-//! run dies. It is verified against a real kernel by `tests/netem_vm.rs`, which boots a
-//! Debian kernel under qemu with `examples/netem_vm_check.rs` as its payload.
+//! run dies. It is verified against a real kernel by the workspace's `tests/tests/netem_vm.rs`,
+//! which boots a Debian kernel under qemu with `tests/examples/vm_check/` as its payload.
 //!
 //! # Layout
 //! - [`server`]: serving over mTLS until SIGTERM/SIGINT, then undoing everything;
@@ -27,8 +27,8 @@
 //!   - `netem/lease.rs`: [`netem::Lease`].
 //!   - `netem/probe.rs`: [`netem::netem_available`].
 //!   - `netem/testdata/`: requests captured from iproute2's `tc`, and the capture script.
-//! - `examples/netem_vm_check.rs`: the static program run inside the VM.
-//! - `tests/netem_vm.rs`: boots the VM (scripts in `vm/` at the workspace root) and checks.
+//! - The VM check lives with the other test support: `tests/examples/vm_check/` is the static
+//!   program run inside the VM, `tests/tests/netem_vm.rs` boots it (scripts in `vm/`).
 
 #![warn(missing_docs)]
 
