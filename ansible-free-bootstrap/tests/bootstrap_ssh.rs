@@ -86,12 +86,8 @@ fn bring_up_overlay(bed: &SshBed) -> Result<()> {
 
 /// Nebula processes started by an installed agent (their config is in its state folder).
 fn installed_nebulas() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+    host::running_processes()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
                 let text = String::from_utf8_lossy(&cmdline);

@@ -20,6 +20,6 @@ pub mod poll;
 pub mod program;
 
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
-pub use marker::{Marker, is_running, kill, kill_group, send_signal};
+pub use marker::{Marker, is_running, kill, kill_group, running_processes, send_signal};
 pub use poll::{Attempt, poll_until, poll_until_blocking};
 pub use program::termination;

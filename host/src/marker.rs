@@ -51,16 +51,10 @@ impl Marker {
     /// this user cannot inspect are skipped.
     pub fn live_processes(&self) -> Vec<u32> {
         let needle = format!("{}={}", self.var, self.value);
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        let mut pids: Vec<u32> = entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        running_processes()
+            .into_iter()
             .filter(|&pid| environ_contains(pid, &needle))
-            .filter(|&pid| is_running(pid))
-            .collect();
-        pids.sort_unstable();
-        pids
+            .collect()
     }
 
     /// Among the marked processes, the first whose command name is one of `names` (e.g.
@@ -125,6 +119,20 @@ pub fn kill_group(pgid: u32) {
         // SAFETY: plain syscall on a negative id, i.e. a process group; ESRCH if empty.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
     }
+}
+
+/// PIDs of every running (non-zombie) process, in order: the one walk over `/proc` that
+/// the sweeps here and the tests' process checks share.
+pub fn running_processes() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| is_running(pid))
+        .collect();
+    pids.sort_unstable();
+    pids
 }
 
 /// True if `pid` exists and is not a zombie.

@@ -46,18 +46,8 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// PIDs of every running (non-zombie) process, in order ([`host::is_running`]).
-pub fn running_processes() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| host::is_running(pid))
-        .collect();
-    pids.sort_unstable();
-    pids
-}
+/// PIDs of every running (non-zombie) process, in order (the walk over `/proc` is host's).
+pub use host::running_processes;
 
 /// The process group of `pid`, from `/proc/PID/stat` (read after the command name, which may
 /// hold spaces and parentheses: state, ppid, pgrp, ...).

@@ -10,7 +10,6 @@ use tokio::net::TcpStream;
 use super::install::InstallPaths;
 use crate::MARKER_VAR;
 use domain::{BrokerKind, BrokerOptions, BrokerSpec, Product};
-use host::is_running;
 
 /// A spec named `name` of `kind`, on 127.0.0.1, any port, default options.
 pub fn loopback_spec(name: &str, kind: BrokerKind) -> BrokerSpec {
@@ -52,11 +51,8 @@ pub fn installed_or_skip(install: &InstallPaths, product: Product) -> bool {
 /// their marker in `/proc/*/environ`.
 pub fn tagged_processes(name: &str) -> Vec<u32> {
     let prefix = format!("{MARKER_VAR}={}-{name}-", std::process::id());
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    host::running_processes()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                 environ
@@ -64,10 +60,7 @@ pub fn tagged_processes(name: &str) -> Vec<u32> {
                     .any(|entry| entry.starts_with(prefix.as_bytes()))
             })
         })
-        .filter(|&pid| is_running(pid))
-        .collect();
-    pids.sort_unstable();
-    pids
+        .collect()
 }
 
 /// A minimal MQTT 3.1.1 client for QoS 0 traffic, hand-encoded so it shares nothing with

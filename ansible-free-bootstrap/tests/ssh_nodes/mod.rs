@@ -269,12 +269,8 @@ impl Drop for SshBed {
 
 /// Processes running the installed agent binary (as their mount namespace names it).
 pub fn agent_processes() -> Vec<u32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+    host::running_processes()
+        .into_iter()
         .filter(|pid| {
             fs::read_link(format!("/proc/{pid}/exe"))
                 .is_ok_and(|exe| exe.to_string_lossy().trim_end_matches(" (deleted)") == AGENT_EXE)

@@ -188,11 +188,9 @@ pub(super) async fn sweep(roots: impl Fn() -> Vec<u32>, limit: Duration) -> Swep
 /// `roots` and every process below them, from the parent PIDs in `/proc/*/stat`.
 fn with_descendants(roots: &[u32]) -> BTreeSet<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-            if let Some(parent) = parent_of(pid) {
-                children.entry(parent).or_default().push(pid);
-            }
+    for pid in host::running_processes() {
+        if let Some(parent) = parent_of(pid) {
+            children.entry(parent).or_default().push(pid);
         }
     }
     let mut found: BTreeSet<u32> = BTreeSet::new();
@@ -218,11 +216,8 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// Processes in the cgroup of `unit` (or below it: k3s is `Delegate=yes`), from
 /// `/proc/*/cgroup`: what a KillMode=process stop leaves of the unit.
 pub(super) fn in_unit_cgroup(unit: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    host::running_processes()
+        .into_iter()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                 .is_ok_and(|text| cgroup_is_in_unit(&text, unit))
@@ -241,11 +236,8 @@ fn cgroup_is_in_unit(text: &str, unit: &str) -> bool {
 /// found by their command line as `k3s-killall.sh` finds them: whoever started them.
 pub(super) fn shims_under(data_dir: &Path) -> Vec<u32> {
     let prefix = format!("{}/data/", data_dir.display());
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    host::running_processes()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
                 let program = cmdline.split(|&b| b == 0).next().unwrap_or_default();
