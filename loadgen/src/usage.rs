@@ -311,15 +311,28 @@ pub(crate) fn instance_load(
 mod cgroup {
     use std::path::PathBuf;
 
-    /// The folder of this process's cgroup in the hierarchy holding the cpu controller,
-    /// found once (the monitor reads its counters several times a second).
+    /// The folder of this process's cgroup in the hierarchy holding the cpu controller. The
+    /// monitor reads its counters several times a second, so the mount table is parsed again
+    /// only when the membership changes: a process can be moved into a quota's cgroup after it
+    /// started (the quota must then count), and reading `/proc/self/cgroup` is cheap.
     fn cpu_folder() -> Option<(PathBuf, bool)> {
-        static FOLDER: std::sync::OnceLock<Option<(PathBuf, bool)>> = std::sync::OnceLock::new();
-        FOLDER.get_or_init(find_cpu_folder).clone()
+        type Found = Option<(String, Option<(PathBuf, bool)>)>;
+        static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(None);
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mut found = FOUND
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*found {
+            Some((known, folder)) if *known == membership => folder.clone(),
+            _ => {
+                let folder = find_cpu_folder(&membership);
+                *found = Some((membership, folder.clone()));
+                folder
+            }
+        }
     }
 
-    fn find_cpu_folder() -> Option<(PathBuf, bool)> {
-        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    fn find_cpu_folder(membership: &str) -> Option<(PathBuf, bool)> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         // v1: a line "N:cpu,cpuacct:/path"; v2: "0::/path".
         let v1 = membership.lines().find_map(|line| {
