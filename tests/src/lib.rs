@@ -15,8 +15,8 @@
 //! - [`ports`]: free loopback ports, and raising `RLIMIT_NOFILE` for tests
 //!   with thousands of connections.
 //! - [`process`]: instance ids that tag every process of a broker (the
-//!   `host` crate sweeps them), and the one walk over `/proc` for processes
-//!   nobody tagged.
+//!   `host` crate sweeps them), and finding processes nobody tagged (over
+//!   `host::running_processes`, the one walk over `/proc`).
 //! - [`mqtt_wire`]: a minimal blocking MQTT 3.1.1 client (readiness probes,
 //!   `$SYS` reading, deliberately slow subscribers).
 //! - [`mosquitto`]: the Mosquitto driver and its options.
