@@ -82,3 +82,42 @@ pub fn report(check: &str, pass: bool, details: Value) -> bool {
     println!("RESULT {line}");
     pass
 }
+
+/// Whether this program was started as the VM's payload (it rewires the network, so it
+/// refuses to run anywhere else and says so).
+pub fn inside_the_vm() -> bool {
+    let inside = std::env::var("CONTINUUM_VM_CHECK").as_deref() == Ok("1");
+    if !inside {
+        eprintln!(
+            "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
+        );
+    }
+    inside
+}
+
+/// A suite's setup, shared: warnings as `filter` allows on stderr, `run` on a current-thread
+/// runtime, and a fatal error reported as a failed `fatal` check.
+pub fn run_suite<F>(filter: &str, run: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<bool>>,
+{
+    use std::process::ExitCode;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("runtime")
+        .and_then(|rt| rt.block_on(run()));
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            report("fatal", false, json!({ "error": format!("{err:#}") }));
+            ExitCode::FAILURE
+        }
+    }
+}

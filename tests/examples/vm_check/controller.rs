@@ -128,10 +128,7 @@ const NODES: [Node; 2] = [
 /// The controller suite, in a process of its own; `args` after the suite's name are
 /// `agent NAME` for the agent processes it starts.
 pub fn main(args: &[String]) -> ExitCode {
-    if std::env::var("CONTINUUM_VM_CHECK").as_deref() != Ok("1") {
-        eprintln!(
-            "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
-        );
+    if !crate::common::inside_the_vm() {
         return ExitCode::FAILURE;
     }
     if let [mode, name] = args
@@ -141,24 +138,7 @@ pub fn main(args: &[String]) -> ExitCode {
     }
     // The controller's and the agents' warnings reach the console; rumqttd logs an error
     // for every client that disconnects.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,rumqttd=off"))
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let outcome = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("runtime")
-        .and_then(|rt| rt.block_on(run()));
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(err) => {
-            report("fatal", false, json!({ "error": format!("{err:#}") }));
-            ExitCode::FAILURE
-        }
-    }
+    crate::common::run_suite("warn,rumqttd=off", run)
 }
 
 /// An agent, as `continuum-agent` runs it, in the namespace its parent put it in.

@@ -77,31 +77,11 @@ const SCENARIOS: [(&str, f64, f64, f64); 2] =
 
 /// The netem suite, in a process of its own.
 pub fn main() -> ExitCode {
-    if std::env::var("CONTINUUM_VM_CHECK").as_deref() != Ok("1") {
-        eprintln!(
-            "refusing to run: this program rewires the network; set CONTINUUM_VM_CHECK=1 inside a VM"
-        );
+    if !crate::common::inside_the_vm() {
         return ExitCode::FAILURE;
     }
     // The agents' own warnings (a failed clear, say) reach the console.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let outcome = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("runtime")
-        .and_then(|rt| rt.block_on(run()));
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(err) => {
-            report("fatal", false, json!({ "error": format!("{err:#}") }));
-            ExitCode::FAILURE
-        }
-    }
+    crate::common::run_suite("warn", run)
 }
 
 fn ms(d: Duration) -> f64 {
