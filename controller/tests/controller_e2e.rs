@@ -11,6 +11,9 @@
 //! Every test runs isolated in its own network namespace (see `tests::netns`); traffic stays
 //! between the testbed's nodes, all in 198.18.0.0/15.
 
+mod report_svg;
+use report_svg::check_svg;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -232,27 +235,6 @@ impl Bed {
 /// `summary.csv` of a run, row by row.
 fn summary_rows(dir: &Path) -> Result<Vec<SummaryRow>> {
     Ok(results::read_rows(&ResultsDir::open(dir)?.summary_path())?)
-}
-
-/// `Ok` when `text` parses as XML and is an SVG document of the report's kind: the SVG
-/// namespace, a viewBox, an accessible title and some text.
-fn check_svg(text: &str) -> Result<(), String> {
-    let document = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
-    let root = document.root_element();
-    if root.tag_name().name() != "svg"
-        || root.tag_name().namespace() != Some("http://www.w3.org/2000/svg")
-    {
-        return Err(format!("the root is {:?}, not SVG", root.tag_name()));
-    }
-    if root.attribute("viewBox").is_none() {
-        return Err("no viewBox".to_string());
-    }
-    for needed in ["title", "text"] {
-        if !root.descendants().any(|n| n.has_tag_name(needed)) {
-            return Err(format!("no <{needed}>"));
-        }
-    }
-    Ok(())
 }
 
 /// Every cell id of the plan, each once.

@@ -2,6 +2,9 @@
 //! scenarios x 3 tests x 2 repetitions of synthetic results with known figures, one cell
 //! retried, one failed for good, an optional broker skipped.
 
+mod report_svg;
+use report_svg::check_svg;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,27 +46,6 @@ const EDGE_HALF: NetemRecord = NetemRecord {
     rate_bytes_per_sec: None,
     limit_packets: None,
 };
-
-/// `Ok` when `text` parses as XML and is an SVG document of the report's kind: the SVG
-/// namespace, a viewBox, an accessible title and some text.
-fn check_svg(text: &str) -> Result<(), String> {
-    let document = roxmltree::Document::parse(text).map_err(|e| e.to_string())?;
-    let root = document.root_element();
-    if root.tag_name().name() != "svg"
-        || root.tag_name().namespace() != Some("http://www.w3.org/2000/svg")
-    {
-        return Err(format!("the root is {:?}, not SVG", root.tag_name()));
-    }
-    if root.attribute("viewBox").is_none() {
-        return Err("no viewBox".to_string());
-    }
-    for needed in ["title", "text"] {
-        if !root.descendants().any(|n| n.has_tag_name(needed)) {
-            return Err(format!("no <{needed}>"));
-        }
-    }
-    Ok(())
-}
 
 /// Reads one rate of a cell's summary.
 type Rate = fn(&Summary) -> f64;
