@@ -51,6 +51,12 @@ impl NetemControl {
                 "interface",
                 "empty, and the agent has no data_plane_interface",
             )),
+            // Loopback carries the agent's own local traffic (an embedded broker, a local
+            // controller): impairing it would distort more than the emulated link.
+            ("lo", _) => Err(invalid(
+                "interface",
+                "\"lo\" is the loopback; netem belongs on the data-plane interface",
+            )),
             (name, _) => Ok(name.to_string()),
         }
     }
@@ -257,5 +263,21 @@ mod tests {
             "{}",
             error.message()
         );
+    }
+
+    #[tokio::test]
+    async fn the_loopback_is_refused_before_anything_changes() {
+        let control = NetemControl::new(None, Some("eth1".into()));
+        let request = pb::ApplyNetemRequest {
+            interface: "lo".into(),
+            netem: Some(spec(1, 0.0)),
+            lease: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+        };
+        let error = control.apply(request).await.expect_err("loopback");
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        assert!(error.message().contains("loopback"), "{}", error.message());
     }
 }
