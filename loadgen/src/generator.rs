@@ -134,6 +134,7 @@ mod tests {
             peak_busy_percent: busy,
             cpu_wait_percent: wait,
             throttled_percent: throttled,
+            broker_on_host: None,
         }
     }
 

@@ -36,6 +36,7 @@ pub mod generator;
 pub mod header;
 pub mod histogram_v2;
 mod live;
+pub mod local_broker;
 pub mod output;
 mod pacer;
 pub mod presets;

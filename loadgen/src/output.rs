@@ -196,6 +196,9 @@ pub fn render_table(summary: &Summary) -> String {
     for warning in &g.warnings {
         let _ = writeln!(out, "  note: {warning}");
     }
+    if let Some(broker) = &s.broker_on_host {
+        broker_lines(&mut out, broker);
+    }
     if !s.errors.is_empty() {
         let errors: Vec<String> = s
             .errors
@@ -205,6 +208,37 @@ pub fn render_table(summary: &Summary) -> String {
         let _ = writeln!(out, "errors: {}", errors.join(", "));
     }
     out
+}
+
+/// The broker's own cost, when it ran on this host: what explains a run that differs from
+/// another although loadgen did the same.
+fn broker_lines(out: &mut String, broker: &crate::local_broker::BrokerOnHostSummary) {
+    let _ = writeln!(
+        out,
+        "broker on this host: {} (pid {}, {} thread{}): {:.2} CPU over the {:.0} ms window, {:.2} µs CPU per delivered message, waited for a CPU {:.1} % of its runnable time",
+        broker.command,
+        broker.pid,
+        broker.threads,
+        if broker.threads == 1 { "" } else { "s" },
+        broker.cpus_used,
+        broker.window_ms,
+        broker.cpu_per_delivered_message_us,
+        broker.cpu_wait_percent
+    );
+    if broker.saturated {
+        let _ = writeln!(
+            out,
+            "  the broker's one thread was busy {:.0} % of the window: this run went as fast as the broker did, so a run that took longer differs by the broker's CPU per message (or its wait for a CPU), not by loadgen",
+            broker.cpus_used * 100.0
+        );
+    }
+    if broker.cpu_wait_percent >= crate::local_broker::HELD_BACK_WAIT_PERCENT {
+        let _ = writeln!(
+            out,
+            "  note: the broker waited for a CPU {:.0} % of its runnable time: this host was oversubscribed (loadgen beside it included), so the broker did less than it can",
+            broker.cpu_wait_percent
+        );
+    }
 }
 
 /// What the rates below are, in one line: never a burst presented as a sustained rate.

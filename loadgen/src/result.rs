@@ -109,6 +109,28 @@ pub struct InstanceLoad {
     pub cpu_wait_percent: f64,
     /// Time its cgroup's CPU quota held it back, as a share of the window, percent.
     pub throttled_percent: f64,
+    /// The broker's process over the same window, when it ran on the instance's host.
+    #[serde(default)]
+    pub broker_on_host: Option<BrokerOnHost>,
+}
+
+/// What the broker's process spent over an instance's window, read from `/proc` on the host
+/// both ran on (see [`crate::local_broker`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerOnHost {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
+    /// Its threads when the run started.
+    pub threads: u32,
+    /// CPU time of all its threads over the window, ms.
+    pub cpu_ms: f64,
+    /// That CPU time over the window's length: CPUs it kept busy on average.
+    pub cpus_used: f64,
+    /// Time its threads were ready but waited for a CPU, as a share of their runnable time,
+    /// percent.
+    pub cpu_wait_percent: f64,
 }
 
 /// The measured window of a timed run on the run clock, ns.

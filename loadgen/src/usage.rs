@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
-use crate::result::{InstanceLoad, ResourceUsage};
+use crate::result::{BrokerOnHost, InstanceLoad, ResourceUsage};
 use crate::spec::Shard;
 
 /// How often the monitor reads the counters during a run.
@@ -60,6 +60,8 @@ pub(crate) struct Reading {
     cpu_system_ns: u64,
     wait_ns: u64,
     throttled_ns: u64,
+    /// The broker's process on this host, when there is one (see [`crate::local_broker`]).
+    broker: crate::local_broker::ProcessCounters,
 }
 
 /// Per-thread schedstat: CPU time and run-queue wait, ns.
@@ -184,12 +186,23 @@ pub(crate) struct Monitor {
     task: tokio::task::JoinHandle<()>,
     scope: Scope,
     clock: RunClock,
+    broker: Option<u32>,
+}
+
+/// A reading of loadgen's threads and, when it runs on this host, the broker's process.
+fn sample(scope: &Scope, broker: Option<u32>) -> Reading {
+    let mut reading = Reading::now(scope);
+    if let Some(counters) = broker.and_then(crate::local_broker::counters) {
+        reading.broker = counters;
+    }
+    reading
 }
 
 impl Monitor {
-    /// Starts reading every 250 ms, with a first reading now.
-    pub(crate) fn start(scope: Scope, clock: RunClock) -> Self {
-        let samples = Arc::new(Mutex::new(vec![(clock.now_ns(), Reading::now(&scope))]));
+    /// Starts reading every 250 ms, with a first reading now; `broker` is the broker's process
+    /// when it runs on this host.
+    pub(crate) fn start(scope: Scope, clock: RunClock, broker: Option<u32>) -> Self {
+        let samples = Arc::new(Mutex::new(vec![(clock.now_ns(), sample(&scope, broker))]));
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (samples, stop, scope) = (samples.clone(), stop.clone(), scope.clone());
@@ -201,11 +214,11 @@ impl Monitor {
                         _ = ticker.tick() => {}
                         _ = stop.cancelled() => return,
                     }
-                    let sample = (clock.now_ns(), Reading::now(&scope));
+                    let reading = (clock.now_ns(), sample(&scope, broker));
                     samples
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push(sample);
+                        .push(reading);
                 }
             }
         });
@@ -215,6 +228,7 @@ impl Monitor {
             task,
             scope,
             clock,
+            broker,
         }
     }
 
@@ -224,7 +238,7 @@ impl Monitor {
         let _ = self.task.await;
         let mut samples =
             std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
-        samples.push((self.clock.now_ns(), Reading::now(&self.scope)));
+        samples.push((self.clock.now_ns(), sample(&self.scope, self.broker)));
         samples
     }
 }
@@ -245,6 +259,10 @@ fn reading_at(samples: &[(u64, Reading)], at_ns: u64) -> Option<Reading> {
         cpu_system_ns: mix(r0.cpu_system_ns, r1.cpu_system_ns),
         wait_ns: mix(r0.wait_ns, r1.wait_ns),
         throttled_ns: mix(r0.throttled_ns, r1.throttled_ns),
+        broker: crate::local_broker::ProcessCounters {
+            cpu_ns: mix(r0.broker.cpu_ns, r1.broker.cpu_ns),
+            wait_ns: mix(r0.broker.wait_ns, r1.broker.wait_ns),
+        },
     })
 }
 
@@ -255,6 +273,7 @@ pub(crate) fn instance_load(
     until_ns: u64,
     capacity_milli: u32,
     shard: Shard,
+    broker: Option<&crate::local_broker::LocalBroker>,
 ) -> InstanceLoad {
     let first = samples.first().map_or(from_ns, |(t, _)| *t);
     let last = samples.last().map_or(until_ns, |(t, _)| *t);
@@ -273,6 +292,7 @@ pub(crate) fn instance_load(
             peak_busy_percent: 0.0,
             cpu_wait_percent: 0.0,
             throttled_percent: 0.0,
+            broker_on_host: None,
         };
     };
     let span = until_ns.saturating_sub(from_ns);
@@ -304,6 +324,22 @@ pub(crate) fn instance_load(
         // The cgroup sums throttled time over its CPUs' run queues.
         throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
             / (span.max(1) as f64 * crate::runtime::cpus_allowed() as f64),
+        broker_on_host: broker.map(|broker| {
+            let cpu = end.broker.cpu_ns.saturating_sub(start.broker.cpu_ns);
+            let wait = end.broker.wait_ns.saturating_sub(start.broker.wait_ns);
+            BrokerOnHost {
+                pid: broker.pid,
+                command: broker.command.clone(),
+                threads: broker.threads,
+                cpu_ms: cpu as f64 / 1e6,
+                cpus_used: cpu as f64 / span.max(1) as f64,
+                cpu_wait_percent: if cpu + wait == 0 {
+                    0.0
+                } else {
+                    wait as f64 * 100.0 / (cpu + wait) as f64
+                },
+            }
+        }),
     }
 }
 

@@ -132,6 +132,13 @@ pub(crate) async fn run_scoped(
     });
 
     preflight(&dialer, codec, spec, &run_id).await?;
+    let local_broker = {
+        let (host, port) = (spec.broker.host.clone(), spec.broker.port);
+        tokio::task::spawn_blocking(move || crate::local_broker::find(&host, port))
+            .await
+            .ok()
+            .flatten()
+    };
 
     report(&|s| s.phase = Phase::Connecting);
     let mut result = RunResult::empty(spec, &run_id);
@@ -162,7 +169,11 @@ pub(crate) async fn run_scoped(
         .await?;
 
     let usage_before = Reading::now(&scope);
-    let monitor = Monitor::start(scope.clone(), clock);
+    let monitor = Monitor::start(
+        scope.clone(),
+        clock,
+        local_broker.as_ref().map(|broker| broker.pid),
+    );
     let earliest_start_ns = clock.now_ns() + START_BARRIER_DELAY.as_nanos() as u64;
     let start_ns = match barrier.start_at_ns {
         None => earliest_start_ns,
@@ -264,6 +275,7 @@ pub(crate) async fn run_scoped(
         until_ns,
         crate::usage::capacity_milli(threads),
         shard.clone(),
+        local_broker.as_ref(),
     ));
     result.interrupted = cancel.is_cancelled();
     report(&|s| {

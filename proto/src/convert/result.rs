@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use loadgen::header::HeaderEncoding;
 use loadgen::histogram_v2::{self, HistogramError};
 use loadgen::result::{
-    ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad, MeasuredWindow,
-    ResourceUsage, RunResult,
+    BrokerOnHost, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
+    MeasuredWindow, ResourceUsage, RunResult,
 };
 use loadgen::series::RateSeries;
 use loadgen::spec::Shard;
@@ -119,6 +119,14 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 peak_busy_percent: instance.peak_busy_percent,
                 cpu_wait_percent: instance.cpu_wait_percent,
                 throttled_percent: instance.throttled_percent,
+                broker_on_host: instance.broker_on_host.map(|broker| BrokerOnHost {
+                    pid: broker.pid,
+                    command: broker.command.chars().take(MAX_COMMAND_CHARS).collect(),
+                    threads: broker.threads,
+                    cpu_ms: broker.cpu_ms,
+                    cpus_used: broker.cpus_used,
+                    cpu_wait_percent: broker.cpu_wait_percent,
+                }),
             })
         })
         .collect::<Result<Vec<InstanceLoad>, ConversionError>>()?;
@@ -168,6 +176,9 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
 }
 
 /// A shard range must be ordered and lie within the workload's `count` clients.
+/// A broker's command name kept from a peer's result (Linux's own are at most 15 bytes).
+const MAX_COMMAND_CHARS: usize = 64;
+
 fn within(range: &Range<u32>, count: u32, at: &str, name: &str) -> Result<(), ConversionError> {
     if range.start > range.end || range.end > count {
         return Err(ConversionError::Invalid {
@@ -319,6 +330,16 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     peak_busy_percent: instance.peak_busy_percent,
                     cpu_wait_percent: instance.cpu_wait_percent,
                     throttled_percent: instance.throttled_percent,
+                    broker_on_host: instance.broker_on_host.as_ref().map(|broker| {
+                        pb::BrokerOnHost {
+                            pid: broker.pid,
+                            command: broker.command.clone(),
+                            threads: broker.threads,
+                            cpu_ms: broker.cpu_ms,
+                            cpus_used: broker.cpus_used,
+                            cpu_wait_percent: broker.cpu_wait_percent,
+                        }
+                    }),
                 })
                 .collect(),
         })
@@ -420,6 +441,14 @@ mod tests {
             peak_busy_percent: 60.25,
             cpu_wait_percent: 1.5,
             throttled_percent: 0.0,
+            broker_on_host: Some(BrokerOnHost {
+                pid: 4242,
+                command: "mosquitto".into(),
+                threads: 1,
+                cpu_ms: 9_500.0,
+                cpus_used: 0.95,
+                cpu_wait_percent: 3.25,
+            }),
         }];
         result.load_wall_ns = 11_000_000_000;
         result.interrupted = true;
