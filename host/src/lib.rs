@@ -18,6 +18,7 @@ pub mod child;
 pub mod marker;
 pub mod poll;
 pub mod program;
+pub mod secret;
 
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
 pub use marker::{Marker, is_running, kill, kill_group, running_processes, send_signal};

@@ -1,9 +1,12 @@
 //! EMQX 5: configured through `EMQX_*` variables (`__` separates levels) natively and in its
 //! pod alike.
 //!
-//! Natively `emqx foreground` runs with a node name and cookie of its own, data and logs in
-//! the instance's directory, the TCP listener on the spec's address, the other listeners off
-//! and the dashboard on a free loopback port. Both sides set [`benchmark_settings`]:
+//! Natively `emqx foreground` runs with a node name and a random cookie of its own, data and
+//! logs in the instance's directory, the TCP listener on the spec's address, the other
+//! listeners off and the dashboard on a free loopback port. Its control plane stays on this
+//! host: Erlang distribution binds to loopback (`inet_dist_use_interface`), gen_rpc listens on
+//! a chosen port instead of the well-known 5369, and inherited `ERL_*` flags cannot reopen
+//! either. Both sides set [`benchmark_settings`]:
 //! `EMQX_MQTT__MAX_PACKET_SIZE=2MB` as in the study, deep queues, and with no authenticator
 //! configured EMQX admits anonymous clients, which `AUTHORIZATION__NO_MATCH=allow` lets
 //! publish and subscribe to any topic.
@@ -52,8 +55,20 @@ pub fn benchmark_settings(options: &BrokerOptions) -> Vec<(&'static str, String)
     settings
 }
 
-/// The plan for one native node of `program`, its dashboard on loopback port `dashboard`.
-pub fn native(program: &Path, instance: &Instance<'_>, dashboard: u16) -> NativePlan {
+/// Free ports for EMQX's private listeners, chosen by the agent.
+#[derive(Debug, Clone, Copy)]
+pub struct PrivatePorts {
+    /// The dashboard's HTTP listener, on loopback.
+    pub dashboard: u16,
+    /// gen_rpc's TCP server (node-to-node calls, authenticated by the cookie).
+    pub rpc: u16,
+}
+
+/// Erlang flags that keep the distribution listener on loopback.
+pub const DISTRIBUTION_ON_LOOPBACK: &str = "-kernel inet_dist_use_interface {127,0,0,1}";
+
+/// The plan for one native node of `program`, its private listeners on `ports`.
+pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> NativePlan {
     let dir = |name: &str| instance.dir.join(name).display().to_string();
     let own = [
         (
@@ -72,8 +87,11 @@ pub fn native(program: &Path, instance: &Instance<'_>, dashboard: u16) -> Native
         ("EMQX_LISTENERS__WSS__DEFAULT__ENABLED", "false".to_owned()),
         (
             "EMQX_DASHBOARD__LISTENERS__HTTP__BIND",
-            SocketAddr::from((Ipv4Addr::LOCALHOST, dashboard)).to_string(),
+            SocketAddr::from((Ipv4Addr::LOCALHOST, ports.dashboard)).to_string(),
         ),
+        ("EMQX_RPC__PORT_DISCOVERY", "manual".to_owned()),
+        ("EMQX_RPC__TCP_SERVER_PORT", ports.rpc.to_string()),
+        ("ERL_ZFLAGS", DISTRIBUTION_ON_LOOPBACK.to_owned()),
     ];
     let mut main = CommandLine::new(program);
     main.args = vec!["foreground".into()];
@@ -82,7 +100,7 @@ pub fn native(program: &Path, instance: &Instance<'_>, dashboard: u16) -> Native
         .chain(benchmark_settings(instance.options))
         .map(|(name, value)| (name.to_owned(), value))
         .collect();
-    main.env_remove_prefixes = vec!["EMQX_"];
+    main.env_remove_prefixes = vec!["EMQX_", "ERL_", "EPMD_", "WITH_EPMD"];
     NativePlan::erlang(main, instance.options.start_deadline_or(START_DEADLINE))
 }
 
@@ -126,7 +144,11 @@ mod tests {
             options: &options,
             secret: "cookie-1",
         };
-        let plan = native(Path::new("/bin/true"), &instance, 40001);
+        let ports = PrivatePorts {
+            dashboard: 40001,
+            rpc: 40002,
+        };
+        let plan = native(Path::new("/bin/true"), &instance, ports);
         assert_eq!(plan.main.args, ["foreground"]);
         for (name, value) in [
             ("EMQX_NODE__NAME", "continuum-x@127.0.0.1"),
@@ -138,14 +160,15 @@ mod tests {
             ("EMQX_MQTT__MAX_PACKET_SIZE", "2MB"),
             ("EMQX_MQTT__MAX_MQUEUE_LEN", "1000000"),
             ("EMQX_AUTHORIZATION__NO_MATCH", "allow"),
+            ("EMQX_DASHBOARD__LISTENERS__HTTP__BIND", "127.0.0.1:40001"),
+            ("EMQX_RPC__PORT_DISCOVERY", "manual"),
+            ("EMQX_RPC__TCP_SERVER_PORT", "40002"),
+            ("ERL_ZFLAGS", "-kernel inet_dist_use_interface {127,0,0,1}"),
         ] {
             assert_eq!(plan.main.env_value(name), Some(value), "{name}");
         }
-        let dashboard = plan
-            .main
-            .env_value("EMQX_DASHBOARD__LISTENERS__HTTP__BIND")
-            .unwrap();
-        assert!(dashboard.starts_with("127.0.0.1:"), "{dashboard}");
+        // Inherited Erlang flags could reopen the distribution; the environment drops them.
+        assert!(plan.main.env_remove_prefixes.contains(&"ERL_"));
         assert_eq!(plan.main.env_value("EMQX_MQTT__MAX_INFLIGHT"), None);
         assert_eq!(plan.main_process_names, ["beam.smp"]);
         assert_eq!(plan.ready_deadline, START_DEADLINE);

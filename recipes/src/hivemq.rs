@@ -5,8 +5,10 @@
 //! the instance's directory, where a generated `config.xml` listens on the spec's address.
 //! Anonymous access comes from the allow-all extension that HiveMQ CE ships in its
 //! `extensions/` folder, which is left as installed (the image keeps it only with
-//! `HIVEMQ_ALLOW_ALL_CLIENTS=true`). `run.sh` always opens JMX (on every interface, without
-//! authentication); its port is a free one, set through `HIVEMQ_JMX_PORT`.
+//! `HIVEMQ_ALLOW_ALL_CLIENTS=true`). `run.sh` always opens JMX on every interface without
+//! authentication (anyone who reaches it runs code as the broker's user), so the JVM is
+//! started directly instead, with `run.sh`'s other options and no JMX at all; inherited JVM
+//! option variables (`JAVA_TOOL_OPTIONS` and kin) are dropped, so none can turn it back on.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -69,20 +71,73 @@ fn config(bind: IpAddr, port: u16, max_queued: u32, note: &str) -> String {
     )
 }
 
-/// The plan for one native instance of `program`, JMX on port `jmx`.
-pub fn native(program: &Path, instance: &Instance<'_>, jmx: u16) -> NativePlan {
+/// The JVM the native instance runs on, looked up on the agent's `PATH`.
+pub const JAVA: &str = "java";
+
+/// What `run.sh` (HiveMQ CE 2024.3) passes the JVM besides JMX and heap sizing.
+pub const JVM_OPTIONS: &[&str] = &[
+    "-Djava.net.preferIPv4Stack=true",
+    "-Djava.security.egd=file:/dev/./urandom",
+    "-XX:+CrashOnOutOfMemoryError",
+    "-XX:+HeapDumpOnOutOfMemoryError",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/jdk.internal.misc=ALL-UNNAMED",
+];
+
+/// Keeps the JMX agent that the image's `run.sh` starts on the pod's loopback.
+pub const JMX_ON_LOOPBACK: &str = "-Dcom.sun.management.jmxremote.host=127.0.0.1";
+
+/// Inherited variables the JVM launcher reads options from: any could enable JMX again.
+const JVM_OPTION_VARIABLES: &[&str] = &["JAVA_", "_JAVA_", "JDK_JAVA_"];
+
+/// The plan for one native instance installed with `run` (`HOME/bin/run.sh`): the JVM on
+/// `HOME/bin/hivemq.jar`, without JMX.
+pub fn native(run: &Path, instance: &Instance<'_>) -> NativePlan {
     let folder = |name: &str| instance.dir.join(name);
-    let mut main = CommandLine::new(program);
-    main.env = [
-        ("HIVEMQ_CONFIG_FOLDER", folder("conf")),
-        ("HIVEMQ_DATA_FOLDER", folder("data")),
-        ("HIVEMQ_LOG_FOLDER", folder("log")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.display().to_string()))
-    .chain([("HIVEMQ_JMX_PORT".to_owned(), jmx.to_string())])
-    .collect();
-    main.env_remove_prefixes = vec!["HIVEMQ_"];
+    let bin = run.parent().unwrap_or(Path::new("."));
+    let home = bin.parent().unwrap_or(bin);
+    let folders = [
+        ("config", folder("conf")),
+        ("data", folder("data")),
+        ("log", folder("log")),
+    ];
+    let mut main = CommandLine::new(JAVA);
+    main.args = std::iter::once(format!("-Dhivemq.home={}", home.display()))
+        .chain(
+            folders
+                .iter()
+                .map(|(name, path)| format!("-Dhivemq.{name}.folder={}", path.display())),
+        )
+        .chain(std::iter::once(format!(
+            "-XX:HeapDumpPath={}",
+            folder("log").join("heap-dump.hprof").display()
+        )))
+        .chain(JVM_OPTIONS.iter().map(|o| (*o).to_owned()))
+        .chain([
+            "-jar".to_owned(),
+            bin.join("hivemq.jar").display().to_string(),
+        ])
+        .collect();
+    main.env = folders
+        .iter()
+        .map(|(name, path)| {
+            (
+                format!("HIVEMQ_{}_FOLDER", name.to_ascii_uppercase()),
+                path.display().to_string(),
+            )
+        })
+        .collect();
+    main.env_remove_prefixes = std::iter::once("HIVEMQ_")
+        .chain(JVM_OPTION_VARIABLES.iter().copied())
+        .collect();
     let text = config(
         instance.listen.ip(),
         instance.listen.port(),
@@ -91,7 +146,7 @@ pub fn native(program: &Path, instance: &Instance<'_>, jmx: u16) -> NativePlan {
     );
     NativePlan {
         files: vec![(folder("conf").join(CONFIG_FILE), text)],
-        // run.sh execs java, which shuts down cleanly on SIGTERM.
+        // The JVM shuts down cleanly on SIGTERM.
         main_process_names: &["java"],
         port_taken_markers: &["Address already in use"],
         ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
@@ -116,10 +171,12 @@ pub fn pod(options: &BrokerOptions) -> Pod {
             // Anonymous clients: the image keeps its allow-all extension only when this is true.
             ("HIVEMQ_ALLOW_ALL_CLIENTS", "true".to_owned()),
             // The JVM sizes its heap from the pod's limit: half of it, rather than the default
-            // quarter, leaves HiveMQ room to queue what a benchmark sends.
+            // quarter, leaves HiveMQ room to queue what a benchmark sends. The image's run.sh
+            // opens JMX without authentication; it does not set the JMX host, so this binds
+            // it to the pod's loopback.
             (
                 "JAVA_OPTS",
-                "-XX:+UseNUMA -XX:MaxRAMPercentage=50".to_owned(),
+                format!("-XX:+UseNUMA -XX:MaxRAMPercentage=50 {JMX_ON_LOOPBACK}"),
             ),
         ],
         ports: vec![("mqtt", MQTT_PORT)],
@@ -145,8 +202,31 @@ mod tests {
             options: &options,
             secret: "m",
         };
-        let plan = native(Path::new("/bin/true"), &instance, 40001);
-        assert!(plan.main.args.is_empty());
+        let plan = native(Path::new("/opt/hivemq/bin/run.sh"), &instance);
+        assert_eq!(plan.main.program, Path::new("java"));
+        let args = plan.main.args.join(" ");
+        assert!(args.ends_with("-jar /opt/hivemq/bin/hivemq.jar"), "{args}");
+        assert!(args.contains("-Dhivemq.home=/opt/hivemq "), "{args}");
+        assert!(
+            args.contains("-Dhivemq.config.folder=/state/x/conf "),
+            "{args}"
+        );
+        // No JMX: not on the command line, and no inherited JVM option variable can add it.
+        assert!(!args.contains("jmxremote"), "{args}");
+        for variable in [
+            "JAVA_TOOL_OPTIONS",
+            "JAVA_OPTS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+        ] {
+            assert!(
+                plan.main
+                    .env_remove_prefixes
+                    .iter()
+                    .any(|prefix| variable.starts_with(prefix)),
+                "{variable} is inherited"
+            );
+        }
         assert_eq!(
             plan.main.env_value("HIVEMQ_CONFIG_FOLDER"),
             Some("/state/x/conf")
@@ -159,7 +239,7 @@ mod tests {
             plan.main.env_value("HIVEMQ_LOG_FOLDER"),
             Some("/state/x/log")
         );
-        assert!(plan.main.env_value("HIVEMQ_JMX_PORT").is_some());
+        assert_eq!(plan.main.env_value("HIVEMQ_JMX_PORT"), None);
         let (path, config) = &plan.files[0];
         assert_eq!(path, Path::new("/state/x/conf/config.xml"));
         assert!(config.contains("<port>1883</port>"));

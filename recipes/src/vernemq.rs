@@ -8,6 +8,13 @@
 //! in the installation's directory, and as root the runner switches to the `vernemq` user.
 //! Both sides lift the same [`limits`], which the application reads under the names
 //! `vernemq.conf` gives them.
+//!
+//! Natively its control plane stays on this host: Erlang distribution binds to loopback
+//! (`-kernel inet_dist_use_interface`) and so does the epmd it starts (`ERL_EPMD_ADDRESS`),
+//! and inherited `ERL_*` flags are dropped. The cookie stays the installed `vernemq.conf`'s
+//! `distributed_cookie` (a second `-setcookie` does not replace it): with distribution on
+//! loopback it admits local users only, which is why the README asks for a cookie of your own
+//! in that file.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -81,8 +88,15 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
         main.args
             .extend(["-vmq_server".to_owned(), key.to_owned(), value]);
     }
+    main.args
+        .extend(DISTRIBUTION_ON_LOOPBACK.split(' ').map(str::to_owned));
+    main.env = vec![("ERL_EPMD_ADDRESS".to_owned(), "127.0.0.1".to_owned())];
+    main.env_remove_prefixes = vec!["ERL_", "EPMD_"];
     NativePlan::erlang(main, options.start_deadline_or(START_DEADLINE))
 }
+
+/// Erlang flags that keep the distribution listener on loopback.
+pub const DISTRIBUTION_ON_LOOPBACK: &str = "-kernel inet_dist_use_interface {127,0,0,1}";
 
 /// An IP address as an Erlang tuple: `{127,0,0,1}`, `{0,0,0,0,0,0,0,1}`.
 fn erlang_ip(ip: IpAddr) -> String {
@@ -160,8 +174,11 @@ mod tests {
              -vmq_server max_online_messages 1000000 \
              -vmq_server max_offline_messages 1000000 \
              -vmq_server listeners [{mqtt,[{{{127,0,0,1},1883},[{max_connections,infinity}]}]}] \
-             -vmq_server max_inflight_messages 50"
+             -vmq_server max_inflight_messages 50 \
+             -kernel inet_dist_use_interface {127,0,0,1}"
         );
+        assert_eq!(plan.main.env_value("ERL_EPMD_ADDRESS"), Some("127.0.0.1"));
+        assert!(plan.main.env_remove_prefixes.contains(&"ERL_"));
         assert!(
             plan.main.args.iter().all(|arg| !arg.contains(' ')),
             "the runner word-splits"

@@ -53,8 +53,9 @@ pub struct PlanContext<'a> {
     pub dir: &'a Path,
     /// The MQTT port, resolved if the spec asked for any.
     pub port: u16,
-    /// The marker tagging the instance's processes; also a per-instance secret (cookie).
-    pub marker: &'a str,
+    /// A random per-instance secret (an Erlang cookie): not derived from the process marker,
+    /// which anyone on the host can read in the processes' environment.
+    pub secret: &'a str,
 }
 
 impl PlanContext<'_> {
@@ -98,12 +99,13 @@ impl NativeDriver {
             let port = claim.port();
             let dir = self.fresh_dir(&spec.name)?;
             let marker = new_marker(&spec.name);
-            let secret = marker.value().to_owned();
+            let secret = host::secret::random_hex(32)
+                .map_err(|e| BrokerError::io("drawing the instance's secret", e))?;
             let context = PlanContext {
                 spec,
                 dir: &dir,
                 port,
-                marker: &secret,
+                secret: &secret,
             };
             let plan = plan(product, &self.install, &context)?;
             match launch(&context, product, plan, marker).await {
@@ -130,8 +132,8 @@ impl NativeDriver {
 }
 
 /// The recipe's plan of `product`, with this node's executables and the free loopback ports
-/// its private listeners need (RabbitMQ's AMQP, distribution and epmd; EMQX's dashboard;
-/// HiveMQ's JMX).
+/// its private listeners need (RabbitMQ's AMQP, distribution and epmd; EMQX's dashboard and
+/// gen_rpc).
 fn plan(
     product: Product,
     install: &InstallPaths,
@@ -142,7 +144,7 @@ fn plan(
         dir: context.dir,
         listen: context.listen(),
         options: &context.spec.options,
-        secret: context.marker,
+        secret: context.secret,
     };
     let locate = |candidates: &[PathBuf]| InstallPaths::locate(product, candidates);
     Ok(match product {
@@ -158,14 +160,12 @@ fn plan(
             rabbitmq::native(&programs, &instance, ports)
         }
         Product::Emqx => {
-            let [dashboard] = free_ports::<1>("EMQX's dashboard port")?;
-            recipes::emqx::native(&locate(&install.emqx)?, &instance, dashboard)
+            let [dashboard, rpc] = free_ports::<2>("EMQX's dashboard and RPC ports")?;
+            let ports = recipes::emqx::PrivatePorts { dashboard, rpc };
+            recipes::emqx::native(&locate(&install.emqx)?, &instance, ports)
         }
         Product::VerneMq => recipes::vernemq::native(&locate(&install.vernemq)?, &instance),
-        Product::HiveMq => {
-            let [jmx] = free_ports::<1>("HiveMQ's JMX port")?;
-            recipes::hivemq::native(&locate(&install.hivemq)?, &instance, jmx)
-        }
+        Product::HiveMq => recipes::hivemq::native(&locate(&install.hivemq)?, &instance),
     })
 }
 
