@@ -321,10 +321,18 @@ fn only_the_controller_may_change_a_node_and_strangers_are_refused() {
         let ca_pem = std::fs::read_to_string(pki.join("ca.pem"))?;
         let read = |name: &str| std::fs::read_to_string(pki.join(name));
 
-        // An agent identity may read, not change.
+        // An agent identity may neither read nor change another node.
         let tester = Credentials::load(&pki, "tester")?;
         let mut as_agent = connect_agent(&worker, None, &tester).await?;
-        as_agent.info(pb::InfoRequest {}).await?;
+        let refused_read = as_agent
+            .info(pb::InfoRequest {})
+            .await
+            .expect_err("an agent may not read another node");
+        assert_eq!(
+            refused_read.code(),
+            Code::PermissionDenied,
+            "{refused_read:?}"
+        );
         let denied = as_agent
             .apply_netem(pb::ApplyNetemRequest {
                 interface: "eth0".into(),

@@ -28,6 +28,11 @@ pub enum ConnectError {
     },
 }
 
+/// HTTP/2 PING interval on agent channels.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+/// A PING unanswered this long closes the channel.
+pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Opens an mTLS channel to the agent at `address` (`host:port`); `server_name` is the name
 /// its certificate carries when `address` is not among its certificate's names.
 pub async fn connect_agent(
@@ -45,7 +50,14 @@ pub async fn connect_agent(
             address: address.to_string(),
             source,
         })?
-        .connect_timeout(std::time::Duration::from_secs(5));
+        .connect_timeout(std::time::Duration::from_secs(5))
+        // An agent that stops answering (a frozen or unplugged node) is noticed within
+        // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and every
+        // call on it fails, instead of waiting forever on a TCP connection that looks alive.
+        .http2_keep_alive_interval(KEEP_ALIVE)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .tcp_keepalive(Some(KEEP_ALIVE));
     let channel = endpoint
         .connect()
         .await

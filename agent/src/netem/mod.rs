@@ -12,6 +12,7 @@
 //! - `probe`: [`netem_available`], whether this kernel can do netem at all.
 
 mod encode;
+pub mod interfaces;
 mod lease;
 mod probe;
 mod qdisc;

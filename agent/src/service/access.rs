@@ -1,5 +1,7 @@
-//! Who may call what: every identity of the project's CA may read; only the controller may
-//! change the node. The TLS layer has already refused peers without a valid certificate from
+//! Who may call what: the controller and client identities may read (a client watches a
+//! testbed it drives through the controller); only the controller may change the node. Agents
+//! never call each other, so an agent's identity, stolen from one node, reads nothing on the
+//! others. The TLS layer has already refused peers without a valid certificate from
 //! the CA (none, another CA's, expired).
 
 use proto::pki::Role;
@@ -17,7 +19,7 @@ pub(crate) enum Access {
 /// PermissionDenied (naming the caller's role) unless the caller may do `access`.
 pub(crate) fn authorize<T>(request: &Request<T>, access: Access) -> Result<(), Status> {
     let allowed: &[Role] = match access {
-        Access::Read => &Role::ALL,
+        Access::Read => &[Role::Controller, Role::Client],
         Access::Change => &[Role::Controller],
     };
     proto::mtls::require_role(request, allowed).map(|_| ())

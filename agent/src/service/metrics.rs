@@ -3,6 +3,7 @@
 //! pod on Kubernetes) is sampled by its driver instead; its samples carry PID 0.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -16,6 +17,47 @@ use crate::broker::{Usage, UsageSampler};
 
 /// Shortest interval: below it, CPU percentages are mostly noise.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Most processes and brokers one request may watch.
+pub(crate) const MAX_WATCHED: usize = 64;
+/// Most metrics streams an agent serves at once (a run needs one per broker node).
+pub(crate) const MAX_STREAMS: usize = 16;
+
+/// Streams being served now.
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// One stream's place among [`MAX_STREAMS`], given back when the stream ends.
+struct StreamSlot;
+
+impl StreamSlot {
+    fn take() -> Result<Self, Status> {
+        let taken = STREAMS.fetch_add(1, Ordering::AcqRel);
+        if taken >= MAX_STREAMS {
+            STREAMS.fetch_sub(1, Ordering::AcqRel);
+            return Err(Status::resource_exhausted(format!(
+                "this agent already serves {MAX_STREAMS} metrics streams"
+            )));
+        }
+        Ok(StreamSlot)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        STREAMS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Refuses a request watching more than [`MAX_WATCHED`] processes and brokers.
+pub(crate) fn check_watched(request: &pb::MetricsRequest) -> Result<(), Status> {
+    let watched = request.pids.len() + request.brokers.len();
+    if watched > MAX_WATCHED {
+        return Err(invalid(
+            "pids",
+            format!("{watched} processes and brokers to watch, at most {MAX_WATCHED}"),
+        ));
+    }
+    Ok(())
+}
 
 /// What to watch and what to call it.
 #[derive(Debug, Clone)]
@@ -73,9 +115,11 @@ pub(crate) fn stream(
     samples: u32,
     watched: Vec<Watched>,
 ) -> Result<ReceiverStream<Result<pb::MetricsSample, Status>>, Status> {
+    let slot = StreamSlot::take()?;
     let mut system = System::new().map_err(|e| Status::unavailable(format!("sysinfo: {e}")))?;
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {
+        let _slot = slot;
         let pids: Vec<Pid> = watched
             .iter()
             .filter_map(|w| match w.source {
@@ -306,5 +350,39 @@ mod tests {
                 .message()
                 .starts_with("interval:")
         );
+    }
+
+    #[test]
+    fn a_request_watching_too_much_is_refused() {
+        let mut request = pb::MetricsRequest {
+            pids: (0..MAX_WATCHED as u32).collect(),
+            ..Default::default()
+        };
+        assert!(check_watched(&request).is_ok());
+        request.brokers.push("one-more".into());
+        let refused = check_watched(&request).expect_err("over the bound");
+        assert!(
+            refused.message().contains("at most 64"),
+            "{}",
+            refused.message()
+        );
+    }
+
+    #[tokio::test]
+    async fn streams_beyond_the_bound_are_refused_and_their_slots_come_back() {
+        let open: Vec<_> = (0..MAX_STREAMS)
+            .map(|_| stream(MIN_INTERVAL, 0, Vec::new()).expect("within the bound"))
+            .collect();
+        let refused = stream(MIN_INTERVAL, 0, Vec::new()).expect_err("one too many");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        drop(open); // the callers go away: each stream's task ends and frees its slot
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stream(MIN_INTERVAL, 1, Vec::new()).is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no slot came back within 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

@@ -68,7 +68,8 @@ impl AgentService {
         AgentService {
             overlay: Nebula::new(&config),
             cluster: K3s::new(&config),
-            netem: NetemControl::new(netem, config.data_plane_interface.clone()),
+            netem: NetemControl::new(netem, config.data_plane_interface.clone())
+                .with_control_interface(crate::netem::interfaces::holding(config.listen.ip())),
             brokers: BrokerControl::new(&config),
             capabilities,
             config,
@@ -136,6 +137,7 @@ impl pb::agent_server::Agent for AgentService {
         authorize(&request, Access::Read)?;
         let request = request.into_inner();
         let interval = metrics::interval_of(&request)?;
+        metrics::check_watched(&request)?;
         let mut watched: Vec<metrics::Watched> = request
             .pids
             .iter()

@@ -19,6 +19,8 @@ pub const MAX_LEASE: Duration = Duration::from_secs(600);
 pub(crate) struct NetemControl {
     netem: Option<Netem>,
     default_interface: Option<String>,
+    /// The interface the agent's gRPC listener is on, when its address is a specific one.
+    control_interface: Option<String>,
     held: Mutex<HashMap<String, Held>>,
 }
 
@@ -34,8 +36,16 @@ impl NetemControl {
         NetemControl {
             netem,
             default_interface,
+            control_interface: None,
             held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Refuses netem on `interface`, the one the agent's control plane uses, unless it is
+    /// also the configured data-plane interface (a node with one NIC).
+    pub(crate) fn with_control_interface(mut self, interface: Option<String>) -> Self {
+        self.control_interface = interface;
+        self
     }
 
     fn netem(&self) -> Result<&Netem, Status> {
@@ -57,6 +67,19 @@ impl NetemControl {
                 "interface",
                 "\"lo\" is the loopback; netem belongs on the data-plane interface",
             )),
+            (name, default)
+                if self.control_interface.as_deref() == Some(name)
+                    && default.as_deref() != Some(name) =>
+            {
+                Err(invalid(
+                    "interface",
+                    format!(
+                        "{name:?} carries the agent's control plane (its gRPC listener) and is not \
+                         the configured data_plane_interface; impairing it would cut the \
+                         controller off, not emulate the broker's link"
+                    ),
+                ))
+            }
             (name, _) => Ok(name.to_string()),
         }
     }
@@ -263,6 +286,35 @@ mod tests {
             "{}",
             error.message()
         );
+    }
+
+    #[tokio::test]
+    async fn the_control_plane_interface_is_refused_unless_it_is_the_data_plane_too() {
+        let request = |interface: &str| pb::ApplyNetemRequest {
+            interface: interface.into(),
+            netem: Some(spec(1, 0.0)),
+            lease: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+        };
+        let two_nics = NetemControl::new(None, Some("eth1".into()))
+            .with_control_interface(Some("eth0".into()));
+        let error = two_nics
+            .apply(request("eth0"))
+            .await
+            .expect_err("the control plane");
+        assert!(
+            error.message().contains("control plane"),
+            "{}",
+            error.message()
+        );
+        // One NIC named as the data plane: netem there is what the operator asked for (it
+        // gets as far as the missing rtnetlink here, past the interface check).
+        let one_nic = NetemControl::new(None, Some("eth0".into()))
+            .with_control_interface(Some("eth0".into()));
+        let error = one_nic.apply(request("")).await.expect_err("no rtnetlink");
+        assert!(error.message().contains("rtnetlink"), "{}", error.message());
     }
 
     #[tokio::test]

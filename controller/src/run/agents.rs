@@ -14,6 +14,9 @@ use tonic::transport::Channel;
 use super::RunError;
 use super::events::{Events, RunEvent};
 use super::local_agent::{LocalAgents, start_local_agent};
+
+/// An agent that does not describe itself within this is not used.
+const INFO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::clock::{ClockOffset, measure};
 use crate::plan::{NodeEntry, Plan};
 use domain::NodeRole;
@@ -162,9 +165,9 @@ async fn describe(
         node: node.name.clone(),
         problem,
     };
-    let info = client
-        .info(pb::InfoRequest {})
+    let info = tokio::time::timeout(INFO_WITHIN, client.info(pb::InfoRequest {}))
         .await
+        .map_err(|_| failed(format!("no answer to Info within {INFO_WITHIN:?}")))?
         .map_err(|s| failed(s.message().to_string()))?
         .into_inner();
     if !node.is_local() && info.name != node.name {

@@ -16,7 +16,7 @@ use super::events::{Events, RunCounts, RunEvent};
 use super::faults::{Faults, Phase};
 use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
-use super::scenario::{self, Netem, ScenarioOutcome};
+use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
 use super::{RunError, RunSummary, cell, phases};
 use crate::plan::{BrokerEntry, Cell, OnFailure, Plan};
 use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, ResultsDir};
@@ -259,9 +259,10 @@ impl<'p> Run<'p> {
     ) -> Result<Flow, RunError> {
         let entry = &self.plan.scenarios[s];
         let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.faults.clone()));
+        let lapse = netem.get_mut().lapse();
         let outcome = catching(async {
             if self.emulate(b, s, cells, netem.get_mut()).await? {
-                self.cells(b, cells, address).await
+                self.cells(b, cells, address, &lapse).await
             } else {
                 Ok(Flow::Continue)
             }
@@ -318,18 +319,33 @@ impl<'p> Run<'p> {
         Ok(false)
     }
 
-    /// The cells of one broker and scenario in turn, until one says stop.
+    /// The cells of one broker and scenario in turn, until one says stop. Once the
+    /// scenario's emulation lapsed (a failed renewal), the cell that ran meanwhile fails and
+    /// the rest are not run: none is recorded as emulated without its link.
     async fn cells(
         &mut self,
         b: usize,
         cells: &[&Cell],
         address: SocketAddr,
+        lapse: &Lapse,
     ) -> Result<Flow, RunError> {
-        for cell in cells {
+        for (n, cell) in cells.iter().enumerate() {
             if self.cancel.is_cancelled() {
                 return Ok(Flow::Stop);
             }
-            if Box::pin(self.cell(b, cell, address)).await? == Flow::Stop {
+            if let Some(reason) = lapse.reason() {
+                self.progress
+                    .record_unmeasured(
+                        &self.results,
+                        self.plan,
+                        &cells[n..],
+                        CellStatus::Failed,
+                        &reason,
+                    )
+                    .await?;
+                return Ok(Flow::Continue);
+            }
+            if Box::pin(self.cell(b, cell, address, lapse)).await? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
@@ -337,7 +353,13 @@ impl<'p> Run<'p> {
     }
 
     /// One cell: its workload run while the broker's node reports metrics, then recorded.
-    async fn cell(&mut self, b: usize, cell: &Cell, address: SocketAddr) -> Result<Flow, RunError> {
+    async fn cell(
+        &mut self,
+        b: usize,
+        cell: &Cell,
+        address: SocketAddr,
+        lapse: &Lapse,
+    ) -> Result<Flow, RunError> {
         let plan = self.plan;
         let broker = &plan.brokers[b];
         let id = cell.id(plan);
@@ -360,7 +382,10 @@ impl<'p> Run<'p> {
         self.faults.at(Phase::Cell)?;
         self.results.record_metrics(&metrics)?;
         let watched = watch.map(|(node, name)| (name, self.clock_shift(node, cell)));
-        let ended = Ended::ran(outcome, &metrics, watched);
+        let mut ended = Ended::ran(outcome, &metrics, watched);
+        if let Some(reason) = lapse.reason() {
+            ended = ended.failed_because(&reason);
+        }
         let failed = ended.status == CellStatus::Failed;
         self.progress
             .record(&self.results, plan, cell, ended)

@@ -64,6 +64,8 @@ pub(crate) mod fake {
     #[derive(Debug, Default)]
     pub(crate) struct FakeNetem {
         pub(crate) fail_on: Option<String>,
+        /// Renewals on this node fail (its agent went silent).
+        pub(crate) renewal_fails_on: Option<String>,
         pub(crate) held: Mutex<BTreeSet<String>>,
         pub(crate) log: Mutex<Vec<String>>,
     }
@@ -94,6 +96,14 @@ pub(crate) mod fake {
                 netem: Some(*spec),
                 ..Default::default()
             })
+        }
+
+        pub(crate) fn renew(&self, node: &str) -> Result<(), String> {
+            if self.renewal_fails_on.as_deref() == Some(node) {
+                self.note(format!("renewal failed {node}"));
+                return Err("injected: no answer".into());
+            }
+            Ok(())
         }
 
         pub(crate) fn clear(&self, node: &str) {

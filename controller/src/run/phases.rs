@@ -70,6 +70,27 @@ fn overlay_ip(node: &NodeEntry) -> String {
         .unwrap_or_default()
 }
 
+/// Time an agent may take to answer an install beyond the install's own deadline.
+const ANSWER_MARGIN: Duration = Duration::from_secs(30);
+
+/// An install call bounded by `limit` plus [`ANSWER_MARGIN`]: an agent that went silent fails
+/// the phase, naming the node, instead of hanging the run.
+async fn bounded<T>(
+    node: &str,
+    what: &str,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, RunError> {
+    let deadline = limit.saturating_add(ANSWER_MARGIN);
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => Ok(answer.map_err(|s| failed(node, what, &s))?.into_inner()),
+        Err(_) => Err(RunError::Agent {
+            node: node.to_string(),
+            problem: format!("{what}: no answer within {deadline:?}"),
+        }),
+    }
+}
+
 fn failed(node: &str, what: &str, status: &tonic::Status) -> RunError {
     RunError::Agent {
         node: node.to_string(),
@@ -129,11 +150,13 @@ async fn overlay(
             request(node, Vec::new()).overlay_cidr
         );
         events.emit(RunEvent::Testbed(step)).await;
-        let status = client
-            .install_overlay(request(node, check))
-            .await
-            .map_err(|s| failed(&node.name, "installing Nebula", &s))?
-            .into_inner();
+        let status = bounded(
+            &node.name,
+            "installing Nebula",
+            testbed.install_timeout,
+            client.install_overlay(request(node, check)),
+        )
+        .await?;
         if let Some(peer) = status.peers.iter().find(|p| !p.reachable) {
             return Err(RunError::Agent {
                 node: node.name.clone(),
@@ -191,11 +214,13 @@ async fn cluster(
     let mut server = agent(agents, &head.name)?.client;
     let step = format!("cluster: k3s server on {}", head.name);
     events.emit(RunEvent::Testbed(step)).await;
-    let status = server
-        .install_cluster(server_request.clone())
-        .await
-        .map_err(|s| failed(&head.name, "installing the k3s server", &s))?
-        .into_inner();
+    let status = bounded(
+        &head.name,
+        "installing the k3s server",
+        testbed.install_timeout,
+        server.install_cluster(server_request.clone()),
+    )
+    .await?;
     let step = format!("cluster: {}: {}", head.name, status.detail);
     events.emit(RunEvent::Testbed(step)).await;
     let workers: Vec<&NodeEntry> = plan
@@ -217,12 +242,14 @@ async fn cluster(
         };
         let step = format!("cluster: k3s agent on {}", node.name);
         events.emit(RunEvent::Testbed(step)).await;
-        let status = agent(agents, &node.name)?
-            .client
-            .install_cluster(request)
-            .await
-            .map_err(|s| failed(&node.name, "installing the k3s agent", &s))?
-            .into_inner();
+        let mut client = agent(agents, &node.name)?.client;
+        let status = bounded(
+            &node.name,
+            "installing the k3s agent",
+            testbed.install_timeout,
+            client.install_cluster(request),
+        )
+        .await?;
         let step = format!("cluster: {}: {}", node.name, status.detail);
         events.emit(RunEvent::Testbed(step)).await;
     }
@@ -240,11 +267,13 @@ async fn all_ready(
     let testbed = &plan.testbed;
     let started = Instant::now();
     loop {
-        let status = server
-            .install_cluster(server_request.clone())
-            .await
-            .map_err(|s| failed(head, "listing the cluster's nodes", &s))?
-            .into_inner();
+        let status = bounded(
+            head,
+            "listing the cluster's nodes",
+            testbed.install_timeout,
+            server.install_cluster(server_request.clone()),
+        )
+        .await?;
         let missing: Vec<&str> = workers
             .iter()
             .filter(|w| !status.nodes.iter().any(|n| n.name == w.name && n.ready))

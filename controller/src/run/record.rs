@@ -28,6 +28,18 @@ pub(super) struct Ended {
 }
 
 impl Ended {
+    /// This cell, failed for `reason` although it was measured (its emulation lapsed while
+    /// it ran): its figures stay on disk with the reason in front, never as a success.
+    pub(super) fn failed_because(mut self, reason: &str) -> Self {
+        self.status = CellStatus::Failed;
+        self.note = if self.note.is_empty() {
+            reason.to_string()
+        } else {
+            format!("{reason}; measured anyway: {}", self.note)
+        };
+        self
+    }
+
     /// A cell that was not measured, for `reason`.
     pub(super) fn unmeasured(status: CellStatus, reason: &str) -> Self {
         Ended {

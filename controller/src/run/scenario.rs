@@ -2,6 +2,7 @@
 //! renewed leases while the cells run, and clearing it afterwards.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -17,8 +18,14 @@ use crate::results::{AppliedNetem, NetemRecord};
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
 const LEASE: Duration = Duration::from_secs(30);
-/// Leases are renewed this often.
-const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// Leases are renewed this often (the undo tests renew faster, to see a failed renewal soon).
+const RENEW_EVERY: Duration = if cfg!(test) {
+    Duration::from_millis(100)
+} else {
+    Duration::from_secs(10)
+};
+/// A renewal that takes longer has failed: the agent is silent.
+const RENEW_WITHIN: Duration = Duration::from_secs(5);
 /// A clear that takes longer is left to the lease.
 const UNDO_WITHIN: Duration = Duration::from_secs(10);
 
@@ -33,6 +40,25 @@ pub enum ScenarioOutcome {
     Skipped(String),
 }
 
+/// Why a scenario's emulation is no longer assured: the first renewal that failed. Cells
+/// that end after it cannot be recorded as emulated.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Lapse(Arc<Mutex<Option<String>>>);
+
+impl Lapse {
+    /// The failed renewal, once one failed.
+    pub(super) fn reason(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn record(&self, reason: String) {
+        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(reason);
+        }
+    }
+}
+
 /// netem of one scenario on the nodes it was applied to (or is being applied to), renewed
 /// until undone: the run's netem guard.
 #[derive(Debug)]
@@ -40,6 +66,7 @@ pub(super) struct Netem {
     scenario: String,
     nodes: Vec<AgentHandle>,
     renewing: Option<(CancellationToken, JoinHandle<()>)>,
+    lapse: Lapse,
     events: Events,
     faults: Faults,
 }
@@ -51,9 +78,15 @@ impl Netem {
             scenario: scenario.to_string(),
             nodes: Vec::new(),
             renewing: None,
+            lapse: Lapse::default(),
             events,
             faults,
         }
+    }
+
+    /// Whether (and why) the emulation lapsed; the handle stays valid after `self` is gone.
+    pub(super) fn lapse(&self) -> Lapse {
+        self.lapse.clone()
     }
 }
 
@@ -217,6 +250,7 @@ pub(super) async fn apply(
     let renewer = tokio::spawn(renew(
         netem.nodes.clone(),
         stop.clone(),
+        netem.lapse.clone(),
         netem.faults.clone(),
     ));
     netem.renewing = Some((stop, renewer));
@@ -269,26 +303,43 @@ async fn clear_on(mut node: AgentHandle, faults: &Faults) {
     }
 }
 
-async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken, faults: Faults) {
+/// Renews every node's lease until `stop`; the first renewal that fails or times out is
+/// recorded in `lapse` (the agent went silent or lost the lease), and renewing goes on.
+async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken, lapse: Lapse, faults: Faults) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(RENEW_EVERY) => {}
         }
-        #[cfg(test)]
-        if faults.netem.is_some() {
-            continue;
-        }
-        let _ = &faults;
         for node in &mut nodes {
-            let request = pb::RenewNetemRequest {
-                interface: String::new(),
-                lease: None,
-            };
-            if let Err(status) = node.client.renew_netem(request).await {
-                tracing::error!(node = %node.name, %status, "renewing the netem lease failed");
+            let failure = renew_on(node, &faults).await.err();
+            if let Some(problem) = failure {
+                tracing::error!(node = %node.name, %problem, "renewing the netem lease failed");
+                lapse.record(format!(
+                    "the netem lease on node {} could not be renewed ({problem}), so the link \
+                     was no longer assured to be emulated",
+                    node.name
+                ));
             }
         }
+    }
+}
+
+/// RenewNetem on `node`, within [`RENEW_WITHIN`].
+async fn renew_on(node: &mut AgentHandle, faults: &Faults) -> Result<(), String> {
+    #[cfg(test)]
+    if let Some(fake) = &faults.netem {
+        return fake.renew(&node.name);
+    }
+    let _ = faults;
+    let request = pb::RenewNetemRequest {
+        interface: String::new(),
+        lease: None,
+    };
+    match tokio::time::timeout(RENEW_WITHIN, node.client.renew_netem(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => Err(status.message().to_string()),
+        Err(_) => Err(format!("no answer within {RENEW_WITHIN:?}")),
     }
 }
 

@@ -81,12 +81,17 @@ struct Ran {
 }
 
 async fn run_failing(fail: Option<(Phase, bool)>, netem_fails_on: Option<&str>) -> Ran {
-    let results = tempfile::tempdir().expect("temp dir");
-    let (plan, text) = plan(results.path());
-    let netem = Arc::new(FakeNetem {
+    let netem = FakeNetem {
         fail_on: netem_fails_on.map(str::to_string),
         ..FakeNetem::default()
-    });
+    };
+    run_with(fail, netem).await
+}
+
+async fn run_with(fail: Option<(Phase, bool)>, netem: FakeNetem) -> Ran {
+    let results = tempfile::tempdir().expect("temp dir");
+    let (plan, text) = plan(results.path());
+    let netem = Arc::new(netem);
     let options = RunOptions {
         resume: None,
         faults: Faults {
@@ -191,6 +196,49 @@ async fn an_error_writing_the_manifest_after_netem_undoes_everything() {
         matches!(ran.outcome, Ok(Err(RunError::Results(_)))),
         "the error is returned: {:?}",
         ran.outcome
+    );
+    assert_undone(&ran).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lease_renewal_fails_the_cell_that_ran_and_still_undoes_everything() {
+    // The broker node's agent stops answering renewals while the cell runs (its latency
+    // test takes about a second; renewals come every 100 ms in this build).
+    let ran = run_with(
+        None,
+        FakeNetem {
+            renewal_fails_on: Some("server".into()),
+            ..FakeNetem::default()
+        },
+    )
+    .await;
+    assert!(
+        ran.outcome.as_ref().is_ok_and(|r| r.is_ok()),
+        "{:?}",
+        ran.outcome
+    );
+    let failed: Vec<&String> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::Cell {
+                status: CellStatus::Failed,
+                note,
+                ..
+            } => Some(note),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", ran.events);
+    assert!(
+        failed[0].contains("netem lease on node server could not be renewed"),
+        "{}",
+        failed[0]
+    );
+    assert_eq!(
+        cells(&ran, CellStatus::Ok),
+        0,
+        "no cell is recorded as emulated"
     );
     assert_undone(&ran).await;
 }
