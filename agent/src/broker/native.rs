@@ -43,6 +43,11 @@ const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
 const LOG_TAIL_LINES: usize = 30;
 /// The broker's console output, inside its state directory.
 const LOG_FILE: &str = "broker.log";
+/// The instance's process marker, written before its processes start: an agent that died
+/// without stopping them leaves it, and the next agent stops what still carries it.
+const MARKER_FILE: &str = "marker";
+/// How long the sweep of a predecessor's processes may take, per instance.
+const LEFTOVER_SWEEP: Duration = Duration::from_secs(10);
 
 /// What a product module is given to plan one start.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +87,35 @@ impl NativeDriver {
     /// Where products are looked for.
     pub fn install_paths(&self) -> &InstallPaths {
         &self.install
+    }
+
+    /// Stops the processes of instances a previous agent started here and never stopped (it
+    /// was killed, or the node lost power): each instance's folder keeps the marker its
+    /// processes carry. Returns the instances that still had processes.
+    pub async fn stop_leftovers(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.state_dir) else {
+            return Vec::new();
+        };
+        let mut stopped = Vec::new();
+        for entry in entries.flatten() {
+            let file = entry.path().join(MARKER_FILE);
+            let Ok(value) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let marker = Marker::new(crate::MARKER_VAR, value.trim());
+            if !marker.live_processes().is_empty() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let left = marker.sweep(LEFTOVER_SWEEP).await;
+                if left.is_empty() {
+                    tracing::warn!(broker = %name, %marker, "stopped a broker a previous agent left running");
+                } else {
+                    tracing::error!(broker = %name, ?left, "a previous agent's broker survived SIGKILL");
+                }
+                stopped.push(name);
+            }
+            let _ = std::fs::remove_file(&file);
+        }
+        stopped
     }
 
     async fn start_native(
@@ -198,6 +232,14 @@ impl BrokerDriver for NativeDriver {
     }
 }
 
+/// The marker on disk (synced) before any process carries it.
+fn write_marker(path: &Path, marker: &Marker) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(marker.value().as_bytes())?;
+    file.sync_all()
+}
+
 /// How a launch failed, so the caller knows whether to retry on a fresh port.
 enum Launch {
     /// The port was taken between choosing and binding it: worth another try.
@@ -223,6 +265,12 @@ async fn launch(
             Launch::Failed(BrokerError::io(format!("writing {}", path.display()), e))
         })?;
     }
+    write_marker(&dir.join(MARKER_FILE), &marker).map_err(|e| {
+        Launch::Failed(BrokerError::io(
+            format!("writing {}", dir.join(MARKER_FILE).display()),
+            e,
+        ))
+    })?;
     let log = dir.join(LOG_FILE);
     let mut broker = NativeBroker {
         name: spec.name.clone(),

@@ -187,6 +187,42 @@ async fn a_real_mosquitto_starts_answers_and_stops_without_leftovers() {
 }
 
 #[tokio::test]
+async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::Mosquitto) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let first = NativeDriver::new(install.clone(), state.path().to_owned());
+    let spec = loopback_spec(
+        "orphan",
+        BrokerKind::Native {
+            product: Product::Mosquitto,
+        },
+    );
+    let broker = tokio::time::timeout(Duration::from_secs(30), first.start(&spec))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let (pid, address) = (broker.pid().unwrap(), broker.address());
+    // The agent dies: nothing of it runs on the way out, neither a stop nor a drop.
+    std::mem::forget(broker);
+    drop(first);
+    assert!(is_running(pid), "the broker outlived its agent");
+
+    let next = NativeDriver::new(install, state.path().to_owned());
+    let stopped = tokio::time::timeout(Duration::from_secs(30), next.stop_leftovers())
+        .await
+        .expect("the sweep is bounded");
+    assert_eq!(stopped, ["orphan"]);
+    assert!(!is_running(pid), "mosquitto {pid} still runs");
+    assert!(probe(address, PROBE_TIMEOUT).await.is_err());
+    assert_eq!(tagged_processes("orphan"), Vec::<u32>::new());
+    // Its marker is gone: a further start of an agent finds nothing to stop.
+    assert!(next.stop_leftovers().await.is_empty());
+}
+
+#[tokio::test]
 async fn a_real_rabbitmq_node_starts_answers_and_stops_with_its_epmd() {
     let install = InstallPaths::default();
     if !installed_or_skip(&install, Product::RabbitMq) {

@@ -89,6 +89,12 @@ impl Brokers {
         }
     }
 
+    /// Stops native brokers a previous agent left running (see
+    /// [`NativeDriver::stop_leftovers`]); returns their names.
+    pub async fn stop_leftovers(&self) -> Vec<String> {
+        self.native.stop_leftovers().await
+    }
+
     /// Where native products are looked for (for the Info RPC's capabilities).
     pub fn install_paths(&self) -> &InstallPaths {
         self.native.install_paths()

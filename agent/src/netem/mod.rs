@@ -10,12 +10,15 @@
 //! - `qdisc`: [`Netem`], which applies, reads back and clears ([`NetemError`]).
 //! - `lease`: [`Lease`], the self-clearing hold on an applied qdisc ([`LeaseError`]).
 //! - `probe`: [`netem_available`], whether this kernel can do netem at all.
+//! - `record`: [`Records`], what is applied, on disk, for the agent after a crash.
+//! - `interfaces`: which interface holds an address (the control plane's).
 
 mod encode;
 pub mod interfaces;
 mod lease;
 mod probe;
 mod qdisc;
+mod record;
 #[cfg(test)]
 mod vectors;
 
@@ -23,3 +26,4 @@ pub use encode::{DecodeError, NetemOptions};
 pub use lease::{CLEAR_ATTEMPTS, Lease, LeaseEnd, LeaseError};
 pub use probe::{NetemCapability, netem_available};
 pub use qdisc::{Netem, NetemError};
+pub use record::Records;

@@ -144,13 +144,22 @@ impl Netem {
                 },
                 _ => classify("apply netem", iface, source),
             })?;
-        let held = self.read_index(iface, index).await?;
-        if held != Some(asked) {
-            return Err(NetemError::ReadBackMismatch {
+        let checked = match self.read_index(iface, index).await {
+            Ok(held) if held == Some(asked) => Ok(()),
+            Ok(held) => Err(NetemError::ReadBackMismatch {
                 iface: iface.to_owned(),
                 asked,
                 held,
-            });
+            }),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = checked {
+            // The kernel may hold something, unverified and under no lease: take it off
+            // rather than leave an impairment nobody answers for.
+            if let Err(rollback) = self.delete_root(iface, index).await {
+                tracing::error!(iface, %rollback, "rolling back an unverified netem failed");
+            }
+            return Err(error);
         }
         info!(iface, ?params, "netem applied");
         Ok(asked)

@@ -28,6 +28,11 @@ impl BrokerControl {
         })
     }
 
+    /// Stops the native brokers a previous agent on this node left running.
+    pub(crate) async fn stop_leftovers(&self) -> Vec<String> {
+        self.brokers.stop_leftovers().await
+    }
+
     /// Brokers run as `config` says.
     pub(crate) fn with(config: BrokersConfig) -> Self {
         BrokerControl {

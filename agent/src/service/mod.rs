@@ -54,7 +54,9 @@ impl std::fmt::Debug for AgentService {
 }
 
 impl AgentService {
-    /// Probes the node's capabilities and opens rtnetlink in the current network namespace.
+    /// Probes the node's capabilities, opens rtnetlink in the current network namespace, and
+    /// undoes what a previous agent on this node left behind when it died: its recorded netem
+    /// is cleared and its native brokers are stopped.
     pub async fn new(config: AgentConfig) -> Self {
         let capabilities = node::probe_capabilities().await;
         let netem = match crate::netem::Netem::connect() {
@@ -65,12 +67,17 @@ impl AgentService {
             }
         };
         let config = Arc::new(config);
+        let netem = NetemControl::new(netem, config.data_plane_interface.clone())
+            .with_control_interface(crate::netem::interfaces::holding(config.listen.ip()))
+            .with_records(crate::netem::Records::new(&config.state_dir));
+        netem.clear_stale().await;
+        let brokers = BrokerControl::new(&config);
+        brokers.stop_leftovers().await;
         AgentService {
             overlay: Nebula::new(&config),
             cluster: K3s::new(&config),
-            netem: NetemControl::new(netem, config.data_plane_interface.clone())
-                .with_control_interface(crate::netem::interfaces::holding(config.listen.ip())),
-            brokers: BrokerControl::new(&config),
+            netem,
+            brokers,
             capabilities,
             config,
             shutdown: CancellationToken::new(),

@@ -9,7 +9,7 @@ use tokio::sync::Mutex;
 use tonic::Status;
 
 use super::status::{from_netem, invalid, missing};
-use crate::netem::{Lease, Netem, NetemOptions};
+use crate::netem::{Lease, Netem, NetemOptions, Records};
 use domain::NetemParams;
 
 /// Longest lease a controller may ask for: a dead controller's netem goes within this.
@@ -21,6 +21,8 @@ pub(crate) struct NetemControl {
     default_interface: Option<String>,
     /// The interface the agent's gRPC listener is on, when its address is a specific one.
     control_interface: Option<String>,
+    /// What is applied, on disk, for the agent after a crash (`None`: kept in memory only).
+    records: Option<Records>,
     held: Mutex<HashMap<String, Held>>,
 }
 
@@ -37,7 +39,38 @@ impl NetemControl {
             netem,
             default_interface,
             control_interface: None,
+            records: None,
             held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Keeps a record of what is applied in `records`, so that the next agent clears what
+    /// this one could not (see [`Self::clear_stale`]).
+    pub(crate) fn with_records(mut self, records: Records) -> Self {
+        self.records = Some(records);
+        self
+    }
+
+    /// Clears the netem that a previous agent on this node recorded and never cleared (it
+    /// died without its shutdown); run before the agent serves.
+    pub(crate) async fn clear_stale(&self) {
+        let (Some(records), Some(netem)) = (&self.records, &self.netem) else {
+            return;
+        };
+        for (interface, what) in records.recorded() {
+            match netem.clear(&interface).await {
+                Ok(Some(_)) => {
+                    tracing::warn!(%interface, applied = %what, "cleared netem a previous agent left behind");
+                    records.forget(&interface);
+                }
+                Ok(None) => records.forget(&interface),
+                Err(crate::netem::NetemError::UnknownInterface { .. }) => {
+                    records.forget(&interface)
+                }
+                Err(error) => {
+                    tracing::error!(%interface, %error, "cannot clear netem a previous agent left behind");
+                }
+            }
         }
     }
 
@@ -104,12 +137,27 @@ impl NetemControl {
             current.expires_unix_ns = expiry(ttl);
             return self.state(&interface, Some(current)).await;
         }
+        if let Some(records) = &self.records {
+            // On disk before the kernel has it: a crash in between leaves a record, never an
+            // unrecorded qdisc.
+            records
+                .note(&interface, &format!("{params:?}"))
+                .map_err(|e| Status::internal(format!("recording netem on {interface}: {e}")))?;
+        }
         let applied = netem.apply(&interface, &params).await.map_err(from_netem)?;
         let lease = {
             let (netem, interface) = (netem.clone(), interface.clone());
+            let records = self.records.clone();
             Lease::start(ttl, move || {
                 let (netem, interface) = (netem.clone(), interface.clone());
-                async move { netem.clear_if(&interface, &applied).await.map(|_| ()) }
+                let records = records.clone();
+                async move {
+                    let cleared = netem.clear_if(&interface, &applied).await?;
+                    if let (true, Some(records)) = (cleared, records) {
+                        records.forget(&interface);
+                    }
+                    Ok(())
+                }
             })
         };
         // A lease of other settings clears only what it applied, so replacing it is safe.
@@ -178,6 +226,9 @@ impl NetemControl {
             let _ = current.lease.release().await;
         }
         netem.clear(&interface).await.map_err(from_netem)?;
+        if let Some(records) = &self.records {
+            records.forget(&interface);
+        }
         self.state(&interface, None).await
     }
 

@@ -11,10 +11,12 @@
 //! - this file: the suites and how they are run.
 //! - [`netem`]: the agent's netem through its gRPC service, against the kernel.
 //! - [`controller`]: a whole plan run by the controller against two agents with netem.
+//! - [`crash`]: a killed agent's netem is cleared by the next agent (run by the netem suite).
 //! - [`common`]: namespaces, rtnetlink helpers and the `RESULT {json}` lines.
 
 mod common;
 mod controller;
+mod crash;
 mod netem;
 
 use std::process::{Command, ExitCode};
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
         None => run_all(),
         Some("netem") => netem::main(),
         Some(controller::SUITE) => controller::main(&args[1..]),
+        Some(crash::CHILD) => crash::child_main(&args[1..]),
         Some(other) => {
             eprintln!("unknown suite {other}; the suites are {SUITES:?}");
             ExitCode::FAILURE
