@@ -65,6 +65,12 @@ enum Command {
         /// The service's identity (a controller identity) in that folder.
         #[arg(long, default_value = "controller")]
         identity: String,
+        /// The nodes plans may use: a TOML file of `[[nodes]]` tables, as in a plan.
+        #[arg(long, value_name = "FILE")]
+        nodes: PathBuf,
+        /// Every run writes into DIR/<run id>; submitted plans may not set results_dir.
+        #[arg(long, value_name = "DIR", default_value = "results")]
+        results: PathBuf,
     },
     /// Drives a `controller serve` from another machine: submit, watch, list, fetch, cancel.
     Remote {
@@ -149,9 +155,17 @@ fn main() -> ExitCode {
                 listen,
                 pki,
                 identity,
+                nodes,
+                results,
             }),
             _,
-        ) => serve(&listen, &pki, &identity),
+        ) => match controller::serve::ServeConfig::with_nodes_file(results, pki.clone(), &nodes) {
+            Ok(config) => serve(&listen, &pki, &identity, config),
+            Err(error) => {
+                eprintln!("controller serve: --nodes {error}");
+                ExitCode::FAILURE
+            }
+        },
         (
             Some(Command::Remote {
                 addr,
@@ -187,14 +201,19 @@ fn pki(request: PkiRequest) -> ExitCode {
     }
 }
 
-fn serve(listen: &str, pki: &Path, identity: &str) -> ExitCode {
+fn serve(
+    listen: &str,
+    pki: &Path,
+    identity: &str,
+    config: controller::serve::ServeConfig,
+) -> ExitCode {
     let runtime = match program::runtime("controller serve", Threads::PerCore) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
     program::exit_code(
         "controller serve",
-        runtime.block_on(controller::serve::run(listen, pki, identity)),
+        runtime.block_on(controller::serve::run(listen, pki, identity, config)),
     )
 }
 
@@ -260,8 +279,17 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
         tokio::spawn(stop_on_signal(cancel.clone()));
         let (events, shown) = event_channel();
         let display = tokio::spawn(terminal::show_progress(shown));
-        let outcome =
-            run_plan_observed(&plan, &text, RunOptions { resume }, cancel, Some(events)).await;
+        let outcome = run_plan_observed(
+            &plan,
+            &text,
+            RunOptions {
+                resume,
+                folder: None,
+            },
+            cancel,
+            Some(events),
+        )
+        .await;
         let _ = display.await;
         match outcome {
             Ok(summary) => {

@@ -178,7 +178,10 @@ impl Bed {
             Ok(run_plan(
                 &plan,
                 &text,
-                RunOptions { resume },
+                RunOptions {
+                    resume,
+                    folder: None,
+                },
                 CancellationToken::new(),
             )
             .await?)

@@ -6,6 +6,9 @@
 //!   its folder (byte for byte the server's files), cancels a long run (cancelled, and the
 //!   service runs the next plan);
 //! - an agent identity is PermissionDenied, a bad plan InvalidArgument naming the TOML path;
+//! - each run is its submitter's: another client cannot see, watch, fetch or cancel it; a
+//!   plan that sets results_dir or pki_dir, or names a node unlike the service's, is refused
+//!   with nothing created; each client's active runs are bounded;
 //! - a queued run is cancelled at once and shutting down cancels the running one, whose
 //!   watchers see it end;
 //! - a malicious server cannot make `fetch` write outside the target folder.
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use controller::remote::{self, RemoteError};
+use controller::serve::ServeConfig;
 use proto::controller::v1 as pb;
 use proto::controller::v1::controller_client::ControllerClient;
 use proto::mtls::Credentials;
@@ -34,6 +38,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 struct Pki {
     controller: Credentials,
     laptop: Credentials,
+    /// A second client: another researcher sharing the service.
+    tablet: Credentials,
     agent: Credentials,
 }
 
@@ -45,6 +51,7 @@ fn pki() -> Result<Pki, Box<dyn std::error::Error + Send + Sync>> {
                 .with_ip_address([127, 0, 0, 1].into()),
         )?,
         laptop: pki.issue(&IdentitySpec::new(Role::Client, "laptop"))?,
+        tablet: pki.issue(&IdentitySpec::new(Role::Client, "tablet"))?,
         agent: pki.issue(
             &IdentitySpec::new(Role::Agent, "worker-1").with_ip_address([127, 0, 0, 1].into()),
         )?,
@@ -58,15 +65,29 @@ struct Service {
     task: JoinHandle<Result<(), controller::serve::ServeError>>,
 }
 
+/// The one node the service offers: a local agent (started in-process by each run).
+const NODES: &str = r#"
+[[nodes]]
+name = "local"
+agent = "local"
+roles = ["loadgen", "broker"]
+"#;
+
+/// The service, its runs' results under `results`, its nodes [`NODES`].
 async fn start(
     credentials: Credentials,
+    results: &Path,
 ) -> Result<Service, Box<dyn std::error::Error + Send + Sync>> {
+    let nodes = results.join("nodes.toml");
+    std::fs::write(&nodes, NODES)?;
+    let config = ServeConfig::with_nodes_file(results.to_path_buf(), results.join("pki"), &nodes)?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(controller::serve::serve(
         listener,
         credentials,
+        config,
         async move {
             let _ = stopped.await;
         },
@@ -96,13 +117,12 @@ impl Service {
     }
 }
 
-/// A plan on a local agent with the embedded broker, results under `results`.
-fn plan(name: &str, results: &Path, test: &str) -> String {
+/// A plan on the service's local node with the embedded broker.
+fn plan(name: &str, test: &str) -> String {
     format!(
         r#"
 name = "{name}"
 repetitions = 1
-results_dir = {results:?}
 
 [[nodes]]
 name = "local"
@@ -119,8 +139,7 @@ name = "local"
 
 [[tests]]
 {test}
-"#,
-        results = results.display().to_string()
+"#
     )
 }
 
@@ -179,16 +198,11 @@ async fn wait_running(client: &mut ControllerClient<Channel>, run: &str) -> Test
 async fn a_laptop_submits_watches_lists_fetches_and_cancels() -> TestResult {
     let pki = pki()?;
     let results = tempfile::tempdir()?;
-    let service = start(pki.controller.clone()).await?;
+    let service = start(pki.controller.clone(), results.path()).await?;
     let mut client = service.client(&pki.laptop).await?;
     tokio::time::timeout(DEADLINE, async {
         // Submit and watch to the end.
-        let id = remote::submit_text(
-            &mut client,
-            &plan("remote-tiny", results.path(), TINY),
-            "tiny.toml",
-        )
-        .await?;
+        let id = remote::submit_text(&mut client, &plan("remote-tiny", TINY), "tiny.toml").await?;
         let mut lines = Vec::new();
         let finished = remote::watch(&mut client, &id, |event| {
             lines.extend(remote::describe_event(event));
@@ -251,12 +265,8 @@ async fn a_laptop_submits_watches_lists_fetches_and_cancels() -> TestResult {
         assert_eq!(fetched.files, theirs.len());
 
         // Cancel a long run: it ends cancelled, after its undo.
-        let long = remote::submit_text(
-            &mut client,
-            &plan("remote-long", results.path(), LONG),
-            "long.toml",
-        )
-        .await?;
+        let long =
+            remote::submit_text(&mut client, &plan("remote-long", LONG), "long.toml").await?;
         wait_running(&mut client, &long).await?;
         let info = remote::cancel(&mut client, &long).await?;
         assert_eq!(info.state(), pb::RunState::Cancelled, "{info:?}");
@@ -265,12 +275,8 @@ async fn a_laptop_submits_watches_lists_fetches_and_cancels() -> TestResult {
         assert_eq!(remote::exit_code(finished.state()), 3);
 
         // The service is still usable: the next plan runs to the end.
-        let again = remote::submit_text(
-            &mut client,
-            &plan("remote-again", results.path(), TINY),
-            "again.toml",
-        )
-        .await?;
+        let again =
+            remote::submit_text(&mut client, &plan("remote-again", TINY), "again.toml").await?;
         let finished = remote::watch(&mut client, &again, |_| {}).await?;
         assert_eq!(finished.state(), pb::RunState::Finished);
         let states: Vec<pb::RunState> = remote::list(&mut client)
@@ -296,12 +302,12 @@ async fn a_laptop_submits_watches_lists_fetches_and_cancels() -> TestResult {
 async fn an_agent_may_not_drive_the_controller_and_bad_plans_name_the_path() -> TestResult {
     let pki = pki()?;
     let results = tempfile::tempdir()?;
-    let service = start(pki.controller.clone()).await?;
+    let service = start(pki.controller.clone(), results.path()).await?;
 
     let mut agent = service.client(&pki.agent).await?;
     for outcome in [
         remote::list(&mut agent).await.map(|_| ()),
-        remote::submit_text(&mut agent, &plan("x", results.path(), TINY), "x.toml")
+        remote::submit_text(&mut agent, &plan("x", TINY), "x.toml")
             .await
             .map(|_| ()),
         remote::cancel(&mut agent, "r1").await.map(|_| ()),
@@ -323,7 +329,7 @@ async fn an_agent_may_not_drive_the_controller_and_bad_plans_name_the_path() -> 
     assert!(remote::list(&mut controller).await?.is_empty());
 
     let mut laptop = service.client(&pki.laptop).await?;
-    let bad = plan("bad", results.path(), TINY).replace(
+    let bad = plan("bad", TINY).replace(
         "name = \"local\"\n\n[[tests]]",
         "name = \"local\"\nloss_percent = 200.0\n\n[[tests]]",
     );
@@ -353,23 +359,126 @@ async fn an_agent_may_not_drive_the_controller_and_bad_plans_name_the_path() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_run_is_its_owners_and_the_server_decides_paths_and_nodes() -> TestResult {
+    let pki = pki()?;
+    let results = tempfile::tempdir()?;
+    let service = start(pki.controller.clone(), results.path()).await?;
+    let mut laptop = service.client(&pki.laptop).await?;
+    let mut tablet = service.client(&pki.tablet).await?;
+    tokio::time::timeout(DEADLINE, async {
+        let id = remote::submit_text(&mut laptop, &plan("mine", TINY), "mine.toml").await?;
+        let finished = remote::watch(&mut laptop, &id, |_| {}).await?;
+        assert_eq!(finished.state(), pb::RunState::Finished);
+        // The run's folder is named by its id, under the service's results folder.
+        assert_eq!(
+            PathBuf::from(&finished.results_dir),
+            results.path().join(&id)
+        );
+
+        // Another client neither sees it nor watches, fetches or cancels it.
+        assert!(remote::list(&mut tablet).await?.is_empty());
+        let target = tempfile::tempdir()?;
+        for outcome in [
+            remote::watch(&mut tablet, &id, |_| {}).await.map(|_| ()),
+            remote::fetch(&mut tablet, &id, &target.path().join("copy"))
+                .await
+                .map(|_| ()),
+            remote::cancel(&mut tablet, &id).await.map(|_| ()),
+        ] {
+            match outcome {
+                Err(RemoteError::Rpc(status)) => {
+                    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+                    assert!(status.message().contains("laptop"), "{status:?}");
+                }
+                other => panic!("another client reached the run: {other:?}"),
+            }
+        }
+        assert!(!target.path().join("copy").exists(), "nothing fetched");
+        // The controller identity administers every run.
+        let mut admin = service.client(&pki.controller).await?;
+        assert_eq!(remote::list(&mut admin).await?.len(), 1);
+        assert_eq!(remote::list(&mut laptop).await?.len(), 1);
+
+        // Paths and nodes are the server's: refused, with nothing created on disk.
+        let before = files(results.path())?;
+        let elsewhere = tempfile::tempdir()?;
+        let with_results = plan("paths", TINY).replacen(
+            "repetitions = 1",
+            &format!(
+                "repetitions = 1\nresults_dir = {:?}",
+                elsewhere.path().join("r")
+            ),
+            1,
+        );
+        let with_pki = plan("paths", TINY).replacen(
+            "repetitions = 1",
+            "repetitions = 1\npki_dir = \"/root\"",
+            1,
+        );
+        let unknown_node = plan("nodes", TINY).replace(
+            "name = \"local\"\nagent = \"local\"",
+            "name = \"local\"\nagent = \"192.0.2.9:7100\"",
+        );
+        for (text, says) in [
+            (with_results, "results_dir: set by the service"),
+            (with_pki, "pki_dir: set by the service"),
+            (
+                unknown_node,
+                "nodes[0] (\"local\"): differs from the service's node",
+            ),
+        ] {
+            match remote::submit_text(&mut tablet, &text, "theirs.toml").await {
+                Err(RemoteError::Rpc(status)) => {
+                    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+                    assert!(status.message().contains(says), "{}", status.message());
+                }
+                other => panic!("the plan was accepted: {other:?}"),
+            }
+        }
+        assert!(
+            !elsewhere.path().join("r").exists(),
+            "the plan's results_dir was not created"
+        );
+        assert_eq!(
+            files(results.path())?,
+            before,
+            "nothing written for refused plans"
+        );
+        assert!(remote::list(&mut tablet).await?.is_empty());
+
+        // Each client may have a bounded number of runs queued or running.
+        let mut queued = Vec::new();
+        for n in 0..controller::serve::MAX_ACTIVE_PER_CLIENT {
+            let name = format!("long-{n}");
+            queued.push(remote::submit_text(&mut tablet, &plan(&name, LONG), "long.toml").await?);
+        }
+        match remote::submit_text(&mut tablet, &plan("one-more", TINY), "more.toml").await {
+            Err(RemoteError::Rpc(status)) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}")
+            }
+            other => panic!("a fifth active run was queued: {other:?}"),
+        }
+        // The bound is per client: the laptop may still submit (and cancel what it queued).
+        let laptops = remote::submit_text(&mut laptop, &plan("laptops", TINY), "l.toml").await?;
+        remote::cancel(&mut laptop, &laptops).await?;
+        for id in queued.iter().rev() {
+            remote::cancel(&mut tablet, id).await?;
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .await??;
+    service.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queued_runs_cancel_at_once_and_shutdown_cancels_the_running_one() -> TestResult {
     let pki = pki()?;
     let results = tempfile::tempdir()?;
-    let service = start(pki.controller.clone()).await?;
+    let service = start(pki.controller.clone(), results.path()).await?;
     let mut client = service.client(&pki.laptop).await?;
-    let long = remote::submit_text(
-        &mut client,
-        &plan("shutdown-long", results.path(), LONG),
-        "long.toml",
-    )
-    .await?;
-    let queued = remote::submit_text(
-        &mut client,
-        &plan("shutdown-queued", results.path(), TINY),
-        "tiny.toml",
-    )
-    .await?;
+    let long = remote::submit_text(&mut client, &plan("shutdown-long", LONG), "long.toml").await?;
+    let queued =
+        remote::submit_text(&mut client, &plan("shutdown-queued", TINY), "tiny.toml").await?;
     wait_running(&mut client, &long).await?;
 
     // Nothing to undo for a queued run: cancelled at once, never started, no folder.

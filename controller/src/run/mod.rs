@@ -79,6 +79,9 @@ pub enum RunError {
 pub struct RunOptions {
     /// Continue the run in this folder, skipping finished cells.
     pub resume: Option<PathBuf>,
+    /// A new run writes into this folder (a service names it by the run's id) instead of
+    /// `<results_dir>/<name>-<time>`.
+    pub folder: Option<PathBuf>,
     /// Failures the undo tests inject.
     #[cfg(test)]
     pub(crate) faults: Faults,
@@ -159,6 +162,9 @@ pub async fn run_plan_observed(
 /// The folder to write into: the resumed one (which must hold this plan's run), or a new one.
 fn results_folder(plan: &Plan, options: &RunOptions) -> Result<PathBuf, RunError> {
     let Some(dir) = &options.resume else {
+        if let Some(folder) = &options.folder {
+            return Ok(fresh_folder(folder));
+        }
         let name = format!("{}-{}", plan.name, timestamp());
         return Ok(fresh_folder(&plan.results_dir.join(name)));
     };

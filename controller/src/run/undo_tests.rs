@@ -94,6 +94,7 @@ async fn run_with(fail: Option<(Phase, bool)>, netem: FakeNetem) -> Ran {
     let netem = Arc::new(netem);
     let options = RunOptions {
         resume: None,
+        folder: None,
         faults: Faults {
             fail,
             netem: Some(Arc::clone(&netem)),
@@ -305,6 +306,7 @@ async fn run_stopped(stop: StopBy) -> Ran {
     let netem = Arc::new(FakeNetem::default());
     let options = RunOptions {
         resume: None,
+        folder: None,
         faults: Faults {
             fail: None,
             netem: Some(Arc::clone(&netem)),

@@ -3,23 +3,31 @@
 //! cancel).
 //!
 //! The service runs one plan at a time, in submission order; each run is exactly what
-//! `controller plan.toml` does (results in the plan's `results_dir`, netem and brokers undone
-//! at the end), observed through [`crate::run::run_plan_observed`]. The controller identity
-//! and remote-client identities may call every RPC; agents get PermissionDenied. On shutdown
+//! `controller plan.toml` does (netem and brokers undone at the end), observed through
+//! [`crate::run::run_plan_observed`], with what only the server may decide taken from its
+//! [`ServeConfig`]: results in `<results_dir>/<run id>`, its PKI, its nodes (a plan that sets
+//! a path or names another node is refused). Each run belongs to the identity that submitted
+//! it: only that client, or the controller identity as administrator, may watch, fetch or
+//! cancel it, and List shows a client its own runs; agents get PermissionDenied. A client may
+//! have 4 runs queued or running and the service remembers its last 32. On shutdown
 //! (SIGTERM or SIGINT for [`run`], the `shutdown` future for [`serve`]) queued runs are
 //! cancelled, the running one stops after its undo, followers receive its end, and then the
 //! server exits. Runs are kept in memory: a restarted service lists none (their folders stay).
 //!
 //! # Layout
 //! - this file: [`serve`] on a bound listener, [`run`] for the binary, [`ServeError`].
-//! - `service.rs`: the `Controller` RPCs and their role check.
+//! - `config.rs`: [`ServeConfig`], what the server decides, and the admission of plans.
+//! - `service.rs`: the `Controller` RPCs, their role check and run ownership.
 //! - `runs.rs`: the run registry (state, counts, event history) and the worker that runs
 //!   queued plans one at a time.
 //! - `files.rs`: a results folder as a stream of file chunks (Fetch).
 
+mod config;
 mod files;
 mod runs;
 mod service;
+
+pub use config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT, ServeConfig};
 
 use std::future::Future;
 use std::path::Path;
@@ -63,6 +71,7 @@ pub enum ServeError {
 pub async fn serve(
     listener: TcpListener,
     credentials: Credentials,
+    config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     if credentials.identity().role != proto::pki::Role::Controller {
@@ -89,9 +98,10 @@ pub async fn serve(
         done.cancelled().await;
     };
     let served = server
-        .add_service(ControllerServer::new(ControllerService::new(Arc::clone(
-            &runs,
-        ))))
+        .add_service(ControllerServer::new(ControllerService::new(
+            Arc::clone(&runs),
+            Arc::new(config),
+        )))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
         .await;
     // Also when the server failed: never leave a run's netem and brokers behind.
@@ -101,8 +111,13 @@ pub async fn serve(
 }
 
 /// `controller serve`: loads the identity `identity` from `pki`, binds `listen` and serves
-/// until SIGTERM or SIGINT.
-pub async fn run(listen: &str, pki: &Path, identity: &str) -> Result<(), ServeError> {
+/// `config`'s nodes until SIGTERM or SIGINT.
+pub async fn run(
+    listen: &str,
+    pki: &Path,
+    identity: &str,
+    config: ServeConfig,
+) -> Result<(), ServeError> {
     let credentials = Credentials::load(pki, identity)?;
     let listener = TcpListener::bind(listen)
         .await
@@ -118,7 +133,7 @@ pub async fn run(listen: &str, pki: &Path, identity: &str) -> Result<(), ServeEr
         "controller: serving on {address} as {}",
         credentials.identity()
     );
-    serve(listener, credentials, termination()).await
+    serve(listener, credentials, config, termination()).await
 }
 
 /// Completes on SIGTERM or SIGINT, saying what the service does about it.

@@ -12,8 +12,11 @@ use proto::controller::v1 as pb;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::plan::Plan;
+use proto::pki::{PeerIdentity, Role};
 use tracing::Instrument;
+
+use super::config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT};
+use crate::plan::Plan;
 
 use crate::run::{RunCounts, RunEvent, RunOptions, event_channel, run_plan_observed};
 
@@ -40,6 +43,10 @@ struct Inner {
 #[derive(Debug)]
 struct Run {
     id: String,
+    /// Who submitted it: only they (and the controller identity) may watch, fetch, cancel.
+    owner: PeerIdentity,
+    /// Where it writes: `<the service's results_dir>/<id>`.
+    folder: PathBuf,
     plan: Arc<Plan>,
     text: Arc<str>,
     state: pb::RunState,
@@ -118,6 +125,7 @@ impl Run {
 struct Job {
     plan: Arc<Plan>,
     text: Arc<str>,
+    folder: PathBuf,
     cancel: CancellationToken,
 }
 
@@ -131,6 +139,52 @@ pub(crate) struct Followed {
 #[derive(Debug, thiserror::Error)]
 #[error("no run {0:?} on this controller")]
 pub(crate) struct UnknownRun(pub(crate) String);
+
+/// Why a caller may not act on a run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Denied {
+    /// No such run.
+    #[error(transparent)]
+    Unknown(#[from] UnknownRun),
+    /// Someone else's.
+    #[error("run {id} belongs to {owner}")]
+    NotYours {
+        /// The run.
+        id: String,
+        /// Its owner.
+        owner: PeerIdentity,
+    },
+}
+
+/// Why a submission was not queued.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refused {
+    /// The service is closing.
+    #[error("the controller is shutting down")]
+    ShuttingDown,
+    /// The client has as many active runs as it may.
+    #[error(
+        "{0} of your runs are queued or running, at most {MAX_ACTIVE_PER_CLIENT}: wait for one to end or cancel one"
+    )]
+    TooMany(usize),
+}
+
+/// Forgets `owner`'s oldest ended runs until fewer than [`MAX_HISTORY_PER_CLIENT`] remain.
+fn forget_oldest_ended(runs: &mut Vec<Run>, owner: &PeerIdentity) {
+    let ended = runs
+        .iter()
+        .filter(|run| run.owner == *owner && run.is_over())
+        .count();
+    let mut excess = (ended + 1).saturating_sub(MAX_HISTORY_PER_CLIENT);
+    runs.retain(|run| {
+        if excess > 0 && run.owner == *owner && run.is_over() {
+            excess -= 1;
+            false
+        } else {
+            true
+        }
+    });
+}
 
 impl Runs {
     /// A registry and the queue's receiving end, for [`worker`].
@@ -156,16 +210,36 @@ impl Runs {
         self.closing.is_cancelled()
     }
 
-    /// Queues a validated plan; returns its run id, or None while shutting down.
-    pub(crate) fn submit(&self, plan: Plan, text: String) -> Option<String> {
+    /// Queues a plan the service admitted for `owner`; returns its run id. Refused while
+    /// shutting down, or when `owner` already has [`MAX_ACTIVE_PER_CLIENT`] runs queued or
+    /// running; the owner's oldest ended runs beyond [`MAX_HISTORY_PER_CLIENT`] are forgotten
+    /// (their folders stay).
+    pub(crate) fn submit(
+        &self,
+        plan: Plan,
+        text: String,
+        owner: PeerIdentity,
+        results_root: &std::path::Path,
+    ) -> Result<String, Refused> {
         if self.is_closing() {
-            return None;
+            return Err(Refused::ShuttingDown);
         }
         let mut inner = self.lock();
+        let active = inner
+            .runs
+            .iter()
+            .filter(|run| run.owner == owner && !run.is_over())
+            .count();
+        if active >= MAX_ACTIVE_PER_CLIENT {
+            return Err(Refused::TooMany(active));
+        }
+        forget_oldest_ended(&mut inner.runs, &owner);
         inner.next += 1;
         let id = format!("r{}", inner.next);
         let mut run = Run {
             id: id.clone(),
+            owner,
+            folder: results_root.join(&id),
             counts: RunCounts {
                 total: plan.cells().len(),
                 ..RunCounts::default()
@@ -195,7 +269,22 @@ impl Runs {
                 }
             });
         }
-        Some(id)
+        Ok(id)
+    }
+
+    /// Whether `caller` may see and act on run `id`: its owner, or the controller identity.
+    pub(crate) fn authorize(&self, id: &str, caller: &PeerIdentity) -> Result<(), Denied> {
+        let owner = self
+            .with_run(id, |run| run.owner.clone())
+            .ok_or_else(|| Denied::Unknown(UnknownRun(id.to_string())))?;
+        if owner == *caller || caller.role == Role::Controller {
+            Ok(())
+        } else {
+            Err(Denied::NotYours {
+                id: id.to_string(),
+                owner,
+            })
+        }
     }
 
     fn with_run<T>(&self, id: &str, f: impl FnOnce(&mut Run) -> T) -> Option<T> {
@@ -203,9 +292,14 @@ impl Runs {
         inner.runs.iter_mut().find(|run| run.id == id).map(f)
     }
 
-    /// Every run, oldest first.
-    pub(crate) fn list(&self) -> Vec<pb::RunInfo> {
-        self.lock().runs.iter().map(Run::info).collect()
+    /// The runs `caller` may see (the controller identity: all), oldest first.
+    pub(crate) fn list(&self, caller: &PeerIdentity) -> Vec<pb::RunInfo> {
+        self.lock()
+            .runs
+            .iter()
+            .filter(|run| run.owner == *caller || caller.role == Role::Controller)
+            .map(Run::info)
+            .collect()
     }
 
     /// One run's info.
@@ -299,6 +393,7 @@ impl Runs {
             Some(Job {
                 plan: Arc::clone(&run.plan),
                 text: Arc::clone(&run.text),
+                folder: run.folder.clone(),
                 cancel: run.cancel.clone(),
             })
         })
@@ -406,14 +501,11 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
         let span = tracing::info_span!("run", run = %id);
         let task = tokio::spawn(
             async move {
-                run_plan_observed(
-                    &job.plan,
-                    &job.text,
-                    RunOptions::default(),
-                    job.cancel,
-                    Some(events),
-                )
-                .await
+                let options = RunOptions {
+                    folder: Some(job.folder),
+                    ..RunOptions::default()
+                };
+                run_plan_observed(&job.plan, &job.text, options, job.cancel, Some(events)).await
             }
             .instrument(span),
         );

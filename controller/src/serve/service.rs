@@ -1,4 +1,5 @@
-//! The `Controller` gRPC service: role checks, then the run registry.
+//! The `Controller` gRPC service: role checks, admission of plans against the service's own
+//! configuration, ownership of runs, then the run registry.
 
 use std::sync::Arc;
 
@@ -9,8 +10,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use super::config::ServeConfig;
 use super::files;
-use super::runs::{CANCEL_WAIT, Runs, UnknownRun};
+use super::runs::{CANCEL_WAIT, Denied, Refused, Runs, UnknownRun};
 use crate::plan::Plan;
 
 /// Roles that may drive the controller: itself and remote clients (the laptop).
@@ -23,17 +25,36 @@ const MAX_NAME: usize = 256;
 #[derive(Debug)]
 pub(crate) struct ControllerService {
     runs: Arc<Runs>,
+    config: Arc<ServeConfig>,
 }
 
 impl ControllerService {
-    pub(crate) fn new(runs: Arc<Runs>) -> Self {
-        ControllerService { runs }
+    pub(crate) fn new(runs: Arc<Runs>, config: Arc<ServeConfig>) -> Self {
+        ControllerService { runs, config }
     }
 }
 
 impl From<UnknownRun> for Status {
     fn from(error: UnknownRun) -> Self {
         Status::not_found(error.to_string())
+    }
+}
+
+impl From<Denied> for Status {
+    fn from(error: Denied) -> Self {
+        match error {
+            Denied::Unknown(unknown) => unknown.into(),
+            not_yours @ Denied::NotYours { .. } => Status::permission_denied(not_yours.to_string()),
+        }
+    }
+}
+
+impl From<Refused> for Status {
+    fn from(error: Refused) -> Self {
+        match error {
+            Refused::ShuttingDown => Status::unavailable(error.to_string()),
+            Refused::TooMany(_) => Status::resource_exhausted(error.to_string()),
+        }
     }
 }
 
@@ -53,11 +74,14 @@ impl Controller for ControllerService {
         let origin = if name.is_empty() { "plan" } else { &name };
         let plan =
             Plan::parse(&text, origin).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = self
+            .config
+            .admit(plan, &text)
+            .map_err(|reason| Status::invalid_argument(format!("{origin}: {reason}")))?;
         let plan_name = plan.name.clone();
         let id = self
             .runs
-            .submit(plan, text)
-            .ok_or_else(|| Status::unavailable("the controller is shutting down"))?;
+            .submit(plan, text, caller.clone(), &self.config.results_dir)?;
         tracing::info!(%caller, run = %id, plan = %plan_name, "plan queued");
         Ok(Response::new(pb::RunId { id }))
     }
@@ -68,8 +92,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::RunId>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
         let id = request.into_inner().id;
+        self.runs.authorize(&id, &caller)?;
         let mut version = self.runs.subscribe(&id)?;
         let runs = Arc::clone(&self.runs);
         let (out, stream) = mpsc::channel(16);
@@ -103,9 +128,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListReply>, Status> {
-        proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
         Ok(Response::new(pb::ListReply {
-            runs: self.runs.list(),
+            runs: self.runs.list(&caller),
         }))
     }
 
@@ -117,6 +142,7 @@ impl Controller for ControllerService {
     ) -> Result<Response<Self::FetchStream>, Status> {
         let caller = proto::mtls::require_role(&request, &ALLOWED)?;
         let id = request.into_inner().id;
+        self.runs.authorize(&id, &caller)?;
         let dir = self.runs.results_dir(&id)?.ok_or_else(|| {
             Status::failed_precondition(format!("run {id} has no results folder yet (queued)"))
         })?;
@@ -129,6 +155,7 @@ impl Controller for ControllerService {
     async fn cancel(&self, request: Request<pb::RunId>) -> Result<Response<pb::RunInfo>, Status> {
         let caller = proto::mtls::require_role(&request, &ALLOWED)?;
         let id = request.into_inner().id;
+        self.runs.authorize(&id, &caller)?;
         tracing::info!(%caller, run = %id, "cancel");
         let reason = format!("cancelled by {caller}");
         Ok(Response::new(
