@@ -273,6 +273,7 @@ fn nebula_overlay_carries_mqtt_between_agents_and_leaves_nothing_behind() {
                     port: 1883,
                     options: Default::default(),
                 }),
+                lease: None,
             })
             .await?
             .into_inner();

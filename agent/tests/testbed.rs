@@ -119,6 +119,7 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
         let started = worker
             .start_broker(pb::StartBrokerRequest {
                 spec: Some(spec.clone()),
+                lease: None,
             })
             .await?
             .into_inner();
@@ -126,7 +127,10 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
         assert_eq!(started.address, format!("{worker_ip}:1883"));
         assert!(started.pid > 0);
         let again = worker
-            .start_broker(pb::StartBrokerRequest { spec: Some(spec) })
+            .start_broker(pb::StartBrokerRequest {
+                spec: Some(spec),
+                lease: None,
+            })
             .await?
             .into_inner();
         assert_eq!(again.pid, started.pid, "an identical start is idempotent");
@@ -256,7 +260,10 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
             product: pb::Product::Rabbitmq.into(),
         }));
         let started = worker
-            .start_broker(pb::StartBrokerRequest { spec: Some(rabbit) })
+            .start_broker(pb::StartBrokerRequest {
+                spec: Some(rabbit),
+                lease: None,
+            })
             .await?
             .into_inner();
         assert_eq!(started.state(), pb::BrokerState::Running, "{started:?}");
@@ -462,6 +469,7 @@ fn bad_requests_are_invalid_arguments_and_change_nothing() {
         let refused = client
             .start_broker(pb::StartBrokerRequest {
                 spec: Some(unknown),
+                lease: None,
             })
             .await
             .expect_err("unknown product");
@@ -528,6 +536,7 @@ fn sigterm_stops_the_brokers_an_agent_started() {
             let status = client
                 .start_broker(pb::StartBrokerRequest {
                     spec: Some(mosquitto_spec("m", &worker_ip, 1883)),
+                    lease: None,
                 })
                 .await?
                 .into_inner();

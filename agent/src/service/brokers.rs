@@ -4,17 +4,21 @@
 use proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
+use std::sync::Arc;
+
+use super::broker_leases::{BrokerLeases, MAX_LEASE};
 use super::metrics::Watched;
-use super::status::missing;
+use super::status::{invalid, missing};
 use crate::broker::{
     BrokerError, BrokerState, BrokerStatus, Brokers, BrokersConfig, ErrorCode, InstallPaths,
     Kubectl,
 };
 use domain::{AgentConfig, BrokerSpec};
 
-/// The brokers this agent runs.
+/// The brokers this agent runs, and the leases some of them are held under.
 pub(crate) struct BrokerControl {
-    brokers: Brokers,
+    brokers: Arc<Brokers>,
+    leases: Arc<BrokerLeases>,
 }
 
 impl BrokerControl {
@@ -36,7 +40,8 @@ impl BrokerControl {
     /// Brokers run as `config` says.
     pub(crate) fn with(config: BrokersConfig) -> Self {
         BrokerControl {
-            brokers: Brokers::new(config),
+            brokers: Arc::new(Brokers::new(config)),
+            leases: Arc::default(),
         }
     }
 
@@ -45,11 +50,28 @@ impl BrokerControl {
         request: pb::StartBrokerRequest,
     ) -> Result<pb::BrokerStatus, Status> {
         let spec = BrokerSpec::try_from(request.spec.ok_or_else(|| missing("spec"))?)?;
+        let lease = request.lease.as_ref().map(lease_from).transpose()?;
+        let name = spec.name.clone();
         let status = self.brokers.start(spec).await.map_err(from_broker)?;
+        if let Some(ttl) = lease {
+            self.leases.hold(&self.brokers, &name, ttl);
+        }
         Ok(status_to_message(&status))
     }
 
+    /// Extends the lease of broker `name`.
+    pub(crate) async fn renew(&self, name: &str) -> Result<pb::BrokerStatus, Status> {
+        if !self.leases.renew(name) {
+            return Err(Status::failed_precondition(format!(
+                "broker {name} holds no lease (never started with one, or it ran out and the \
+                 broker was stopped): start it again"
+            )));
+        }
+        self.status(name).await
+    }
+
     pub(crate) async fn stop(&self, name: &str) -> Result<pb::BrokerStatus, Status> {
+        self.leases.release(name);
         let status = self.brokers.stop(name).await.map_err(from_broker)?;
         Ok(status_to_message(&status))
     }
@@ -87,6 +109,18 @@ impl BrokerControl {
     }
 }
 
+fn lease_from(value: &prost_types::Duration) -> Result<std::time::Duration, Status> {
+    let lease = std::time::Duration::try_from(*value)
+        .map_err(|_| invalid("lease", format!("{value:?} is negative")))?;
+    if lease.is_zero() || lease > MAX_LEASE {
+        return Err(invalid(
+            "lease",
+            format!("{lease:?} must be above zero and at most {MAX_LEASE:?}"),
+        ));
+    }
+    Ok(lease)
+}
+
 fn from_broker(error: BrokerError) -> Status {
     let code = match error.code() {
         ErrorCode::InvalidArgument => Code::InvalidArgument,
@@ -121,6 +155,7 @@ pub(crate) fn status_to_message(status: &BrokerStatus) -> pb::BrokerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn kubernetes(node: &str, namespace: &str, node_port: u32) -> pb::BrokerSpec {
         pb::BrokerSpec {
@@ -136,6 +171,75 @@ mod tests {
             port: 0,
             options: Default::default(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_broker_whose_lease_is_not_renewed_is_stopped() {
+        let state = tempfile::tempdir().expect("temp dir");
+        let control = BrokerControl::with(BrokersConfig {
+            state_dir: state.path().to_owned(),
+            ..BrokersConfig::default()
+        });
+        let embedded = pb::BrokerSpec {
+            name: "leased".into(),
+            kind: Some(pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {})),
+            bind: "127.0.0.1".into(),
+            port: 0,
+            options: Default::default(),
+        };
+        let lease = Duration::from_millis(400);
+        let started = control
+            .start(pb::StartBrokerRequest {
+                spec: Some(embedded),
+                lease: prost_types::Duration::try_from(lease).ok(),
+            })
+            .await
+            .expect("starts");
+        let address: std::net::SocketAddr = started.address.parse().expect("an address");
+        // Renewed, it outlives its lease several times over.
+        for _ in 0..4 {
+            tokio::time::sleep(lease / 2).await;
+            control.renew("leased").await.expect("renewed");
+        }
+        assert!(
+            tokio::net::TcpStream::connect(address).await.is_ok(),
+            "still serving"
+        );
+        // Not renewed: stopped once the lease has run out, and a late renewal is refused.
+        tokio::time::sleep(lease * 3).await;
+        let status = control.status("leased").await.expect("known");
+        assert_eq!(status.state(), pb::BrokerState::Stopped, "{status:?}");
+        assert!(
+            tokio::net::TcpStream::connect(address).await.is_err(),
+            "stopped"
+        );
+        let late = control.renew("leased").await.expect_err("ran out");
+        assert_eq!(late.code(), Code::FailedPrecondition);
+        assert!(
+            late.message().contains("holds no lease"),
+            "{}",
+            late.message()
+        );
+        // Leases are bounded like netem's.
+        let too_long = pb::StartBrokerRequest {
+            spec: Some(pb::BrokerSpec {
+                name: "long".into(),
+                kind: Some(pb::broker_spec::Kind::Embedded(pb::EmbeddedBroker {})),
+                bind: "127.0.0.1".into(),
+                port: 0,
+                options: Default::default(),
+            }),
+            lease: Some(prost_types::Duration {
+                seconds: 3600,
+                nanos: 0,
+            }),
+        };
+        let refused = control.start(too_long).await.expect_err("an hour");
+        assert!(
+            refused.message().starts_with("lease:"),
+            "{}",
+            refused.message()
+        );
     }
 
     /// The Metrics RPC's lookup for a broker on Kubernetes (cluster faked: see fake_k3s.rs).
@@ -161,6 +265,7 @@ mod tests {
         let started = control
             .start(pb::StartBrokerRequest {
                 spec: Some(request),
+                lease: None,
             })
             .await
             .unwrap();
@@ -191,7 +296,10 @@ mod tests {
             node_port: port.into(),
         }));
         control_b
-            .start(pb::StartBrokerRequest { spec: Some(other) })
+            .start(pb::StartBrokerRequest {
+                spec: Some(other),
+                lease: None,
+            })
             .await
             .unwrap();
         let error = control_b.watched("bench-b").await.unwrap_err();

@@ -7,6 +7,7 @@
 //!   `access.rs`: who may call what; `status.rs`: errors as gRPC statuses.
 
 mod access;
+mod broker_leases;
 mod brokers;
 mod load;
 mod metrics;
@@ -204,6 +205,17 @@ impl pb::agent_server::Agent for AgentService {
         self.require(NodeRole::Broker)?;
         Ok(Response::new(
             self.brokers.start(request.into_inner()).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all, fields(name = %request.get_ref().name))]
+    async fn renew_broker(
+        &self,
+        request: Request<pb::RenewBrokerRequest>,
+    ) -> Result<Response<pb::BrokerStatus>, Status> {
+        authorize(&request, Access::Change)?;
+        Ok(Response::new(
+            self.brokers.renew(&request.into_inner().name).await?,
         ))
     }
 

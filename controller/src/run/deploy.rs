@@ -4,10 +4,13 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use domain::broker::DEFAULT_NAMESPACE;
 use domain::{BrokerKind, BrokerOptions, BrokerSpec};
 use proto::agent::v1 as pb;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::AgentHandle;
 use super::events::{Events, RunEvent};
@@ -17,6 +20,13 @@ use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
 /// A broker that does not stop within this is left to its agent (which stops its brokers
 /// when it stops); generous, as removing a kubernetes broker waits for its pod.
 const UNDO_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
+/// Brokers run under a lease the run renews: a controller that dies (SIGKILL) leaves its
+/// broker running at most this long.
+const BROKER_LEASE: Duration = Duration::from_secs(30);
+/// The lease is renewed this often.
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// A renewal that takes longer failed.
+const RENEW_WITHIN: Duration = Duration::from_secs(5);
 
 /// The node whose agent deploys `broker` and whose Metrics watch it: its own node, or the
 /// headnode for a kubernetes broker; none for an external one.
@@ -73,6 +83,7 @@ pub(super) async fn deploy(
             .saturating_add(std::time::Duration::from_secs(5)),
         agent.client.start_broker(pb::StartBrokerRequest {
             spec: Some(pb::BrokerSpec::from(&spec)),
+            lease: prost_types::Duration::try_from(BROKER_LEASE).ok(),
         }),
     )
     .await
@@ -101,12 +112,14 @@ pub(super) async fn deploy(
     }
 }
 
-/// A deployed broker, removed when undone: the run's deploy guard.
+/// A deployed broker, its lease renewed until it is removed when undone: the run's deploy
+/// guard.
 #[derive(Debug)]
 pub(super) struct Deployment {
     broker: String,
     /// The agent that deployed it; none for an external broker, or once removed.
     agent: Option<AgentHandle>,
+    renewing: Option<(CancellationToken, JoinHandle<()>)>,
     events: Events,
 }
 
@@ -118,12 +131,46 @@ impl Deployment {
         agents: &HashMap<String, AgentHandle>,
         events: Events,
     ) -> Self {
+        let agent = deploying_node(plan, broker)
+            .and_then(|n| agents.get(n))
+            .cloned();
+        let renewing = agent.clone().map(|agent| {
+            let stop = CancellationToken::new();
+            let renewer = tokio::spawn(renew(agent, broker.name.clone(), stop.clone()));
+            (stop, renewer)
+        });
         Deployment {
             broker: broker.name.clone(),
-            agent: deploying_node(plan, broker)
-                .and_then(|n| agents.get(n))
-                .cloned(),
+            agent,
+            renewing,
             events,
+        }
+    }
+
+    fn stop_renewing(&mut self) -> Option<JoinHandle<()>> {
+        let (stop, renewer) = self.renewing.take()?;
+        stop.cancel();
+        Some(renewer)
+    }
+}
+
+/// Renews `broker`'s lease on `agent` until `stop`; a failed renewal is logged (the agent
+/// stops the broker when its lease runs out, and the cells then fail on their own).
+async fn renew(mut agent: AgentHandle, broker: String, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(RENEW_EVERY) => {}
+        }
+        let request = pb::RenewBrokerRequest {
+            name: broker.clone(),
+        };
+        match tokio::time::timeout(RENEW_WITHIN, agent.client.renew_broker(request)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
+                tracing::error!(broker = %broker, %status, "renewing the broker's lease failed")
+            }
+            Err(_) => tracing::error!(broker = %broker, "renewing the broker's lease timed out"),
         }
     }
 }
@@ -134,6 +181,9 @@ impl Undo for Deployment {
     }
 
     async fn undo(&mut self) {
+        if let Some(renewer) = self.stop_renewing() {
+            let _ = renewer.await;
+        }
         let Some(agent) = self.agent.clone() else {
             return;
         };
@@ -146,6 +196,7 @@ impl Undo for Deployment {
     }
 
     fn abandon(&mut self) {
+        self.stop_renewing();
         if let Some(agent) = self.agent.take() {
             let stopping = stop_broker(agent, self.broker.clone());
             spawn_detached(&self.describe(), async {
