@@ -1,6 +1,8 @@
 //! RunLoad: this agent's shard of a loadgen workload, started at the controller's barrier,
 //! streamed as progress events and a final result. Cancelling the call cancels the load.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use loadgen::{Phase, StartBarrier, WorkloadSpec};
 use proto::agent::v1 as pb;
 use tokio::sync::{mpsc, watch};
@@ -10,6 +12,61 @@ use tonic::Status;
 
 use super::status::{from_loadgen, missing};
 
+/// Loads one agent runs at once: a run needs one per loadgen node and cell.
+pub(crate) const MAX_CONCURRENT_LOADS: usize = 2;
+/// The share of this node's memory one load's payloads may hold at once, percent.
+pub(crate) const MAX_MEMORY_PERCENT: u64 = 50;
+
+/// Loads running now.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A load's place among [`MAX_CONCURRENT_LOADS`], given back when the load ends.
+struct LoadSlot;
+
+impl LoadSlot {
+    fn take() -> Result<Self, Status> {
+        if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_CONCURRENT_LOADS {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+            return Err(Status::resource_exhausted(format!(
+                "this agent already runs {MAX_CONCURRENT_LOADS} loads"
+            )));
+        }
+        Ok(LoadSlot)
+    }
+}
+
+impl Drop for LoadSlot {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The agent's own budget, beyond the spec's bounds (which hold for any machine): this
+/// shard's payloads at once may take at most [`MAX_MEMORY_PERCENT`] of this node's memory.
+fn within_budget(spec: &WorkloadSpec, node_memory_bytes: u64) -> Result<(), Status> {
+    let shard = spec.effective_shard();
+    let clients = (shard.publishers.len() + shard.subscribers.len()) as u64;
+    let held = spec.payload.bytes().saturating_mul(clients);
+    let budget = node_memory_bytes / 100 * MAX_MEMORY_PERCENT;
+    if node_memory_bytes > 0 && held > budget {
+        return Err(Status::resource_exhausted(format!(
+            "payload: {} x {clients} clients of this shard hold {} at once, over {MAX_MEMORY_PERCENT} % of this node's {}",
+            spec.payload,
+            loadgen::size::ByteSize(held),
+            loadgen::size::ByteSize(node_memory_bytes)
+        )));
+    }
+    Ok(())
+}
+
+/// This node's memory; 0 (no budget beyond the spec's bounds) when it cannot be read.
+fn node_memory_bytes() -> u64 {
+    sysinfo::System::new().map_or(0, |mut system| {
+        system.refresh_memory();
+        system.total_memory()
+    })
+}
+
 /// Checks the request and starts the load; the stream ends with the result or an error.
 pub(crate) fn start(
     request: pb::RunLoadRequest,
@@ -17,6 +74,8 @@ pub(crate) fn start(
 ) -> Result<ReceiverStream<Result<pb::RunLoadEvent, Status>>, Status> {
     let spec = request.spec.ok_or_else(|| missing("spec"))?;
     let spec = WorkloadSpec::try_from(spec).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    within_budget(&spec, node_memory_bytes())?;
+    let slot = LoadSlot::take()?;
     let barrier = StartBarrier {
         origin_unix_ns: (request.origin_unix_ns != 0).then_some(request.origin_unix_ns),
         start_at_ns: (request.start_at_ns != 0).then_some(request.start_at_ns),
@@ -24,6 +83,7 @@ pub(crate) fn start(
     let (tx, rx) = mpsc::channel(16);
     let cancel = shutdown.child_token();
     tokio::spawn(async move {
+        let _slot = slot;
         let (status_tx, mut status_rx) = watch::channel(loadgen::Status::default());
         // On a runtime of its own (loadgen::runtime): the load does not share this agent's
         // threads, and its CPU figures are its own threads', not the agent's.
@@ -76,5 +136,37 @@ fn progress(status: &loadgen::Status) -> pb::RunLoadEvent {
             connected: status.connected.0,
             planned_connections: status.connected.1,
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_holding_more_than_half_the_nodes_memory_is_refused() {
+        let mut spec = loadgen::presets::throughput();
+        spec.publishers = 1_000;
+        spec.subscribers = 1_000;
+        spec.payload = loadgen::size::ByteSize(1 << 20);
+        // 2000 clients x 1 MiB = about 2 GiB: fine on a 24 GiB node, not on a 2 GiB Pi.
+        assert!(within_budget(&spec, 24 << 30).is_ok());
+        let refused = within_budget(&spec, 2 << 30).expect_err("a small node");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().starts_with("payload:"),
+            "{}",
+            refused.message()
+        );
+    }
+
+    #[test]
+    fn loads_beyond_the_bound_are_refused_until_one_ends() {
+        let slots: Vec<LoadSlot> = (0..MAX_CONCURRENT_LOADS)
+            .map(|_| LoadSlot::take().expect("within the bound"))
+            .collect();
+        assert!(LoadSlot::take().is_err());
+        drop(slots);
+        assert!(LoadSlot::take().is_ok());
     }
 }
