@@ -293,6 +293,11 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
         let _ = display.await;
         match outcome {
             Ok(summary) => {
+                if let Some(table) = controller::report::glance::table(&summary.dir) {
+                    eprintln!(
+                        "\ncontroller: the run at a glance (medians over the measured repetitions; the report has spreads and intervals):\n{table}\n"
+                    );
+                }
                 eprintln!(
                     "controller: {} cells measured, {} failed, {} skipped{}; results in {}",
                     summary.measured,

@@ -17,21 +17,34 @@ pub async fn show_progress(mut events: Receiver<RunEvent>) {
         bar.set_style(style);
         bar
     });
+    // What the opening "can run N of M" said: the scenario skips it covers are not repeated.
+    let mut announced: Vec<String> = Vec::new();
     while let Some(event) = events.recv().await {
         if let Some(bar) = &bar {
             match &event {
                 RunEvent::Started { total, .. } => bar.set_length(*total as u64),
+                // The bar counts the cells that will run, not those known to be skipped.
+                RunEvent::Runnable { runnable, .. } => bar.set_length(*runnable as u64),
                 RunEvent::Cell { counts, .. } => {
-                    bar.set_position(counts.done as u64);
-                    bar.set_message(format!(
-                        "{} failed, {} skipped",
-                        counts.failed, counts.skipped
-                    ));
+                    bar.set_position(counts.done.saturating_sub(counts.skipped) as u64);
+                    bar.set_message(format!("{} failed", counts.failed));
                 }
                 _ => {}
             }
         }
-        let Some(line) = line(&event) else {
+        let line = match &event {
+            RunEvent::Runnable {
+                runnable,
+                total,
+                not_runnable,
+            } => {
+                announced.extend(not_runnable.iter().map(|(reason, _)| reason.clone()));
+                runnable_lines(*runnable, *total, not_runnable)
+            }
+            RunEvent::ScenarioSkipped { reason } if announced.contains(reason) => None,
+            _ => line(&event),
+        };
+        let Some(line) = line else {
             continue;
         };
         match &bar {
@@ -42,6 +55,24 @@ pub async fn show_progress(mut events: Receiver<RunEvent>) {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+}
+
+/// "This testbed can run N of M cells", and why not the rest, once at the start; nothing
+/// when every cell can run.
+fn runnable_lines(
+    runnable: usize,
+    total: usize,
+    not_runnable: &[(String, usize)],
+) -> Option<String> {
+    if not_runnable.is_empty() {
+        return None;
+    }
+    let mut text =
+        format!("controller: this testbed can run {runnable} of {total} cells; not the others:");
+    for (reason, cells) in not_runnable {
+        text.push_str(&format!("\n  {reason} ({cells} cells)"));
+    }
+    Some(text)
 }
 
 /// The line an event is shown as; none for those not worth one (skipped cells: the
@@ -73,6 +104,7 @@ fn line(event: &RunEvent) -> Option<String> {
             asked,
             read_back,
         } => format!("controller: {scenario} on {node}: asked {asked}, kernel holds {read_back}"),
+        RunEvent::Runnable { .. } => return None,
         RunEvent::ScenarioSkipped { reason } => format!("controller: skipped: {reason}"),
         RunEvent::Cell { status, .. } if *status == CellStatus::Skipped => return None,
         RunEvent::Cell {

@@ -4,7 +4,7 @@
 //! skips the scenarios one machine cannot emulate, all without root.
 
 use controller::plan::Plan;
-use controller::run::{RunOptions, run_plan};
+use controller::run::{RunEvent, RunOptions, event_channel, run_plan_observed};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,14 +34,58 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         );
     }
     let plan = Plan::parse(&text, "quickstart.toml").expect("valid plan");
-    let summary = run_plan(
+    let (sender, mut receiver) = event_channel();
+    let collect = tokio::spawn(async move {
+        let mut events = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            events.push(event);
+        }
+        events
+    });
+    let summary = run_plan_observed(
         &plan,
         &text,
         RunOptions::default(),
         CancellationToken::new(),
+        Some(sender),
     )
     .await
     .expect("the run completes");
+    let events = collect.await.expect("events collected");
+    // Said once, before the first broker: edge and cloud cannot run on one machine (3
+    // brokers x 2 scenarios x 6 cells of 54); the missing products are found at deploy.
+    let runnable: Vec<(usize, usize, Vec<(String, usize)>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::Runnable {
+                runnable,
+                total,
+                not_runnable,
+            } => Some((*runnable, *total, not_runnable.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runnable.len(), 1, "one announcement");
+    let (can, total, not) = &runnable[0];
+    assert_eq!((*can, *total), (18, 54));
+    assert_eq!(not.len(), 2, "{not:?}");
+    assert!(
+        not.iter()
+            .all(|(reason, cells)| reason.contains("no link to emulate") && *cells == 18),
+        "{not:?}"
+    );
+    // The terminal's closing table: one line per measured test and point of the embedded
+    // broker, under a header.
+    let glance = controller::report::glance::table(&summary.dir).expect("a table");
+    let lines: Vec<&str> = glance.lines().collect();
+    assert!(lines[0].starts_with("broker"), "{glance}");
+    assert_eq!(lines.len(), 1 + 6, "{glance}");
+    assert!(
+        lines[1..].iter().all(|l| l.starts_with("embedded")),
+        "{glance}"
+    );
+    // Each rate says what it is (paced, sustained, or generator-limited in a debug build).
+    assert!(glance.contains(" paced"), "{glance}");
     // Embedded: latency (1) + payload (3 sizes) + throughput (1 point) + saturation (1),
     // local scenario only.
     assert_eq!((summary.measured, summary.failed), (6, 0), "{summary:?}");

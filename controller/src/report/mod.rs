@@ -6,8 +6,7 @@
 //! It reads `manifest.json`, `summary.csv`, each measured cell's `result.json` and
 //! `metrics.csv` (when present), and writes:
 //!
-//! 1. Run: plan, start, versions, nodes with clock offsets, netem asked and read back,
-//!    what was skipped and why, failed cells by reason.
+//! 1. Run: plan, start, versions, nodes with clock offsets, netem asked and read back.
 //! 2. Latency (the study's Fig. 2): boxplots per broker and scenario of the latency
 //!    histogram merged over repetitions, with a table of median, IQR, p99, samples.
 //! 3. Latency vs payload (Tables IV/V): median-IQR per payload, broker and scenario, and
@@ -21,6 +20,8 @@
 //! 9. Emulation check: the delay netem should add beside the measured rise of the median.
 //! 10. Beside the study: its Tables IV/V next to this run's figures, added delays over local
 //!     and what each path should add.
+//! 11. Not measured: skipped cells as a compact table (broker, scenario, reason, count),
+//!     failed cells by reason.
 //!
 //! It opens with the findings (who is ahead, by how much, significant or not) and the run's
 //! conditions.
@@ -44,6 +45,7 @@ mod emulation;
 mod estimate;
 mod findings;
 mod frame;
+pub mod glance;
 mod html;
 mod input;
 mod latency;
@@ -160,6 +162,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
     sections.extend(study::section(data));
+    sections.push(run::not_measured(data));
     sections
 }
 

@@ -1,4 +1,5 @@
-//! The report's head: what ran, where, with which emulation, and what was not measured.
+//! The report's head (what ran, where, with which emulation) and, near its end, what was not
+//! measured.
 
 use std::collections::BTreeMap;
 
@@ -142,37 +143,6 @@ pub fn section(data: &RunData) -> Section {
         section.blocks.push(Block::Table(netem));
     }
 
-    section.heading("Not measured");
-    let mut skipped: Vec<String> = manifest.skipped.clone();
-    skipped.extend(grouped(&data.skipped, true));
-    if skipped.is_empty() {
-        section.paragraph("Nothing was skipped.");
-    } else {
-        section.paragraph("Skipped, and why:");
-        section.blocks.push(Block::List(skipped));
-    }
-    if data.failed.is_empty() {
-        section.paragraph("No cell failed.");
-    } else {
-        section.paragraph(format!(
-            "{} failed and left out of every figure and table; by reason:",
-            cells(data.failed.len())
-        ));
-        section
-            .blocks
-            .push(Block::List(grouped(&data.failed, false)));
-    }
-    if data.retried > 0 {
-        section.paragraph(format!(
-            "{} failed at first and measured on a later try (--resume); only the successful \
-             try counts.",
-            cells(data.retried)
-        ));
-    }
-    if !data.problems.is_empty() {
-        section.paragraph("Parts of the results folder that could not be used:");
-        section.blocks.push(Block::List(data.problems.clone()));
-    }
     section
 }
 
@@ -251,6 +221,66 @@ fn cells(count: usize) -> String {
     } else {
         format!("{count} cells")
     }
+}
+
+/// What was not measured, near the end of the report: skipped cells as a compact table (by
+/// broker, scenario and reason), failed ones by reason, retries and unusable files.
+pub fn not_measured(data: &RunData) -> Section {
+    let mut section = Section::new("not-measured", "Not measured");
+    if data.skipped.is_empty() {
+        section.paragraph("Nothing was skipped.");
+    } else {
+        if !data.manifest.skipped.is_empty() {
+            section.paragraph("Said during the run:");
+            section
+                .blocks
+                .push(Block::List(data.manifest.skipped.clone()));
+        }
+        let mut groups: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
+        for note in &data.skipped {
+            let reason = if note.reason.is_empty() {
+                "no reason recorded"
+            } else {
+                note.reason.as_str()
+            };
+            *groups
+                .entry((note.broker.as_str(), note.scenario.as_str(), reason))
+                .or_default() += 1;
+        }
+        let mut table = Table::new(&["Broker", "Scenario", "Skipped because", "Cells"], 3);
+        for ((broker, scenario, reason), count) in groups {
+            table.row(vec![
+                broker.to_string(),
+                scenario.to_string(),
+                reason.to_string(),
+                count.to_string(),
+            ]);
+        }
+        section.blocks.push(Block::Table(table));
+    }
+    if data.failed.is_empty() {
+        section.paragraph("No cell failed.");
+    } else {
+        section.paragraph(format!(
+            "{} failed and left out of every figure and table; by reason:",
+            cells(data.failed.len())
+        ));
+        section
+            .blocks
+            .push(Block::List(grouped(&data.failed, false)));
+    }
+    if data.retried > 0 {
+        section.paragraph(format!(
+            "{} failed at first and measured on a later try (--resume); only the successful \
+             try counts.",
+            cells(data.retried)
+        ));
+    }
+    if !data.problems.is_empty() {
+        section.paragraph("Parts of the results folder that could not be used:");
+        section.blocks.push(Block::List(data.problems.clone()));
+    }
+    section
 }
 
 /// Notes grouped by reason (and, for skipped cells, broker and scenario), with a count and

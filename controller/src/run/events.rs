@@ -72,6 +72,16 @@ pub enum RunEvent {
         /// What the kernel holds.
         read_back: String,
     },
+    /// Before the first broker: how many cells this testbed can run, and why the others
+    /// cannot (each reason with its number of cells), known from the agents' capabilities.
+    Runnable {
+        /// Cells that will be attempted.
+        runnable: usize,
+        /// Cells in the plan.
+        total: usize,
+        /// Why the rest will be skipped, each with how many cells it skips.
+        not_runnable: Vec<(String, usize)>,
+    },
     /// A scenario cannot be emulated on this testbed; its cells are skipped.
     ScenarioSkipped {
         /// Why.
@@ -151,6 +161,11 @@ impl RunEvent {
                 scenario = %scenario, node = %node, asked = %asked, read_back = %read_back,
                 "netem applied"
             ),
+            RunEvent::Runnable {
+                runnable,
+                total,
+                not_runnable,
+            } => tracing::info!(runnable, total, ?not_runnable, "cells this testbed can run"),
             RunEvent::ScenarioSkipped { reason } => {
                 tracing::info!(reason = %reason, "scenario skipped");
             }

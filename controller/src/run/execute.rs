@@ -130,14 +130,46 @@ impl<'p> Run<'p> {
         Ok(())
     }
 
-    /// Every broker in turn, until one says stop.
+    /// Every broker in turn, until one says stop; first, how many cells this testbed can run.
     pub(super) async fn brokers(&mut self) -> Result<Flow, RunError> {
+        let runnable = self.runnable();
+        self.progress.events.emit(runnable).await;
         for b in 0..self.plan.brokers.len() {
             if Box::pin(self.broker(b)).await? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// The cells this testbed can run, and why not the others: scenarios it cannot emulate,
+    /// from the agents' capabilities (a broker that turns out not to be installed is only
+    /// found when it is deployed).
+    fn runnable(&self) -> RunEvent {
+        let plan = self.plan;
+        let total = plan.cells().len();
+        let mut not_runnable: Vec<(String, usize)> = Vec::new();
+        for (b, broker) in plan.brokers.iter().enumerate() {
+            for (s, scenario) in plan.scenarios.iter().enumerate() {
+                let node = broker.node.as_deref();
+                let Some(reason) =
+                    scenario::cannot_emulate(plan, scenario, node, &self.agents, &self.faults)
+                else {
+                    continue;
+                };
+                let cells = plan.cells_of(b, s).len();
+                match not_runnable.iter_mut().find(|(known, _)| *known == reason) {
+                    Some((_, count)) => *count += cells,
+                    None => not_runnable.push((reason, cells)),
+                }
+            }
+        }
+        let skipped: usize = not_runnable.iter().map(|(_, n)| n).sum();
+        RunEvent::Runnable {
+            runnable: total - skipped,
+            total,
+            not_runnable,
+        }
     }
 
     /// Broker `b`: deployed, its scenarios run under its deploy guard, removed.

@@ -206,6 +206,22 @@ fn not_emulable(
     Ok(None)
 }
 
+/// Why `scenario` cannot be emulated for a broker on `broker_node` on this testbed, known
+/// before anything is applied; `None` when it can (or needs no emulation).
+pub(super) fn cannot_emulate(
+    plan: &Plan,
+    scenario: &ScenarioEntry,
+    broker_node: Option<&str>,
+    agents: &HashMap<String, AgentHandle>,
+    faults: &Faults,
+) -> Option<String> {
+    let (delay, jitter, loss) = totals(scenario);
+    if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
+        return None;
+    }
+    not_emulable(scenario, &involved(plan, broker_node), agents, faults).unwrap_or(None)
+}
+
 /// Applies `scenario` for `broker` on the nodes involved, each node added to `netem` before
 /// it is asked (a request that times out may still have been carried out).
 pub(super) async fn apply(

@@ -1,0 +1,138 @@
+//! The run at a glance, for the terminal at its end: one line per broker, scenario, test and
+//! point with the medians over its measured repetitions. The report says the rest.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::results::{CellStatus, SummaryRow, read_each_row};
+
+/// The table, or `None` when no cell was measured. Latencies are the medians over the
+/// repetitions of each cell's p50 and p99 (ms); the receive rate is the median of the
+/// aggregate rates, labelled with their kind (burst, sustained, ...); lost is summed.
+pub fn table(dir: &Path) -> Option<String> {
+    let rows: Vec<SummaryRow> = read_each_row(&dir.join("summary.csv"))
+        .ok()
+        .flatten()?
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|row| row.status == CellStatus::Ok)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut groups: BTreeMap<(String, String, String, String), Vec<&SummaryRow>> = BTreeMap::new();
+    for row in &rows {
+        let test = row
+            .cell
+            .split('/')
+            .nth(2)
+            .unwrap_or(row.test.name())
+            .to_string();
+        let key = (
+            row.broker.clone(),
+            row.scenario.clone(),
+            test,
+            row.point.label(),
+        );
+        groups.entry(key).or_default().push(row);
+    }
+    let header = [
+        "broker",
+        "scenario",
+        "test",
+        "point",
+        "reps",
+        "latency p50 ms",
+        "p99 ms",
+        "receive msg/s",
+        "lost",
+    ];
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for ((broker, scenario, test, point), rows) in &groups {
+        let median_of =
+            |f: fn(&SummaryRow) -> Option<f64>| median(rows.iter().filter_map(|r| f(r)));
+        let ms = |us: Option<f64>| us.map_or("-".to_string(), |us| format!("{:.2}", us / 1e3));
+        let rate = median_of(|r| r.receive_rate_msgs_per_s).map_or("-".to_string(), |rate| {
+            let kind = rows
+                .iter()
+                .find_map(|r| r.rate_kind)
+                .map_or("", |k| k.as_str());
+            format!("{rate:.0} {kind}")
+        });
+        let lost: u64 = rows.iter().filter_map(|r| r.lost).sum();
+        lines.push(vec![
+            broker.clone(),
+            scenario.clone(),
+            test.clone(),
+            point.clone(),
+            rows.len().to_string(),
+            ms(median_of(|r| r.latency_p50_us)),
+            ms(median_of(|r| r.latency_p99_us)),
+            rate,
+            lost.to_string(),
+        ]);
+    }
+    Some(aligned(&lines))
+}
+
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    })
+}
+
+/// Columns padded to their widest cell, two spaces apart.
+fn aligned(lines: &[Vec<String>]) -> String {
+    let columns = lines.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            lines
+                .iter()
+                .map(|l| l[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    lines
+        .iter()
+        .map(|line| {
+            line.iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0].into_iter()), Some(2.5));
+        assert_eq!(median(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn columns_line_up() {
+        let lines = vec![
+            vec!["a".to_string(), "bb".to_string()],
+            vec!["ccc".to_string(), "d".to_string()],
+        ];
+        assert_eq!(aligned(&lines), "a    bb\nccc  d");
+    }
+}
