@@ -54,19 +54,19 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     let events = collect.await.expect("events collected");
     // Said once, before the first broker: edge and cloud cannot run on one machine (3
     // brokers x 2 scenarios x 6 cells of 54); the missing products are found at deploy.
-    let runnable: Vec<(usize, usize, Vec<(String, usize)>)> = events
+    let announcements: Vec<&RunEvent> = events
         .iter()
-        .filter_map(|e| match e {
-            RunEvent::Runnable {
-                runnable,
-                total,
-                not_runnable,
-            } => Some((*runnable, *total, not_runnable.clone())),
-            _ => None,
-        })
+        .filter(|e| matches!(e, RunEvent::Runnable { .. }))
         .collect();
-    assert_eq!(runnable.len(), 1, "one announcement");
-    let (can, total, not) = &runnable[0];
+    assert_eq!(announcements.len(), 1, "one announcement");
+    let RunEvent::Runnable {
+        runnable: can,
+        total,
+        not_runnable: not,
+    } = announcements[0]
+    else {
+        unreachable!("filtered to Runnable");
+    };
     assert_eq!((*can, *total), (18, 54));
     assert_eq!(not.len(), 2, "{not:?}");
     assert!(
