@@ -1,8 +1,6 @@
 //! RunLoad: this agent's shard of a loadgen workload, started at the controller's barrier,
 //! streamed as progress events and a final result. Cancelling the call cancels the load.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use loadgen::{Phase, StartBarrier, WorkloadSpec};
 use proto::agent::v1 as pb;
 use tokio::sync::{mpsc, watch};
@@ -10,6 +8,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::slots::Slots;
 use super::status::{from_loadgen, missing};
 
 /// Loads one agent runs at once: a run needs one per loadgen node and cell.
@@ -18,28 +17,7 @@ pub(crate) const MAX_CONCURRENT_LOADS: usize = 2;
 pub(crate) const MAX_MEMORY_PERCENT: u64 = 50;
 
 /// Loads running now.
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
-
-/// A load's place among [`MAX_CONCURRENT_LOADS`], given back when the load ends.
-struct LoadSlot;
-
-impl LoadSlot {
-    fn take() -> Result<Self, Status> {
-        if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_CONCURRENT_LOADS {
-            RUNNING.fetch_sub(1, Ordering::AcqRel);
-            return Err(Status::resource_exhausted(format!(
-                "this agent already runs {MAX_CONCURRENT_LOADS} loads"
-            )));
-        }
-        Ok(LoadSlot)
-    }
-}
-
-impl Drop for LoadSlot {
-    fn drop(&mut self) {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+static LOADS: Slots = Slots::new(MAX_CONCURRENT_LOADS, "loads");
 
 /// The agent's own budget, beyond the spec's bounds (which hold for any machine): this
 /// shard's payloads at once may take at most [`MAX_MEMORY_PERCENT`] of this node's memory.
@@ -75,7 +53,7 @@ pub(crate) fn start(
     let spec = request.spec.ok_or_else(|| missing("spec"))?;
     let spec = WorkloadSpec::try_from(spec).map_err(|e| Status::invalid_argument(e.to_string()))?;
     within_budget(&spec, node_memory_bytes())?;
-    let slot = LoadSlot::take()?;
+    let slot = LOADS.take()?;
     let barrier = StartBarrier {
         origin_unix_ns: (request.origin_unix_ns != 0).then_some(request.origin_unix_ns),
         start_at_ns: (request.start_at_ns != 0).then_some(request.start_at_ns),
@@ -162,11 +140,17 @@ mod tests {
 
     #[test]
     fn loads_beyond_the_bound_are_refused_until_one_ends() {
-        let slots: Vec<LoadSlot> = (0..MAX_CONCURRENT_LOADS)
-            .map(|_| LoadSlot::take().expect("within the bound"))
+        let slots: Vec<_> = (0..MAX_CONCURRENT_LOADS)
+            .map(|_| LOADS.take().expect("within the bound"))
             .collect();
-        assert!(LoadSlot::take().is_err());
+        let refused = LOADS.take().expect_err("one too many");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("2 loads"),
+            "{}",
+            refused.message()
+        );
         drop(slots);
-        assert!(LoadSlot::take().is_ok());
+        assert!(LOADS.take().is_ok());
     }
 }

@@ -3,7 +3,6 @@
 //! pod on Kubernetes) is sampled by its driver instead; its samples carry PID 0.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -12,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::slots::Slots;
 use super::status::{invalid, missing};
 use crate::broker::{Usage, UsageSampler};
 
@@ -23,29 +23,7 @@ pub(crate) const MAX_WATCHED: usize = 64;
 pub(crate) const MAX_STREAMS: usize = 16;
 
 /// Streams being served now.
-static STREAMS: AtomicUsize = AtomicUsize::new(0);
-
-/// One stream's place among [`MAX_STREAMS`], given back when the stream ends.
-struct StreamSlot;
-
-impl StreamSlot {
-    fn take() -> Result<Self, Status> {
-        let taken = STREAMS.fetch_add(1, Ordering::AcqRel);
-        if taken >= MAX_STREAMS {
-            STREAMS.fetch_sub(1, Ordering::AcqRel);
-            return Err(Status::resource_exhausted(format!(
-                "this agent already serves {MAX_STREAMS} metrics streams"
-            )));
-        }
-        Ok(StreamSlot)
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        STREAMS.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+static STREAMS: Slots = Slots::new(MAX_STREAMS, "metrics streams");
 
 /// Refuses a request watching more than [`MAX_WATCHED`] processes and brokers.
 pub(crate) fn check_watched(request: &pb::MetricsRequest) -> Result<(), Status> {
@@ -115,7 +93,7 @@ pub(crate) fn stream(
     samples: u32,
     watched: Vec<Watched>,
 ) -> Result<ReceiverStream<Result<pb::MetricsSample, Status>>, Status> {
-    let slot = StreamSlot::take()?;
+    let slot = STREAMS.take()?;
     let mut system = System::new().map_err(|e| Status::unavailable(format!("sysinfo: {e}")))?;
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {

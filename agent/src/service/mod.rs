@@ -13,6 +13,7 @@ mod load;
 mod metrics;
 mod netem;
 mod node;
+mod slots;
 mod status;
 
 use std::pin::Pin;
