@@ -11,8 +11,10 @@ use tonic::Status;
 use super::slots::Slots;
 use super::status::{from_loadgen, missing};
 
-/// Loads one agent runs at once: a run needs one per loadgen node and cell.
-pub(crate) const MAX_CONCURRENT_LOADS: usize = 2;
+/// Loads one agent runs at once. A run needs one per loadgen node and cell, but the load of a
+/// cell that failed elsewhere (another node lost) may still be winding down when the next
+/// cell's starts, so this leaves room for a few.
+pub(crate) const MAX_CONCURRENT_LOADS: usize = 8;
 /// The share of this node's memory one load's payloads may hold at once, percent.
 pub(crate) const MAX_MEMORY_PERCENT: u64 = 50;
 
