@@ -148,7 +148,7 @@ mod tests {
         let refused = LOADS.take().expect_err("one too many");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(
-            refused.message().contains("2 loads"),
+            refused.message().contains("8 loads"),
             "{}",
             refused.message()
         );
