@@ -1,10 +1,13 @@
 //! The agent's gRPC service: each RPC checks who calls (mTLS identity and role), checks the
-//! request in full, then acts. Read RPCs are open to every identity of the project's CA; RPCs
-//! that change the node need the controller's identity.
+//! request in full, then acts. Read RPCs are open to the controller and client identities of
+//! the project's CA (never to another agent); RPCs that change the node need the controller's
+//! identity. At start it undoes what a predecessor that died left behind (recorded netem,
+//! marked broker processes).
 //!
 //! - `node.rs`: Info and Clock; `metrics.rs`: the Metrics stream; `netem.rs`: the netem RPCs
-//!   and their leases; `brokers.rs`: the broker RPCs; `load.rs`: RunLoad;
-//!   `access.rs`: who may call what; `status.rs`: errors as gRPC statuses.
+//!   and their leases; `brokers.rs`: the broker RPCs, with `broker_leases.rs` for brokers
+//!   started under a lease; `load.rs`: RunLoad and its budget; `slots.rs`: bounds on what runs
+//!   at once; `access.rs`: who may call what; `status.rs`: errors as gRPC statuses.
 
 mod access;
 mod broker_leases;
