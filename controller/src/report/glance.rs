@@ -1,10 +1,12 @@
 //! The run at a glance, for the terminal at its end: one line per broker, scenario, test and
 //! point with the medians over its measured repetitions. The report says the rest.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::results::{CellStatus, SummaryRow, read_each_row};
+
+/// Broker, scenario, test (`<index>-<kind>`) and point label.
+type GroupKey = (String, String, String, String);
 
 /// The table, or `None` when no cell was measured. Latencies are the medians over the
 /// repetitions of each cell's p50 and p99 (ms); the receive rate is the median of the
@@ -20,7 +22,8 @@ pub fn table(dir: &Path) -> Option<String> {
     if rows.is_empty() {
         return None;
     }
-    let mut groups: BTreeMap<(String, String, String, String), Vec<&SummaryRow>> = BTreeMap::new();
+    // In the order the cells ran (the plan's order), not sorted by label: 1KB before 10KB.
+    let mut groups: Vec<(GroupKey, Vec<&SummaryRow>)> = Vec::new();
     for row in &rows {
         let test = row
             .cell
@@ -34,7 +37,10 @@ pub fn table(dir: &Path) -> Option<String> {
             test,
             row.point.label(),
         );
-        groups.entry(key).or_default().push(row);
+        match groups.iter_mut().find(|(known, _)| *known == key) {
+            Some((_, members)) => members.push(row),
+            None => groups.push((key, vec![row])),
+        }
     }
     let header = [
         "broker",
