@@ -696,12 +696,10 @@ fn wait_for_subscribers_receiving(pid: u32, subscribers: usize) -> Result<String
     ))
 }
 
-#[test]
-fn an_agent_killed_mid_test_marks_its_cells_failed_and_the_run_finishes() {
-    isolated_netns_test!();
-    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
-    let mut bed = Bed::start("agentkill", &[], &[]).expect("testbed with agents");
-    let text = bed.plan_header("agent-killed", 3)
+/// Mosquitto on the worker; a burst with publishers on the tester and subscribers on the
+/// headnode (whose agent a test then loses), and a latency test on the tester alone.
+fn headnode_load_plan(bed: &Bed, name: &str) -> String {
+    bed.plan_header(name, 3)
         + &bed.standard_nodes()
         + &format!(
             r#"[[brokers]]
@@ -714,7 +712,7 @@ port = {MQTT_PORT}
 [[scenarios]]
 name = "local"
 
-# Publishers on the tester, subscribers on the headnode, whose agent is killed.
+# Publishers on the tester, subscribers on the headnode, whose agent the test loses.
 [[tests]]
 kind = "burst"
 loadgen = ["tester", "headnode"]
@@ -728,7 +726,15 @@ publishers = 20
 messages = 4
 warmup = 1
 "#
-        );
+        )
+}
+
+#[test]
+fn an_agent_killed_mid_test_marks_its_cells_failed_and_the_run_finishes() {
+    isolated_netns_test!();
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let mut bed = Bed::start("agentkill", &[], &[]).expect("testbed with agents");
+    let text = headnode_load_plan(&bed, "agent-killed");
     let path = bed.write_plan("plan.toml", &text).expect("plan file");
     let plan = Plan::load(&path).expect("a valid plan");
     let headnode = bed.agent_pid("headnode");
@@ -779,6 +785,57 @@ warmup = 1
     assert!(
         summary.dir.join("report.html").is_file(),
         "the report is written"
+    );
+}
+
+#[test]
+fn an_agent_that_stops_answering_fails_its_cells_within_the_deadline_and_the_run_finishes() {
+    isolated_netns_test!();
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let bed = Bed::start("agentstop", &[], &[]).expect("testbed with agents");
+    let text = headnode_load_plan(&bed, "agent-stopped");
+    let path = bed.write_plan("plan.toml", &text).expect("plan file");
+    let headnode = bed.agent_pid("headnode");
+    let started = Instant::now();
+    let (run, watched, stopped_at) = std::thread::scope(|scope| {
+        let run = scope.spawn(|| bed.run(&path, None));
+        let watched = wait_for_subscribers_receiving(headnode, 50);
+        // Frozen, not dead: its sockets stay open and nothing answers on them (a hung node).
+        host::send_signal(headnode, libc::SIGSTOP);
+        let stopped_at = started.elapsed();
+        (run.join().expect("the run's thread"), watched, stopped_at)
+    });
+    let took = started.elapsed();
+    host::send_signal(headnode, libc::SIGCONT);
+    eprintln!("{}", watched.expect("the burst cell was under way"));
+    let summary = run.expect("the run returns after an agent stopped answering");
+    eprintln!(
+        "run: {summary:?}; SIGSTOP at {:.1} s, run over at {:.1} s",
+        stopped_at.as_secs_f64(),
+        took.as_secs_f64()
+    );
+    assert_eq!(
+        (summary.measured, summary.failed, summary.interrupted),
+        (3, 3, false)
+    );
+    let rows = summary_rows(&summary.dir).expect("summary.csv");
+    for row in &rows {
+        let (cell, status, reason) = (&row.cell, row.status, &row.reason);
+        eprintln!("{cell}: {} {reason}", status.as_str());
+        match row.test {
+            TestKind::Burst => {
+                assert_eq!(status, CellStatus::Failed, "{cell}");
+                assert!(reason.contains("headnode"), "{cell}: {reason}");
+            }
+            _ => assert_eq!(status, CellStatus::Ok, "{cell}: {reason}"),
+        }
+    }
+    // Keep-alive (5 s, closed after 10 s unanswered) and the connect timeout bound each loss:
+    // three burst cells, each failing within about 15 s of needing the frozen node.
+    assert!(
+        took - stopped_at < Duration::from_secs(90),
+        "the run waited {:.1} s on a frozen agent",
+        (took - stopped_at).as_secs_f64()
     );
 }
 

@@ -20,6 +20,8 @@ const START_AFTER: Duration = Duration::from_secs(3);
 /// Metrics sampling interval during a cell: a 10 s window holds 20 samples of the broker
 /// (sampling costs the node CPU: more often would show in its own figures).
 const METRICS_INTERVAL: Duration = Duration::from_millis(500);
+/// An agent takes this long at most to accept a RunLoad (connecting included).
+const RUN_LOAD_ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// How a cell ended.
 #[derive(Debug)]
@@ -167,10 +169,17 @@ async fn stream_result(
     mut agent: AgentHandle,
     request: pb::RunLoadRequest,
 ) -> Result<RunResult, String> {
-    let mut events = agent
-        .client
-        .run_load(request)
+    // The agent answers at once (the load itself waits for the barrier): an agent that does
+    // not is frozen or gone, and the cell fails naming it rather than at the cell's deadline.
+    let answered = tokio::time::timeout(RUN_LOAD_ANSWER_WITHIN, agent.client.run_load(request))
         .await
+        .map_err(|_| {
+            format!(
+                "{}: no answer to RunLoad within {RUN_LOAD_ANSWER_WITHIN:?}",
+                agent.name
+            )
+        })?;
+    let mut events = answered
         .map_err(|status| format!("{}: {}", agent.name, proto::client::status_text(&status)))?
         .into_inner();
     while let Some(event) = events.next().await {
