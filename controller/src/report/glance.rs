@@ -1,6 +1,7 @@
 //! The run at a glance, for the terminal at its end: one line per broker, scenario, test and
 //! point with the medians over its measured repetitions. The report says the rest.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::results::{CellStatus, SummaryRow, read_each_row};
@@ -24,6 +25,7 @@ pub fn table(dir: &Path) -> Option<String> {
     }
     // In the order the cells ran (the plan's order), not sorted by label: 1KB before 10KB.
     let mut groups: Vec<(GroupKey, Vec<&SummaryRow>)> = Vec::new();
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for row in &rows {
         let test = row
             .cell
@@ -37,9 +39,12 @@ pub fn table(dir: &Path) -> Option<String> {
             test,
             row.point.label(),
         );
-        match groups.iter_mut().find(|(known, _)| *known == key) {
-            Some((_, members)) => members.push(row),
-            None => groups.push((key, vec![row])),
+        match index.get(&key) {
+            Some(&at) => groups[at].1.push(row),
+            None => {
+                index.insert(key.clone(), groups.len());
+                groups.push((key, vec![row]));
+            }
         }
     }
     let header = [
