@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+use crate::account::Account;
 use crate::marker::{Marker, kill_group, send_signal};
 
 /// A child could not be started.
@@ -33,6 +34,9 @@ pub struct CommandLine {
     /// Prefixes of inherited variables to remove first (`RABBITMQ_`, `ERL_`), so the
     /// caller's own environment cannot redirect the program to a system instance.
     pub env_remove_prefixes: Vec<&'static str>,
+    /// The user it runs as (set only by a root caller); this process's user when `None`.
+    /// Supplementary groups are dropped with the switch.
+    pub account: Option<Account>,
 }
 
 impl CommandLine {
@@ -43,6 +47,7 @@ impl CommandLine {
             args: Vec::new(),
             env: Vec::new(),
             env_remove_prefixes: Vec::new(),
+            account: None,
         }
     }
 
@@ -76,6 +81,10 @@ impl CommandLine {
             // Its own group, so a forced stop reaches every helper it forks.
             .process_group(0)
             .kill_on_drop(false);
+        if let Some(account) = self.account {
+            // std drops root's supplementary groups when it switches the user id.
+            command.uid(account.uid).gid(account.gid);
+        }
         command
     }
 }

@@ -2,6 +2,8 @@
 //! the test harness: what touches processes and signals, and nothing about brokers.
 //!
 //! # Layout
+//! - [`account`]: [`Account`], a system user a child runs as (a broker package's service
+//!   user).
 //! - [`marker`]: [`Marker`], the environment tag every process of one instance carries, and
 //!   the `/proc` sweep that finds and kills the whole tagged tree (detached helpers included).
 //! - [`child`]: [`CommandLine`] (a program as plain data) and [`GroupChild`], a tagged child
@@ -13,6 +15,7 @@
 //! - [`program`]: what every binary's `main` does first: tracing, a runtime, SIGTERM and
 //!   SIGINT ([`termination`]).
 
+pub mod account;
 pub mod blocking;
 pub mod child;
 pub mod marker;
@@ -20,6 +23,7 @@ pub mod poll;
 pub mod program;
 pub mod secret;
 
+pub use account::Account;
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
 pub use marker::{Marker, is_running, kill, kill_group, running_processes, send_signal};
 pub use poll::{Attempt, poll_until, poll_until_blocking};

@@ -1,19 +1,20 @@
 //! Connecting to an agent over mutual TLS with the controller's (or a client's) identity.
 
 use crate::agent::v1::agent_client::AgentClient;
-use crate::mtls::Credentials;
-use tonic::transport::{Channel, Endpoint};
+use crate::mtls::{Credentials, PinnedConnectError};
+use crate::pki::Role;
+use tonic::transport::Channel;
 
 /// An agent could not be reached.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// The address is not a valid endpoint.
-    #[error("agent address {address}: {}", error_chain(source))]
-    Address {
+    /// The address names no server a certificate can be checked against.
+    #[error("agent address {address}: {reason}")]
+    Name {
         /// `host:port`.
         address: String,
         /// Why.
-        source: tonic::transport::Error,
+        reason: String,
     },
     /// TLS could not be set up from the credentials.
     #[error("TLS: {0}")]
@@ -34,36 +35,36 @@ pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
 pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Opens an mTLS channel to the agent at `address` (`host:port`); `server_name` is the name
-/// its certificate carries when `address` is not among its certificate's names.
+/// its certificate carries when `address` is not among its certificate's names. A server
+/// whose certificate is not an agent's (a controller's, say) is refused in the handshake.
 pub async fn connect_agent(
     address: &str,
     server_name: Option<&str>,
     credentials: &Credentials,
 ) -> Result<AgentClient<Channel>, ConnectError> {
-    let mut tls = credentials.client_tls();
-    if let Some(name) = server_name {
-        tls = tls.domain_name(name);
-    }
-    let endpoint = Endpoint::from_shared(format!("https://{address}"))
-        .and_then(|endpoint| endpoint.tls_config(tls))
-        .map_err(|source| ConnectError::Address {
-            address: address.to_string(),
-            source,
-        })?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        // An agent that stops answering (a frozen or unplugged node) is noticed within
-        // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and every
-        // call on it fails, instead of waiting forever on a TCP connection that looks alive.
-        .http2_keep_alive_interval(KEEP_ALIVE)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .tcp_keepalive(Some(KEEP_ALIVE));
-    let channel = endpoint
-        .connect()
+    let channel = credentials
+        .connect_pinned(address, server_name, Role::Agent, |endpoint| {
+            endpoint
+                .connect_timeout(std::time::Duration::from_secs(5))
+                // An agent that stops answering (a frozen or unplugged node) is noticed within
+                // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and
+                // every call on it fails, instead of waiting forever on a TCP connection that
+                // looks alive.
+                .http2_keep_alive_interval(KEEP_ALIVE)
+                .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                .keep_alive_while_idle(true)
+        })
         .await
-        .map_err(|source| ConnectError::Connect {
-            address: address.to_string(),
-            source,
+        .map_err(|error| match error {
+            PinnedConnectError::Tls(error) => ConnectError::Tls(error),
+            PinnedConnectError::Name { .. } => ConnectError::Name {
+                address: address.to_string(),
+                reason: error.to_string(),
+            },
+            PinnedConnectError::Transport(source) => ConnectError::Connect {
+                address: address.to_string(),
+                source,
+            },
         })?;
     Ok(AgentClient::new(channel))
 }

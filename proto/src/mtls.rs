@@ -18,6 +18,8 @@
 //! # let _ = tls; Ok(()) }
 //! ```
 //!
+//! [`Credentials::connect_pinned`] opens a client channel that also checks the server's role
+//! during the handshake (an agent client refuses a controller, `controller remote` an agent).
 //! Clients dial agents by IP address (198.18.x.y on a testbed); agents' certificates carry
 //! those addresses as subjectAltNames, so no server-name override is needed. Where a client
 //! dials a name the certificate lacks, `ClientTlsConfig::domain_name` sets the name to check.
@@ -31,6 +33,9 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
 use crate::pki::{self, CA_CERT_FILE, IssuedIdentity, PeerIdentity, PkiError, Role};
+
+mod role_pinned;
+pub use role_pinned::PinnedConnectError;
 
 /// How long a server waits for a TLS handshake, so a peer that connects and stalls does not
 /// hold a connection slot forever.
@@ -187,6 +192,9 @@ pub enum MtlsError {
         /// Where the CA certificate came from.
         ca_origin: String,
     },
+    /// The credentials' PEM could not be turned into a rustls client configuration.
+    #[error("TLS client configuration: {0}")]
+    ClientConfig(String),
     /// A `client` identity cannot serve TLS: its certificate lacks serverAuth.
     #[error("{0} cannot run a TLS server: client certificates are not server certificates")]
     NotAServer(PeerIdentity),

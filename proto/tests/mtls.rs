@@ -409,6 +409,67 @@ async fn server_names_are_checked_and_can_be_overridden() -> Result<()> {
     server.stop().await
 }
 
+/// A channel from `connect_pinned` expecting `role`, pinging once: the reply or the error
+/// chain of the connection.
+async fn ping_pinned(
+    credentials: &Credentials,
+    port: u16,
+    role: Role,
+) -> Result<std::result::Result<PingReply, String>> {
+    let address = format!("{LOOPBACK}:{port}");
+    let connect = credentials.connect_pinned(&address, None, role, |endpoint| {
+        endpoint.connect_timeout(STEP_TIMEOUT)
+    });
+    let channel = match tokio::time::timeout(STEP_TIMEOUT, connect).await? {
+        Ok(channel) => channel,
+        Err(error) => return Ok(Err(error_chain(&error))),
+    };
+    let request = PingRequest {
+        payload: "hello".into(),
+    };
+    let reply = tokio::time::timeout(STEP_TIMEOUT, PingClient::new(channel).ping(request)).await?;
+    Ok(Ok(reply?.into_inner()))
+}
+
+#[tokio::test]
+async fn pinned_clients_refuse_a_server_of_another_role() -> Result<()> {
+    let testbed = Testbed::new()?;
+    // A controller certificate valid for 127.0.0.1: it chains to the CA and matches the name,
+    // so only the role tells it from an agent.
+    let controller = testbed
+        .ca
+        .issue(&IdentitySpec::new(Role::Controller, "serving").with_ip_address(LOOPBACK))?;
+    controller.write(&testbed.dir, Overwrite::Refuse)?;
+    let as_controller = TestServer::start(testbed.credentials("serving")?.server_tls()?).await?;
+    let as_agent = testbed.serve_worker().await?;
+    let caller = testbed.credentials("controller")?;
+
+    let refused = ping_pinned(&caller, as_controller.port, Role::Agent)
+        .await?
+        .expect_err("an agent client must not accept a controller");
+    assert!(
+        refused.contains("the server is controller \"serving\", not an identity of role agent"),
+        "{refused}"
+    );
+    assert_eq!(as_controller.handled(), 0, "a request reached the controller");
+    let refused = ping_pinned(&caller, as_agent.port, Role::Controller)
+        .await?
+        .expect_err("a controller client must not accept an agent");
+    assert!(
+        refused.contains("the server is agent \"worker-1\", not an identity of role controller"),
+        "{refused}"
+    );
+    assert_eq!(as_agent.handled(), 0, "a request reached the agent");
+
+    // The expected roles get through, over the same CA and names.
+    let reply = ping_pinned(&caller, as_agent.port, Role::Agent).await?;
+    assert_eq!(reply.map_err(anyhow::Error::msg)?.caller_name, "controller");
+    let reply = ping_pinned(&caller, as_controller.port, Role::Controller).await?;
+    assert_eq!(reply.map_err(anyhow::Error::msg)?.payload, "hello");
+    as_controller.stop().await?;
+    as_agent.stop().await
+}
+
 #[test]
 fn a_client_identity_cannot_serve() -> Result<()> {
     let testbed = Testbed::new()?;

@@ -81,6 +81,12 @@ pub struct Helper {
 pub struct NativePlan {
     /// Files to write before anything starts (absolute paths inside the state directory).
     pub files: Vec<(PathBuf, String)>,
+    /// Secrets to write before anything starts (an Erlang cookie): readable by their owner
+    /// only (0400), owned by [`NativePlan::service_account`] when the broker runs as it.
+    pub private_files: Vec<(PathBuf, String)>,
+    /// The package's service user the broker runs as when the agent is root (its start
+    /// script would otherwise `su -` to it and lose the environment the plan sets).
+    pub service_account: Option<&'static str>,
     /// Processes to start, in order, before the broker.
     pub helpers: Vec<Helper>,
     /// The broker itself.
@@ -101,6 +107,8 @@ impl NativePlan {
     fn of(main: CommandLine, ready_deadline: Duration) -> Self {
         Self {
             files: Vec::new(),
+            private_files: Vec::new(),
+            service_account: None,
             helpers: Vec::new(),
             main,
             stop: None,

@@ -243,6 +243,8 @@ pub fn native(programs: &Programs, instance: &Instance<'_>, ports: PrivatePorts)
         .collect();
     NativePlan {
         files,
+        private_files: Vec::new(),
+        service_account: None,
         helpers: vec![Helper {
             what: "epmd",
             command: node.epmd(&programs.epmd),

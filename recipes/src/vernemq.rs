@@ -11,10 +11,17 @@
 //!
 //! Natively its control plane stays on this host: Erlang distribution binds to loopback
 //! (`-kernel inet_dist_use_interface`) and so does the epmd it starts (`ERL_EPMD_ADDRESS`),
-//! and inherited `ERL_*` flags are dropped. The cookie stays the installed `vernemq.conf`'s
-//! `distributed_cookie` (a second `-setcookie` does not replace it): with distribution on
-//! loopback it admits local users only, which is why the README asks for a cookie of your own
-//! in that file.
+//! and inherited `ERL_*` flags are dropped.
+//!
+//! The cookie is the instance's random secret, never the installed `vernemq.conf`'s
+//! `distributed_cookie` (stock `vmq`), and never in argv where any local user reads it. The
+//! runner always passes that file's cookie as `-setcookie C`; a second, bare `-setcookie`
+//! makes Erlang (every OTP release: "any other combination of arity 0 and 1 options makes us
+//! pretend they were not there") ignore both and read `$HOME/.erlang.cookie`, which the plan
+//! writes (0400) in a home of the instance's own. The runner keeps `HOME` only if it is not
+//! asked to switch users: as root it would `exec su - vernemq`, which resets `HOME` and drops
+//! the environment (`ERL_EPMD_ADDRESS` with it), so the agent starts it as the package's
+//! service user [`SERVICE_ACCOUNT`] itself.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -32,6 +39,12 @@ pub const PROGRAMS: &[&str] = &[
     "/opt/vernemq/bin/vernemq",
     "/vernemq/bin/vernemq",
 ];
+
+/// The user the package's runner switches to, and the agent starts it as when root.
+pub const SERVICE_ACCOUNT: &str = "vernemq";
+
+/// The instance's home (below its state directory): only its `.erlang.cookie`.
+pub const HOME_DIR: &str = "home";
 
 /// How long the Erlang VM may take to answer MQTT.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -90,9 +103,19 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
     }
     main.args
         .extend(DISTRIBUTION_ON_LOOPBACK.split(' ').map(str::to_owned));
-    main.env = vec![("ERL_EPMD_ADDRESS".to_owned(), "127.0.0.1".to_owned())];
-    main.env_remove_prefixes = vec!["ERL_", "EPMD_"];
-    NativePlan::erlang(main, options.start_deadline_or(START_DEADLINE))
+    // Bare: with the runner's own `-setcookie C`, Erlang falls back to $HOME/.erlang.cookie.
+    main.args.push("-setcookie".to_owned());
+    let home = instance.dir.join(HOME_DIR);
+    main.env = vec![
+        ("ERL_EPMD_ADDRESS".to_owned(), "127.0.0.1".to_owned()),
+        ("HOME".to_owned(), home.display().to_string()),
+    ];
+    main.env_remove_prefixes = vec!["ERL_", "EPMD_", "XDG_CONFIG_HOME"];
+    NativePlan {
+        private_files: vec![(home.join(".erlang.cookie"), instance.secret.to_owned())],
+        service_account: Some(SERVICE_ACCOUNT),
+        ..NativePlan::erlang(main, options.start_deadline_or(START_DEADLINE))
+    }
 }
 
 /// Erlang flags that keep the distribution listener on loopback.
@@ -175,9 +198,21 @@ mod tests {
              -vmq_server max_offline_messages 1000000 \
              -vmq_server listeners [{mqtt,[{{{127,0,0,1},1883},[{max_connections,infinity}]}]}] \
              -vmq_server max_inflight_messages 50 \
-             -kernel inet_dist_use_interface {127,0,0,1}"
+             -kernel inet_dist_use_interface {127,0,0,1} \
+             -setcookie"
         );
         assert_eq!(plan.main.env_value("ERL_EPMD_ADDRESS"), Some("127.0.0.1"));
+        // The instance's random cookie, in a file of its home and not on the command line.
+        assert!(!args.contains("cookie-1"), "the cookie is in argv: {args}");
+        assert_eq!(plan.main.env_value("HOME"), Some("/state/x/home"));
+        assert_eq!(
+            plan.private_files,
+            [(
+                Path::new("/state/x/home/.erlang.cookie").to_owned(),
+                "cookie-1".to_owned()
+            )]
+        );
+        assert_eq!(plan.service_account, Some("vernemq"));
         assert!(plan.main.env_remove_prefixes.contains(&"ERL_"));
         assert!(
             plan.main.args.iter().all(|arg| !arg.contains(' ')),

@@ -25,7 +25,7 @@ use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
 use crate::new_marker;
 use domain::{BrokerKind, BrokerSpec, Product};
 use host::Marker;
-use host::{CommandLine, GroupChild, log_tail, run_bounded};
+use host::{Account, CommandLine, GroupChild, log_tail, run_bounded};
 use recipes::{Instance, NativePlan, rabbitmq};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
@@ -240,6 +240,49 @@ fn write_marker(path: &Path, marker: &Marker) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// The account the broker runs as: the plan's service user when this agent is root and the
+/// user exists; this agent's own user otherwise (the start script then does what it does
+/// for a caller that is not root).
+fn service_account(plan: &NativePlan) -> Result<Option<Account>, BrokerError> {
+    let Some(name) = plan.service_account else {
+        return Ok(None);
+    };
+    if !Account::is_root() {
+        return Ok(None);
+    }
+    let account = Account::lookup(name)
+        .map_err(|e| BrokerError::io(format!("looking up user {name}"), e))?;
+    if account.is_none() {
+        tracing::warn!(user = name, "the package's service user does not exist: starting the broker as root");
+    }
+    Ok(account)
+}
+
+/// A secret file, 0400 from its creation (no window in which it is readable by others), in
+/// a folder of its own that is private to the file's owner; both owned by `account` if given.
+fn write_private(path: &Path, text: &str, account: Option<Account>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt, chown};
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(account) = account {
+            chown(parent, Some(account.uid), Some(account.gid))?;
+        }
+    }
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    if let Some(account) = account {
+        chown(path, Some(account.uid), Some(account.gid))?;
+    }
+    Ok(())
+}
+
 /// How a launch failed, so the caller knows whether to retry on a fresh port.
 enum Launch {
     /// The port was taken between choosing and binding it: worth another try.
@@ -265,6 +308,14 @@ async fn launch(
             Launch::Failed(BrokerError::io(format!("writing {}", path.display()), e))
         })?;
     }
+    let account = service_account(&plan).map_err(Launch::Failed)?;
+    for (path, text) in &plan.private_files {
+        write_private(path, text, account).map_err(|e| {
+            Launch::Failed(BrokerError::io(format!("writing {}", path.display()), e))
+        })?;
+    }
+    let mut plan = plan;
+    plan.main.account = account;
     write_marker(&dir.join(MARKER_FILE), &marker).map_err(|e| {
         Launch::Failed(BrokerError::io(
             format!("writing {}", dir.join(MARKER_FILE).display()),

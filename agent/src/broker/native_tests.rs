@@ -4,7 +4,7 @@
 use super::*;
 use crate::broker::error::ErrorCode;
 use crate::broker::readiness::{PROBE_TIMEOUT, probe};
-use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
+use crate::broker::test_support::{installed_or_skip, loopback_spec, running_in_ci, tagged_processes};
 use domain::BrokerOptions;
 use host::is_running;
 use std::os::unix::fs::PermissionsExt;
@@ -270,5 +270,82 @@ async fn a_real_rabbitmq_node_starts_answers_and_stops_with_its_epmd() {
         tagged_processes("rabbit"),
         Vec::<u32>::new(),
         "epmd and helpers are gone too"
+    );
+}
+
+/// VerneMQ is not installed here, but the Erlang it runs on is (with RabbitMQ): its runner's
+/// way of starting the VM is replayed with `erl`, the runner's generated `vm.args` holding the
+/// stock cookie, and the plan's own arguments, environment, private files and user.
+#[tokio::test]
+async fn vernemq_runs_on_its_random_cookie_not_the_installed_one() {
+    let erl = Path::new("/usr/bin/erl");
+    if !erl.exists() {
+        assert!(!running_in_ci(), "CI installs Erlang with RabbitMQ");
+        eprintln!("SKIPPED: no {}", erl.display());
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    // Reachable by the service user, as the agent's state folder is.
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = state.path().join("v");
+    std::fs::create_dir(&dir).unwrap();
+    let secret = host::secret::random_hex(32).unwrap();
+    let options = BrokerOptions::default();
+    let instance = Instance {
+        name: "v",
+        dir: &dir,
+        listen: "127.0.0.1:1883".parse().unwrap(),
+        options: &options,
+        secret: &secret,
+    };
+    let plan = recipes::vernemq::native(Path::new("/usr/sbin/vernemq"), &instance);
+    // No VerneMQ user here: `nobody` stands in for it, so the switch and the ownership are real.
+    let account = Account::is_root().then(|| Account::lookup("nobody").unwrap().unwrap());
+    for (path, text) in &plan.private_files {
+        write_private(path, text, account).unwrap();
+        let meta = std::fs::metadata(path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o400);
+        if let Some(account) = account {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!((meta.uid(), meta.gid()), (account.uid, account.gid));
+        }
+    }
+    let vm_args = state.path().join("vm.args");
+    std::fs::write(&vm_args, "-name VerneMQ@127.0.0.1\n-setcookie vmq\n").unwrap();
+    let runner_args = &plan.main.args[plan
+        .main
+        .args
+        .iter()
+        .position(|arg| arg == "-kernel")
+        .unwrap()..];
+    let mut line = CommandLine::new(erl);
+    line.args = ["-noshell", "-args_file", &vm_args.display().to_string()]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(runner_args.iter().cloned())
+        // Distribution up without a listener or epmd, so the cookie is read but no port opens.
+        .chain(
+            [
+                "-start_epmd",
+                "false",
+                "-dist_listen",
+                "false",
+                "-eval",
+                "io:format(\"cookie=~s~n\", [erlang:get_cookie()]), halt().",
+            ]
+            .map(str::to_owned),
+        )
+        .collect();
+    line.env = plan.main.env.clone();
+    line.env_remove_prefixes = plan.main.env_remove_prefixes.clone();
+    line.account = account;
+    let marker = crate::new_marker("cookie");
+    let (status, output) = run_bounded(&line, &marker, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(status.success(), "{output}");
+    assert!(
+        output.lines().any(|line| line == format!("cookie={secret}")),
+        "the VM did not run on the instance's cookie: {output}"
     );
 }

@@ -24,7 +24,7 @@ pub fn loopback_spec(name: &str, kind: BrokerKind) -> BrokerSpec {
 
 /// True under CI (`CI` set to anything but empty, `0` or `false`), where every broker is
 /// installed and a missing one is a broken setup.
-fn running_in_ci() -> bool {
+pub fn running_in_ci() -> bool {
     std::env::var("CI").is_ok_and(|value| {
         let value = value.trim();
         !(value.is_empty() || value == "0" || value.eq_ignore_ascii_case("false"))

@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use proto::controller::v1 as pb;
 use proto::controller::v1::controller_client::ControllerClient;
-use proto::mtls::Credentials;
-use tonic::transport::{Channel, Endpoint};
+use proto::mtls::{Credentials, PinnedConnectError};
+use proto::pki::Role;
+use tonic::transport::Channel;
 
 pub use self::fetch::{FetchError, FetchWriter, safe_join};
 pub use self::print::{describe_event, describe_run, state_name};
@@ -29,16 +30,17 @@ pub use self::print::{describe_event, describe_run, state_name};
 /// A remote operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// The controller address is not a valid endpoint.
-    #[error("controller address {address}: {source}")]
+    /// The controller address names no server a certificate can be checked against, or the
+    /// credentials make no TLS configuration.
+    #[error("controller address {address}: {reason}")]
     Address {
         /// `host:port`.
         address: String,
         /// Why.
-        source: tonic::transport::Error,
+        reason: String,
     },
-    /// The connection (TCP, TLS handshake) failed.
-    #[error("controller {address}: {source}")]
+    /// The connection (TCP, TLS handshake, the server's role among them) failed.
+    #[error("controller {address}: {}", proto::client::error_chain(source))]
     Connect {
         /// `host:port`.
         address: String,
@@ -65,29 +67,27 @@ pub enum RemoteError {
 }
 
 /// Opens an mTLS channel to the controller service at `address` (`host:port`);
-/// `server_name` is the name its certificate carries when `address` is not among them.
+/// `server_name` is the name its certificate carries when `address` is not among them. A
+/// server whose certificate is not the controller's (an agent's) is refused in the handshake.
 pub async fn connect(
     address: &str,
     server_name: Option<&str>,
     credentials: &Credentials,
 ) -> Result<ControllerClient<Channel>, RemoteError> {
-    let mut tls = credentials.client_tls();
-    if let Some(name) = server_name {
-        tls = tls.domain_name(name);
-    }
-    let endpoint = Endpoint::from_shared(format!("https://{address}"))
-        .and_then(|endpoint| endpoint.tls_config(tls))
-        .map_err(|source| RemoteError::Address {
-            address: address.to_string(),
-            source,
-        })?
-        .connect_timeout(Duration::from_secs(10));
-    let channel = endpoint
-        .connect()
+    let channel = credentials
+        .connect_pinned(address, server_name, Role::Controller, |endpoint| {
+            endpoint.connect_timeout(Duration::from_secs(10))
+        })
         .await
-        .map_err(|source| RemoteError::Connect {
-            address: address.to_string(),
-            source,
+        .map_err(|error| match error {
+            PinnedConnectError::Transport(source) => RemoteError::Connect {
+                address: address.to_string(),
+                source,
+            },
+            other => RemoteError::Address {
+                address: address.to_string(),
+                reason: other.to_string(),
+            },
         })?;
     Ok(ControllerClient::new(channel))
 }
