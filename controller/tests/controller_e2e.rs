@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use controller::plan::{Plan, TestKind};
 use controller::results::{self, CellStatus, ResultsDir, SummaryRow};
-use controller::run::{RunOptions, RunSummary, run_plan};
+use controller::run::{BROKER_LEASE, RunOptions, RunSummary, run_plan};
 use proto::agent::v1 as pb;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
@@ -515,6 +515,8 @@ fn complete_rows(dir: &Path) -> usize {
 
 #[test]
 fn sigkill_mid_run_then_resume_measures_every_cell_once() {
+    // Also shows that a dead controller leaves no broker behind: its lease stops it, and the
+    // resumed run deploys it afresh.
     isolated_netns_test!();
     skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
     let bed = Bed::start("resume", &[], &[]).expect("testbed with agents");
@@ -593,6 +595,28 @@ messages = 1000
         std::fs::read_to_string(&log_path).unwrap_or_default()
     );
     assert!(before < total, "the run had finished before the kill");
+
+    // Its broker outlived it, and only its lease stops it: no controller will remove it.
+    let killed_at = Instant::now();
+    assert!(
+        bed.assert_nothing_left("mosquitto").is_err(),
+        "the broker was already gone when the controller died"
+    );
+    let lease_deadline = killed_at + BROKER_LEASE + Duration::from_secs(10);
+    loop {
+        match bed.assert_nothing_left("mosquitto") {
+            Ok(()) => break,
+            Err(left) => assert!(
+                Instant::now() < lease_deadline,
+                "the broker outlived its {BROKER_LEASE:?} lease: {left:#}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "the broker was stopped by its lease {:.1} s after the controller died (lease {BROKER_LEASE:?})",
+        killed_at.elapsed().as_secs_f64()
+    );
 
     // The agents outlived their controller.
     let credentials = bed.controller_credentials().expect("credentials");

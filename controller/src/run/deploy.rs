@@ -22,7 +22,7 @@ use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
 const UNDO_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
 /// Brokers run under a lease the run renews: a controller that dies (SIGKILL) leaves its
 /// broker running at most this long.
-const BROKER_LEASE: Duration = Duration::from_secs(30);
+pub const BROKER_LEASE: Duration = Duration::from_secs(30);
 /// The lease is renewed this often.
 const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// A renewal that takes longer failed.

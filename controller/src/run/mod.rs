@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 pub use self::agents::AgentHandle;
+pub use self::deploy::BROKER_LEASE;
 use self::events::Events;
 pub use self::events::{EVENT_CAPACITY, RunCounts, RunEvent, RunEvents, event_channel};
 use self::execute::{Run, Setting};
