@@ -74,7 +74,9 @@ mod tests {
 
     #[test]
     fn root_and_missing_users_are_told_apart() {
-        let root = Account::lookup("root").expect("lookup").expect("root exists");
+        let root = Account::lookup("root")
+            .expect("lookup")
+            .expect("root exists");
         assert_eq!(root, Account { uid: 0, gid: 0 });
         assert_eq!(
             Account::lookup("no-such-user-continuum").expect("lookup"),

@@ -64,43 +64,11 @@ fn bad_input_is_one_line_naming_the_problem() {
 
 /// Runs loadgen to its end and returns its output with the child's own peak RSS, bytes.
 fn loadgen_with_peak_rss(args: &[&str]) -> (Output, u64) {
-    use std::os::unix::process::ExitStatusExt;
-    let child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(args)
-        .arg("--no-progress")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("loadgen starts");
-    let pid = child.id() as libc::pid_t;
-    let mut child = child;
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    use std::io::Read;
-    child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_end(&mut stdout)
-        .expect("stdout");
-    child
-        .stderr
-        .take()
-        .expect("piped")
-        .read_to_end(&mut stderr)
-        .expect("stderr");
-    // SAFETY: wait4 writes the status and the rusage we own; the child is ours and unreaped.
-    let (status, usage) = unsafe {
-        let mut status = 0;
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
-        (status, usage)
-    };
-    let output = Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout,
-        stderr,
-    };
-    (output, usage.ru_maxrss as u64 * 1024)
+    tests::process::output_with_peak_rss(
+        Command::new(env!("CARGO_BIN_EXE_loadgen"))
+            .args(args)
+            .arg("--no-progress"),
+    )
 }
 
 /// Counts that would need gigabytes are refused before anything is allocated: a one-line
@@ -285,4 +253,33 @@ fn a_run_writes_json_csv_histograms_and_a_raw_result() {
         .output()
         .expect("merge runs");
     assert_one_line_error(&merged, 1, "counted twice");
+
+    // The same result with a 40-byte latency histogram that declares a 4 GiB payload:
+    // refused before the histogram is allocated, and the process stays small.
+    let mut crafted: serde_json::Value =
+        serde_json::from_str(&read(&raw)).expect("the raw result is JSON");
+    let mut header = Vec::new();
+    header.extend(0x1c84_9313u32.to_be_bytes()); // V2, uncompressed
+    header.extend(u32::MAX.to_be_bytes()); // the payload length it declares
+    header.extend(0u32.to_be_bytes());
+    header.extend(3u32.to_be_bytes());
+    header.extend(1u64.to_be_bytes());
+    header.extend(3_600_000_000_000u64.to_be_bytes());
+    header.extend(1f64.to_be_bytes());
+    assert_eq!(header.len(), 40);
+    use base64::Engine;
+    crafted["latency"] = base64::engine::general_purpose::STANDARD
+        .encode(&header)
+        .into();
+    let crafted_path = dir.path().join("crafted.json");
+    std::fs::write(&crafted_path, crafted.to_string()).expect("crafted result written");
+    let (merged, peak_rss) = tests::process::output_with_peak_rss(
+        Command::new(env!("CARGO_BIN_EXE_loadgen")).args(["merge", utf8(&crafted_path)]),
+    );
+    assert_one_line_error(&merged, 1, "payload");
+    eprintln!(
+        "merge of a crafted histogram: peak RSS {} KiB",
+        peak_rss / 1024
+    );
+    assert!(peak_rss < 64 << 20, "peaked at {} MiB", peak_rss >> 20);
 }

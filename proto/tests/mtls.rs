@@ -451,7 +451,11 @@ async fn pinned_clients_refuse_a_server_of_another_role() -> Result<()> {
         refused.contains("the server is controller \"serving\", not an identity of role agent"),
         "{refused}"
     );
-    assert_eq!(as_controller.handled(), 0, "a request reached the controller");
+    assert_eq!(
+        as_controller.handled(),
+        0,
+        "a request reached the controller"
+    );
     let refused = ping_pinned(&caller, as_agent.port, Role::Controller)
         .await?
         .expect_err("a controller client must not accept an agent");

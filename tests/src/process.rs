@@ -72,3 +72,44 @@ mod tests {
         assert_eq!(process_group(me), u32::try_from(group).ok());
     }
 }
+
+/// Runs `command` to its end (stdout and stderr piped) and returns its output with the
+/// child's own peak RSS in bytes, from `wait4`: how the CLI tests show that bad input is
+/// refused before anything large is allocated.
+pub fn output_with_peak_rss(command: &mut std::process::Command) -> (std::process::Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id() as libc::pid_t;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut err_pipe = child.stderr.take().expect("piped");
+    // stderr on a thread, so neither pipe fills while the other is read.
+    let err_reader = std::thread::spawn(move || {
+        let _ = err_pipe.read_to_end(&mut stderr);
+        stderr
+    });
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stdout)
+        .expect("stdout");
+    let stderr = err_reader.join().expect("stderr reader");
+    // SAFETY: wait4 writes the status and the rusage we own; the child is ours and unreaped.
+    let (status, usage) = unsafe {
+        let mut status = 0;
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
+        (status, usage)
+    };
+    let output = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (output, usage.ru_maxrss as u64 * 1024)
+}

@@ -250,10 +250,13 @@ fn service_account(plan: &NativePlan) -> Result<Option<Account>, BrokerError> {
     if !Account::is_root() {
         return Ok(None);
     }
-    let account = Account::lookup(name)
-        .map_err(|e| BrokerError::io(format!("looking up user {name}"), e))?;
+    let account =
+        Account::lookup(name).map_err(|e| BrokerError::io(format!("looking up user {name}"), e))?;
     if account.is_none() {
-        tracing::warn!(user = name, "the package's service user does not exist: starting the broker as root");
+        tracing::warn!(
+            user = name,
+            "the package's service user does not exist: starting the broker as root"
+        );
     }
     Ok(account)
 }

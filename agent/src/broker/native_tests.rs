@@ -4,7 +4,9 @@
 use super::*;
 use crate::broker::error::ErrorCode;
 use crate::broker::readiness::{PROBE_TIMEOUT, probe};
-use crate::broker::test_support::{installed_or_skip, loopback_spec, running_in_ci, tagged_processes};
+use crate::broker::test_support::{
+    installed_or_skip, loopback_spec, running_in_ci, tagged_processes,
+};
 use domain::BrokerOptions;
 use host::is_running;
 use std::os::unix::fs::PermissionsExt;
@@ -345,7 +347,9 @@ async fn vernemq_runs_on_its_random_cookie_not_the_installed_one() {
         .unwrap();
     assert!(status.success(), "{output}");
     assert!(
-        output.lines().any(|line| line == format!("cookie={secret}")),
+        output
+            .lines()
+            .any(|line| line == format!("cookie={secret}")),
         "the VM did not run on the instance's cookie: {output}"
     );
 }
