@@ -76,6 +76,10 @@ mod tests {
 /// Runs `command` to its end (stdout and stderr piped) and returns its output with the
 /// child's own peak RSS in bytes, from `wait4`: how the CLI tests show that bad input is
 /// refused before anything large is allocated.
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which std's wait cannot replace: it gives the rusage"
+)]
 pub fn output_with_peak_rss(command: &mut std::process::Command) -> (std::process::Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
