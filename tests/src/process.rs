@@ -57,22 +57,6 @@ pub fn process_group(pid: u32) -> Option<u32> {
     after.split_whitespace().nth(2)?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn this_process_is_found_with_its_group() {
-        let me = std::process::id();
-        assert!(running_processes().contains(&me));
-        let exe = std::env::current_exe().expect("own executable");
-        assert!(processes_mentioning(&exe.display().to_string()).contains(&me));
-        // SAFETY: getpgrp has no preconditions.
-        let group = unsafe { libc::getpgrp() };
-        assert_eq!(process_group(me), u32::try_from(group).ok());
-    }
-}
-
 /// Runs `command` to its end (stdout and stderr piped) and returns its output with the
 /// child's own peak RSS in bytes, from `wait4`: how the CLI tests show that bad input is
 /// refused before anything large is allocated.
@@ -116,4 +100,20 @@ pub fn output_with_peak_rss(command: &mut std::process::Command) -> (std::proces
         stderr,
     };
     (output, usage.ru_maxrss as u64 * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_found_with_its_group() {
+        let me = std::process::id();
+        assert!(running_processes().contains(&me));
+        let exe = std::env::current_exe().expect("own executable");
+        assert!(processes_mentioning(&exe.display().to_string()).contains(&me));
+        // SAFETY: getpgrp has no preconditions.
+        let group = unsafe { libc::getpgrp() };
+        assert_eq!(process_group(me), u32::try_from(group).ok());
+    }
 }
