@@ -210,6 +210,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
                 ],
             }),
         }),
+        paths: Vec::new(),
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut throughput = Vec::new();
@@ -736,6 +737,7 @@ fn build_sustained(
         skipped: Vec::new(),
         testbed: None,
         brokers: Vec::new(),
+        paths: Vec::new(),
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut counted: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();

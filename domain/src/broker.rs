@@ -71,6 +71,11 @@ pub enum BrokerKind {
         namespace: String,
         /// The NodePort clients connect to; `None` means the product's default.
         node_port: Option<u16>,
+        /// Whether every node's NodePort forwards to the pod (`externalTrafficPolicy:
+        /// Cluster`: kube-proxy forwards from a node without the pod, as the study's tests
+        /// relied on when they dialled the headnode), or only the pod's node answers
+        /// (`Local`, no extra hop and no source NAT: the default).
+        on_every_node: bool,
     },
 }
 
@@ -160,9 +165,13 @@ impl BrokerSpec {
                 node,
                 namespace,
                 node_port,
+                on_every_node,
             } => {
                 let port = node_port.map_or_else(|| "default".to_owned(), |p| p.to_string());
-                format!("kubernetes {product} in {namespace} on node {node}, NodePort {port}")
+                let reach = if *on_every_node { " on every node" } else { "" };
+                format!(
+                    "kubernetes {product} in {namespace} on node {node}, NodePort {port}{reach}"
+                )
             }
         }
     }
@@ -319,6 +328,7 @@ mod tests {
             node: node.to_owned(),
             namespace: namespace.to_owned(),
             node_port,
+            on_every_node: false,
         };
         spec
     }

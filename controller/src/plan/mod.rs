@@ -10,6 +10,7 @@
 //!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells.
 
 mod cells;
+mod path;
 mod presets;
 mod testbed;
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod types;
 mod validate;
 
 pub use cells::{Cell, CellPoint};
+pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};
 pub use types::*;
 pub use validate::PlanError;

@@ -153,6 +153,12 @@ pub struct BrokerEntry {
     /// `host:port` of an external broker.
     #[serde(default)]
     pub address: Option<String>,
+    /// The node clients dial to reach it; absent: its own node (the direct path, the better
+    /// measurement). A kubernetes broker may be entered through another cluster node, whose
+    /// NodePort kube-proxy forwards to the pod and back (`entry = "headnode"`, as the study's
+    /// tests did): two more emulated egresses per message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
     /// Skip (with a note in the report) instead of failing when the product is not installed.
     #[serde(default)]
     pub optional: bool,

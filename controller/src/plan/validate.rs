@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use domain::Product;
 
 use super::presets::{scenario_preset, workload_for};
-use super::types::{BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
+use super::types::{BrokerEntry, BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
 const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -265,6 +265,38 @@ impl Plan {
                     Some(true) => {}
                 }
             }
+            if let Some(entry) = broker.entry.as_deref() {
+                self.validate_entry(broker, entry, &path("entry"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An entry node is a node of the plan; another node than the broker's own is possible
+    /// only where something forwards from it: kube-proxy, on a node of the cluster.
+    fn validate_entry(&self, broker: &BrokerEntry, entry: &str, path: &str) -> Result<(), PlanError> {
+        let Some(node) = self.nodes.iter().find(|n| n.name == entry) else {
+            return Err(invalid(path, quoted(entry), "no such node in [[nodes]]"));
+        };
+        if broker.node.as_deref() == Some(entry) {
+            return Ok(());
+        }
+        if broker.kind != BrokerKind::Kubernetes {
+            return Err(invalid(
+                path,
+                quoted(entry),
+                "only a kubernetes broker can be entered through another node (its NodePort \
+                 is forwarded by kube-proxy there); other brokers are dialled on their own node",
+            ));
+        }
+        let in_cluster = self.testbed.headnode.as_deref() == Some(entry)
+            || node.roles.contains(&NodeRole::Broker);
+        if !in_cluster {
+            return Err(invalid(
+                path,
+                quoted(entry),
+                "not a node of the cluster (the headnode, or a node with the broker role)",
+            ));
         }
         Ok(())
     }

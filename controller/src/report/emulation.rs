@@ -4,7 +4,7 @@
 
 use super::input::{GroupKey, RunData};
 use super::model::{Block, Section, Table, ms, signed_ms, signed_ms_like};
-use crate::plan::{DelaySplit, NodeRole, Plan, TestKind, scenario_preset};
+use crate::plan::{DelaySplit, MessagePath, NodeRole, Plan, TestKind, scenario_preset};
 
 /// What is compared, and why.
 const METHOD: &str = "Latency is measured publisher -> broker -> subscriber. A scenario's delay \
@@ -20,7 +20,9 @@ const METHOD: &str = "Latency is measured publisher -> broker -> subscriber. A s
      broker and test, so the broker's own time cancels out. Jitter hardly moves a median, and \
      loss (QoS 1 resends it) shows in the tail, not here.";
 
-/// The delay a scenario's netem puts on one node's egress, in ns, and where it came from.
+/// The delay a scenario's netem puts on one node's egress, in ns, and where it came from:
+/// what the node's netem read back after it was applied, else what was asked, else (a
+/// folder without netem records) what the plan says.
 fn egress_ns(
     plan: &Plan,
     data: &RunData,
@@ -29,11 +31,14 @@ fn egress_ns(
     node: &str,
 ) -> (f64, &'static str) {
     let entry = &plan.scenarios[scenario];
-    let asked = data.manifest.netem.iter().find(|n| {
+    let applied = data.manifest.netem.iter().find(|n| {
         n.broker == plan.brokers[broker].name && n.scenario == entry.name && n.node == node
     });
-    if let Some(netem) = asked {
-        return (netem.asked.delay_ns as f64, "netem asked");
+    if let Some(netem) = applied {
+        return match &netem.read_back {
+            Some(read_back) => (read_back.delay_ns as f64, "netem read back"),
+            None => (netem.asked.delay_ns as f64, "netem asked"),
+        };
     }
     let total = entry
         .delay
@@ -52,7 +57,7 @@ fn egress_ns(
     (share, "plan")
 }
 
-/// The delay a message's path publisher -> broker -> subscriber should gain in a scenario.
+/// The delay a message's path should gain in a scenario.
 pub(super) struct PathModel {
     /// One way, µs.
     pub should_us: f64,
@@ -60,48 +65,61 @@ pub(super) struct PathModel {
     pub description: String,
 }
 
-/// The path model of `broker` in `scenario` for load on `nodes` (publisher, broker,
-/// subscriber node): each hop between two nodes gains the sending node's egress delay.
+/// The path of `broker`'s messages under test `test`: as the manifest recorded it, else (an
+/// older folder) as the plan gives it; `None` for an external broker.
+pub(super) fn message_path(data: &RunData, broker: usize, test: usize) -> Option<MessagePath> {
+    let plan = &data.manifest.plan;
+    let name = &plan.brokers[broker].name;
+    data.manifest
+        .paths
+        .iter()
+        .find(|p| p.broker == *name && p.test == test)
+        .map(|p| p.path.clone())
+        .or_else(|| MessagePath::of(plan, broker, test))
+}
+
+/// The path model of `broker` in `scenario` along `path`: each hop between two nodes gains
+/// the sending node's egress delay.
 pub(super) fn path_model(
     data: &RunData,
     broker: usize,
     scenario: usize,
-    (publisher_node, broker_node, subscriber_node): (&str, &str, &str),
+    path: &MessagePath,
 ) -> PathModel {
     let plan = &data.manifest.plan;
     let mut parts = Vec::new();
     let mut sources = Vec::new();
     let mut should_us = 0.0;
-    for (from, to, hop) in [
-        (publisher_node, broker_node, "pub->broker"),
-        (broker_node, subscriber_node, "broker->sub"),
-    ] {
+    for pair in path.nodes.windows(2) {
+        let (from, to) = (pair[0].as_str(), pair[1].as_str());
         if from == to {
-            parts.push(format!("{hop} 0 (both on {from})"));
             continue;
         }
         let (ns, source) = egress_ns(plan, data, broker, scenario, from);
         should_us += ns / 1e3;
         sources.push(source);
-        parts.push(format!("{hop} {} ({from} egress)", ms(ns / 1e3)));
+        parts.push(format!("{from}->{to} {}", ms(ns / 1e3)));
     }
+    sources.sort_unstable();
     sources.dedup();
-    let description = format!("{}; from {}", parts.join(" + "), sources.join(", "));
+    let hops = if parts.is_empty() {
+        format!("no hop between nodes (all on {})", path.nodes[0])
+    } else {
+        parts.join(" + ")
+    };
+    let description = format!(
+        "{}: {hops}; from {}",
+        path.describe(),
+        if sources.is_empty() {
+            "-".to_string()
+        } else {
+            sources.join(", ")
+        }
+    );
     PathModel {
         should_us,
         description,
     }
-}
-
-/// The nodes a test's load runs on: (publisher node, subscriber node).
-pub(super) fn load_nodes(plan: &Plan, test: usize) -> (String, String) {
-    let loadgen = &plan.tests[test].loadgen;
-    let publisher_node = loadgen.first().cloned().unwrap_or_default();
-    let subscriber_node = loadgen
-        .get(1)
-        .cloned()
-        .unwrap_or_else(|| publisher_node.clone());
-    (publisher_node, subscriber_node)
 }
 
 /// The scenario the others are compared with: `local`, else the first without delay.
@@ -204,7 +222,6 @@ pub fn section(data: &RunData) -> Option<Section> {
             .filter(|g| g.count > 0)
             .map(|g| g.p50)
     };
-    let (publisher_node, subscriber_node) = load_nodes(plan, test);
     let mut lines = Vec::new();
     let mut table = Table::new(
         &[
@@ -228,7 +245,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 continue;
             }
             let broker_name = &plan.brokers[broker].name;
-            let Some(broker_node) = plan.brokers[broker].node.clone() else {
+            let Some(path) = message_path(data, broker, test) else {
                 table.row(vec![
                     name.clone(),
                     broker_name.clone(),
@@ -241,12 +258,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 ]);
                 continue;
             };
-            let path = path_model(
-                data,
-                broker,
-                scenario,
-                (&publisher_node, &broker_node, &subscriber_node),
-            );
+            let path = path_model(data, broker, scenario, &path);
             let should_us = path.should_us;
             let mut row = vec![
                 name.clone(),

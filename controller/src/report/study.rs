@@ -8,188 +8,94 @@
 //! egresses per publish-to-delivery (edge 4 x 1.25 = 5.0 ms, cloud 4 x 3.125 = 12.5 ms).
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use domain::Product;
 use loadgen::size::ByteSize;
+use serde::Deserialize;
 
-use super::emulation::{baseline, load_nodes, path_model};
+use super::emulation::{baseline, message_path, path_model};
 use super::input::{GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Section, Table, ms, signed_ms};
 use super::payload::median_iqr;
-use crate::plan::TestKind;
+use crate::plan::{MessagePath, TestKind, scenario_preset};
+
+/// The study's tables: `controller/data/study-tables.toml`, with their source.
+const STUDY_TABLES: &str = include_str!("../../data/study-tables.toml");
 
 /// The study's hardware setups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Setup {
     Amd64,
     Arm64,
 }
 
-/// One figure of the study's Tables IV/V: median and IQR, ms.
-#[derive(Debug, Clone, Copy)]
-struct StudyFigure {
-    payload_bytes: u64,
-    setup: Setup,
-    product: Product,
-    /// local, edge, cloud: (median, IQR) in ms.
-    by_scenario: [(f64, f64); 3],
+/// `STUDY_TABLES`, read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StudyTables {
+    /// Where the figures come from.
+    source: String,
+    /// The nodes its messages visited.
+    path: Vec<String>,
+    figure: Vec<StudyFigure>,
 }
 
-const SCENARIOS: [&str; 3] = ["local", "edge", "cloud"];
-
-/// What the study's path added over local one way, ms: four egresses of half the total.
-const STUDY_PATH_ADDS_MS: [f64; 3] = [0.0, 5.0, 12.5];
-
-const fn figure(
-    payload_bytes: u64,
+/// One figure of the study's Tables IV/V: median and IQR per scenario, ms.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StudyFigure {
+    payload: ByteSize,
     setup: Setup,
-    product: Product,
-    by_scenario: [(f64, f64); 3],
-) -> StudyFigure {
-    StudyFigure {
-        payload_bytes,
-        setup,
-        product,
-        by_scenario,
+    product: String,
+    local: (f64, f64),
+    edge: (f64, f64),
+    cloud: (f64, f64),
+}
+
+impl StudyFigure {
+    fn product(&self) -> Option<Product> {
+        self.product.parse().ok()
+    }
+
+    /// (median, IQR) in scenario `index` of [`SCENARIOS`].
+    fn in_scenario(&self, index: usize) -> (f64, f64) {
+        [self.local, self.edge, self.cloud][index]
     }
 }
 
-/// Tables IV and V of the study, as PAPER.md transcribes them.
-const STUDY: [StudyFigure; 24] = {
-    use Product::{Emqx, HiveMq, Mosquitto, RabbitMq, VerneMq};
-    use Setup::{Amd64, Arm64};
-    const KB: u64 = 1_000;
-    const KB10: u64 = 10_000;
-    const MB: u64 = 1_000_000;
-    [
-        figure(
-            KB,
-            Arm64,
-            Mosquitto,
-            [(5.39, 1.0), (10.67, 1.0), (18.60, 2.0)],
-        ),
-        figure(KB, Arm64, Emqx, [(6.04, 0.25), (11.54, 1.0), (18.93, 2.0)]),
-        figure(
-            KB,
-            Arm64,
-            RabbitMq,
-            [(7.00, 1.0), (12.00, 1.0), (19.87, 2.25)],
-        ),
-        figure(
-            KB,
-            Amd64,
-            Mosquitto,
-            [(3.94, 0.0), (8.59, 2.0), (15.23, 6.0)],
-        ),
-        figure(KB, Amd64, Emqx, [(4.24, 0.0), (9.14, 3.0), (15.25, 7.0)]),
-        figure(
-            KB,
-            Amd64,
-            RabbitMq,
-            [(4.83, 1.0), (9.65, 3.0), (15.59, 6.0)],
-        ),
-        figure(
-            KB10,
-            Arm64,
-            Mosquitto,
-            [(10.68, 1.0), (15.91, 1.0), (24.90, 2.0)],
-        ),
-        figure(
-            KB10,
-            Arm64,
-            Emqx,
-            [(11.44, 2.0), (16.56, 2.0), (24.71, 2.0)],
-        ),
-        figure(
-            KB10,
-            Arm64,
-            RabbitMq,
-            [(13.16, 2.0), (17.73, 1.0), (26.15, 2.0)],
-        ),
-        figure(
-            KB10,
-            Amd64,
-            Mosquitto,
-            [(4.33, 0.0), (8.83, 2.0), (16.85, 7.0)],
-        ),
-        figure(KB10, Amd64, Emqx, [(4.66, 1.0), (9.43, 2.0), (16.67, 7.0)]),
-        figure(
-            KB10,
-            Amd64,
-            RabbitMq,
-            [(5.76, 1.0), (9.85, 1.0), (17.25, 6.0)],
-        ),
-        figure(
-            MB,
-            Arm64,
-            Mosquitto,
-            [(272.48, 32.0), (332.42, 48.0), (643.17, 181.25)],
-        ),
-        figure(
-            MB,
-            Arm64,
-            Emqx,
-            [(274.11, 35.0), (333.04, 49.0), (641.02, 193.75)],
-        ),
-        figure(
-            MB,
-            Arm64,
-            RabbitMq,
-            [(297.74, 53.0), (379.31, 55.0), (679.16, 167.0)],
-        ),
-        figure(
-            MB,
-            Amd64,
-            Mosquitto,
-            [(66.27, 13.0), (153.96, 75.0), (437.10, 388.25)],
-        ),
-        figure(
-            MB,
-            Amd64,
-            Emqx,
-            [(65.2, 14.0), (149.60, 69.25), (418.81, 356.50)],
-        ),
-        figure(
-            MB,
-            Amd64,
-            RabbitMq,
-            [(71.97, 13.0), (161.38, 64.25), (429.83, 379.50)],
-        ),
-        figure(KB, Amd64, HiveMq, [(9.70, 5.0), (13.46, 5.0), (18.40, 7.0)]),
-        figure(
-            KB10,
-            Amd64,
-            HiveMq,
-            [(9.95, 4.0), (13.94, 5.0), (19.75, 8.0)],
-        ),
-        figure(
-            MB,
-            Amd64,
-            HiveMq,
-            [(125.00, 24.0), (194.72, 73.0), (374.80, 320.0)],
-        ),
-        figure(KB, Amd64, VerneMq, [(4.37, 1.0), (8.30, 3.0), (13.64, 6.0)]),
-        figure(
-            KB10,
-            Amd64,
-            VerneMq,
-            [(5.18, 1.0), (9.23, 2.0), (15.23, 7.0)],
-        ),
-        figure(
-            MB,
-            Amd64,
-            VerneMq,
-            [(76.25, 12.0), (144.85, 71.0), (345.64, 292.50)],
-        ),
-    ]
-};
+/// The scenarios of the study's Table II, in its tables' order.
+const SCENARIOS: [&str; 3] = ["local", "edge", "cloud"];
+
+fn study_tables() -> Result<&'static StudyTables, String> {
+    static TABLES: OnceLock<Result<StudyTables, String>> = OnceLock::new();
+    TABLES
+        .get_or_init(|| {
+            toml::from_str(STUDY_TABLES).map_err(|e| format!("data/study-tables.toml: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// What the study's path added over local one way in scenario `index`, ms: its hops, each
+/// delayed by half of Table II's total (netem on every node's egress).
+fn study_path_adds_ms(tables: &StudyTables, index: usize) -> f64 {
+    let path = MessagePath {
+        nodes: tables.path.clone(),
+    };
+    let total = scenario_preset(SCENARIOS[index]).map_or(std::time::Duration::ZERO, |p| p.0);
+    path.added_delay(|_| total / 2).as_secs_f64() * 1e3
+}
 
 /// Why the absolute figures differ, beyond the path.
 const REASONS: [&str; 4] = [
     "Path: the study's messages crossed four emulated egresses (tester -> headnode NodePort -> \
      worker pod -> headnode -> tester, netem with half the scenario's total on every node); \
-     'Path model' gives what each path should add over local, so compare the added delays \
-     with their own path model, not with each other.",
+     Continuum dials the broker's own node unless the plan sets `entry` (entry = \"headnode\" \
+     reproduces the study's path, see examples/study.toml). 'Path model' gives what each path \
+     should add over local, so compare the added delays with their own path model, not with \
+     each other.",
     "Clock and stamp: the study's JMeter plugin stamped messages with an ASCII epoch in \
      milliseconds (24 extra bytes, 1 ms resolution, window averages at the subscriber); \
      Continuum stamps nanoseconds in binary and maps clocks through measured offsets.",
@@ -201,16 +107,16 @@ const REASONS: [&str; 4] = [
 ];
 
 fn study_figure(
+    tables: &StudyTables,
     payload_bytes: u64,
     setup: Setup,
     product: Product,
-) -> Option<&'static StudyFigure> {
-    STUDY.iter().find(|f| {
+) -> Option<&StudyFigure> {
+    tables.figure.iter().find(|f| {
         f.setup == setup
-            && f.product == product
+            && f.product() == Some(product)
             // "1 KB" in the study; a plan may say 1KB or 1KiB.
-            && (f.payload_bytes == payload_bytes
-                || f.payload_bytes / 1_000 * 1_024 == payload_bytes)
+            && (f.payload.0 == payload_bytes || f.payload.0 / 1_000 * 1_024 == payload_bytes)
     })
 }
 
@@ -218,19 +124,53 @@ fn study_text(figure: Option<&StudyFigure>, scenario: usize) -> String {
     figure.map_or_else(
         || "-".to_string(),
         |f| {
-            let (median, iqr) = f.by_scenario[scenario];
+            let (median, iqr) = f.in_scenario(scenario);
             format!("{median:.2}-{iqr}")
         },
     )
 }
 
-/// The section, when the plan has a payload test with a broker the study measured.
+/// Why a cell of this run has no counterpart in the study's tables, if it has none.
+fn no_counterpart(
+    tables: &StudyTables,
+    product: Option<Product>,
+    scenario: Option<usize>,
+    scenario_name: &str,
+    payload_bytes: u64,
+) -> Option<String> {
+    let Some(product) = product else {
+        return Some("the study measured no such broker (it ran products, not this kind)".into());
+    };
+    if scenario.is_none() {
+        return Some(format!("the study had no scenario {scenario_name:?} (only local, edge, cloud)"));
+    }
+    let any_setup = [Setup::Amd64, Setup::Arm64]
+        .into_iter()
+        .any(|setup| study_figure(tables, payload_bytes, setup, product).is_some());
+    (!any_setup).then(|| {
+        format!(
+            "the study measured {product} at 1 KB, 10 KB and 1 MB, not {}",
+            ByteSize(payload_bytes)
+        )
+    })
+}
+
+/// The section, when the plan has a payload test: every broker, scenario and payload it
+/// measured, beside the study's figure where the study has one and saying why not where not.
 pub fn section(data: &RunData) -> Option<Section> {
     let plan = &data.manifest.plan;
     let test = plan
         .tests
         .iter()
         .position(|t| t.kind == TestKind::Payload)?;
+    let mut section = Section::new("study", "Beside the study (Tables IV and V)");
+    let tables = match study_tables() {
+        Ok(tables) => tables,
+        Err(error) => {
+            section.paragraph(&format!("The study's tables could not be read: {error}."));
+            return Some(section);
+        }
+    };
     let base = baseline(plan);
     let groups: Vec<(&GroupKey, &LatencyGroup)> = data
         .latency
@@ -244,9 +184,6 @@ pub fn section(data: &RunData) -> Option<Section> {
     };
     let rows: BTreeSet<(u64, usize, usize)> = groups
         .iter()
-        .filter(|(key, _)| {
-            plan.brokers[key.broker].product().is_some() && study_scenario(key.scenario).is_some()
-        })
         .map(|(key, _)| (key.point, key.broker, key.scenario))
         .collect();
     if rows.is_empty() {
@@ -258,7 +195,6 @@ pub fn section(data: &RunData) -> Option<Section> {
             .find(|(k, _)| k.broker == broker && k.scenario == scenario && k.point == point)
             .map(|(_, g)| *g)
     };
-    let (publisher_node, subscriber_node) = load_nodes(plan, test);
     let mut table = Table::new(
         &[
             "Payload",
@@ -274,58 +210,82 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         3,
     );
+    let mut without: Vec<String> = Vec::new();
     for &(point, broker, scenario) in &rows {
-        let Some(product) = plan.brokers[broker].product() else {
-            continue;
-        };
-        let Some(index) = study_scenario(scenario) else {
-            continue;
-        };
-        let amd = study_figure(point, Setup::Amd64, product);
-        let arm = study_figure(point, Setup::Arm64, product);
+        let product = plan.brokers[broker].product();
+        let index = study_scenario(scenario);
+        let scenario_name = &plan.scenarios[scenario].name;
         let ours = get(broker, scenario, point);
-        let study_added = amd.map_or_else(
-            || "-".to_string(),
-            |f| format!("{:+.2}", f.by_scenario[index].0 - f.by_scenario[0].0),
-        );
         let our_added = match (ours, base.and_then(|b| get(broker, b, point))) {
             (Some(here), Some(local)) => signed_ms(here.p50 - local.p50),
             _ => "n/a".to_string(),
         };
-        let our_path = plan.brokers[broker].node.as_deref().map_or_else(
+        let our_path = message_path(data, broker, test).map_or_else(
             || "n/a".to_string(),
-            |broker_node| {
-                let nodes = (
-                    publisher_node.as_str(),
-                    broker_node,
-                    subscriber_node.as_str(),
-                );
-                ms(path_model(data, broker, scenario, nodes).should_us)
-            },
+            |path| ms(path_model(data, broker, scenario, &path).should_us),
         );
-        table.row(vec![
+        let mut row = vec![
             ByteSize(point).to_string(),
             plan.brokers[broker].name.clone(),
-            plan.scenarios[scenario].name.clone(),
-            study_text(amd, index),
-            study_text(arm, index),
-            ours.map_or_else(|| "n/a".to_string(), median_iqr),
-            study_added,
-            our_added,
-            format!("{:.2}", STUDY_PATH_ADDS_MS[index]),
-            our_path,
-        ]);
+            scenario_name.clone(),
+        ];
+        match (
+            no_counterpart(tables, product, index, scenario_name, point),
+            product,
+            index,
+        ) {
+            (None, Some(product), Some(index)) => {
+                let amd = study_figure(tables, point, Setup::Amd64, product);
+                let arm = study_figure(tables, point, Setup::Arm64, product);
+                let study_added = amd.map_or_else(
+                    || "-".to_string(),
+                    |f| format!("{:+.2}", f.in_scenario(index).0 - f.in_scenario(0).0),
+                );
+                row.extend([
+                    study_text(amd, index),
+                    study_text(arm, index),
+                    ours.map_or_else(|| "n/a".to_string(), median_iqr),
+                    study_added,
+                    our_added,
+                    format!("{:.2}", study_path_adds_ms(tables, index)),
+                    our_path,
+                ]);
+            }
+            (reason, _, _) => {
+                let reason = reason.unwrap_or_default();
+                let line = format!("{}: {reason}", plan.brokers[broker].name);
+                if !without.contains(&line) {
+                    without.push(line);
+                }
+                row.extend([
+                    "no counterpart".to_string(),
+                    "no counterpart".to_string(),
+                    ours.map_or_else(|| "n/a".to_string(), median_iqr),
+                    "-".to_string(),
+                    our_added,
+                    "-".to_string(),
+                    our_path,
+                ]);
+            }
+        }
+        table.row(row);
     }
-    let mut section = Section::new("study", "Beside the study (Tables IV and V)");
-    section.paragraph(
-        "The study's published median-IQR (ms) for the same product, scenario and payload, \
+    section.paragraph(&format!(
+        "From {}: the study's median-IQR (ms) for the same product, scenario and payload, \
          beside this run's; '-' where the study has no figure (HiveMQ and VerneMQ were measured \
          on AMD64 only). 'Added over local' is the median in the scenario minus the median in \
          local, for the same broker and payload; 'path model' is what the emulated links each \
-         message crossed should add one way: the study's four egresses, and this run's path \
-         from its netem (see the emulation check).",
-    );
+         message crossed should add one way: the study's path ({}, half of Table II's total on \
+         every egress) and this run's path from the netem its nodes read back (see the \
+         emulation check).",
+        tables.source,
+        tables.path.join(" -> ")
+    ));
     section.blocks.push(Block::Table(table));
+    if !without.is_empty() {
+        section.paragraph("Rows without a counterpart in the study, and why:");
+        section.blocks.push(Block::List(without));
+    }
     section.paragraph("Why the absolute figures differ:");
     section
         .blocks
@@ -341,9 +301,10 @@ mod tests {
     /// 1 KB, edge and cloud minus local), which the four-egress path explains.
     #[test]
     fn the_study_table_gives_the_added_delays_the_paper_quotes() {
+        let tables = study_tables().expect("the data file parses");
         let added = |product, scenario: usize| {
-            let f = study_figure(1_000, Setup::Amd64, product).expect("in the table");
-            f.by_scenario[scenario].0 - f.by_scenario[0].0
+            let f = study_figure(tables, 1_000, Setup::Amd64, product).expect("in the table");
+            f.in_scenario(scenario).0 - f.in_scenario(0).0
         };
         for (product, edge, cloud) in [
             (Product::Mosquitto, 4.65, 11.29),
@@ -356,7 +317,21 @@ mod tests {
                 "{product:?} cloud"
             );
         }
-        assert!(study_figure(1_024, Setup::Amd64, Product::VerneMq).is_some());
-        assert!(study_figure(1_000, Setup::Arm64, Product::HiveMq).is_none());
+        assert!(study_figure(tables, 1_024, Setup::Amd64, Product::VerneMq).is_some());
+        assert!(study_figure(tables, 1_000, Setup::Arm64, Product::HiveMq).is_none());
+        assert_eq!(tables.figure.len(), 24, "Tables IV and V hold 24 rows");
+        // Its path: four egresses of half the total, 5.0 ms in edge and 12.5 ms in cloud.
+        assert!((study_path_adds_ms(tables, 1) - 5.0).abs() < 1e-9);
+        assert!((study_path_adds_ms(tables, 2) - 12.5).abs() < 1e-9);
+        assert_eq!(study_path_adds_ms(tables, 0), 0.0);
+    }
+
+    #[test]
+    fn cells_without_a_counterpart_say_why() {
+        let tables = study_tables().expect("the data file parses");
+        assert!(no_counterpart(tables, None, Some(0), "local", 1_000).is_some_and(|r| r.contains("no such broker")));
+        assert!(no_counterpart(tables, Some(Product::Mosquitto), None, "far", 1_000).is_some_and(|r| r.contains("\"far\"")));
+        assert!(no_counterpart(tables, Some(Product::Mosquitto), Some(1), "edge", 50_000).is_some_and(|r| r.contains("50KB")));
+        assert_eq!(no_counterpart(tables, Some(Product::HiveMq), Some(2), "cloud", 1_000_000), None);
     }
 }

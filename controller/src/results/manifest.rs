@@ -143,6 +143,38 @@ pub struct Manifest {
     /// Each broker as it was deployed (the last deployment, on a resumed run).
     #[serde(default)]
     pub brokers: Vec<BrokerRecord>,
+    /// The nodes each broker's messages visit under each test's load (the emulation check
+    /// adds up their egresses).
+    #[serde(default)]
+    pub paths: Vec<PathRecord>,
+}
+
+/// The path of one broker's messages under one test's load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathRecord {
+    /// The plan's broker name.
+    pub broker: String,
+    /// The test's index in the plan.
+    pub test: usize,
+    /// The nodes, publisher first and subscriber last.
+    #[serde(flatten)]
+    pub path: crate::plan::MessagePath,
+}
+
+impl PathRecord {
+    /// Every broker's path under every test of `plan`, for the brokers that run on a node.
+    pub fn of_plan(plan: &crate::plan::Plan) -> Vec<Self> {
+        (0..plan.brokers.len())
+            .flat_map(|broker| (0..plan.tests.len()).map(move |test| (broker, test)))
+            .filter_map(|(broker, test)| {
+                Some(Self {
+                    broker: plan.brokers[broker].name.clone(),
+                    test,
+                    path: crate::plan::MessagePath::of(plan, broker, test)?,
+                })
+            })
+            .collect()
+    }
 }
 
 impl Manifest {
@@ -274,6 +306,7 @@ mod tests {
             skipped: Vec::new(),
             testbed: None,
             brokers: Vec::new(),
+            paths: Vec::new(),
         })
         .expect("json");
         json["netem"] = serde_json::json!([{

@@ -40,6 +40,7 @@ pub use fields::{ErrorCounts, TextList};
 pub use folder::ResultsDir;
 pub use manifest::{
     AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
+    PathRecord,
     OverlayPeer, OverlayRecord, TestbedRecord,
 };
 pub use row::SummaryRow;

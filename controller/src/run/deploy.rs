@@ -96,10 +96,18 @@ pub(super) async fn deploy(
     match started {
         Ok(status) => {
             let status = status.into_inner();
-            let address = status
+            let mut address: SocketAddr = status
                 .address
                 .parse()
                 .map_err(|_| ("the agent reported no address".to_string(), false))?;
+            // Entered through another node: the same port on that node's data address
+            // (validation made sure something forwards there: kube-proxy on a cluster node).
+            if let Some(entry) = entered_elsewhere(broker) {
+                let via = agents
+                    .get(entry)
+                    .ok_or_else(|| (format!("entry node {entry} has no agent"), false))?;
+                address = SocketAddr::new(via.data_address, address.port());
+            }
             Ok(Deployed {
                 address,
                 detail: status.detail,
@@ -220,6 +228,14 @@ async fn stop_broker(mut agent: AgentHandle, broker: String) -> bool {
     false
 }
 
+/// The entry node of `broker` when it is not the broker's own node.
+fn entered_elsewhere(broker: &BrokerEntry) -> Option<&str> {
+    broker
+        .entry
+        .as_deref()
+        .filter(|entry| broker.node.as_deref() != Some(*entry))
+}
+
 /// What the agent is asked to run for `broker`, listening on its node's `bind` address.
 fn broker_spec(
     plan: &Plan,
@@ -239,6 +255,7 @@ fn broker_spec(
             node: broker.node.clone().unwrap_or_default(),
             namespace: DEFAULT_NAMESPACE.to_owned(),
             node_port: (broker.port != 0).then_some(broker.port),
+            on_every_node: entered_elsewhere(broker).is_some(),
         },
         PlanKind::Native | PlanKind::External => BrokerKind::Native {
             product: product()?,

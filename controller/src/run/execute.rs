@@ -19,7 +19,7 @@ use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
 use super::{RunError, RunSummary, cell, phases};
 use crate::plan::{BrokerEntry, Cell, OnFailure, Plan};
-use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, ResultsDir};
+use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, PathRecord, ResultsDir};
 
 /// What a phase tells the phase around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +89,7 @@ impl<'p> Run<'p> {
             skipped: Vec::new(),
             testbed: None,
             brokers: Vec::new(),
+            paths: PathRecord::of_plan(plan),
         };
         if let Ok(previous) = results.read_manifest() {
             manifest.netem = previous.netem;
@@ -151,9 +152,8 @@ impl<'p> Run<'p> {
         let mut not_runnable: Vec<(String, usize)> = Vec::new();
         for (b, broker) in plan.brokers.iter().enumerate() {
             for (s, scenario) in plan.scenarios.iter().enumerate() {
-                let node = broker.node.as_deref();
                 let Some(reason) =
-                    scenario::cannot_emulate(plan, scenario, node, &self.agents, &self.faults)
+                    scenario::cannot_emulate(plan, scenario, broker, &self.agents, &self.faults)
                 else {
                     continue;
                 };
@@ -314,8 +314,7 @@ impl<'p> Run<'p> {
     ) -> Result<bool, RunError> {
         let (plan, broker) = (self.plan, &self.plan.brokers[b]);
         let entry = &plan.scenarios[s];
-        let node = broker.node.as_deref();
-        let outcome = scenario::apply(plan, entry, &broker.name, node, &self.agents, netem).await;
+        let outcome = scenario::apply(plan, entry, broker, &self.agents, netem).await;
         let (status, reason) = match outcome {
             Ok(ScenarioOutcome::Unimpaired) => return Ok(true),
             Ok(ScenarioOutcome::Applied(applied)) => {

@@ -13,7 +13,7 @@ use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::faults::Faults;
 use super::guard::{Undo, spawn_detached};
-use crate::plan::{DelaySplit, Plan, ScenarioEntry, scenario_preset};
+use crate::plan::{BrokerEntry, DelaySplit, Plan, ScenarioEntry, scenario_preset};
 use crate::results::{AppliedNetem, NetemRecord};
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
@@ -163,17 +163,16 @@ fn netem_spec(delay: Duration, jitter: Duration, loss: f64) -> pb::NetemSpec {
     }
 }
 
-/// The nodes a scenario for a broker on `broker_node` involves: the broker's node and the
+/// The nodes a scenario for `broker` involves: the broker's node, its entry node and the
 /// loadgen nodes of the plan's tests.
-fn involved<'a>(plan: &'a Plan, broker_node: Option<&'a str>) -> BTreeSet<&'a str> {
+fn involved<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> BTreeSet<&'a str> {
     let mut involved: BTreeSet<&str> = plan
         .tests
         .iter()
         .flat_map(|t| t.loadgen.iter().map(String::as_str))
         .collect();
-    if let Some(node) = broker_node {
-        involved.insert(node);
-    }
+    involved.extend(broker.node.as_deref());
+    involved.extend(broker.entry.as_deref());
     involved
 }
 
@@ -206,12 +205,12 @@ fn not_emulable(
     Ok(None)
 }
 
-/// Why `scenario` cannot be emulated for a broker on `broker_node` on this testbed, known
-/// before anything is applied; `None` when it can (or needs no emulation).
+/// Why `scenario` cannot be emulated for `broker` on this testbed, known before anything is
+/// applied; `None` when it can (or needs no emulation).
 pub(super) fn cannot_emulate(
     plan: &Plan,
     scenario: &ScenarioEntry,
-    broker_node: Option<&str>,
+    broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
     faults: &Faults,
 ) -> Option<String> {
@@ -219,7 +218,7 @@ pub(super) fn cannot_emulate(
     if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
         return None;
     }
-    not_emulable(scenario, &involved(plan, broker_node), agents, faults).unwrap_or(None)
+    not_emulable(scenario, &involved(plan, broker), agents, faults).unwrap_or(None)
 }
 
 /// Applies `scenario` for `broker` on the nodes involved, each node added to `netem` before
@@ -227,8 +226,7 @@ pub(super) fn cannot_emulate(
 pub(super) async fn apply(
     plan: &Plan,
     scenario: &ScenarioEntry,
-    broker: &str,
-    broker_node: Option<&str>,
+    broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
     netem: &mut Netem,
 ) -> Result<ScenarioOutcome, String> {
@@ -236,7 +234,8 @@ pub(super) async fn apply(
     if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
         return Ok(ScenarioOutcome::Unimpaired);
     }
-    let involved = involved(plan, broker_node);
+    let broker_node = broker.node.as_deref();
+    let involved = involved(plan, broker);
     if let Some(reason) = not_emulable(scenario, &involved, agents, &netem.faults)? {
         return Ok(ScenarioOutcome::Skipped(reason));
     }
@@ -254,7 +253,7 @@ pub(super) async fn apply(
         netem.nodes.push(node.clone());
         let state = apply_on(node, spec, plan.timeouts.netem, &netem.faults).await?;
         applied.push(AppliedNetem {
-            broker: broker.to_string(),
+            broker: broker.name.clone(),
             scenario: scenario.name.clone(),
             node: name.to_string(),
             interface: state.interface.clone(),

@@ -128,6 +128,7 @@ fn kubernetes_kind(message: pb::KubernetesBroker) -> Result<BrokerKind, Conversi
             message.namespace
         },
         node_port,
+        on_every_node: message.on_every_node,
     })
 }
 
@@ -187,11 +188,13 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
                 node,
                 namespace,
                 node_port,
+                on_every_node,
             } => pb::broker_spec::Kind::Kubernetes(pb::KubernetesBroker {
                 product: pb::Product::from(*product).into(),
                 node: node.clone(),
                 namespace: namespace.clone(),
                 node_port: node_port.map_or(0, u32::from),
+                on_every_node: *on_every_node,
             }),
         };
         let mut options = std::collections::BTreeMap::new();
@@ -291,6 +294,7 @@ mod tests {
                 node: node.into(),
                 namespace: namespace.into(),
                 node_port,
+                on_every_node: false,
             })),
             // Ignored for Kubernetes brokers: the address is the node's NodePort.
             bind: String::new(),
@@ -309,6 +313,7 @@ mod tests {
                 node: "worker-1".into(),
                 namespace: "continuum".into(),
                 node_port: None,
+                on_every_node: false,
             }
         );
         assert_eq!(spec.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));

@@ -28,6 +28,7 @@ fn spec(node: &str, node_port: u16) -> BrokerSpec {
             node: node.into(),
             namespace: "continuum".into(),
             node_port: Some(node_port),
+            on_every_node: false,
         },
         bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         port: 0,

@@ -31,6 +31,7 @@ fn golden_spec(product: Product) -> BrokerSpec {
             node: NODE.into(),
             namespace: "continuum".into(),
             node_port: None,
+            on_every_node: false,
         },
         bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         port: 0,
@@ -267,6 +268,7 @@ fn the_manifests_follow_the_spec() {
         node: "rpi-2".into(),
         namespace: "lab".into(),
         node_port: Some(30001),
+        on_every_node: true,
     };
     spec.options.max_inflight_messages = Some(7);
     let manifests = Manifests::of(&spec).unwrap();
@@ -279,6 +281,8 @@ fn the_manifests_follow_the_spec() {
     let apply = manifests.apply_yaml().unwrap();
     assert!(apply.contains("nodePort: 30001\n"), "{apply}");
     assert!(apply.contains("kubernetes.io/hostname: rpi-2\n"), "{apply}");
+    // Entered through any node: kube-proxy forwards from nodes without the pod.
+    assert!(apply.contains("externalTrafficPolicy: Cluster\n"), "{apply}");
     assert!(
         apply.contains("EMQX_MQTT__MAX_INFLIGHT: \"7\"\n"),
         "{apply}"

@@ -17,7 +17,8 @@
 //!   named `emqx` or `rabbitmq` would inject `EMQX_*`/`RABBITMQ_*` variables the images read);
 //! - a `checksum/config` annotation, so a changed config restarts the pod on apply;
 //! - `externalTrafficPolicy: Local`: clients reach the NodePort of the node that runs the
-//!   pod, and Local spares them kube-proxy's source NAT.
+//!   pod, and Local spares them kube-proxy's source NAT; `Cluster` when the spec asks for the
+//!   NodePort on every node (clients entering through another node, as the study's did).
 //!
 //! The Namespace is applied but never deleted: other brokers may live in it.
 
@@ -72,6 +73,7 @@ impl Manifests {
             node,
             namespace,
             node_port,
+            on_every_node,
         } = &spec.kind
         else {
             return Err(BrokerError::invalid(
@@ -131,7 +133,9 @@ impl Manifests {
             metadata: meta(name.to_owned()),
             spec: Some(ServiceSpec {
                 type_: Some("NodePort".into()),
-                external_traffic_policy: Some("Local".into()),
+                external_traffic_policy: Some(
+                    if *on_every_node { "Cluster" } else { "Local" }.into(),
+                ),
                 selector: Some(pod_labels.clone()),
                 ports: Some(vec![ServicePort {
                     name: Some("mqtt".into()),
