@@ -1,13 +1,16 @@
 //! A kubernetes broker through the whole controller: a plan with `kind = "kubernetes"` on a
 //! testbed whose phases 2 and 3 the controller runs first, the broker deployed through the
 //! headnode's agent and pinned to the worker, measured from the tester over the overlay,
-//! its pod's CPU and memory in metrics.csv, and deleted after.
+//! its pod's CPU and memory in metrics.csv, and deleted after. A second broker is entered
+//! through the headnode's NodePort, as the study's tests did: dialled at the headnode, its
+//! path recorded in the manifest.
 //!
 //! Nebula, the agents, the MQTT traffic and the broker process are real. k3s is NOT: it
 //! cannot be downloaded or run here, so the headnode and the worker run the fake `k3s` of
 //! `fixtures/cluster/fake-cluster.sh`, which plays the cluster through files and runs the
 //! broker "pod" as a real Mosquitto in the worker's namespace on the manifest's NodePort
-//! (what a NodePort Service would expose), with canned pod metrics.
+//! (what a NodePort Service would expose), with canned pod metrics, and for a Service on
+//! every node plays kube-proxy with socat on the other nodes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -22,8 +25,12 @@ use tests::isolated_netns_test;
 use tokio_util::sync::CancellationToken;
 
 const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+/// The fake's kube-proxy.
+const SOCAT: &str = "/usr/bin/socat";
 const FAKE: &str = include_str!("fixtures/cluster/fake-cluster.sh");
 const NODE_PORT: u16 = 31883;
+/// The NodePort of the broker entered through the headnode.
+const VIA_HEADNODE_PORT: u16 = 31884;
 /// What the metrics API says of the pod: 0.25 cores, 100 MiB.
 const POD_METRICS: &str = r#"{"kind":"PodMetricsList","apiVersion":"metrics.k8s.io/v1beta1",
 "metadata":{},"items":[{"metadata":{"name":"mosquitto-5f4d8-x2x9q","namespace":"continuum"},
@@ -42,6 +49,7 @@ fn plan_text(bed: &AgentBed, net: [u8; 3], results: &Path) -> String {
         "name = \"kube\"\nrepetitions = 1\npki_dir = \"{pki}\"\nresults_dir = \"{results}\"\n\
          [testbed]\noverlay = \"nebula\"\norchestrator = \"k3s\"\nheadnode = \"headnode\"\ninstall_timeout = \"60s\"\n\
          {tester}{headnode}{worker}\
+         [[brokers]]\nname = \"via-headnode\"\nkind = \"kubernetes\"\nproduct = \"mosquitto\"\nnode = \"worker\"\nport = {VIA_HEADNODE_PORT}\nentry = \"headnode\"\n\
          [[brokers]]\nname = \"mosquitto\"\nkind = \"kubernetes\"\nproduct = \"mosquitto\"\nnode = \"worker\"\nport = {NODE_PORT}\n\
          [[scenarios]]\nname = \"local\"\n\
          [[tests]]\nkind = \"latency\"\nloadgen = [\"tester\"]\npublishers = 5\nmessages = 20\nwarmup = 2\n",
@@ -62,7 +70,7 @@ fn pods(fake: &Path) -> Vec<u32> {
 fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_controller() -> Result<()>
 {
     isolated_netns_test!(Ok(()));
-    if !tests::components_available(&[NEBULA, NEBULA_CERT, MOSQUITTO]) {
+    if !tests::components_available(&[NEBULA, NEBULA_CERT, MOSQUITTO, SOCAT]) {
         return Ok(());
     }
     let fake = tempfile::tempdir()?;
@@ -101,7 +109,7 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
         .await?)
     })?;
     ensure!(
-        (summary.measured, summary.failed, summary.skipped) == (1, 0, 0),
+        (summary.measured, summary.failed, summary.skipped) == (2, 0, 0),
         "{summary:?}"
     );
 
@@ -120,23 +128,65 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
     );
     let results = ResultsDir::open(&summary.dir)?;
     let rows = controller::results::read_rows(&results.summary_path())?;
-    let address = rows
-        .first()
-        .context("one row")?
-        .broker_address
-        .as_deref()
-        .unwrap_or_default();
+    let address_of = |broker: &str| {
+        rows.iter()
+            .find(|row| row.broker == broker)
+            .and_then(|row| row.broker_address.clone())
+            .unwrap_or_default()
+    };
+    let address = address_of("mosquitto");
     ensure!(
         address == format!("mqtt://{}:{NODE_PORT}", overlay_ip(net, "worker")),
         "measured at the worker's NodePort over the overlay: {address}"
     );
-    let deployed = results.read_manifest()?.brokers;
+    let manifest = results.read_manifest()?;
+    let deployed: Vec<_> = manifest
+        .brokers
+        .iter()
+        .filter(|b| b.name == "mosquitto")
+        .collect();
     ensure!(
         deployed.len() == 1
             && deployed[0].node == "headnode"
             && deployed[0].detail.contains("eclipse-mosquitto:")
             && deployed[0].detail.contains("on node worker"),
         "the manifest says what ran where: {deployed:?}"
+    );
+
+    // Entered through the headnode: its Service answers on every node, the tester dialled
+    // the headnode's NodePort (the fake's kube-proxy forwarded to the worker's pod), and the
+    // manifest records the path each message took.
+    let via = std::fs::read_to_string(
+        fake.path()
+            .join(format!("applied-{VIA_HEADNODE_PORT}.yaml")),
+    )?;
+    ensure!(
+        via.contains("externalTrafficPolicy: Cluster")
+            && via.contains("kubernetes.io/hostname: worker"),
+        "{via}"
+    );
+    ensure!(
+        applied.contains("externalTrafficPolicy: Local"),
+        "the direct broker keeps Local: {applied}"
+    );
+    let via_address = address_of("via-headnode");
+    ensure!(
+        via_address == format!("mqtt://{}:{VIA_HEADNODE_PORT}", overlay_ip(net, "headnode")),
+        "measured at the headnode's NodePort: {via_address}"
+    );
+    let path_of = |broker: &str| {
+        manifest
+            .paths
+            .iter()
+            .find(|p| p.broker == broker)
+            .map(|p| p.path.describe())
+    };
+    ensure!(
+        path_of("via-headnode").as_deref()
+            == Some("tester -> headnode -> worker -> headnode -> tester")
+            && path_of("mosquitto").as_deref() == Some("tester -> worker -> tester"),
+        "the manifest records the paths: {:?}",
+        manifest.paths
     );
     let log = std::fs::read_to_string(fake.path().join("pod.log"))?;
     ensure!(
@@ -183,6 +233,12 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
         "the pod was stopped: {:?} still run; pid file said {:?}",
         pods(fake.path()),
         std::fs::read_to_string(fake.path().join("pod.pid")).ok()
+    );
+    let forwarders =
+        tests::agent_bed::nebula::processes_mentioning(&format!("TCP-LISTEN:{VIA_HEADNODE_PORT}"));
+    ensure!(
+        forwarders.is_empty(),
+        "the fake's kube-proxy was stopped: {forwarders:?}"
     );
     bed.terminate_agents(std::time::Duration::from_secs(30))?;
     Ok(())

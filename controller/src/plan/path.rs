@@ -80,7 +80,11 @@ mod tests {
 
     /// Each node's egress under `scenario` as the plan asks: half the total per end (or all
     /// of it on the broker's node), on nodes with the netem role.
-    fn egress_of<'a>(plan: &'a Plan, broker: usize, scenario: usize) -> impl Fn(&str) -> Duration + 'a {
+    fn egress_of<'a>(
+        plan: &'a Plan,
+        broker: usize,
+        scenario: usize,
+    ) -> impl Fn(&str) -> Duration + 'a {
         move |node| {
             let entry = &plan.scenarios[scenario];
             let delay = entry

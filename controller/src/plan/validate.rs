@@ -274,7 +274,12 @@ impl Plan {
 
     /// An entry node is a node of the plan; another node than the broker's own is possible
     /// only where something forwards from it: kube-proxy, on a node of the cluster.
-    fn validate_entry(&self, broker: &BrokerEntry, entry: &str, path: &str) -> Result<(), PlanError> {
+    fn validate_entry(
+        &self,
+        broker: &BrokerEntry,
+        entry: &str,
+        path: &str,
+    ) -> Result<(), PlanError> {
         let Some(node) = self.nodes.iter().find(|n| n.name == entry) else {
             return Err(invalid(path, quoted(entry), "no such node in [[nodes]]"));
         };

@@ -142,7 +142,9 @@ fn no_counterpart(
         return Some("the study measured no such broker (it ran products, not this kind)".into());
     };
     if scenario.is_none() {
-        return Some(format!("the study had no scenario {scenario_name:?} (only local, edge, cloud)"));
+        return Some(format!(
+            "the study had no scenario {scenario_name:?} (only local, edge, cloud)"
+        ));
     }
     let any_setup = [Setup::Amd64, Setup::Arm64]
         .into_iter()
@@ -329,9 +331,21 @@ mod tests {
     #[test]
     fn cells_without_a_counterpart_say_why() {
         let tables = study_tables().expect("the data file parses");
-        assert!(no_counterpart(tables, None, Some(0), "local", 1_000).is_some_and(|r| r.contains("no such broker")));
-        assert!(no_counterpart(tables, Some(Product::Mosquitto), None, "far", 1_000).is_some_and(|r| r.contains("\"far\"")));
-        assert!(no_counterpart(tables, Some(Product::Mosquitto), Some(1), "edge", 50_000).is_some_and(|r| r.contains("50KB")));
-        assert_eq!(no_counterpart(tables, Some(Product::HiveMq), Some(2), "cloud", 1_000_000), None);
+        assert!(
+            no_counterpart(tables, None, Some(0), "local", 1_000)
+                .is_some_and(|r| r.contains("no such broker"))
+        );
+        assert!(
+            no_counterpart(tables, Some(Product::Mosquitto), None, "far", 1_000)
+                .is_some_and(|r| r.contains("\"far\""))
+        );
+        assert!(
+            no_counterpart(tables, Some(Product::Mosquitto), Some(1), "edge", 50_000)
+                .is_some_and(|r| r.contains("50KB"))
+        );
+        assert_eq!(
+            no_counterpart(tables, Some(Product::HiveMq), Some(2), "cloud", 1_000_000),
+            None
+        );
     }
 }

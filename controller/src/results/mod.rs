@@ -40,8 +40,7 @@ pub use fields::{ErrorCounts, TextList};
 pub use folder::ResultsDir;
 pub use manifest::{
     AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
-    PathRecord,
-    OverlayPeer, OverlayRecord, TestbedRecord,
+    OverlayPeer, OverlayRecord, PathRecord, TestbedRecord,
 };
 pub use row::SummaryRow;
 pub use summary::{CellRecord, CellStatus, SaturationRecord, read_each_row, read_rows};

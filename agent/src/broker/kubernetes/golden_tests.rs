@@ -282,7 +282,10 @@ fn the_manifests_follow_the_spec() {
     assert!(apply.contains("nodePort: 30001\n"), "{apply}");
     assert!(apply.contains("kubernetes.io/hostname: rpi-2\n"), "{apply}");
     // Entered through any node: kube-proxy forwards from nodes without the pod.
-    assert!(apply.contains("externalTrafficPolicy: Cluster\n"), "{apply}");
+    assert!(
+        apply.contains("externalTrafficPolicy: Cluster\n"),
+        "{apply}"
+    );
     assert!(
         apply.contains("EMQX_MQTT__MAX_INFLIGHT: \"7\"\n"),
         "{apply}"
