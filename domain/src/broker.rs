@@ -77,6 +77,13 @@ pub enum BrokerKind {
         /// (`Local`, no extra hop and no source NAT: the default).
         on_every_node: bool,
     },
+    /// Not a broker: a TCP forwarder on this node to a broker on another, the entry hop of
+    /// a message's path (as kube-proxy forwarded the study's messages from the headnode to
+    /// the worker). Each connection is relayed byte for byte, with `TCP_NODELAY` both ways.
+    Forward {
+        /// The broker it forwards to.
+        target: SocketAddr,
+    },
 }
 
 /// Namespace of Kubernetes brokers unless the request names one.
@@ -160,6 +167,9 @@ impl BrokerSpec {
             }
             BrokerKind::Embedded => format!("embedded on {}:{}", self.bind, self.port),
             BrokerKind::External { address } => format!("external at {address}"),
+            BrokerKind::Forward { target } => {
+                format!("forwarder on {}:{} to {target}", self.bind, self.port)
+            }
             BrokerKind::Kubernetes {
                 product,
                 node,
@@ -182,6 +192,15 @@ impl BrokerKind {
     /// them as `kind.<field>` (`kind.kubernetes.node` for the Kubernetes ones, as on the wire).
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         match self {
+            BrokerKind::Forward { target } => {
+                if target.port() == 0 || target.ip().is_unspecified() {
+                    return Err(InvalidSpec::new(
+                        "kind.forward.target",
+                        target,
+                        "is not an address to forward to (port 0 or unspecified)",
+                    ));
+                }
+            }
             BrokerKind::External { address } => {
                 if address.port() == 0 {
                     return Err(InvalidSpec::new(

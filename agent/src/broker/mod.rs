@@ -33,6 +33,7 @@
 mod embedded;
 mod error;
 mod external;
+mod forward;
 mod install;
 pub mod kubernetes;
 mod native;
@@ -51,6 +52,7 @@ use std::sync::Arc;
 pub use embedded::EmbeddedDriver;
 pub use error::{BrokerError, ErrorCode};
 pub use external::ExternalDriver;
+pub use forward::ForwardDriver;
 pub use install::InstallPaths;
 pub use kubernetes::{Kubectl, KubectlError, KubernetesDriver};
 pub use native::NativeDriver;

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::embedded::EmbeddedDriver;
 use super::error::BrokerError;
 use super::external::ExternalDriver;
+use super::forward::ForwardDriver;
 use super::install::InstallPaths;
 use super::kubernetes::{Kubectl, KubernetesDriver};
 use super::native::NativeDriver;
@@ -48,6 +49,7 @@ pub struct Brokers {
     embedded: EmbeddedDriver,
     external: ExternalDriver,
     kubernetes: KubernetesDriver,
+    forward: ForwardDriver,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
 }
 
@@ -85,6 +87,7 @@ impl Brokers {
             embedded: EmbeddedDriver,
             external: ExternalDriver,
             kubernetes: KubernetesDriver::new(config.kubectl),
+            forward: ForwardDriver,
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -107,6 +110,7 @@ impl Brokers {
             BrokerKind::Embedded => &self.embedded,
             BrokerKind::External { .. } => &self.external,
             BrokerKind::Kubernetes { .. } => &self.kubernetes,
+            BrokerKind::Forward { .. } => &self.forward,
         }
     }
 

@@ -165,6 +165,7 @@ mod tests {
                 node: node.into(),
                 namespace: namespace.into(),
                 node_port,
+                on_every_node: false,
             })),
             // Ignored for Kubernetes brokers: the address is the node's NodePort.
             bind: String::new(),
@@ -261,6 +262,7 @@ mod tests {
             node: "worker-1".into(),
             namespace: String::new(),
             node_port: port.into(),
+            on_every_node: false,
         }));
         let started = control
             .start(pb::StartBrokerRequest {
@@ -294,6 +296,7 @@ mod tests {
             node: "worker-1".into(),
             namespace: String::new(),
             node_port: port.into(),
+            on_every_node: false,
         }));
         control_b
             .start(pb::StartBrokerRequest {

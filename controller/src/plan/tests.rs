@@ -259,3 +259,42 @@ fn a_workload_table_sets_any_spec_field_and_names_its_mistakes() {
         );
     }
 }
+
+/// An entry node must exist and be able to forward: kube-proxy on a cluster node, or an
+/// agent with the broker role that runs the forwarding hop.
+#[test]
+fn entry_nodes_are_checked() {
+    let loadgen_only = "[[nodes]]\nname = \"t\"\nagent = \"local\"\nroles = [\"loadgen\"]\n";
+    let cases = [
+        (
+            format!(
+                "{BASE}[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\nentry = \"nowhere\"\n"
+            ),
+            "brokers[0].entry = \"nowhere\": no such node in [[nodes]]",
+        ),
+        (
+            format!(
+                "{BASE}{loadgen_only}[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\nentry = \"t\"\n"
+            ),
+            "brokers[0].entry = \"t\": the entry node needs the broker role",
+        ),
+        (
+            format!(
+                "{BASE}[[brokers]]\nname = \"b\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\nentry = \"n\"\n"
+            ),
+            "brokers[0].entry = \"n\": an external broker is dialled at its address",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert_eq!(error.lines().count(), 1, "one line: {error}");
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+    let direct = format!(
+        "{BASE}[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\nentry = \"n\"\n"
+    );
+    Plan::parse(&direct, "plan.toml").expect("its own node is the direct path");
+}

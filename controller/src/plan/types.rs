@@ -154,9 +154,11 @@ pub struct BrokerEntry {
     #[serde(default)]
     pub address: Option<String>,
     /// The node clients dial to reach it; absent: its own node (the direct path, the better
-    /// measurement). A kubernetes broker may be entered through another cluster node, whose
-    /// NodePort kube-proxy forwards to the pod and back (`entry = "headnode"`, as the study's
-    /// tests did): two more emulated egresses per message.
+    /// measurement). Through another node a message crosses two more emulated egresses: a
+    /// kubernetes broker is entered through that cluster node's NodePort, which kube-proxy
+    /// forwards to the pod and back (`entry = "headnode"`, as the study's tests did); for a
+    /// native or embedded broker the entry node's agent runs a forwarding hop (a TCP relay,
+    /// tens of microseconds of its own besides the links).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
     /// Skip (with a note in the report) instead of failing when the product is not installed.

@@ -272,8 +272,9 @@ impl Plan {
         Ok(())
     }
 
-    /// An entry node is a node of the plan; another node than the broker's own is possible
-    /// only where something forwards from it: kube-proxy, on a node of the cluster.
+    /// An entry node is a node of the plan where something forwards to the broker: kube-proxy
+    /// on a node of the cluster for a kubernetes broker, the agent's forwarding hop (which
+    /// needs the broker role) for a native or embedded one.
     fn validate_entry(
         &self,
         broker: &BrokerEntry,
@@ -286,13 +287,25 @@ impl Plan {
         if broker.node.as_deref() == Some(entry) {
             return Ok(());
         }
-        if broker.kind != BrokerKind::Kubernetes {
-            return Err(invalid(
-                path,
-                quoted(entry),
-                "only a kubernetes broker can be entered through another node (its NodePort \
-                 is forwarded by kube-proxy there); other brokers are dialled on their own node",
-            ));
+        match broker.kind {
+            BrokerKind::External => {
+                return Err(invalid(
+                    path,
+                    quoted(entry),
+                    "an external broker is dialled at its address; it has no entry node",
+                ));
+            }
+            BrokerKind::Native | BrokerKind::Embedded => {
+                if !node.roles.contains(&NodeRole::Broker) {
+                    return Err(invalid(
+                        path,
+                        quoted(entry),
+                        "the entry node needs the broker role: its agent runs the forwarding hop",
+                    ));
+                }
+                return Ok(());
+            }
+            BrokerKind::Kubernetes => {}
         }
         let in_cluster = self.testbed.headnode.as_deref() == Some(entry)
             || node.roles.contains(&NodeRole::Broker);

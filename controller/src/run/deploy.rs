@@ -1,6 +1,8 @@
 //! Starting a broker for a run and removing it after: native and embedded on their node,
 //! kubernetes through the headnode's agent (which has the cluster's kubectl) pinned to its
-//! node, external only resolved.
+//! node, external only resolved. A broker entered through another node gets its entry hop
+//! there: kube-proxy for a kubernetes broker, a forwarding hop the entry node's agent runs
+//! (under the same lease) for a native or embedded one.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -76,13 +78,61 @@ pub(super) async fn deploy(
         .cloned()
         .ok_or_else(|| (format!("node {node} has no agent"), false))?;
     let spec = broker_spec(plan, broker, agent.data_address)?;
+    let (address, detail) = start_on(plan, &mut agent, &spec, broker.optional).await?;
+    let Some(entry) = entered_elsewhere(broker) else {
+        return Ok(Deployed { address, detail });
+    };
+    let mut via = agents
+        .get(entry)
+        .cloned()
+        .ok_or_else(|| (format!("entry node {entry} has no agent"), false))?;
+    if broker.kind == PlanKind::Kubernetes {
+        // kube-proxy forwards the same NodePort on the entry node (the Service is asked to
+        // answer on every node).
+        let address = SocketAddr::new(via.data_address, address.port());
+        return Ok(Deployed { address, detail });
+    }
+    let hop = BrokerSpec {
+        name: entry_hop_name(broker),
+        kind: BrokerKind::Forward { target: address },
+        bind: via.data_address,
+        port: 0,
+        options: BrokerOptions::default(),
+    };
+    match start_on(plan, &mut via, &hop, false).await {
+        Ok((hop_address, hop_detail)) => Ok(Deployed {
+            address: hop_address,
+            detail: format!("{detail}; entered through {entry}: {hop_detail}"),
+        }),
+        Err((reason, _)) => {
+            // Not guarded yet: stopped here, so the broker does not wait for its lease.
+            stop_broker(agent, broker.name.clone()).await;
+            Err((format!("the entry hop on {entry}: {reason}"), false))
+        }
+    }
+}
+
+/// The name of `broker`'s forwarding hop on its entry node.
+pub(super) fn entry_hop_name(broker: &BrokerEntry) -> String {
+    format!("{}-entry", broker.name)
+}
+
+/// StartBroker of `spec` on `agent` under a lease: its address and the agent's description.
+/// Err carries the reason and whether the cells are skipped (an optional broker's product
+/// is not installed) rather than failed.
+async fn start_on(
+    plan: &Plan,
+    agent: &mut AgentHandle,
+    spec: &BrokerSpec,
+    optional: bool,
+) -> Result<(SocketAddr, String), (String, bool)> {
     let started = tokio::time::timeout(
         // Saturating: a plan's timeout may be as long as a Duration holds.
         plan.timeouts
             .deploy
             .saturating_add(std::time::Duration::from_secs(5)),
         agent.client.start_broker(pb::StartBrokerRequest {
-            spec: Some(pb::BrokerSpec::from(&spec)),
+            spec: Some(pb::BrokerSpec::from(spec)),
             lease: prost_types::Duration::try_from(BROKER_LEASE).ok(),
         }),
     )
@@ -96,24 +146,13 @@ pub(super) async fn deploy(
     match started {
         Ok(status) => {
             let status = status.into_inner();
-            let mut address: SocketAddr = status
+            let address = status
                 .address
                 .parse()
                 .map_err(|_| ("the agent reported no address".to_string(), false))?;
-            // Entered through another node: the same port on that node's data address
-            // (validation made sure something forwards there: kube-proxy on a cluster node).
-            if let Some(entry) = entered_elsewhere(broker) {
-                let via = agents
-                    .get(entry)
-                    .ok_or_else(|| (format!("entry node {entry} has no agent"), false))?;
-                address = SocketAddr::new(via.data_address, address.port());
-            }
-            Ok(Deployed {
-                address,
-                detail: status.detail,
-            })
+            Ok((address, status.detail))
         }
-        Err(status) if status.code() == tonic::Code::FailedPrecondition && broker.optional => {
+        Err(status) if status.code() == tonic::Code::FailedPrecondition && optional => {
             Err((status.message().to_string(), true))
         }
         Err(status) => Err((status.message().to_string(), false)),
@@ -125,40 +164,56 @@ pub(super) async fn deploy(
 #[derive(Debug)]
 pub(super) struct Deployment {
     broker: String,
-    /// The agent that deployed it; none for an external broker, or once removed.
-    agent: Option<AgentHandle>,
-    renewing: Option<(CancellationToken, JoinHandle<()>)>,
+    /// What runs for it, each on its agent (the broker, and its forwarding hop when it is
+    /// entered through another node); empty for an external broker, or once removed.
+    instances: Vec<(AgentHandle, String)>,
+    renewing: Vec<(CancellationToken, JoinHandle<()>)>,
     events: Events,
 }
 
 impl Deployment {
-    /// `broker`, just deployed by the agent of its deploying node.
+    /// `broker`, just deployed by the agent of its deploying node (and its forwarding hop,
+    /// by the entry node's).
     pub(super) fn new(
         plan: &Plan,
         broker: &BrokerEntry,
         agents: &HashMap<String, AgentHandle>,
         events: Events,
     ) -> Self {
-        let agent = deploying_node(plan, broker)
+        let mut instances: Vec<(AgentHandle, String)> = deploying_node(plan, broker)
             .and_then(|n| agents.get(n))
-            .cloned();
-        let renewing = agent.clone().map(|agent| {
-            let stop = CancellationToken::new();
-            let renewer = tokio::spawn(renew(agent, broker.name.clone(), stop.clone()));
-            (stop, renewer)
-        });
+            .map(|agent| (agent.clone(), broker.name.clone()))
+            .into_iter()
+            .collect();
+        if broker.kind != PlanKind::Kubernetes
+            && let Some(agent) = entered_elsewhere(broker).and_then(|n| agents.get(n))
+        {
+            instances.push((agent.clone(), entry_hop_name(broker)));
+        }
+        let renewing = instances
+            .iter()
+            .map(|(agent, name)| {
+                let stop = CancellationToken::new();
+                let renewer = tokio::spawn(renew(agent.clone(), name.clone(), stop.clone()));
+                (stop, renewer)
+            })
+            .collect();
         Deployment {
             broker: broker.name.clone(),
-            agent,
+            instances,
             renewing,
             events,
         }
     }
 
-    fn stop_renewing(&mut self) -> Option<JoinHandle<()>> {
-        let (stop, renewer) = self.renewing.take()?;
-        stop.cancel();
-        Some(renewer)
+    fn stop_renewing(&mut self) -> Vec<JoinHandle<()>> {
+        self.renewing
+            .drain(..)
+            .map(|(stop, renewer)| {
+                stop.cancel();
+                renewer
+            })
+            .collect()
     }
 }
 
@@ -189,14 +244,17 @@ impl Undo for Deployment {
     }
 
     async fn undo(&mut self) {
-        if let Some(renewer) = self.stop_renewing() {
+        for renewer in self.stop_renewing() {
             let _ = renewer.await;
         }
-        let Some(agent) = self.agent.clone() else {
+        if self.instances.is_empty() {
             return;
-        };
-        let stopped = stop_broker(agent, self.broker.clone()).await;
-        self.agent = None;
+        }
+        // The entry hop first, so no client reaches a broker that is going away through it.
+        let mut stopped = true;
+        for (agent, name) in self.instances.drain(..).rev() {
+            stopped &= stop_broker(agent, name).await;
+        }
         if stopped {
             let broker = self.broker.clone();
             self.events.emit(RunEvent::BrokerRemoved { broker }).await;
@@ -205,9 +263,10 @@ impl Undo for Deployment {
 
     fn abandon(&mut self) {
         self.stop_renewing();
-        if let Some(agent) = self.agent.take() {
-            let stopping = stop_broker(agent, self.broker.clone());
-            spawn_detached(&self.describe(), async {
+        let what = self.describe();
+        for (agent, name) in self.instances.drain(..) {
+            let stopping = stop_broker(agent, name);
+            spawn_detached(&what, async {
                 stopping.await;
             });
         }

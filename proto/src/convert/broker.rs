@@ -66,6 +66,15 @@ impl TryFrom<pb::BrokerSpec> for BrokerSpec {
                 })?,
             },
             pb::broker_spec::Kind::Kubernetes(kubernetes) => kubernetes_kind(kubernetes)?,
+            pb::broker_spec::Kind::Forward(forward) => BrokerKind::Forward {
+                target: forward.target.parse::<SocketAddr>().map_err(|error| {
+                    ConversionError::Invalid {
+                        path: "spec.kind.forward.target".to_owned(),
+                        value: format!("{:?}", forward.target),
+                        problem: error.to_string(),
+                    }
+                })?,
+            },
         };
         // The kind's own errors read `kind.kubernetes.<field>: ...`.
         kind.validate().map_err(|error| spec_error(at, error))?;
@@ -183,6 +192,9 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
                     address: address.to_string(),
                 })
             }
+            BrokerKind::Forward { target } => pb::broker_spec::Kind::Forward(pb::ForwardingHop {
+                target: target.to_string(),
+            }),
             BrokerKind::Kubernetes {
                 product,
                 node,
