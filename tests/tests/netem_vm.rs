@@ -10,9 +10,9 @@
 //! ClearNetem is idempotent; an agent identity may not change netem; bad input is
 //! InvalidArgument naming the field; stopping an agent clears what it held.
 //!
-//! The `controller` suite builds a tester and a worker namespace joined by a data-plane veth
-//! pair, each reached from the controller's namespace over a control-plane veth pair of its
-//! own; runs a real agent process in each; and runs a plan with `controller::run::run_plan`:
+//! The `controller` suite builds a tester, a headnode and a worker namespace joined by a
+//! data-plane bridge, each reached from the controller's namespace over a control-plane veth
+//! pair of its own; runs a real agent process in each; and runs a plan with `controller::run::run_plan`:
 //! the embedded broker on the worker, the study's scenarios local, edge and cloud (half of
 //! each total on each end), the latency test from the tester (20 publishers every 250 ms; why
 //! not faster: see the suite's overview), 2 repetitions. Then: every cell measured; the
@@ -70,7 +70,12 @@ const CONTROLLER_CHECKS: &[&str] = &[
     "summary_rows",
     "edge_delay",
     "cloud_delay",
+    "edge_path_embedded",
+    "cloud_path_embedded",
+    "edge_path_via-headnode",
+    "cloud_path_via-headnode",
     "manifest_nodes",
+    "manifest_paths",
     "edge_manifest_netem",
     "cloud_manifest_netem",
     "local_unimpaired",

@@ -6,25 +6,29 @@
 //! to run unless `CONTINUUM_VM_CHECK=1`).
 //!
 //! # Inside the VM
-//! - Three network namespaces: the VM's own, where the controller runs, and one per node,
-//!   "tester" and "worker", each holding a real agent in a process of its own (this program
+//! - Four network namespaces: the VM's own, where the controller runs, and one per node,
+//!   "tester", "headnode" and "worker", each holding a real agent in a process of its own (this program
 //!   re-executed as `controller agent NAME`, entered into the node's namespace before `exec`), as
 //!   `continuum-agent` runs: `agent::server::run`, so `AgentService` + `server::serve` over
 //!   mTLS until SIGTERM.
-//! - The data plane: one veth pair between the nodes, tester `vt` 198.18.0.1/30 and worker
-//!   `vw` 198.18.0.2/30; each agent's data-plane interface, so the only one netem touches.
+//! - The data plane: a bridge `br-data` in the VM's namespace with a veth to each node, tester
+//!   `vt` 198.18.0.1/24, worker `vw` 198.18.0.2/24, headnode `vh` 198.18.0.3/24; each agent's
+//!   data-plane interface, so the only one netem touches (a node's egress into the bridge).
 //! - The control plane: a veth pair from the controller's namespace to each node
 //!   (198.19.0.1/30 - tester `ct` 198.19.0.2/30, 198.19.0.5/30 - worker `cw` 198.19.0.6/30).
 //!   Agents listen there, on 198.19.0.x:7100, so control traffic never crosses the impaired
 //!   link, as the design asks.
 //! - A PKI made in the VM: CA, the controller's identity, one per agent naming its control
 //!   address.
-//! - The plan: tester [loadgen, netem], worker [broker, netem], the embedded broker on the
-//!   worker, 20 publishers x 20 messages (2 warm-up) every 250 ms to 1 subscriber, 2
-//!   repetitions. Publishers and subscriber run on the tester, so a message crosses the link
-//!   twice: tester -> worker (delayed by the tester's egress share) and worker -> tester
-//!   (the worker's share); the two halves add up to the scenario's total, 2.5 ms for edge
-//!   and 6.25 ms for cloud.
+//! - The plan: tester [loadgen, netem], headnode and worker [broker, netem], two embedded
+//!   brokers on the worker, one after the other: `embedded`, dialled on the worker, and
+//!   `via-headnode`, entered through the headnode (`entry = "headnode"`: its agent runs the
+//!   forwarding hop, as kube-proxy did for the study). 20 publishers x 20 messages (2 warm-up)
+//!   every 250 ms to 1 subscriber, 2 repetitions. Publishers and subscriber run on the tester,
+//!   so a message to `embedded` crosses two egresses: tester -> worker (the tester's share)
+//!   and worker -> tester (the worker's); the two halves add up to the scenario's total, 2.5
+//!   ms for edge and 6.25 ms for cloud. Through the headnode it crosses four (tester ->
+//!   headnode -> worker -> headnode -> tester): twice that, the study's path, 5.0 and 12.5 ms.
 //! - Why every 250 ms (the study's interval) and not faster: 80 messages/s reach the broker
 //!   12.5 ms apart, more than cloud's 6.25 ms round trip, so no message waits behind an
 //!   unacknowledged one. At 50 ms (400 msg/s) the embedded broker's sockets, which keep
@@ -38,7 +42,9 @@
 //! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
 //! is `done`.
 
-use crate::common::{configure, connect, index, report, setns, unshare_netns, up};
+use crate::common::{
+    configure, configure_prefix, connect, index, report, setns, unshare_netns, up,
+};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -57,7 +63,7 @@ use domain::NetemParams;
 use domain::{AgentConfig, NodeRole, TlsFiles};
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use rtnetlink::{LinkUnspec, LinkVeth};
+use rtnetlink::{LinkBridge, LinkUnspec, LinkVeth};
 use serde_json::json;
 use tests::pki::{CONTROLLER, TestPki};
 use tokio_util::sync::CancellationToken;
@@ -81,13 +87,25 @@ const SCENARIOS: [(&str, f64, f64, f64); 3] = [
     ("cloud", 6.25, 1.25, 0.1),
 ];
 const REPETITIONS: usize = 2;
+/// The brokers, their entry node (none: dialled on the worker) and how many times the
+/// scenario's total the path adds one way (each hop is delayed by half the total).
+const BROKERS: [(&str, Option<&str>, f64); 2] = [
+    ("embedded", None, 1.0),
+    ("via-headnode", Some("headnode"), 2.0),
+];
+/// How far the measured added delay may be from the path model: the 10 %.
+const PATH_TOLERANCE: f64 = 0.10;
+/// The data plane's bridge in the VM's namespace, and the prefix of its addresses.
+const BRIDGE: &str = "br-data";
+const DATA_PREFIX: u8 = 24;
 
 /// One node of the testbed.
 struct Node {
     name: &'static str,
     roles: &'static [NodeRole],
-    /// Data plane: interface and address in the node's namespace.
+    /// Data plane: interface and address in the node's namespace, and its peer on the bridge.
     data_if: &'static str,
+    bridge_if: &'static str,
     data_addr: Ipv4Addr,
     /// Control plane: the node's end (interface, address) and the controller's end.
     ctl_if: &'static str,
@@ -102,11 +120,12 @@ impl Node {
     }
 }
 
-const NODES: [Node; 2] = [
+const NODES: [Node; 3] = [
     Node {
         name: "tester",
         roles: &[NodeRole::Loadgen, NodeRole::Netem],
         data_if: "vt",
+        bridge_if: "br-tester",
         data_addr: Ipv4Addr::new(198, 18, 0, 1),
         ctl_if: "ct",
         ctl_addr: Ipv4Addr::new(198, 19, 0, 2),
@@ -117,11 +136,23 @@ const NODES: [Node; 2] = [
         name: "worker",
         roles: &[NodeRole::Broker, NodeRole::Netem],
         data_if: "vw",
+        bridge_if: "br-worker",
         data_addr: Ipv4Addr::new(198, 18, 0, 2),
         ctl_if: "cw",
         ctl_addr: Ipv4Addr::new(198, 19, 0, 6),
         ctl_peer_if: "ctl-worker",
         ctl_peer_addr: Ipv4Addr::new(198, 19, 0, 5),
+    },
+    Node {
+        name: "headnode",
+        roles: &[NodeRole::Broker, NodeRole::Netem],
+        data_if: "vh",
+        bridge_if: "br-headnode",
+        data_addr: Ipv4Addr::new(198, 18, 0, 3),
+        ctl_if: "ch",
+        ctl_addr: Ipv4Addr::new(198, 19, 0, 10),
+        ctl_peer_if: "ctl-headnode",
+        ctl_peer_addr: Ipv4Addr::new(198, 19, 0, 9),
     },
 ];
 
@@ -226,7 +257,7 @@ async fn run() -> Result<bool> {
     );
     let run_took = run_started.elapsed();
     let summary = summary.context("run_plan")?;
-    let cells = SCENARIOS.len() * REPETITIONS;
+    let cells = SCENARIOS.len() * REPETITIONS * BROKERS.len();
     ok &= report(
         "run",
         summary.measured == cells
@@ -299,7 +330,13 @@ cell = "180s"
             node.data_addr
         );
     }
-    text += "\n[[brokers]]\nname = \"embedded\"\nkind = \"embedded\"\nnode = \"worker\"\n";
+    for (name, entry, _) in BROKERS {
+        text +=
+            &format!("\n[[brokers]]\nname = \"{name}\"\nkind = \"embedded\"\nnode = \"worker\"\n");
+        if let Some(entry) = entry {
+            text += &format!("entry = \"{entry}\"\n");
+        }
+    }
     for (name, ..) in SCENARIOS {
         text += &format!("\n[[scenarios]]\nname = \"{name}\"\n");
     }
@@ -315,45 +352,66 @@ interval = "250ms"
     text
 }
 
-/// summary.csv: every cell ok, and per scenario the median of the repetitions' medians;
-/// each emulated scenario's rise over local within 20 % + 0.5 ms of its total delay.
+/// summary.csv: every cell ok, and per broker and scenario the median of the repetitions'
+/// medians. The direct broker's rise over local within 20 % + 0.5 ms of the scenario's total
+/// (`<scenario>_delay`), and each broker's rise within 10 % of its path model
+/// (`<scenario>_path_<broker>`: the total once direct, twice through the headnode).
 fn check_latency(dir: &Path) -> Result<bool> {
     let rows = results::read_rows(&dir.join("summary.csv")).context("summary.csv")?;
     let mut medians = BTreeMap::new();
     let mut ok = true;
-    for (name, ..) in SCENARIOS {
-        let mut values: Vec<f64> = rows
-            .iter()
-            .filter(|r| {
-                r.scenario == name && r.test == TestKind::Latency && r.status == CellStatus::Ok
-            })
-            .filter_map(|r| r.latency_p50_us)
-            .map(|us| us / 1e3)
-            .collect();
-        values.sort_by(f64::total_cmp);
-        let median = median_of(&values);
-        ok &= report(
-            &format!("{name}_latency"),
-            values.len() == REPETITIONS && median.is_finite(),
-            json!({ "p50_ms_per_repetition": values, "median_ms": median }),
-        );
-        medians.insert(name, median);
+    for (broker, ..) in BROKERS {
+        for (name, ..) in SCENARIOS {
+            let mut values: Vec<f64> = rows
+                .iter()
+                .filter(|r| {
+                    r.broker == broker
+                        && r.scenario == name
+                        && r.test == TestKind::Latency
+                        && r.status == CellStatus::Ok
+                })
+                .filter_map(|r| r.latency_p50_us)
+                .map(|us| us / 1e3)
+                .collect();
+            values.sort_by(f64::total_cmp);
+            let median = median_of(&values);
+            if broker == BROKERS[0].0 {
+                ok &= report(
+                    &format!("{name}_latency"),
+                    values.len() == REPETITIONS && median.is_finite(),
+                    json!({ "p50_ms_per_repetition": values, "median_ms": median }),
+                );
+            }
+            medians.insert((broker, name), median);
+        }
     }
     ok &= report(
         "summary_rows",
-        rows.len() == SCENARIOS.len() * REPETITIONS,
+        rows.len() == SCENARIOS.len() * REPETITIONS * BROKERS.len(),
         json!({ "rows": rows.len() }),
     );
-    let local = medians["local"];
-    for (name, total_delay, ..) in SCENARIOS.into_iter().skip(1) {
-        let added = medians[name] - local;
-        let tolerance = 0.2 * total_delay + 0.5;
-        ok &= report(
-            &format!("{name}_delay"),
-            (added - total_delay).abs() <= tolerance,
-            json!({ "median_ms": medians[name], "local_median_ms": local, "added_ms": added,
-                    "expected_ms": total_delay, "tolerance_ms": tolerance }),
-        );
+    for (broker, entry, hops_of_total) in BROKERS {
+        let local = medians[&(broker, "local")];
+        for (name, total_delay, ..) in SCENARIOS.into_iter().skip(1) {
+            let added = medians[&(broker, name)] - local;
+            if entry.is_none() {
+                let tolerance = 0.2 * total_delay + 0.5;
+                ok &= report(
+                    &format!("{name}_delay"),
+                    (added - total_delay).abs() <= tolerance,
+                    json!({ "median_ms": medians[&(broker, name)], "local_median_ms": local,
+                            "added_ms": added, "expected_ms": total_delay, "tolerance_ms": tolerance }),
+                );
+            }
+            let model = hops_of_total * total_delay;
+            ok &= report(
+                &format!("{name}_path_{broker}"),
+                (added - model).abs() <= PATH_TOLERANCE * model,
+                json!({ "entry": entry, "median_ms": medians[&(broker, name)], "local_median_ms": local,
+                        "added_ms": added, "path_model_ms": model,
+                        "off_percent": (added - model) / model * 100.0 }),
+            );
+        }
     }
     Ok(ok)
 }
@@ -414,6 +472,20 @@ fn check_manifest(dir: &Path) -> Result<bool> {
             json!({ "each_end_ms": want.0.as_secs_f64() * 1e3, "applied": entries }),
         );
     }
+    let paths: Vec<(String, String)> = manifest
+        .paths
+        .iter()
+        .map(|p| (p.broker.clone(), p.path.describe()))
+        .collect();
+    ok &= report(
+        "manifest_paths",
+        paths.contains(&("embedded".into(), "tester -> worker -> tester".into()))
+            && paths.contains(&(
+                "via-headnode".into(),
+                "tester -> headnode -> worker -> headnode -> tester".into(),
+            )),
+        json!({ "paths": paths }),
+    );
     let local = netem.iter().any(|e| e.scenario == "local");
     ok &= report(
         "local_unimpaired",
@@ -459,7 +531,8 @@ fn check_kernel_seen(seen: &[(String, Option<NetemOptions>)]) -> Result<bool> {
 }
 
 /// report.html and report.md: the emulation section's line for each emulated scenario says
-/// what the emulation should add (the total: both halves) and what was measured.
+/// what each broker's path should add (the total direct, twice it through the headnode) and
+/// what was measured.
 fn check_report(dir: &Path) -> Result<bool> {
     let html = std::fs::read_to_string(dir.join("report.html")).context("report.html")?;
     let markdown = std::fs::read_to_string(dir.join("report.md")).context("report.md")?;
@@ -469,16 +542,20 @@ fn check_report(dir: &Path) -> Result<bool> {
         .filter(|l| l.contains(": emulation should add"))
         .collect();
     for (name, delay, ..) in SCENARIOS.into_iter().skip(1) {
-        let claim = format!("{name}: emulation should add {delay:.2} ms one way");
+        let claims: Vec<String> = BROKERS
+            .iter()
+            .map(|(broker, _, hops)| format!("{broker} {:.2} ms vs ", hops * delay))
+            .collect();
         let line = lines.iter().find(|l| l.contains(&format!("{name}: ")));
-        let measured = line.is_some_and(|l| l.contains("embedded +") || l.contains("embedded -"));
+        let measured = line.is_some_and(|l| {
+            l.matches(" ms vs +").count() + l.matches(" ms vs -").count() == BROKERS.len()
+        });
         ok &= report(
             &format!("{name}_report"),
             html.contains("Emulation check")
-                && html.contains(&claim)
-                && line.is_some_and(|l| l.contains(&claim))
+                && line.is_some_and(|l| claims.iter().all(|c| l.contains(c.as_str())))
                 && measured,
-            json!({ "expected_claim": claim, "report_md_line": line,
+            json!({ "expected_claims": claims, "report_md_line": line,
                     "html_has_the_line": line
                         .and_then(|l| l.trim_start_matches("- ").split(" (").next())
                         .is_some_and(|start| html.contains(start)) }),
@@ -608,11 +685,18 @@ impl Testbed {
             setns(&home).context("back to the VM's namespace")?;
         }
         let root = connect()?;
-        let pairs = [
-            (NODES[0].data_if, Some(0), NODES[1].data_if, 1),
-            (NODES[0].ctl_peer_if, None, NODES[0].ctl_if, 0),
-            (NODES[1].ctl_peer_if, None, NODES[1].ctl_if, 1),
-        ];
+        root.link()
+            .add(LinkBridge::new(BRIDGE).build())
+            .execute()
+            .await
+            .context("create the data plane's bridge")?;
+        up(&root, BRIDGE).await?;
+        let bridge = index(&root, BRIDGE).await?;
+        let mut pairs = Vec::new();
+        for (ns, node) in NODES.iter().enumerate() {
+            pairs.push((node.bridge_if, None, node.data_if, ns));
+            pairs.push((node.ctl_peer_if, None, node.ctl_if, ns));
+        }
         for (near, near_ns, far, far_ns) in pairs {
             root.link()
                 .add(LinkVeth::new(near, far).build())
@@ -636,7 +720,14 @@ impl Testbed {
             }
         }
         for (node, handle) in NODES.iter().zip(&handles) {
-            configure(handle, node.data_if, node.data_addr).await?;
+            let port = index(&root, node.bridge_if).await?;
+            root.link()
+                .set(LinkUnspec::new_with_index(port).controller(bridge).build())
+                .execute()
+                .await
+                .with_context(|| format!("{} into the bridge", node.bridge_if))?;
+            up(&root, node.bridge_if).await?;
+            configure_prefix(handle, node.data_if, node.data_addr, DATA_PREFIX).await?;
             configure(handle, node.ctl_if, node.ctl_addr).await?;
             configure(&root, node.ctl_peer_if, node.ctl_peer_addr).await?;
             // Each node's own addresses (the broker's readiness probe) go through loopback.
