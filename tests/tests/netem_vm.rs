@@ -13,13 +13,15 @@
 //! The `controller` suite builds a tester, a headnode and a worker namespace joined by a
 //! data-plane bridge, each reached from the controller's namespace over a control-plane veth
 //! pair of its own; runs a real agent process in each; and runs a plan with `controller::run::run_plan`:
-//! the embedded broker on the worker, the study's scenarios local, edge and cloud (half of
-//! each total on each end), the latency test from the tester (20 publishers every 250 ms; why
-//! not faster: see the suite's overview), 2 repetitions. Then: every cell measured; the
-//! latency median rises over local's by the scenario's one-way path delay (2.5 ms edge,
-//! 6.25 ms cloud: the message crosses the link out and back, each end adding its half) within
-//! 20 % + 0.5 ms; `manifest.json` records netem asked and read back on both nodes per
-//! scenario; the kernel held it on the data plane, never on the control plane; `report.html`
+//! two embedded brokers on the worker, one dialled there and one entered through the
+//! headnode's forwarding hop, the study's scenarios local, edge and cloud (half of each total
+//! on each node's egress), the latency test from the tester (20 publishers every 250 ms; why
+//! not faster: see the suite's overview), 2 repetitions. Then: every cell measured; the direct
+//! broker's latency median rises over local's by the scenario's one-way path delay (2.5 ms
+//! edge, 6.25 ms cloud: the message crosses two egresses, each adding its half) within 20 % +
+//! 0.5 ms, and each broker's rise matches its path model within 10 % (twice the total through
+//! the headnode: four egresses, the study's path); `manifest.json` records each path and
+//! netem asked and read back on every node per scenario; the kernel held it on the data plane, never on the control plane; `report.html`
 //! and `report.md` carry the emulation check's line per scenario; netem is cleared after the
 //! run; the agents stop on SIGTERM.
 //!
