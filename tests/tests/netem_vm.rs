@@ -15,8 +15,8 @@
 //! pair of its own; runs a real agent process in each; and runs a plan with `controller::run::run_plan`:
 //! two embedded brokers on the worker, one dialled there and one entered through the
 //! headnode's forwarding hop, the study's scenarios local, edge and cloud (half of each total
-//! on each node's egress), the latency test from the tester (20 publishers every 250 ms; why
-//! not faster: see the suite's overview), 2 repetitions. Then: every cell measured; the direct
+//! on each node's egress), the latency test from the tester (10 publishers every 250 ms; why
+//! not faster: see the suite's overview), 3 repetitions. Then: every cell measured; the direct
 //! broker's latency median rises over local's by the scenario's one-way path delay (2.5 ms
 //! edge, 6.25 ms cloud: the message crosses two egresses, each adding its half) within 20 % +
 //! 0.5 ms, and each broker's rise matches its path model within 10 % (twice the total through
@@ -69,23 +69,30 @@ const CONTROLLER_CHECKS: &[&str] = &[
     "local_latency",
     "edge_latency",
     "cloud_latency",
+    "far_latency",
     "summary_rows",
     "edge_delay",
     "cloud_delay",
+    "far_delay",
     "edge_path_embedded",
     "cloud_path_embedded",
+    "far_path_embedded",
     "edge_path_via-headnode",
     "cloud_path_via-headnode",
+    "far_path_via-headnode",
     "manifest_nodes",
     "manifest_paths",
     "edge_manifest_netem",
     "cloud_manifest_netem",
+    "far_manifest_netem",
     "local_unimpaired",
     "edge_kernel",
     "cloud_kernel",
+    "far_kernel",
     "control_plane_unimpaired",
     "edge_report",
     "cloud_report",
+    "far_report",
     "cleared_after_run",
     "agents_stopped",
     "done",

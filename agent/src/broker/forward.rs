@@ -4,9 +4,12 @@
 //! stopped like a broker, so a controller that dies leaves no relay behind either.
 //!
 //! Each accepted connection gets its own connection to the target, `TCP_NODELAY` on both,
-//! and its bytes are copied both ways as they come (`copy_bidirectional`): a user-space
-//! relay, so besides the link it adds one more receive and send per message on this node
-//! (tens of microseconds), where kube-proxy's kernel DNAT adds less. Stopping it closes the
+//! and its bytes are copied both ways as they come: a user-space relay, so besides the link it
+//! adds one more receive and send per message on this node (tens of microseconds), where
+//! kube-proxy's kernel DNAT adds less. A relay also acknowledges TCP segments itself, where a
+//! forwarding kernel leaves that to the far end; a delayed ACK there would hold a sender that
+//! keeps Nagle's algorithm on (rumqttd does) until the relayed reply came back, so every read
+//! re-arms `TCP_QUICKACK` and each segment is acknowledged at once. Stopping it closes the
 //! listener and every relayed connection.
 
 use std::net::SocketAddr;
@@ -85,14 +88,37 @@ async fn relay(listener: TcpListener, target: SocketAddr, stop: CancellationToke
     relays.shutdown().await;
 }
 
-async fn relay_one(mut client: TcpStream, target: SocketAddr) -> std::io::Result<()> {
-    let mut upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target))
+async fn relay_one(client: TcpStream, target: SocketAddr) -> std::io::Result<()> {
+    let upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting"))??;
     client.set_nodelay(true)?;
     upstream.set_nodelay(true)?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
-    Ok(())
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    // Either direction ending (a close, an error) ends the relay: the other is dropped.
+    tokio::select! {
+        outcome = pump(client_read, upstream_write) => outcome,
+        outcome = pump(upstream_read, client_write) => outcome,
+    }
+}
+
+/// Copies `from` to `to` until `from` closes, acknowledging each read at once.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = from.read(&mut buffer).await?;
+        if read == 0 {
+            return to.shutdown().await;
+        }
+        // Linux clears QUICKACK after it sends an ACK: re-armed per read.
+        socket2::SockRef::from(from.as_ref()).set_tcp_quickack(true)?;
+        to.write_all(&buffer[..read]).await?;
+    }
 }
 
 /// A running forwarding hop.

@@ -59,20 +59,10 @@ pub async fn up(handle: &Handle, name: &str) -> Result<()> {
 }
 
 pub async fn configure(handle: &Handle, name: &str, addr: Ipv4Addr) -> Result<()> {
-    configure_prefix(handle, name, addr, 30).await
-}
-
-/// [`configure`] with a prefix of its own (a bridged plane of several nodes).
-pub async fn configure_prefix(
-    handle: &Handle,
-    name: &str,
-    addr: Ipv4Addr,
-    prefix: u8,
-) -> Result<()> {
     let idx = index(handle, name).await?;
     handle
         .address()
-        .add(idx, IpAddr::V4(addr), prefix)
+        .add(idx, IpAddr::V4(addr), 30)
         .execute()
         .await
         .with_context(|| format!("address on {name}"))?;
