@@ -82,16 +82,18 @@ const AGENT_READY: Duration = Duration::from_secs(60);
 const POLL_EVERY: Duration = Duration::from_millis(200);
 /// An agent stopped with SIGTERM clears its netem and exits within this.
 const STOP_DEADLINE: Duration = Duration::from_secs(20);
-/// The scenarios and their totals between two nodes: the study's (Table II, presets) and
-/// `far`, a plain 10 ms, where 10 % of each path's model is well above the VM's noise.
-const SCENARIOS: [(&str, f64, f64, f64); 4] = [
+/// The scenarios (preset names) and their totals between two nodes (Table II).
+///
+/// A plain 10 ms scenario was tried too: the direct path added 10.24 ms (+2.4 %), the path
+/// through the headnode 23.4 ms for a model of 20 (+17 %). Not the emulation: the subscriber's
+/// QoS 1 acknowledgements then take 20 ms to come back through the hop, longer than many gaps
+/// between the publishers' messages (25 ms on average), and messages queue behind them at the
+/// broker. Real links with that round trip would show the same; the study's did not have it.
+const SCENARIOS: [(&str, f64, f64, f64); 3] = [
     ("local", 0.0, 0.0, 0.0),
     ("edge", 2.5, 0.5, 0.04),
     ("cloud", 6.25, 1.25, 0.1),
-    ("far", 10.0, 0.0, 0.0),
 ];
-/// The scenarios that are not presets, given in full in the plan.
-const PRESETS: [&str; 3] = ["local", "edge", "cloud"];
 /// The path model is checked within [`PATH_TOLERANCE`] where that is at least this: under
 /// TCG a message's processing (about 4 ms here) varies by some 0.3 ms between repetitions,
 /// so 10 % of edge's direct 2.5 ms (0.25 ms) is below what the VM can resolve; that path is
@@ -352,12 +354,8 @@ cell = "180s"
             text += &format!("entry = \"{entry}\"\n");
         }
     }
-    for (name, delay, jitter, loss) in SCENARIOS {
+    for (name, ..) in SCENARIOS {
         text += &format!("\n[[scenarios]]\nname = \"{name}\"\n");
-        if !PRESETS.contains(&name) {
-            text +=
-                &format!("delay = \"{delay}ms\"\njitter = \"{jitter}ms\"\nloss_percent = {loss}\n");
-        }
     }
     text += r#"
 [[tests]]
