@@ -169,7 +169,7 @@ pub fn section(data: &RunData) -> Option<Section> {
     let tables = match study_tables() {
         Ok(tables) => tables,
         Err(error) => {
-            section.paragraph(&format!("The study's tables could not be read: {error}."));
+            section.paragraph(format!("The study's tables could not be read: {error}."));
             return Some(section);
         }
     };
@@ -272,7 +272,7 @@ pub fn section(data: &RunData) -> Option<Section> {
         }
         table.row(row);
     }
-    section.paragraph(&format!(
+    section.paragraph(format!(
         "From {}: the study's median-IQR (ms) for the same product, scenario and payload, \
          beside this run's; '-' where the study has no figure (HiveMQ and VerneMQ were measured \
          on AMD64 only). 'Added over local' is the median in the scenario minus the median in \
