@@ -92,7 +92,7 @@ fn study_path_adds_ms(tables: &StudyTables, index: usize) -> f64 {
 const REASONS: [&str; 4] = [
     "Path: the study's messages crossed four emulated egresses (tester -> headnode NodePort -> \
      worker pod -> headnode -> tester, netem with half the scenario's total on every node); \
-     Continuum dials the broker's own node unless the plan sets `entry` (entry = \"headnode\" \
+     Continuum dials the broker's own node unless the plan sets an entry (entry = \"headnode\" \
      reproduces the study's path, see examples/study.toml). 'Path model' gives what each path \
      should add over local, so compare the added delays with their own path model, not with \
      each other.",
@@ -139,7 +139,11 @@ fn no_counterpart(
     payload_bytes: u64,
 ) -> Option<String> {
     let Some(product) = product else {
-        return Some("the study measured no such broker (it ran products, not this kind)".into());
+        return Some(
+            "the study measured Mosquitto, EMQX, RabbitMQ, VerneMQ and HiveMQ; a broker of \
+             another kind (embedded, external) has no counterpart"
+                .into(),
+        );
     };
     if scenario.is_none() {
         return Some(format!(
@@ -333,7 +337,7 @@ mod tests {
         let tables = study_tables().expect("the data file parses");
         assert!(
             no_counterpart(tables, None, Some(0), "local", 1_000)
-                .is_some_and(|r| r.contains("no such broker"))
+                .is_some_and(|r| r.contains("has no counterpart"))
         );
         assert!(
             no_counterpart(tables, Some(Product::Mosquitto), None, "far", 1_000)
