@@ -19,8 +19,8 @@
 //! not faster: see the suite's overview), 3 repetitions. Then: every cell measured; the direct
 //! broker's latency median rises over local's by the scenario's one-way path delay (2.5 ms
 //! edge, 6.25 ms cloud: the message crosses two egresses, each adding its half) within 20 % +
-//! 0.5 ms, and each broker's rise matches its path model within 10 % (twice the total through
-//! the headnode: four egresses, the study's path); `manifest.json` records each path and
+//! 0.5 ms, and each broker's rise matches its path model (twice the total through the headnode:
+//! four egresses, the study's path) by the same rule, whether within 10 % reported beside; `manifest.json` records each path and
 //! netem asked and read back on every node per scenario; the kernel held it on the data plane, never on the control plane; `report.html`
 //! and `report.md` carry the emulation check's line per scenario; netem is cleared after the
 //! run; the agents stop on SIGTERM.
