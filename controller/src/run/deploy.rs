@@ -86,7 +86,7 @@ pub(super) async fn deploy(
         .get(entry)
         .cloned()
         .ok_or_else(|| (format!("entry node {entry} has no agent"), false))?;
-    if broker.kind == PlanKind::Kubernetes {
+    if hop_node(broker).is_none() {
         // kube-proxy forwards the same NodePort on the entry node (the Service is asked to
         // answer on every node).
         let address = SocketAddr::new(via.data_address, address.port());
@@ -185,9 +185,7 @@ impl Deployment {
             .map(|agent| (agent.clone(), broker.name.clone()))
             .into_iter()
             .collect();
-        if broker.kind != PlanKind::Kubernetes
-            && let Some(agent) = entered_elsewhere(broker).and_then(|n| agents.get(n))
-        {
+        if let Some(agent) = hop_node(broker).and_then(|n| agents.get(n)) {
             instances.push((agent.clone(), entry_hop_name(broker)));
         }
         let renewing = instances
@@ -293,6 +291,12 @@ fn entered_elsewhere(broker: &BrokerEntry) -> Option<&str> {
         .entry
         .as_deref()
         .filter(|entry| broker.node.as_deref() != Some(*entry))
+}
+
+/// The node whose agent runs `broker`'s forwarding hop: its entry node when that is another
+/// node and nothing else forwards there (kube-proxy does for a kubernetes broker).
+fn hop_node(broker: &BrokerEntry) -> Option<&str> {
+    entered_elsewhere(broker).filter(|_| broker.kind != PlanKind::Kubernetes)
 }
 
 /// What the agent is asked to run for `broker`, listening on its node's `bind` address.

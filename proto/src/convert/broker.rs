@@ -57,23 +57,11 @@ impl TryFrom<pb::BrokerSpec> for BrokerSpec {
             },
             pb::broker_spec::Kind::Embedded(_) => BrokerKind::Embedded,
             pb::broker_spec::Kind::External(external) => BrokerKind::External {
-                address: external.address.parse::<SocketAddr>().map_err(|error| {
-                    ConversionError::Invalid {
-                        path: "spec.kind.external.address".to_owned(),
-                        value: format!("{:?}", external.address),
-                        problem: error.to_string(),
-                    }
-                })?,
+                address: socket_address(&external.address, "spec.kind.external.address")?,
             },
             pb::broker_spec::Kind::Kubernetes(kubernetes) => kubernetes_kind(kubernetes)?,
             pb::broker_spec::Kind::Forward(forward) => BrokerKind::Forward {
-                target: forward.target.parse::<SocketAddr>().map_err(|error| {
-                    ConversionError::Invalid {
-                        path: "spec.kind.forward.target".to_owned(),
-                        value: format!("{:?}", forward.target),
-                        problem: error.to_string(),
-                    }
-                })?,
+                target: socket_address(&forward.target, "spec.kind.forward.target")?,
             },
         };
         // The kind's own errors read `kind.kubernetes.<field>: ...`.
@@ -109,6 +97,16 @@ impl TryFrom<pb::BrokerSpec> for BrokerSpec {
             options: options(&message.options)?,
         })
     }
+}
+
+/// `host:port` at `path`, parsed.
+fn socket_address(text: &str, path: &str) -> Result<SocketAddr, ConversionError> {
+    text.parse()
+        .map_err(|error: std::net::AddrParseError| ConversionError::Invalid {
+            path: path.to_owned(),
+            value: format!("{text:?}"),
+            problem: error.to_string(),
+        })
 }
 
 /// A Kubernetes target; the namespace defaults to [`DEFAULT_NAMESPACE`].
