@@ -352,6 +352,7 @@ warmup = 1
 [[tests]]
 kind = "burst"
 loadgen = ["tester", "headnode"]
+spread = "split"
 clients = [10, 20]
 messages = 200
 "#;
@@ -541,6 +542,7 @@ warmup = 1
 [[tests]]
 kind = "burst"
 loadgen = ["tester", "headnode"]
+spread = "split"
 clients = [10]
 messages = 1000
 "#;
@@ -740,6 +742,7 @@ name = "local"
 [[tests]]
 kind = "burst"
 loadgen = ["tester", "headnode"]
+spread = "split"
 clients = [50]
 messages = 20000
 

@@ -66,11 +66,7 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
     };
     let several = result.instances.len() > 1;
     for (n, instance) in result.instances.iter().enumerate() {
-        let who = if several {
-            format!("loadgen instance {} ", n + 1)
-        } else {
-            "loadgen ".to_string()
-        };
+        let who = instance_name(n, instance, several);
         if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
             held_back(format!(
                 "{who}waited for a CPU {:.0} % of the time it was ready to run (the machine was oversubscribed)",
@@ -85,11 +81,7 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
         }
     }
     for (n, instance) in result.instances.iter().enumerate() {
-        let who = if several {
-            format!("loadgen instance {} ", n + 1)
-        } else {
-            "loadgen ".to_string()
-        };
+        let who = instance_name(n, instance, several);
         let capacity = f64::from(instance.cpu_capacity_milli) / 1000.0;
         if instance.busy_percent >= BUSY_LIMIT_PERCENT
             || instance.peak_busy_percent >= BUSY_LIMIT_PERCENT
@@ -117,6 +109,16 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
     }
 }
 
+/// How a reason names an instance: by its node when a controller named it, else by number
+/// when there are several.
+fn instance_name(n: usize, instance: &crate::result::InstanceLoad, several: bool) -> String {
+    match (&instance.node, several) {
+        (Some(node), _) => format!("loadgen on {node} "),
+        (None, true) => format!("loadgen instance {} ", n + 1),
+        (None, false) => "loadgen ".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +126,7 @@ mod tests {
 
     fn instance(busy: f64, wait: f64, throttled: f64) -> InstanceLoad {
         InstanceLoad {
+            node: None,
             shard: crate::spec::Shard {
                 publishers: 0..1,
                 subscribers: 0..1,

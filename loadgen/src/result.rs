@@ -93,6 +93,10 @@ impl ResourceUsage {
 /// different machines do not add.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceLoad {
+    /// The node that ran it, when a controller ran it over several nodes (the controller
+    /// names it; loadgen itself does not know its node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The part of the workload the instance ran.
     pub shard: Shard,
     /// CPU it could use at most (threads, affinity, cgroup quota), thousandths of a CPU.

@@ -285,6 +285,7 @@ pub(crate) fn instance_load(
     let (Some(start), Some(end)) = (reading_at(samples, from_ns), reading_at(samples, until_ns))
     else {
         return InstanceLoad {
+            node: None,
             shard,
             cpu_capacity_milli: capacity_milli,
             window_ms: 0.0,
@@ -311,6 +312,7 @@ pub(crate) fn instance_load(
         }
     }
     InstanceLoad {
+        node: None,
         shard,
         cpu_capacity_milli: capacity_milli,
         window_ms: span as f64 / 1e6,

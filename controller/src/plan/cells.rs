@@ -5,7 +5,7 @@ use loadgen::size::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use super::presets::test_preset;
-use super::types::Plan;
+use super::types::{CellOrder, Plan};
 
 /// The point of a test's sweep a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,10 +97,81 @@ impl Plan {
         cells
     }
 
+    /// `cells` (of one broker) as they run: per scenario in plan order, all of its cells at
+    /// once, or with `order = "interleaved"` one round per repetition, each round visiting
+    /// every scenario. Scenarios without a cell in a round are left out.
+    pub fn scenario_rounds<'a>(&self, cells: &'a [Cell]) -> Vec<(usize, Vec<&'a Cell>)> {
+        let rounds: Vec<Option<u32>> = match self.order {
+            CellOrder::Grouped => vec![None],
+            CellOrder::Interleaved => (1..=self.repetitions).map(Some).collect(),
+        };
+        let mut groups = Vec::new();
+        for round in rounds {
+            for scenario in 0..self.scenarios.len() {
+                let group: Vec<&Cell> = cells
+                    .iter()
+                    .filter(|c| c.scenario == scenario && round.is_none_or(|r| c.repetition == r))
+                    .collect();
+                if !group.is_empty() {
+                    groups.push((scenario, group));
+                }
+            }
+        }
+        groups
+    }
+
     /// Every cell of the plan.
     pub fn cells(&self) -> Vec<Cell> {
         (0..self.brokers.len())
             .flat_map(|b| (0..self.scenarios.len()).flat_map(move |s| self.cells_of(b, s)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(order: &str) -> Plan {
+        let text = format!(
+            "name = \"o\"\nrepetitions = 2\norder = \"{order}\"\n\
+             [[nodes]]\nname = \"n\"\nagent = \"local\"\nroles = [\"loadgen\", \"broker\", \"netem\"]\n\
+             [[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n\
+             [[scenarios]]\nname = \"local\"\n[[scenarios]]\nname = \"edge\"\n\
+             [[tests]]\nkind = \"latency\"\nloadgen = [\"n\"]\n"
+        );
+        Plan::parse(&text, "plan.toml").expect("plan")
+    }
+
+    /// (scenario, repetitions) of each group, in run order.
+    fn order_of(plan: &Plan, cells: &[Cell]) -> Vec<(usize, Vec<u32>)> {
+        plan.scenario_rounds(cells)
+            .into_iter()
+            .map(|(s, group)| (s, group.iter().map(|c| c.repetition).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn interleaved_runs_every_scenario_once_per_repetition() {
+        let grouped = plan("grouped");
+        let cells = grouped
+            .cells_of(0, 0)
+            .into_iter()
+            .chain(grouped.cells_of(0, 1))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            order_of(&grouped, &cells),
+            vec![(0, vec![1, 2]), (1, vec![1, 2])]
+        );
+        let interleaved = plan("interleaved");
+        assert_eq!(
+            order_of(&interleaved, &cells),
+            vec![(0, vec![1]), (1, vec![1]), (0, vec![2]), (1, vec![2])]
+        );
+        // Resumed with local's first repetition done: that round visits edge alone.
+        assert_eq!(
+            order_of(&interleaved, &cells[1..]),
+            vec![(1, vec![1]), (0, vec![2]), (1, vec![2])]
+        );
     }
 }

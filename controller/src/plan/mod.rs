@@ -7,11 +7,13 @@
 //!
 //! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
 //!   `validate.rs`: the checks; `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
-//!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells.
+//!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells;
+//!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path.
 
 mod cells;
 mod path;
 mod presets;
+mod spread;
 mod testbed;
 #[cfg(test)]
 mod tests;
@@ -21,6 +23,7 @@ mod validate;
 pub use cells::{Cell, CellPoint};
 pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};
+pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement, Spread};
 pub use types::*;
 pub use validate::PlanError;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BrokerKind, Plan};
+use super::{BrokerKind, CellPoint, Plan, workload_for};
 
 /// The nodes one message visits, in order, and the hops between them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,15 +34,23 @@ impl MessagePath {
             return None;
         }
         let broker_node = entry.node.clone()?;
-        let loadgen = &plan.tests.get(test)?.loadgen;
-        let publisher = loadgen.first()?.clone();
-        let subscriber = loadgen.get(1).unwrap_or(&publisher).clone();
-        let mut nodes = vec![publisher];
+        let test_entry = plan.tests.get(test)?;
+        // Modelled on the message from publisher 0 to subscriber 0 at the test's first point:
+        // with the load spread over several nodes, others may take other nodes' egresses.
+        let (payload, clients) = match plan.points(test).first() {
+            Some(CellPoint::Payload(size)) => (Some(*size), None),
+            Some(CellPoint::Clients(pairs)) => (None, Some(*pairs)),
+            _ => (None, None),
+        };
+        let spec = workload_for(test_entry, payload, clients).ok()?;
+        let (publisher, subscriber) =
+            test_entry.first_clients_nodes(spec.publishers, spec.subscribers)?;
+        let mut nodes = vec![publisher.to_string()];
         let via = entry.entry.as_ref().filter(|via| **via != broker_node);
         nodes.extend(via.cloned());
         nodes.push(broker_node);
         nodes.extend(via.cloned());
-        nodes.push(subscriber);
+        nodes.push(subscriber.to_string());
         Some(Self { nodes })
     }
 

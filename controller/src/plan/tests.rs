@@ -298,3 +298,67 @@ fn entry_nodes_are_checked() {
     );
     Plan::parse(&direct, "plan.toml").expect("its own node is the direct path");
 }
+
+/// Spreading load over several loadgen nodes: each mistake names its TOML path and value.
+#[test]
+fn load_spread_mistakes_name_the_toml_path() {
+    let nodes = "[[nodes]]\nname = \"m\"\nagent = \"local\"\nroles = [\"loadgen\"]\n\
+                 [[nodes]]\nname = \"o\"\nagent = \"local\"\nroles = [\"loadgen\"]\n\
+                 [[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let test = |body: &str| format!("{BASE}{nodes}[[tests]]\nkind = \"latency\"\n{body}");
+    let cases = [
+        (
+            test("loadgen = [\"m\", \"o\", \"m\"]\n"),
+            "tests[1].loadgen[2] = \"m\": named twice: give it a weight instead",
+        ),
+        (
+            test("loadgen = [\"m\", \"o\", \"n\"]\nspread = \"split\"\n"),
+            "tests[1].spread = \"split\": split puts publishers on the first node and subscribers on the second: it needs exactly two loadgen nodes, not 3",
+        ),
+        (
+            test("loadgen = [\"m\", \"o\"]\nspread = \"split\"\nweights = [1, 2]\n"),
+            "tests[1].weights = [..]: weights apply to spread = \"even\" only",
+        ),
+        (
+            test("loadgen = [\"m\", \"o\"]\nweights = [1]\n"),
+            "tests[1].weights = [1]: one weight per loadgen node (2)",
+        ),
+        (
+            test("loadgen = [\"m\", \"o\"]\nweights = [1, 0]\n"),
+            "tests[1].weights[1] = 0: from 1 to 1000",
+        ),
+        (
+            test("loadgen = [\"m\", \"o\", \"n\"]\npublishers = 2\n"),
+            "tests[1].loadgen = \"n\": 2 publishers and 1 subscribers leave this node without a client",
+        ),
+        (
+            test("loadgen = []\n"),
+            "tests[1].loadgen = []: one node or more, at most 256",
+        ),
+        (
+            test("loadgen = [\"m\"]\nspread = \"round-robin\"\n"),
+            "unknown variant `round-robin`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+    let fine = Plan::parse(
+        &test("loadgen = [\"m\", \"o\", \"n\"]\nweights = [2, 1, 1]\n"),
+        "plan.toml",
+    )
+    .expect("three weighted loadgen nodes");
+    let placed: Vec<(String, u32)> = fine.tests[1]
+        .placements(100, 1)
+        .into_iter()
+        .map(|p| (p.node, p.shard.publishers.len() as u32))
+        .collect();
+    assert_eq!(
+        placed,
+        vec![("m".into(), 50), ("o".into(), 25), ("n".into(), 25)]
+    );
+}

@@ -21,6 +21,10 @@ pub struct Plan {
     /// What a failed cell does to the run.
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// In what order a broker's cells run: each scenario's together, or the scenarios in
+    /// turn once per repetition.
+    #[serde(default)]
+    pub order: CellOrder,
     /// Folder with the PKI (`ca.pem`, `controller.pem`, `controller.key`) for remote agents.
     #[serde(default)]
     pub pki_dir: Option<PathBuf>,
@@ -57,6 +61,20 @@ pub enum OnFailure {
     Continue,
     /// Stop the run (after undoing netem and brokers).
     Stop,
+}
+
+/// In what order a broker's cells run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CellOrder {
+    /// Each scenario's cells together: netem applied once per scenario.
+    #[default]
+    Grouped,
+    /// Repetition 1 of every scenario, then repetition 2 of every scenario, ...: netem is
+    /// applied once per scenario and repetition, and a drift of the machine over the run
+    /// (another job starting, a CPU's clock) falls on every scenario alike instead of on
+    /// whichever ran last, so each repetition compares scenarios measured minutes apart.
+    Interleaved,
 }
 
 /// Deadlines of the phases.
@@ -299,9 +317,17 @@ impl<'de> Deserialize<'de> for WarmupEntry {
 pub struct TestEntry {
     /// Which test.
     pub kind: TestKind,
-    /// Nodes that run the load: one node runs all of it; two split publishers (first) and
-    /// subscribers (second).
+    /// Nodes that run the load, its publishers and subscribers spread over them as
+    /// `spread` says.
     pub loadgen: Vec<String>,
+    /// How the load is spread over `loadgen`: `even` (by `weights`, the default) or `split`
+    /// (two nodes: publishers on the first, subscribers on the second).
+    #[serde(default)]
+    pub spread: Option<super::spread::Spread>,
+    /// Each loadgen node's share under `even` spreading, in `loadgen`'s order (equal when
+    /// absent).
+    #[serde(default)]
+    pub weights: Option<Vec<u32>>,
     /// Publishers (latency, payload).
     #[serde(default)]
     pub publishers: Option<u32>,

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use domain::Product;
 
 use super::presets::{scenario_preset, workload_for};
+use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Spread};
 use super::types::{BrokerEntry, BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
@@ -480,13 +481,7 @@ impl Plan {
         }
         for (i, test) in self.tests.iter().enumerate() {
             let path = |field: &str| format!("tests[{i}].{field}");
-            if test.loadgen.is_empty() || test.loadgen.len() > 2 {
-                return Err(invalid(
-                    path("loadgen"),
-                    format!("{:?}", test.loadgen),
-                    "one node (all load) or two (publishers, subscribers)",
-                ));
-            }
+            self.validate_spread(i, test)?;
             for node in &test.loadgen {
                 match self.node_has(node, NodeRole::Loadgen) {
                     None => {
@@ -558,6 +553,98 @@ impl Plan {
                         other => other,
                     };
                     return Err(invalid(path(field), error.value, error.problem));
+                }
+                if let Some(idle) = test.loadgen.iter().find(|node| {
+                    !test
+                        .placements(spec.publishers, spec.subscribers)
+                        .iter()
+                        .any(|p| p.node == **node)
+                }) {
+                    return Err(invalid(
+                        path("loadgen"),
+                        quoted(idle),
+                        format!(
+                            "{} publishers and {} subscribers{} leave this node without a \
+                             client: name fewer nodes or give it a smaller weight",
+                            spec.publishers,
+                            spec.subscribers,
+                            match point {
+                                super::CellPoint::Single => String::new(),
+                                point => format!(" (at {})", point.label()),
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `loadgen`, `spread` and `weights` of test `i`.
+    fn validate_spread(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("tests[{i}].{field}");
+        let nodes = &test.loadgen;
+        if nodes.is_empty() || nodes.len() > MAX_LOADGEN_NODES {
+            return Err(invalid(
+                path("loadgen"),
+                format!("{nodes:?}"),
+                format!("one node or more, at most {MAX_LOADGEN_NODES}"),
+            ));
+        }
+        if let Some((at, node)) = nodes
+            .iter()
+            .enumerate()
+            .find(|(at, node)| nodes[..*at].contains(node))
+        {
+            return Err(invalid(
+                format!("tests[{i}].loadgen[{at}]"),
+                quoted(node),
+                "named twice: give it a weight instead",
+            ));
+        }
+        match test.spread.unwrap_or_default() {
+            Spread::Split => {
+                if nodes.len() != 2 {
+                    return Err(invalid(
+                        path("spread"),
+                        quoted("split"),
+                        format!(
+                            "split puts publishers on the first node and subscribers on the \
+                             second: it needs exactly two loadgen nodes, not {}",
+                            nodes.len()
+                        ),
+                    ));
+                }
+                if test.weights.is_some() {
+                    return Err(invalid(
+                        path("weights"),
+                        "[..]",
+                        "weights apply to spread = \"even\" only",
+                    ));
+                }
+            }
+            Spread::Even => {
+                if let Some(weights) = &test.weights {
+                    if weights.len() != nodes.len() {
+                        return Err(invalid(
+                            path("weights"),
+                            format!("{weights:?}"),
+                            format!("one weight per loadgen node ({})", nodes.len()),
+                        ));
+                    }
+                    if let Some((at, weight)) = weights
+                        .iter()
+                        .enumerate()
+                        .find(|(_, w)| **w == 0 || **w > MAX_WEIGHT)
+                    {
+                        return Err(invalid(
+                            format!("tests[{i}].weights[{at}]"),
+                            weight,
+                            format!(
+                                "from 1 to {MAX_WEIGHT} (leave a node out rather than weigh it 0)"
+                            ),
+                        ));
+                    }
                 }
             }
         }

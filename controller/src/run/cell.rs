@@ -1,5 +1,5 @@
 //! One cell: the test's workload against the deployed broker, run by one loadgen agent or
-//! split over two (publishers, subscribers) with a start barrier on a shared timeline, while
+//! spread over several (the test's `spread`) with a start barrier on a shared timeline, while
 //! the broker's node reports CPU and memory.
 
 use std::collections::HashMap;
@@ -115,53 +115,48 @@ pub(super) async fn run_load(
     spec: WorkloadSpec,
     agents: &HashMap<String, AgentHandle>,
 ) -> Result<RunResult, String> {
-    let nodes = &plan.tests[cell.test].loadgen;
+    let test = &plan.tests[cell.test];
     let agent = |name: &str| {
         agents
             .get(name)
             .cloned()
             .ok_or_else(|| format!("node {name} has no agent"))
     };
-    if let [only] = nodes.as_slice() {
+    let placements = test.placements(spec.publishers, spec.subscribers);
+    if let [only] = placements.as_slice()
+        && only.shard == spec.effective_shard()
+    {
         let request = pb::RunLoadRequest {
             spec: Some((&spec).into()),
             origin_unix_ns: 0,
             start_at_ns: 0,
         };
-        return stream_result(agent(only)?, request).await;
+        return stream_result(agent(&only.node)?, request).await;
     }
-    let (publishers, subscribers) = (agent(&nodes[0])?, agent(&nodes[1])?);
-    // One timeline: the origin is now on our clock, mapped onto each agent's.
+    // One timeline: the origin is now on our clock, mapped onto each agent's, and every
+    // shard starts at the same barrier on it.
     let origin = loadgen::clock::unix_now_ns();
-    let part = |node: &AgentHandle, shard: loadgen::spec::Shard| {
+    let mut parts = Vec::with_capacity(placements.len());
+    for placement in placements {
+        let node = agent(&placement.node)?;
         let mut spec = spec.clone();
-        spec.shard = Some(shard);
-        pb::RunLoadRequest {
+        spec.shard = Some(placement.shard);
+        let request = pb::RunLoadRequest {
             spec: Some((&spec).into()),
             origin_unix_ns: node.clock.to_agent_clock(origin),
             start_at_ns: START_AFTER.as_nanos() as u64,
-        }
-    };
-    let publishing = part(
-        &publishers,
-        loadgen::spec::Shard {
-            publishers: 0..spec.publishers,
-            subscribers: 0..0,
-        },
-    );
-    let subscribing = part(
-        &subscribers,
-        loadgen::spec::Shard {
-            publishers: 0..0,
-            subscribers: 0..spec.subscribers,
-        },
-    );
-    // The first half to fail ends the cell: dropping the other's stream cancels its load.
-    let (mut merged, received) = tokio::try_join!(
-        stream_result(publishers, publishing),
-        stream_result(subscribers, subscribing)
-    )?;
-    merged.merge(&received).map_err(|e| e.to_string())?;
+        };
+        parts.push(stream_result(node, request));
+    }
+    // The first part to fail ends the cell, naming its node: dropping the others' streams
+    // cancels their load.
+    let mut results = futures_util::future::try_join_all(parts).await?.into_iter();
+    let mut merged = results
+        .next()
+        .ok_or_else(|| "no loadgen node has a client to run".to_string())?;
+    for part in results {
+        merged.merge(&part).map_err(|e| e.to_string())?;
+    }
     Ok(merged)
 }
 
@@ -188,7 +183,12 @@ async fn stream_result(
             .event
         {
             Some(pb::run_load_event::Event::Result(result)) => {
-                return RunResult::try_from(*result).map_err(|e| format!("{}: {e}", agent.name));
+                let mut result =
+                    RunResult::try_from(*result).map_err(|e| format!("{}: {e}", agent.name))?;
+                for instance in &mut result.instances {
+                    instance.node = Some(agent.name.clone());
+                }
+                return Ok(result);
             }
             Some(pb::run_load_event::Event::Progress(_)) | None => {}
         }

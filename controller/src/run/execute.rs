@@ -18,7 +18,7 @@ use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
 use super::{RunError, RunSummary, cell, phases};
-use crate::plan::{BrokerEntry, Cell, OnFailure, Plan};
+use crate::plan::{BrokerEntry, Cell, CellOrder, OnFailure, Plan};
 use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, PathRecord, ResultsDir};
 
 /// What a phase tells the phase around it.
@@ -258,18 +258,15 @@ impl<'p> Run<'p> {
         Ok(())
     }
 
-    /// The scenarios of broker `b` in turn, each with its pending cells.
+    /// The scenarios of broker `b` in turn, each with its pending cells: all of them at
+    /// once, or (`order = "interleaved"`) one repetition of each per round.
     async fn scenarios(
         &mut self,
         b: usize,
         pending: &[Cell],
         address: SocketAddr,
     ) -> Result<Flow, RunError> {
-        for s in 0..self.plan.scenarios.len() {
-            let cells: Vec<&Cell> = pending.iter().filter(|c| c.scenario == s).collect();
-            if cells.is_empty() {
-                continue;
-            }
+        for (s, cells) in self.plan.scenario_rounds(pending) {
             if self.cancel.is_cancelled() {
                 return Ok(Flow::Stop);
             }
@@ -327,7 +324,13 @@ impl<'p> Run<'p> {
                     };
                     self.progress.events.emit(event).await;
                 }
-                self.manifest.netem.extend(applied);
+                // Interleaved, a scenario is applied once per repetition: recorded once
+                // unless a node's kernel read back something else another time.
+                for netem in applied {
+                    if !self.manifest.netem.contains(&netem) {
+                        self.manifest.netem.push(netem);
+                    }
+                }
                 self.faults.at(Phase::Manifest)?;
                 self.results.write_manifest(&self.manifest)?;
                 return Ok(true);
@@ -336,8 +339,12 @@ impl<'p> Run<'p> {
                 let skipped = RunEvent::ScenarioSkipped {
                     reason: reason.clone(),
                 };
-                self.progress.events.emit(skipped).await;
-                if !self.manifest.skipped.contains(&reason) {
+                // Interleaved, the same scenario comes back each repetition: said once.
+                let known = self.manifest.skipped.contains(&reason);
+                if !(known && plan.order == CellOrder::Interleaved) {
+                    self.progress.events.emit(skipped).await;
+                }
+                if !known {
                     self.manifest.skipped.push(reason.clone());
                 }
                 (CellStatus::Skipped, reason)

@@ -112,6 +112,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 "shard.subscribers",
             )?;
             Ok(InstanceLoad {
+                node: None,
                 shard,
                 cpu_capacity_milli: instance.cpu_capacity_milli,
                 window_ms: instance.window_ms,
@@ -434,6 +435,7 @@ mod tests {
             until_ns: 12_050_000_000,
         });
         result.instances = vec![InstanceLoad {
+            node: None,
             shard: result.shards[0].clone(),
             cpu_capacity_milli: 1_500,
             window_ms: 10_000.0,
