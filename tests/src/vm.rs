@@ -82,10 +82,18 @@ pub fn boot(payload: &Payload) -> Result<Option<Vec<Value>>> {
         .env("CONTINUUM_VM_CACHE", &cache)
         .output()?;
     let console = String::from_utf8_lossy(&out.stdout);
+    let shown: Vec<&str> = console
+        .lines()
+        .filter(|line| !line.contains(ARTIFACT_MARK))
+        .collect();
     println!(
-        "--- VM console ---\n{console}--- end (qemu: {}) ---",
+        "--- VM console ---\n{}\n--- end (qemu: {}) ---",
+        shown.join("\n"),
         out.status
     );
+    for path in save_artifacts(&console, &workspace.join("target/vm-artifacts"))? {
+        println!("artifact: {}", path.display());
+    }
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     println!(
         "timing: fetch {:.1} s, build {:.1} s, initramfs+boot+checks {:.1} s, total {:.1} s",
@@ -177,6 +185,62 @@ fn parse_results(console: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
+/// How the payload marks a line of a file it hands over (`vm_check/common.rs` `artifact`).
+const ARTIFACT_MARK: &str = "ARTIFACT ";
+
+/// Writes every file the payload printed as artifact lines into `dir`, by its name (one path
+/// component, nothing else), and returns their paths. A file whose `end` line never came is
+/// not written.
+fn save_artifacts(console: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    use base64::Engine as _;
+    let mut files: Vec<(String, Vec<u8>, bool)> = Vec::new();
+    for line in console.lines() {
+        let Some(at) = line.find(ARTIFACT_MARK) else {
+            continue;
+        };
+        let mut words = line[at + ARTIFACT_MARK.len()..].split_whitespace();
+        let (Some(name), Some(chunk)) = (words.next(), words.next()) else {
+            continue;
+        };
+        ensure!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                && !name.starts_with('.'),
+            "artifact name {name:?} is not a plain file name"
+        );
+        let index = match files.iter().position(|(n, ..)| n == name) {
+            Some(index) => index,
+            None => {
+                files.push((name.to_string(), Vec::new(), false));
+                files.len() - 1
+            }
+        };
+        let file = &mut files[index];
+        if chunk == "end" {
+            file.2 = true;
+        } else {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(chunk)
+                .with_context(|| format!("artifact {name}: a line is not base64"))?;
+            file.1.extend(bytes);
+        }
+    }
+    let mut written = Vec::new();
+    for (name, bytes, complete) in files {
+        if !complete {
+            println!("artifact {name}: its end line never came, not written");
+            continue;
+        }
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(&name);
+        std::fs::write(&path, bytes).with_context(|| format!("{}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 fn echo(step: &str, out: &Output) {
     for stream in [&out.stdout, &out.stderr] {
         for line in String::from_utf8_lossy(stream).lines() {
@@ -192,4 +256,31 @@ fn skip(reason: &str) -> Result<Option<Vec<Value>>> {
     println!("skipped: {reason}");
     eprintln!("skipped: {reason}");
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifacts_are_reassembled_from_console_lines_and_only_when_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        // "<html>" in two chunks, a boot line between them, and a file cut off by the VM.
+        let console = "VM: boot\n\x1b[0mARTIFACT report.html PGh0\nRESULT {}\n\
+                       ARTIFACT report.html bWw+\nARTIFACT report.html end\nARTIFACT cut.md aGk=\n";
+        let written = save_artifacts(console, dir.path()).unwrap();
+        assert_eq!(written, vec![dir.path().join("report.html")]);
+        assert_eq!(std::fs::read_to_string(&written[0]).unwrap(), "<html>");
+        assert!(!dir.path().join("cut.md").exists());
+    }
+
+    #[test]
+    fn an_artifact_name_cannot_leave_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = save_artifacts("ARTIFACT ../x aGk=\n", dir.path()).unwrap_err();
+        assert!(
+            error.to_string().contains("not a plain file name"),
+            "{error}"
+        );
+    }
 }

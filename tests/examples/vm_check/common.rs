@@ -83,6 +83,18 @@ pub fn report(check: &str, pass: bool, details: Value) -> bool {
     pass
 }
 
+/// Prints `file` for the test on the host to write under `target/vm-artifacts/` (a report to
+/// open in a browser): lines `ARTIFACT <name> <base64 chunk>`, in order, then `ARTIFACT <name>
+/// end`. Chunks are short because the serial console may break long lines.
+pub fn artifact(name: &str, file: &[u8]) {
+    use base64::Engine as _;
+    for chunk in file.chunks(3 * 256) {
+        let text = base64::engine::general_purpose::STANDARD.encode(chunk);
+        println!("ARTIFACT {name} {text}");
+    }
+    println!("ARTIFACT {name} end");
+}
+
 /// Whether this program was started as the VM's payload (it rewires the network, so it
 /// refuses to run anywhere else and says so).
 pub fn inside_the_vm() -> bool {

@@ -26,7 +26,8 @@
 //!   brokers on the worker, one after the other: `embedded`, dialled on the worker, and
 //!   `via-headnode`, entered through the headnode (`entry = "headnode"`: its agent runs the
 //!   forwarding hop, as kube-proxy did for the study). 10 publishers x 40 messages (2 warm-up)
-//!   every 250 ms to 1 subscriber, 3 repetitions. Publishers and subscriber run on the tester,
+//!   every 250 ms to 1 subscriber, and the payload test at 1 KB (for the report's section
+//!   beside the study), 3 repetitions, interleaved: each repetition runs local, edge, cloud. Publishers and subscriber run on the tester,
 //!   so a message to `embedded` crosses two egresses: tester -> worker (the tester's share)
 //!   and worker -> tester (the worker's); the two halves add up to the scenario's total, 2.5
 //!   ms for edge and 6.25 ms for cloud. Through the headnode it crosses four (tester ->
@@ -94,24 +95,27 @@ const SCENARIOS: [(&str, f64, f64, f64); 3] = [
     ("edge", 2.5, 0.5, 0.04),
     ("cloud", 6.25, 1.25, 0.1),
 ];
-/// Each path's added delay must lie within 20 % + 0.5 ms of its model (the rule the direct
-/// delay checks already use); whether it is within [`PATH_TOLERANCE`] is reported beside.
-/// Under TCG a message's processing (about 4 ms here) varies by some 0.3 ms between
-/// repetitions, more when the host is busy: alone on the machine, runs were within 10 %
-/// (through the headnode +7 % in edge, +4 to +10 % in cloud; direct -5 to +4 % in cloud), but
-/// edge's direct 2.5 ms (10 % = 0.25 ms) varied from +2 % to +14 %, and one run beside other
-/// tests saw the headnode path's local median double.
-fn within_path_rule(added: f64, model: f64) -> bool {
-    (added - model).abs() <= 0.2 * model + 0.5
-}
 const REPETITIONS: usize = 3;
+/// The plan's tests: latency (the path checks), and payload at 1 KB only, the study's Table IV
+/// size, for the report's section beside the study.
+const TESTS: usize = 2;
 /// The brokers, their entry node (none: dialled on the worker) and how many times the
 /// scenario's total the path adds one way (each hop is delayed by half the total).
 const BROKERS: [(&str, Option<&str>, f64); 2] = [
     ("embedded", None, 1.0),
     ("via-headnode", Some("headnode"), 2.0),
 ];
-/// How close to the path model the measured added delay is reported to be (the goal).
+/// The goal for each rise against its path model, reported beside the check (which holds
+/// it to 20 % + 0.5 ms).
+///
+/// Why not 10 % in this VM, all measured here under TCG: a message's processing (about 4
+/// ms) drifts by 0.3-0.8 ms over minutes, so with each scenario's repetitions run together
+/// the direct edge rise came out +2 % to +28 % by its local baseline alone: hence the
+/// interleaved order and the paired rises. Paired, the rises agree within a boot (edge
+/// direct 2.76, 2.68, 2.73 ms in one; 2.19, 2.27, 1.95 in the next) but move by about
+/// 0.3 ms from boot to boot: -12 % to +9 % for edge's direct 2.5 ms, -6 % to +8 % through
+/// the headnode. netem's own timer is late by a varying amount under TCG too: the netem
+/// suite's UDP probe over a 2.5 ms round trip read 3.03 ms.
 const PATH_TOLERANCE: f64 = 0.10;
 /// Every node's data-plane address is in this /24, routed by the VM's namespace.
 const DATA_NET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
@@ -279,7 +283,7 @@ async fn run() -> Result<bool> {
     );
     let run_took = run_started.elapsed();
     let summary = summary.context("run_plan")?;
-    let cells = SCENARIOS.len() * REPETITIONS * BROKERS.len();
+    let cells = SCENARIOS.len() * REPETITIONS * BROKERS.len() * TESTS;
     ok &= report(
         "run",
         summary.measured == cells
@@ -296,6 +300,11 @@ async fn run() -> Result<bool> {
     ok &= check_manifest(&summary.dir)?;
     ok &= check_kernel_seen(&seen)?;
     ok &= check_report(&summary.dir)?;
+    ok &= check_study_section(&summary.dir)?;
+    match std::fs::read(summary.dir.join("report.html")) {
+        Ok(html) => crate::common::artifact("controller-report.html", &html),
+        Err(err) => println!("VM: report.html not handed over: {err}"),
+    }
 
     let mut after = BTreeMap::new();
     for (node, netem) in NODES.iter().zip(&bed.netem) {
@@ -326,6 +335,7 @@ fn plan_text(results: &Path) -> String {
 # scenarios, the latency test run from the tester (every 250 ms: see the example's notes).
 name = "vm"
 repetitions = {REPETITIONS}
+order = "interleaved"
 results_dir = "{results}"
 pki_dir = "{PKI_DIR}"
 on_failure = "continue"
@@ -370,21 +380,34 @@ publishers = 10
 messages = 40
 warmup = 2
 interval = "250ms"
+
+[[tests]]
+kind = "payload"
+loadgen = ["tester"]
+payloads = ["1KB"]
+publishers = 10
+messages = 12
+warmup = 2
+interval = "250ms"
 "#;
     text
 }
 
-/// summary.csv: every cell ok, and per broker and scenario the median of the repetitions'
-/// medians. The direct broker's rise over local within 20 % + 0.5 ms of the scenario's total
-/// (`<scenario>_delay`), and each broker's rise within 10 % of its path model
-/// (`<scenario>_path_<broker>`: the total once direct, twice through the headnode).
+/// summary.csv: every cell ok. The plan runs interleaved (each repetition visits local, edge
+/// and cloud in turn), so each repetition gives a paired rise over local: the scenario's
+/// latency median minus local's of the same repetition, measured within a minute of it. The
+/// rise is the median of those. The direct broker's within 20 % + 0.5 ms of the scenario's
+/// total (`<scenario>_delay`), and each broker's within as much of its path model
+/// (`<scenario>_path_<broker>`: the total once direct, twice through the headnode), whether
+/// within [`PATH_TOLERANCE`] reported beside.
 fn check_latency(dir: &Path) -> Result<bool> {
     let rows = results::read_rows(&dir.join("summary.csv")).context("summary.csv")?;
-    let mut medians = BTreeMap::new();
     let mut ok = true;
+    // (broker, scenario) -> latency median of each repetition, in repetition order.
+    let mut medians: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for (broker, ..) in BROKERS {
         for (name, ..) in SCENARIOS {
-            let mut values: Vec<f64> = rows
+            let mut by_repetition: Vec<(u32, f64)> = rows
                 .iter()
                 .filter(|r| {
                     r.broker == broker
@@ -392,47 +415,56 @@ fn check_latency(dir: &Path) -> Result<bool> {
                         && r.test == TestKind::Latency
                         && r.status == CellStatus::Ok
                 })
-                .filter_map(|r| r.latency_p50_us)
-                .map(|us| us / 1e3)
+                .filter_map(|r| r.latency_p50_us.map(|us| (r.repetition, us / 1e3)))
                 .collect();
-            values.sort_by(f64::total_cmp);
-            let median = median_of(&values);
+            by_repetition.sort_by_key(|(repetition, _)| *repetition);
+            let values: Vec<f64> = by_repetition.iter().map(|(_, ms)| *ms).collect();
             if broker == BROKERS[0].0 {
+                let mut sorted = values.clone();
+                sorted.sort_by(f64::total_cmp);
                 ok &= report(
                     &format!("{name}_latency"),
-                    values.len() == REPETITIONS && median.is_finite(),
-                    json!({ "p50_ms_per_repetition": values, "median_ms": median }),
+                    values.len() == REPETITIONS && median_of(&sorted).is_finite(),
+                    json!({ "p50_ms_per_repetition": values, "median_ms": median_of(&sorted) }),
                 );
             }
-            medians.insert((broker, name), median);
+            medians.insert((broker, name), values);
         }
     }
     ok &= report(
         "summary_rows",
-        rows.len() == SCENARIOS.len() * REPETITIONS * BROKERS.len(),
+        rows.len() == SCENARIOS.len() * REPETITIONS * BROKERS.len() * TESTS,
         json!({ "rows": rows.len() }),
     );
     for (broker, entry, hops_of_total) in BROKERS {
-        let local = medians[&(broker, "local")];
+        let local = &medians[&(broker, "local")];
         for (name, total_delay, ..) in SCENARIOS.into_iter().skip(1) {
-            let added = medians[&(broker, name)] - local;
+            let here = &medians[&(broker, name)];
+            let mut rises: Vec<f64> = here.iter().zip(local).map(|(h, l)| h - l).collect();
+            let per_repetition = rises.clone();
+            rises.sort_by(f64::total_cmp);
+            let added = if rises.len() == REPETITIONS {
+                median_of(&rises)
+            } else {
+                f64::NAN
+            };
             if entry.is_none() {
                 let tolerance = 0.2 * total_delay + 0.5;
                 ok &= report(
                     &format!("{name}_delay"),
                     (added - total_delay).abs() <= tolerance,
-                    json!({ "median_ms": medians[&(broker, name)], "local_median_ms": local,
+                    json!({ "median_ms_per_repetition": here, "local_median_ms_per_repetition": local,
+                            "added_ms_per_repetition": per_repetition,
                             "added_ms": added, "expected_ms": total_delay, "tolerance_ms": tolerance }),
                 );
             }
             let model = hops_of_total * total_delay;
             ok &= report(
                 &format!("{name}_path_{broker}"),
-                within_path_rule(added, model),
-                json!({ "entry": entry,
-                        "within_10_percent": (added - model).abs() <= PATH_TOLERANCE * model,
-                        "median_ms": medians[&(broker, name)], "local_median_ms": local,
+                (added - model).abs() <= 0.2 * model + 0.5,
+                json!({ "entry": entry, "added_ms_per_repetition": per_repetition,
                         "added_ms": added, "path_model_ms": model,
+                        "within_10_percent": (added - model).abs() <= PATH_TOLERANCE * model,
                         "off_percent": (added - model) / model * 100.0 }),
             );
         }
@@ -591,6 +623,49 @@ fn check_report(dir: &Path) -> Result<bool> {
         .collect();
     report("report_table", true, json!({ "rows": table }));
     Ok(ok)
+}
+
+/// report.md's section beside the study: a row per broker and scenario at 1 KB, each saying
+/// it has no counterpart (the study had no embedded broker) rather than borrowing a product's
+/// figures, with this run's path model (the total direct, twice it through the headnode) and
+/// the reason listed once per broker.
+fn check_study_section(dir: &Path) -> Result<bool> {
+    let markdown = std::fs::read_to_string(dir.join("report.md")).context("report.md")?;
+    let section: Vec<&str> = markdown
+        .lines()
+        .skip_while(|l| !(l.starts_with('#') && l.contains("Beside the study")))
+        .take_while(|l| !l.starts_with("## ") || l.contains("Beside the study"))
+        .collect();
+    let mut ok = true;
+    let mut rows = Vec::new();
+    for (broker, _, hops) in BROKERS {
+        for (name, delay, ..) in SCENARIOS {
+            let row = section.iter().find(|l| {
+                l.starts_with('|')
+                    && l.contains(&format!("| {broker} |"))
+                    && l.contains(&format!("| {name} |"))
+            });
+            let model = format!("| {:.2} |", hops * delay);
+            let honest = row.is_some_and(|r| {
+                r.matches("no counterpart").count() == 2
+                    && (name == "local" || r.trim_end().ends_with(model.as_str()))
+            });
+            ok &= honest;
+            rows.push(
+                json!({ "broker": broker, "scenario": name, "row": row, "path_model_cell": model }),
+            );
+        }
+    }
+    let reasons = BROKERS.iter().all(|(broker, ..)| {
+        section
+            .iter()
+            .any(|l| l.starts_with(&format!("- {broker}: the study measured")))
+    });
+    Ok(report(
+        "study_section",
+        ok && reasons,
+        json!({ "heading_found": !section.is_empty(), "rows": rows, "reasons_listed": reasons }),
+    ))
 }
 
 /// The controller's identity and one per node naming its control address, as bootstrap
