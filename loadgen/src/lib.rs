@@ -35,6 +35,7 @@ pub mod engine;
 pub mod generator;
 pub mod header;
 pub mod histogram_v2;
+pub mod limits;
 mod live;
 pub mod local_broker;
 pub mod output;
@@ -103,6 +104,9 @@ pub enum LoadgenError {
     /// The run was cancelled before the load started.
     #[error("cancelled before the load started")]
     Cancelled,
+    /// The workload needs more open files than the process may have.
+    #[error("{0}")]
+    OpenFiles(String),
     /// A bug or resource exhaustion inside loadgen.
     #[error("internal: {0}")]
     Internal(String),

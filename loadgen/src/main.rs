@@ -39,19 +39,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    raise_open_file_limit();
+    // Two sockets per client pair: 800 pairs exceed the usual soft limit of 1024.
+    loadgen::limits::raise_open_file_limit();
     program::exit_code("loadgen", runtime.block_on(run(cli)))
-}
-
-/// Two sockets per client pair and 800 pairs exceed the usual soft limit of 1024 descriptors.
-fn raise_open_file_limit() {
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
 }

@@ -35,6 +35,12 @@ pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
         TestKind::Burst => StudyTest::Burst,
         TestKind::Throughput => StudyTest::Throughput,
         TestKind::Saturation => StudyTest::Saturation,
+        // The table sets every field that matters (validation requires it); the latency
+        // test's spec only gives it a shape to be laid over.
+        TestKind::Custom => {
+            let preset = StudyTest::Latency.preset();
+            return (preset.workload, Vec::new(), Vec::new());
+        }
     };
     let preset = test.preset();
     (preset.workload, preset.payload_sizes, preset.client_pairs)

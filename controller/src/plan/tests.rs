@@ -362,3 +362,59 @@ fn load_spread_mistakes_name_the_toml_path() {
         vec![("m".into(), 50), ("o".into(), 25), ("n".into(), 25)]
     );
 }
+
+/// A custom test takes its whole workload from its table: each mistake names the TOML path.
+#[test]
+fn custom_test_mistakes_name_the_toml_path() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let custom = |body: &str| {
+        format!("{BASE}{broker}[[tests]]\nkind = \"custom\"\nloadgen = [\"n\"]\n{body}")
+    };
+    let whole = "publishers = 1\nsubscribers = 20\ntopology = \"fan-out\"\nqos = 2\npayload = \"256B\"\n\
+                 messages_per_publisher = 50\npacing = { mode = \"open-loop\", interval = \"20ms\" }\n";
+    let cases = [
+        (
+            custom(""),
+            "tests[1].workload = (absent): a custom test needs its workload",
+        ),
+        (
+            custom("[tests.workload]\npublishers = 1\nqos = 1\n"),
+            "tests[1].workload = {..}: a custom test sets its whole workload; missing: subscribers, payload, pacing",
+        ),
+        (
+            custom(&format!("publishers = 3\n[tests.workload]\n{whole}")),
+            "tests[1].publishers = (set): a custom test takes its whole workload from [tests.workload]: set publishers there",
+        ),
+        (
+            custom(&format!("interval = \"1s\"\n[tests.workload]\n{whole}")),
+            "set pacing = { mode = \"open-loop\", interval = \"...\" } there",
+        ),
+        (
+            custom(&format!("[tests.workload]\n{whole}colour = \"red\"\n")),
+            "tests[1].workload.colour",
+        ),
+        (
+            custom(&format!(
+                "[tests.workload]\n{}",
+                whole.replace("qos = 2", "qos = 3")
+            )),
+            "tests[1].workload.qos = 3",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+    let plan = Plan::parse(&custom(&format!("[tests.workload]\n{whole}")), "plan.toml")
+        .expect("a whole custom workload");
+    assert_eq!(plan.cells().len(), 2, "one cell per scenario, no sweep");
+    let spec = workload_for(&plan.tests[1], None, None).expect("its spec");
+    assert_eq!(
+        (spec.publishers, spec.subscribers, spec.qos.level()),
+        (1, 20, 2)
+    );
+    assert_eq!(spec.topology, loadgen::spec::Topology::FanOut);
+}

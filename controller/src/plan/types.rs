@@ -239,6 +239,9 @@ pub enum TestKind {
     /// The saturation point: for each client count, a search for the highest offered rate
     /// the broker sustains (settings in `[tests.search]`).
     Saturation,
+    /// A workload of the plan's own: every field from `[tests.workload]` (loadgen's
+    /// SPEC.toml), no preset, one cell per broker, scenario and repetition.
+    Custom,
 }
 
 impl TestKind {
@@ -250,6 +253,7 @@ impl TestKind {
             TestKind::Throughput => "throughput",
             TestKind::Burst => "burst",
             TestKind::Saturation => "saturation",
+            TestKind::Custom => "custom",
         }
     }
 

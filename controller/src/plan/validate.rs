@@ -20,6 +20,22 @@ pub const MAX_CELLS: u64 = 100_000;
 /// deadlines computed from it stay far from overflowing.
 pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// What a custom test's workload table must set: the fields without a default in loadgen's
+/// spec (the broker's address is the run's).
+const CUSTOM_REQUIRED: [&str; 5] = ["publishers", "subscribers", "qos", "payload", "pacing"];
+
+/// Where a plan shorthand lives in loadgen's spec.
+fn workload_field(shorthand: &str) -> &str {
+    match shorthand {
+        "messages" => "messages_per_publisher",
+        "warmup" => "warmup (a time) or warmup_messages",
+        "rate" => "pacing = { mode = \"rate\", rate = N }",
+        "interval" => "pacing = { mode = \"open-loop\", interval = \"...\" }",
+        "payloads" | "clients" | "search" => "one custom test per point",
+        other => other,
+    }
+}
+
 /// Why a plan cannot run: the file, the TOML path and the value (the error every TOML file
 /// of the project shares).
 pub type PlanError = domain::FileError;
@@ -378,6 +394,58 @@ impl Plan {
 
     /// Counted tests take messages and a warm-up count; timed ones a duration and a warm-up
     /// time; the saturation search its own settings; and a cell's deadline must leave room.
+    /// A custom test: its whole workload in `[tests.workload]`, none of the preset's
+    /// shorthands beside it.
+    fn validate_custom(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let shorthands = [
+            ("publishers", test.publishers.is_some()),
+            ("subscribers", test.subscribers.is_some()),
+            ("messages", test.messages.is_some()),
+            ("warmup", test.warmup.is_some()),
+            ("duration", test.duration.is_some()),
+            ("rate", test.rate.is_some()),
+            ("interval", test.interval.is_some()),
+            ("qos", test.qos.is_some()),
+            ("payload", test.payload.is_some()),
+            ("payloads", test.payloads.is_some()),
+            ("clients", test.clients.is_some()),
+            ("search", test.search.is_some()),
+        ];
+        if let Some((field, _)) = shorthands.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                format!("tests[{i}].{field}"),
+                "(set)",
+                format!(
+                    "a custom test takes its whole workload from [tests.workload]: set {} there",
+                    workload_field(field)
+                ),
+            ));
+        }
+        let Some(table) = &test.workload else {
+            return Err(invalid(
+                format!("tests[{i}].workload"),
+                "(absent)",
+                "a custom test needs its workload: publishers, subscribers, qos, payload, pacing and the fields loadgen's SPEC.toml takes",
+            ));
+        };
+        let missing: Vec<&str> = CUSTOM_REQUIRED
+            .iter()
+            .copied()
+            .filter(|field| !table.contains_key(*field))
+            .collect();
+        if !missing.is_empty() {
+            return Err(invalid(
+                format!("tests[{i}].workload"),
+                "{..}",
+                format!(
+                    "a custom test sets its whole workload; missing: {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_timing(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
         let path = |field: &str| format!("tests[{i}].{field}");
         let kind = test.kind.name();
@@ -456,6 +524,12 @@ impl Plan {
                         .saturating_add(warmup),
                 )
             }
+            TestKind::Custom => workload_for(test, None, None).ok().and_then(|spec| {
+                Some(
+                    spec.duration?
+                        .saturating_add(spec.warmup.unwrap_or_default()),
+                )
+            }),
             _ => None,
         };
         // Connecting, draining and reporting take time beyond the load itself.
@@ -514,6 +588,9 @@ impl Plan {
                     "[..]",
                     "only the throughput, burst and saturation tests sweep clients",
                 ));
+            }
+            if test.kind == TestKind::Custom {
+                self.validate_custom(i, test)?;
             }
             self.validate_timing(i, test)?;
             if let Some(table) = &test.workload {

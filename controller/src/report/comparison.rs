@@ -208,7 +208,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 small |= c.n.0.min(c.n.1) < 4;
                 let point_text = match plan.tests[test].kind {
                     TestKind::Payload => loadgen::size::ByteSize(point).to_string(),
-                    TestKind::Latency => "-".to_string(),
+                    TestKind::Latency | TestKind::Custom => "-".to_string(),
                     _ => format!("{point} pairs"),
                 };
                 let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);

@@ -396,7 +396,7 @@ fn read_cell(
     let summary = Summary::of(&result);
     let series = CellSeries::of(&result);
     let point = match kind {
-        TestKind::Latency => 0,
+        TestKind::Latency | TestKind::Custom => 0,
         TestKind::Payload => match row.point {
             CellPoint::Payload(size) => size.bytes(),
             _ => summary.payload_bytes,

@@ -30,7 +30,7 @@
 //! excluded. The same folder always gives the same bytes.
 //!
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
-//! `throughput.rs`, `saturation.rs`, `burst.rs`, `comparison.rs`, `resources.rs`,
+//! `throughput.rs`, `saturation.rs`, `burst.rs`, `custom.rs`, `comparison.rs`, `resources.rs`,
 //! `emulation.rs`, `study.rs` build one section each; `estimate.rs` gives medians with intervals;
 //! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
 //! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
@@ -41,6 +41,7 @@ mod axes;
 mod burst;
 mod chart;
 mod comparison;
+mod custom;
 mod emulation;
 mod estimate;
 mod findings;
@@ -158,6 +159,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(throughput::sections(data));
     sections.extend(saturation::sections(data));
     sections.extend(burst::sections(data));
+    sections.extend(custom::sections(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
@@ -199,8 +201,17 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
         TestKind::Payload => "one cell per payload size".to_string(),
         _ => format!("{} B payload", s.payload_bytes),
     };
+    let test_entry = &data.manifest.plan.tests[test];
+    let spec = crate::plan::workload_for(test_entry, None, None).ok();
     let pacing = match (s.pacing.as_str(), s.interval_ms) {
         ("open-loop", Some(interval)) => format!("each publisher every {interval} ms (open loop)"),
+        ("rate", _) => match spec.as_ref().map(|spec| &spec.pacing) {
+            Some(loadgen::spec::Pacing::Rate { rate }) => {
+                format!("offered {rate} msg/s over all publishers (open loop)")
+            }
+            _ => "at an offered rate (open loop)".to_string(),
+        },
+        ("closed-loop", _) => "closed loop: each publisher keeps its window full".to_string(),
         _ => "as fast as possible: a burst".to_string(),
     };
     Some(format!(

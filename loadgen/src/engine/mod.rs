@@ -126,6 +126,7 @@ pub(crate) async fn run_scoped(
     let planned_publishes =
         shard.publishers.len() as u64 * spec.planned_messages_per_publisher().unwrap_or(0);
     let planned_connections = (shard.publishers.len() + shard.subscribers.len()) as u64;
+    crate::limits::ensure_open_files(planned_connections).map_err(LoadgenError::OpenFiles)?;
     report(&|s| {
         s.planned_publishes = planned_publishes;
         s.connected = (0, planned_connections);
