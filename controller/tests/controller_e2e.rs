@@ -27,6 +27,7 @@ use proto::agent::v1 as pb;
 use proto::client::connect_agent;
 use proto::mtls::Credentials;
 use tests::agent_bed::{AGENT_PORT, AGENTS, AgentBed, connect_when_ready};
+use tests::netns::{established_to, link_bytes_received};
 use tests::pki::CONTROLLER;
 use tests::{isolated_netns_test, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
@@ -664,32 +665,6 @@ messages = 1000
             .expect("report.html")
             .contains("mosquitto")
     );
-}
-
-/// TCP connections of a process's network namespace, established to `port`.
-fn established_to(pid: u32, port: u16) -> usize {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
-    let remote = format!(":{port:04X}");
-    table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.get(2).is_some_and(|r| r.ends_with(&remote)) && fields.get(3) == Some(&"01")
-        })
-        .count()
-}
-
-/// Bytes received on `eth0` of a process's network namespace (its node's testbed link).
-fn link_bytes_received(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
-        .ok()
-        .and_then(|dev| {
-            dev.lines()
-                .find_map(|l| l.trim_start().strip_prefix("eth0:"))
-                .and_then(|counters| counters.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Waits until the headnode's subscribers are connected to the broker and 2 MB more have

@@ -17,6 +17,7 @@ use controller::run::{RunOptions, RunSummary, run_plan};
 use tests::agent_bed::{AGENT_PORT, AGENTS, AgentBed};
 use tests::isolated_netns_test;
 use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
+use tests::netns::{established_to, link_bytes_received};
 use tokio_util::sync::CancellationToken;
 
 /// The port of the worker's Mosquitto on the worker's testbed address.
@@ -195,32 +196,6 @@ fn three_agents_share_the_load_and_their_merged_counts_equal_the_brokers() -> Re
         burst.receive_rate_msgs_per_s
     );
     Ok(())
-}
-
-/// TCP connections of a process's network namespace, established to `port`.
-fn established_to(pid: u32, port: u16) -> usize {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
-    let remote = format!(":{port:04X}");
-    table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.get(2).is_some_and(|r| r.ends_with(&remote)) && fields.get(3) == Some(&"01")
-        })
-        .count()
-}
-
-/// Bytes received on `eth0` of a process's network namespace (its node's testbed link).
-fn link_bytes_received(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
-        .ok()
-        .and_then(|dev| {
-            dev.lines()
-                .find_map(|l| l.trim_start().strip_prefix("eth0:"))
-                .and_then(|counters| counters.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[test]

@@ -38,7 +38,7 @@ pub use addr::{BENCHMARK_RANGE, Ipv4Prefix, Subnet};
 pub use isolation::{
     IP_BINARY, ensure_thread_isolated, isolate_test, outer_netns_path, require_root,
 };
-pub use node::{Node, NodeProcess};
+pub use node::{Node, NodeProcess, established_to, link_bytes_received};
 
 use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;

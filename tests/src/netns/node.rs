@@ -175,3 +175,31 @@ impl Drop for NodeProcess {
         kill_group_and_reap(&mut self.child);
     }
 }
+
+/// TCP connections established to `port` in the network namespace of process `pid` (read
+/// from its `/proc/PID/net/tcp`): how a test sees a node's clients connected.
+pub fn established_to(pid: u32, port: u16) -> usize {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(2).is_some_and(|r| r.ends_with(&remote)) && fields.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// Bytes received on `eth0` in the network namespace of process `pid` (its node's testbed
+/// link): how a test sees load arriving at a node.
+pub fn link_bytes_received(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
+        .ok()
+        .and_then(|dev| {
+            dev.lines()
+                .find_map(|l| l.trim_start().strip_prefix("eth0:"))
+                .and_then(|counters| counters.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
