@@ -45,12 +45,12 @@ impl MessagePath {
         let spec = workload_for(test_entry, payload, clients).ok()?;
         let (publisher, subscriber) =
             test_entry.first_clients_nodes(spec.publishers, spec.subscribers)?;
-        let mut nodes = vec![publisher.to_string()];
+        let mut nodes = vec![publisher];
         let via = entry.entry.as_ref().filter(|via| **via != broker_node);
         nodes.extend(via.cloned());
         nodes.push(broker_node);
         nodes.extend(via.cloned());
-        nodes.push(subscriber.to_string());
+        nodes.push(subscriber);
         Some(Self { nodes })
     }
 

@@ -89,14 +89,17 @@ impl TestEntry {
     }
 
     /// The nodes that run publisher 0 and subscriber 0 (the path a message is modelled on).
-    pub fn first_clients_nodes(&self, publishers: u32, subscribers: u32) -> Option<(&str, &str)> {
+    pub fn first_clients_nodes(
+        &self,
+        publishers: u32,
+        subscribers: u32,
+    ) -> Option<(String, String)> {
         let placements = self.placements(publishers, subscribers);
         let holding = |pick: fn(&Shard) -> &Range<u32>| {
             placements
                 .iter()
                 .find(|p| pick(&p.shard).contains(&0))
-                .and_then(|p| self.loadgen.iter().find(|n| **n == p.node))
-                .map(String::as_str)
+                .map(|p| p.node.clone())
         };
         Some((holding(|s| &s.publishers)?, holding(|s| &s.subscribers)?))
     }
@@ -210,7 +213,10 @@ mod tests {
                 ("c", 67..100, 1..1)
             ]
         );
-        assert_eq!(entry.first_clients_nodes(100, 1), Some(("a", "a")));
+        assert_eq!(
+            entry.first_clients_nodes(100, 1),
+            Some(("a".into(), "a".into()))
+        );
     }
 
     #[test]
@@ -231,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             entry.first_clients_nodes(20, 1),
-            Some(("tester", "headnode"))
+            Some(("tester".into(), "headnode".into()))
         );
     }
 
@@ -240,6 +246,9 @@ mod tests {
         let entry = test(&["a", "b", "c"], None, None);
         assert_eq!(ranges(&entry.placements(1, 1)), vec![("a", 0..1, 0..1)]);
         let weighted = test(&["light", "heavy"], None, Some(vec![1, 3]));
-        assert_eq!(weighted.first_clients_nodes(1, 1), Some(("heavy", "heavy")));
+        assert_eq!(
+            weighted.first_clients_nodes(1, 1),
+            Some(("heavy".into(), "heavy".into()))
+        );
     }
 }

@@ -631,12 +631,12 @@ impl Plan {
                     };
                     return Err(invalid(path(field), error.value, error.problem));
                 }
-                if let Some(idle) = test.loadgen.iter().find(|node| {
-                    !test
-                        .placements(spec.publishers, spec.subscribers)
-                        .iter()
-                        .any(|p| p.node == **node)
-                }) {
+                let placed = test.placements(spec.publishers, spec.subscribers);
+                if let Some(idle) = test
+                    .loadgen
+                    .iter()
+                    .find(|node| !placed.iter().any(|p| p.node == **node))
+                {
                     return Err(invalid(
                         path("loadgen"),
                         quoted(idle),
