@@ -17,7 +17,8 @@
 //!   them); `publisher` and `subscriber`: one task per connection; `pacer`: the
 //!   open-loop schedule; `session`: connecting; [`runtime`]: the threads a run lives on;
 //!   [`usage`]: what it cost loadgen itself; `live`: the counters tasks share during a run.
-//! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS;
+//! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS,
+//!   and WebSocket (ws/wss) on top;
 //!   [`header`]: the measurement header; [`clock`]: the run clock.
 //! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
 //!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
@@ -72,9 +73,9 @@ pub enum LoadgenError {
     /// A spec field has a bad value.
     #[error("spec: {0}")]
     Spec(#[from] spec::SpecError),
-    /// TLS could not be set up.
+    /// TLS or the WebSocket request could not be set up from the spec.
     #[error(transparent)]
-    Tls(#[from] transport::TlsSetupError),
+    Dial(#[from] transport::DialSetupError),
     /// The preflight connection failed: the broker is down, refuses, or is not MQTT.
     #[error("broker {address}: {failure}")]
     BrokerUnreachable {

@@ -10,7 +10,7 @@ use crate::saturation::SearchSettings;
 use crate::size::ByteSize;
 use crate::spec::{
     BrokerTarget, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing, Qos,
-    Topology, WorkloadSpec,
+    Topology, Transport, WorkloadSpec,
 };
 
 /// Payload sizes the latency-vs-payload test sweeps: 1 kB, 10 kB and 1 MB.
@@ -38,6 +38,8 @@ pub fn latency() -> WorkloadSpec {
             tls_ca_file: None,
             username: None,
             password: None,
+            transport: Transport::Tcp,
+            websocket_path: None,
         },
         publishers: 100,
         subscribers: 1,

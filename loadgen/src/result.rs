@@ -351,7 +351,7 @@ mod tests {
     use crate::size::ByteSize;
     use crate::spec::{
         BrokerTarget, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing, Qos,
-        Topology,
+        Topology, Transport,
     };
     use crate::summary::Summary;
 
@@ -364,6 +364,8 @@ mod tests {
                 tls_ca_file: None,
                 username: None,
                 password: None,
+                transport: Transport::Tcp,
+                websocket_path: None,
             },
             publishers: 4,
             subscribers: 4,

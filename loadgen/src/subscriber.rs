@@ -19,6 +19,7 @@ use crate::publisher::Warmup;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
 use crate::session::{READ_CHUNK, Session};
+use crate::transport::WriteHalf;
 
 /// Everything one subscriber needs.
 #[derive(Debug)]
@@ -83,7 +84,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
                 // Re-armed lazily: acknowledgements written meanwhile moved the due time.
                 let due = last_write + ping_every;
                 if Instant::now() >= due {
-                    if session.codec.ping(&mut out).is_err() || session.writer.write_all(&out).await.is_err() {
+                    if session.codec.ping(&mut out).is_err() || write_out(&mut session.writer, &out).await.is_err() {
                         state.errors.push(("write_failed", 1));
                         break;
                     }
@@ -109,7 +110,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         let before = (state.received, state.unique());
         let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
         if !out.is_empty() {
-            if session.writer.write_all(&out).await.is_err() {
+            if write_out(&mut session.writer, &out).await.is_err() {
                 state.errors.push(("write_failed", 1));
                 break;
             }
@@ -155,6 +156,13 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         errors: state.errors,
         tracker: state.tracker,
     }
+}
+
+/// Writes `bytes` and flushes: acknowledgements the broker waits for must not stay in a
+/// WebSocket or TLS writer's buffer while this task goes back to reading (a no-op on TCP).
+async fn write_out(writer: &mut WriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
 }
 
 struct State {

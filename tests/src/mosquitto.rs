@@ -5,11 +5,16 @@
 //! returns once an MQTT CONNECT gets a CONNACK. Dropping the value kills the
 //! broker and reaps it. The broker's own counters come from its `$SYS` tree,
 //! see [`crate::mosquitto_sys`] and the private `mosquitto_sys_reader`.
+//!
+//! With [`MosquittoOptions::websocket`] the broker also speaks MQTT over
+//! WebSocket (ws://, or wss:// with a certificate from a CA of its own) on a
+//! second loopback port.
 
 use std::fs::File;
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -19,7 +24,8 @@ use tempfile::TempDir;
 use crate::mosquitto_sys::MosquittoCounters;
 use crate::mosquitto_sys_reader::SysTreeReader;
 use crate::mqtt_wire::wait_for_connack;
-use crate::ports::{LOOPBACK, free_loopback_port};
+use crate::pki::TestPki;
+use crate::ports::{LOOPBACK, free_loopback_ports};
 use crate::process::{INSTANCE_MARKER_VAR, instance_marker, new_instance_id};
 use host::blocking::kill_group_and_reap;
 
@@ -60,11 +66,40 @@ pub struct MosquittoOptions {
     pub max_packet_size: Option<u32>,
     /// Raw lines appended to the generated config.
     pub extra_config: Vec<String>,
+    /// A second listener, for MQTT over WebSocket, on its own loopback port
+    /// ([`Mosquitto::websocket_port`]); `None` opens none.
+    pub websocket: Option<WebSocketListener>,
+}
+
+/// How the WebSocket listener of [`MosquittoOptions::websocket`] is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebSocketListener {
+    /// `ws://`: plain WebSocket.
+    Plain,
+    /// `wss://`: WebSocket over TLS, with a certificate for 127.0.0.1 from a CA
+    /// the harness makes for this broker ([`Mosquitto::websocket_ca_file`]).
+    Tls,
+}
+
+/// Where the WebSocket listener is and, for wss, the files it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WebSocketSetup {
+    port: u16,
+    /// The CA, certificate and key files, for wss.
+    tls: Option<ServerTlsFiles>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ServerTlsFiles {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 impl MosquittoOptions {
-    /// The config file text for a broker listening on 127.0.0.1:`port`.
-    fn render_config(&self, port: u16) -> String {
+    /// The config file text for a broker listening on 127.0.0.1:`port`, and
+    /// for WebSocket as `websocket` says.
+    fn render_config(&self, port: u16, websocket: Option<&WebSocketSetup>) -> String {
         let mut lines = vec![
             "# Written by Continuum's test harness; one broker per test.".to_owned(),
             "allow_anonymous true".to_owned(),
@@ -95,6 +130,17 @@ impl MosquittoOptions {
         }
         lines.push(format!("listener {port} {LOOPBACK}"));
         lines.extend(self.extra_config.iter().cloned());
+        // After the extra lines, so settings there still belong to the listener they follow.
+        if let Some(websocket) = websocket {
+            // Mosquitto 2.0.11 fails to start a websockets listener bound to an IP address
+            // ("Unable to start any listening sockets"); bound to `lo` it serves 127.0.0.1.
+            lines.push(format!("listener {} lo", websocket.port));
+            lines.push("protocol websockets".to_owned());
+            if let Some(tls) = &websocket.tls {
+                lines.push(format!("certfile {}", tls.cert.display()));
+                lines.push(format!("keyfile {}", tls.key.display()));
+            }
+        }
         lines.push(String::new());
         lines.join("\n")
     }
@@ -105,6 +151,7 @@ impl MosquittoOptions {
 pub struct Mosquitto {
     child: Child,
     port: u16,
+    websocket: Option<WebSocketSetup>,
     instance_id: String,
     log_path: PathBuf,
     sys_tree: Option<SysTreeReader>,
@@ -132,10 +179,26 @@ impl Mosquitto {
             .prefix("continuum-mosquitto-")
             .tempdir()
             .context("creating the broker's temporary directory")?;
-        let port = free_loopback_port()?;
+        let [port, websocket_port] = free_loopback_ports(2)?[..] else {
+            bail!("expected two free ports");
+        };
+        let websocket = match options.websocket {
+            None => None,
+            Some(WebSocketListener::Plain) => Some(WebSocketSetup {
+                port: websocket_port,
+                tls: None,
+            }),
+            Some(WebSocketListener::Tls) => Some(WebSocketSetup {
+                port: websocket_port,
+                tls: Some(server_tls_files(dir.path())?),
+            }),
+        };
         let config_path = dir.path().join("mosquitto.conf");
-        std::fs::write(&config_path, options.render_config(port))
-            .with_context(|| format!("writing {}", config_path.display()))?;
+        std::fs::write(
+            &config_path,
+            options.render_config(port, websocket.as_ref()),
+        )
+        .with_context(|| format!("writing {}", config_path.display()))?;
         let log_path = dir.path().join("mosquitto.log");
         let log =
             File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
@@ -155,6 +218,7 @@ impl Mosquitto {
         let mut mosquitto = Self {
             child,
             port,
+            websocket,
             instance_id,
             log_path,
             sys_tree: None,
@@ -164,7 +228,10 @@ impl Mosquitto {
         let addr = mosquitto.addr();
         if let Err(error) = wait_for_connack(addr, &mut mosquitto.child, START_DEADLINE) {
             let log = mosquitto.log();
-            if log.contains("Address already in use") {
+            // A taken websockets port logs only this (other websockets failures do too; they
+            // fail again on the next port and are reported with the log then).
+            let websocket_failed = log.contains("Unable to create websockets listener");
+            if log.contains("Address already in use") || websocket_failed {
                 return Ok(Err(error.context(format!("port {port} was taken"))));
             }
             return Err(error.context(format!("mosquitto did not become ready; its log:\n{log}")));
@@ -183,6 +250,19 @@ impl Mosquitto {
     /// The broker's listening port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The WebSocket listener's port on 127.0.0.1, if
+    /// [`MosquittoOptions::websocket`] asked for one.
+    pub fn websocket_port(&self) -> Option<u16> {
+        self.websocket.as_ref().map(|websocket| websocket.port)
+    }
+
+    /// The CA certificate (PEM) that signed the wss listener's certificate,
+    /// for [`WebSocketListener::Tls`].
+    pub fn websocket_ca_file(&self) -> Option<&Path> {
+        let tls = self.websocket.as_ref()?.tls.as_ref()?;
+        Some(&tls.ca)
     }
 
     /// PID of the `mosquitto` process.
@@ -242,6 +322,25 @@ impl Mosquitto {
     }
 }
 
+/// A CA and a server certificate for 127.0.0.1 in `broker_dir/tls`, readable
+/// by Mosquitto: started as root, it reads them as its own user.
+fn server_tls_files(broker_dir: &Path) -> Result<ServerTlsFiles> {
+    let dir = broker_dir.join("tls");
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    TestPki::create(&dir, &[("mosquitto", LOOPBACK.into())])?;
+    let files = ServerTlsFiles {
+        ca: dir.join(proto::pki::CA_CERT_FILE),
+        cert: proto::pki::cert_path(&dir, "mosquitto"),
+        key: proto::pki::key_path(&dir, "mosquitto"),
+    };
+    // A test key may be readable; the config and log beside it stay the owner's.
+    for (path, mode) in [(broker_dir, 0o711), (&dir, 0o755), (&files.key, 0o644)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {mode:o} {}", path.display()))?;
+    }
+    Ok(files)
+}
+
 impl Drop for Mosquitto {
     fn drop(&mut self) {
         // Stop reading first so the reader sees its own shutdown, not a crash.
@@ -257,7 +356,7 @@ mod tests {
 
     #[test]
     fn default_config_lifts_limits_and_listens_on_loopback_only() {
-        let config = MosquittoOptions::default().render_config(4242);
+        let config = MosquittoOptions::default().render_config(4242, None);
         assert!(config.contains("listener 4242 127.0.0.1\n"));
         assert!(config.contains("max_queued_messages 1000000\n"));
         assert!(config.contains("allow_anonymous true\n"));
@@ -265,6 +364,7 @@ mod tests {
         assert!(config.contains("sys_interval 1\n"));
         assert!(!config.contains("max_packet_size"));
         assert!(!config.contains("max_inflight_messages"));
+        assert!(!config.contains("websockets"));
     }
 
     #[test]
@@ -274,8 +374,9 @@ mod tests {
             max_inflight_messages: Some(5),
             max_packet_size: Some(2_000_000),
             extra_config: vec!["max_connections -1".to_owned()],
+            websocket: None,
         };
-        let config = options.render_config(1);
+        let config = options.render_config(1, None);
         for line in [
             "max_queued_messages 10",
             "max_inflight_messages 5",
@@ -284,5 +385,29 @@ mod tests {
         ] {
             assert!(config.lines().any(|l| l == line), "missing {line:?}");
         }
+    }
+
+    #[test]
+    fn a_websocket_listener_binds_lo_after_the_extra_lines() {
+        let options = MosquittoOptions {
+            extra_config: vec!["listener 9999 127.0.0.1".to_owned(), "cafile /c".to_owned()],
+            ..MosquittoOptions::default()
+        };
+        let tls = ServerTlsFiles {
+            ca: "/t/ca.pem".into(),
+            cert: "/t/m.pem".into(),
+            key: "/t/m.key".into(),
+        };
+        let websocket = WebSocketSetup {
+            port: 9001,
+            tls: Some(tls),
+        };
+        let config = options.render_config(1, Some(&websocket));
+        assert!(
+            config.ends_with(
+                "cafile /c\nlistener 9001 lo\nprotocol websockets\ncertfile /t/m.pem\nkeyfile /t/m.key\n"
+            ),
+            "{config}"
+        );
     }
 }

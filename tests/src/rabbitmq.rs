@@ -11,6 +11,9 @@
 //!
 //! Every process of the instance is tagged (see [`crate::process`]); drop
 //! stops the node with `rabbitmqctl stop`, then kills whatever is left.
+//!
+//! [`RabbitMq::start_with`] can also open MQTT over WebSocket (the
+//! `rabbitmq_web_mqtt` plugin) on a loopback port of its own.
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
@@ -46,6 +49,20 @@ const CTL_DEADLINE: Duration = Duration::from_secs(30);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
 /// Gap between two counter reads that must agree for them to count as settled.
 const SETTLE_GAP: Duration = Duration::from_millis(300);
+/// How long the WebSocket listener may take to open once MQTT answers.
+const WEB_MQTT_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The request path of RabbitMQ's MQTT-over-WebSocket listener (its default, written out).
+pub const WEB_MQTT_PATH: &str = "/ws";
+
+/// What a node offers beyond MQTT on its listener. The default is what
+/// [`RabbitMq::start`] runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RabbitOptions {
+    /// MQTT over WebSocket (`rabbitmq_web_mqtt`) on its own loopback port
+    /// ([`RabbitMq::web_mqtt_port`]), at [`WEB_MQTT_PATH`].
+    pub web_mqtt: bool,
+}
 
 /// The loopback ports of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +85,7 @@ pub struct RabbitMq {
     instance_id: String,
     node: String,
     ports: RabbitPorts,
+    web_mqtt_port: Option<u16>,
     env: Vec<(String, String)>,
     // Last field: the directory must outlive the processes writing into it.
     dir: TempDir,
@@ -76,12 +94,18 @@ pub struct RabbitMq {
 impl RabbitMq {
     /// Starts a node and waits until its MQTT listener answers CONNECT.
     pub fn start() -> Result<Self> {
+        Self::start_with(RabbitOptions::default())
+    }
+
+    /// Starts a node with `options` and waits until its MQTT listener answers
+    /// CONNECT (and the WebSocket listener, if asked for, accepts connections).
+    pub fn start_with(options: RabbitOptions) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("continuum-rabbitmq-")
             .tempdir()
             .context("creating the node's temporary directory")?;
-        let [mqtt, amqp, dist, epmd] = free_loopback_ports(4)?[..] else {
-            bail!("expected four free ports");
+        let [mqtt, amqp, dist, epmd, web_mqtt] = free_loopback_ports(5)?[..] else {
+            bail!("expected five free ports");
         };
         let ports = RabbitPorts {
             mqtt,
@@ -92,7 +116,11 @@ impl RabbitMq {
         let instance_id = new_instance_id();
         let node = format!("{instance_id}@localhost");
         write_files(dir.path(), &ports)?;
-        let env = instance_env(dir.path(), &instance_id, &node, &ports);
+        let mut env = instance_env(dir.path(), &instance_id, &node, &ports);
+        let web_mqtt_port = options.web_mqtt.then_some(web_mqtt);
+        if let Some(port) = web_mqtt_port {
+            enable_web_mqtt(dir.path(), &mut env, port)?;
+        }
 
         let epmd = spawn_epmd(&env, &ports, dir.path())?;
         let server = match spawn_server(&env, dir.path()) {
@@ -109,6 +137,7 @@ impl RabbitMq {
             instance_id,
             node,
             ports,
+            web_mqtt_port,
             env,
             dir,
         };
@@ -119,6 +148,21 @@ impl RabbitMq {
                 rabbit.log()
             )
         })?;
+        if let Some(port) = rabbit.web_mqtt_port {
+            let addr = SocketAddr::from((LOOPBACK, port));
+            poll_until_blocking(WEB_MQTT_DEADLINE, POLL_INTERVAL, || {
+                match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                    Ok(_) => Attempt::Done(()),
+                    Err(error) => Attempt::Retry(error),
+                }
+            })
+            .with_context(|| {
+                format!(
+                    "RabbitMQ's web-mqtt listener {addr} did not open; its log:\n{}",
+                    rabbit.log()
+                )
+            })?;
+        }
         Ok(rabbit)
     }
 
@@ -130,6 +174,12 @@ impl RabbitMq {
     /// The MQTT port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.ports.mqtt
+    }
+
+    /// The MQTT-over-WebSocket port on 127.0.0.1 (path [`WEB_MQTT_PATH`]), if
+    /// [`RabbitOptions::web_mqtt`] asked for it.
+    pub fn web_mqtt_port(&self) -> Option<u16> {
+        self.web_mqtt_port
     }
 
     /// All ports of the node.
@@ -232,6 +282,27 @@ impl Drop for RabbitMq {
         kill_group_and_reap(&mut self.epmd);
         instance_marker(&self.instance_id).sweep_blocking(Duration::from_secs(10));
     }
+}
+
+/// Adds the `rabbitmq_web_mqtt` plugin, listening on 127.0.0.1:`port`, to the
+/// node's files and environment (which names the plugins enabled at boot).
+fn enable_web_mqtt(dir: &Path, env: &mut [(String, String)], port: u16) -> Result<()> {
+    const PLUGINS: &str = "rabbitmq_mqtt,rabbitmq_web_mqtt";
+    let plugins = dir.join("enabled_plugins");
+    std::fs::write(&plugins, format!("[{PLUGINS}].\n"))
+        .with_context(|| format!("writing {}", plugins.display()))?;
+    for (name, value) in env.iter_mut() {
+        if name == "RABBITMQ_ENABLED_PLUGINS" {
+            *value = PLUGINS.to_owned();
+        }
+    }
+    let config = dir.join("rabbitmq.conf");
+    let mut text = std::fs::read_to_string(&config)
+        .with_context(|| format!("reading {}", config.display()))?;
+    text.push_str(&format!(
+        "web_mqtt.tcp.ip = {LOOPBACK}\nweb_mqtt.tcp.port = {port}\nweb_mqtt.ws_path = {WEB_MQTT_PATH}\n"
+    ));
+    std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))
 }
 
 /// Starts the instance's epmd in the foreground and waits until it listens.

@@ -36,7 +36,7 @@ pub(crate) fn from_netem(error: NetemError) -> Status {
 pub(crate) fn from_loadgen(error: loadgen::LoadgenError) -> Status {
     use loadgen::LoadgenError as E;
     let code = match &error {
-        E::Spec(_) | E::SpecSyntax(_) | E::Tls(_) => Code::InvalidArgument,
+        E::Spec(_) | E::SpecSyntax(_) | E::Dial(_) => Code::InvalidArgument,
         E::BrokerUnreachable { .. } | E::Connect { .. } => Code::Unavailable,
         E::StartMissed { .. } => Code::DeadlineExceeded,
         E::Cancelled => Code::Cancelled,

@@ -190,7 +190,13 @@ impl Writer<'_> {
         if self.out.is_empty() {
             return Ok(());
         }
-        if let Err(error) = self.sink.write_all(&self.out).await {
+        // Flushed too: the waits that follow expect the broker to have it all (a WebSocket
+        // or TLS writer may keep the last bytes when the socket is full; a no-op on TCP).
+        let written = match self.sink.write_all(&self.out).await {
+            Ok(()) => self.sink.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
             tracing::debug!(%error, "publisher write failed");
             self.written.errors.push(("write_failed", 1));
             return Err(Stopped);

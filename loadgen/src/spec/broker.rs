@@ -29,16 +29,63 @@ pub struct BrokerTarget {
     /// results embed their spec, and a password has no place in a results folder.
     #[serde(default, skip_serializing)]
     pub password: Option<String>,
+    /// How MQTT travels: TCP (TLS with `tls_ca_file`) or inside WebSocket frames (ws, or wss
+    /// with `tls_ca_file`), as browsers and many gateways speak it.
+    #[serde(default)]
+    pub transport: Transport,
+    /// The WebSocket request path; [`DEFAULT_WEBSOCKET_PATH`] when unset. Only with
+    /// `transport = "websocket"`.
+    #[serde(default)]
+    pub websocket_path: Option<String>,
+}
+
+/// The request path of a WebSocket connection unless the spec names one (Mosquitto serves
+/// any path; RabbitMQ's web-mqtt serves `/ws`).
+pub const DEFAULT_WEBSOCKET_PATH: &str = "/mqtt";
+
+/// How MQTT packets reach the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// MQTT straight over TCP (or TLS).
+    #[default]
+    Tcp,
+    /// MQTT in binary WebSocket frames (subprotocol `mqtt`), over TCP or TLS.
+    WebSocket,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Tcp => "tcp",
+            Transport::WebSocket => "websocket",
+        })
+    }
+}
+
+impl BrokerTarget {
+    /// The WebSocket request path in use ([`DEFAULT_WEBSOCKET_PATH`] unless set).
+    pub fn websocket_path(&self) -> &str {
+        self.websocket_path
+            .as_deref()
+            .unwrap_or(DEFAULT_WEBSOCKET_PATH)
+    }
 }
 
 impl fmt::Display for BrokerTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = if self.tls_ca_file.is_some() {
-            "mqtts"
-        } else {
-            "mqtt"
+        let tls = self.tls_ca_file.is_some();
+        let scheme = match (self.transport, tls) {
+            (Transport::Tcp, false) => "mqtt",
+            (Transport::Tcp, true) => "mqtts",
+            (Transport::WebSocket, false) => "ws",
+            (Transport::WebSocket, true) => "wss",
         };
-        write!(f, "{scheme}://{}:{}", self.host, self.port)
+        write!(f, "{scheme}://{}:{}", self.host, self.port)?;
+        if self.transport == Transport::WebSocket {
+            f.write_str(self.websocket_path())?;
+        }
+        Ok(())
     }
 }
 

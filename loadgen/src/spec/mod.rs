@@ -20,7 +20,9 @@ mod pacing;
 mod topology;
 mod validate;
 
-pub use broker::{BrokerTarget, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos};
+pub use broker::{
+    BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
+};
 pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
     DrainOptions, EngineOptions, MAX_COALESCING,
@@ -159,6 +161,8 @@ mod tests {
                 tls_ca_file: None,
                 username: None,
                 password: None,
+                transport: Transport::Tcp,
+                websocket_path: None,
             },
             publishers: 4,
             subscribers: 4,

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::{
     Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
-    Topology, WorkloadSpec,
+    Topology, Transport, WorkloadSpec,
 };
 use crate::header::HeaderEncoding;
 use crate::size::ByteSize;
@@ -57,6 +57,22 @@ impl WorkloadSpec {
                 "(set)",
                 "a password needs broker.username",
             ));
+        }
+        if let Some(path) = &self.broker.websocket_path {
+            if self.broker.transport != Transport::WebSocket {
+                return Err(invalid(
+                    "broker.websocket_path",
+                    format!("{path:?}"),
+                    "only with broker.transport = \"websocket\"",
+                ));
+            }
+            if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(invalid(
+                    "broker.websocket_path",
+                    format!("{path:?}"),
+                    "a request path starts with / and has no spaces",
+                ));
+            }
         }
         if self.publishers == 0 {
             return Err(invalid("publishers", 0, "at least one publisher is needed"));
@@ -478,6 +494,17 @@ mod tests {
                     })
                 }),
                 "shard.publishers = 0..9",
+            ),
+            (
+                Box::new(|s| s.broker.websocket_path = Some("/mqtt".into())),
+                "broker.websocket_path = \"/mqtt\": only with broker.transport = \"websocket\"",
+            ),
+            (
+                Box::new(|s| {
+                    s.broker.transport = Transport::WebSocket;
+                    s.broker.websocket_path = Some("mqtt".into());
+                }),
+                "broker.websocket_path = \"mqtt\": a request path starts with /",
             ),
         ];
         for (mutate, expected) in cases {

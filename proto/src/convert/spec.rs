@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use loadgen::size::ByteSize;
 use loadgen::spec::{
     BrokerTarget, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing,
-    Qos, Shard, Topology, WorkloadSpec,
+    Qos, Shard, Topology, Transport, WorkloadSpec,
 };
 
 use super::{
@@ -88,6 +88,18 @@ fn broker_from_proto(message: pb::BrokerTarget, at: &str) -> Result<BrokerTarget
         tls_ca_file: message.tls_ca_file.map(PathBuf::from),
         username: message.username,
         password: message.password,
+        transport: enumeration(
+            message.transport,
+            at,
+            "transport",
+            "MQTT transport",
+            |v| match v {
+                pb::MqttTransport::Unspecified => None,
+                pb::MqttTransport::Tcp => Some(Transport::Tcp),
+                pb::MqttTransport::Websocket => Some(Transport::WebSocket),
+            },
+        )?,
+        websocket_path: message.websocket_path,
     })
 }
 
@@ -234,6 +246,12 @@ impl From<&BrokerTarget> for pb::BrokerTarget {
                 .map(|path| path.to_string_lossy().into_owned()),
             username: broker.username.clone(),
             password: broker.password.clone(),
+            transport: match broker.transport {
+                Transport::Tcp => pb::MqttTransport::Tcp,
+                Transport::WebSocket => pb::MqttTransport::Websocket,
+            }
+            .into(),
+            websocket_path: broker.websocket_path.clone(),
         }
     }
 }
@@ -306,6 +324,8 @@ pub(super) mod tests {
                 tls_ca_file: None,
                 username: None,
                 password: None,
+                transport: Transport::Tcp,
+                websocket_path: None,
             },
             publishers: 100,
             subscribers: 1,
@@ -339,6 +359,8 @@ pub(super) mod tests {
                 tls_ca_file: Some(PathBuf::from("/etc/continuum/ca.pem")),
                 username: Some("bench".into()),
                 password: Some("secret".into()),
+                transport: Transport::Tcp,
+                websocket_path: None,
             },
             publishers: 10,
             subscribers: 10,

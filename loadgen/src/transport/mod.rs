@@ -1,4 +1,13 @@
-//! TCP (optionally TLS) connections to the broker, split into a read and a write half.
+//! Connections to the broker, split into a read and a write half: TCP, TLS on it when the
+//! spec names a CA, and MQTT inside WebSocket frames on top with `transport = "websocket"`
+//! (ws://, or wss:// with TLS). Every layer is set up inside [`Dialer::dial`], so the TLS
+//! handshake and the WebSocket upgrade count into the connect time.
+//!
+//! # Layout
+//! - this file: the [`Dialer`] and the TLS client configuration.
+//! - `websocket`: the upgrade and the byte halves over WebSocket frames.
+
+mod websocket;
 
 use std::io;
 use std::path::Path;
@@ -10,18 +19,20 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::spec::BrokerTarget;
+use crate::spec::{BrokerTarget, Transport};
 
 /// The read half of a broker connection.
 pub type ReadHalf = Pin<Box<dyn AsyncRead + Send>>;
 /// The write half of a broker connection.
 pub type WriteHalf = Pin<Box<dyn AsyncWrite + Send>>;
 
-/// How to reach the broker: address and, for TLS, the client configuration built once per run.
+/// How to reach the broker: address and, for TLS, the client configuration built once per run;
+/// for WebSocket, the upgrade request.
 #[derive(Clone)]
 pub struct Dialer {
     address: String,
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    websocket: Option<websocket::Upgrade>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -29,13 +40,14 @@ impl std::fmt::Debug for Dialer {
         f.debug_struct("Dialer")
             .field("address", &self.address)
             .field("tls", &self.tls.is_some())
+            .field("websocket", &self.websocket.as_ref().map(|ws| ws.url()))
             .finish()
     }
 }
 
-/// TLS could not be set up from the spec.
+/// The connection could not be set up from the spec: TLS, or the WebSocket request.
 #[derive(Debug, thiserror::Error)]
-pub enum TlsSetupError {
+pub enum DialSetupError {
     /// The CA file could not be read.
     #[error("broker.tls_ca_file {path}: {source}")]
     CaFile {
@@ -53,17 +65,33 @@ pub enum TlsSetupError {
     /// rustls refused the configuration or the host name.
     #[error("TLS setup: {0}")]
     Rustls(String),
+    /// Host, port and WebSocket path make no valid upgrade request.
+    #[error("broker.websocket_path {path:?}: {reason}")]
+    WebSocketRequest {
+        /// The path.
+        path: String,
+        /// What is wrong with the request.
+        reason: String,
+    },
 }
 
 impl Dialer {
-    /// Prepares connections to `target` (reads the CA file once).
-    pub fn new(target: &BrokerTarget) -> Result<Self, TlsSetupError> {
+    /// Prepares connections to `target` (reads the CA file once, checks the upgrade request).
+    pub fn new(target: &BrokerTarget) -> Result<Self, DialSetupError> {
         let address = format!("{}:{}", target.host, target.port);
         let tls = match &target.tls_ca_file {
             None => None,
             Some(path) => Some(tls_connector(path, &target.host)?),
         };
-        Ok(Dialer { address, tls })
+        let websocket = match target.transport {
+            Transport::Tcp => None,
+            Transport::WebSocket => Some(websocket::Upgrade::new(target)?),
+        };
+        Ok(Dialer {
+            address,
+            tls,
+            websocket,
+        })
     }
 
     /// The `host:port` dialled.
@@ -72,18 +100,26 @@ impl Dialer {
     }
 
     /// Opens one connection with Nagle off (small MQTT packets must not wait for ACKs).
+    ///
+    /// Writers of WebSocket connections (and of TLS ones) may keep the last bytes written
+    /// when the socket is full: flush before waiting for the broker's answer.
     pub async fn dial(&self) -> io::Result<(ReadHalf, WriteHalf)> {
         let stream = TcpStream::connect(&self.address).await?;
         stream.set_nodelay(true)?;
-        match &self.tls {
-            None => {
+        match (&self.tls, &self.websocket) {
+            (None, None) => {
                 let (read, write) = stream.into_split();
                 Ok((Box::pin(read), Box::pin(write)))
             }
-            Some((connector, name)) => {
+            (Some((connector, name)), None) => {
                 let tls = connector.connect(name.clone(), stream).await?;
                 let (read, write) = tokio::io::split(tls);
                 Ok((Box::pin(read), Box::pin(write)))
+            }
+            (None, Some(upgrade)) => upgrade.over(stream).await,
+            (Some((connector, name)), Some(upgrade)) => {
+                let tls = connector.connect(name.clone(), stream).await?;
+                upgrade.over(tls).await
             }
         }
     }
@@ -92,33 +128,33 @@ impl Dialer {
 fn tls_connector(
     path: &Path,
     host: &str,
-) -> Result<(TlsConnector, ServerName<'static>), TlsSetupError> {
+) -> Result<(TlsConnector, ServerName<'static>), DialSetupError> {
     let shown = path.display().to_string();
-    let pem = std::fs::read(path).map_err(|source| TlsSetupError::CaFile {
+    let pem = std::fs::read(path).map_err(|source| DialSetupError::CaFile {
         path: shown.clone(),
         source,
     })?;
     let mut roots = rustls::RootCertStore::empty();
     for certificate in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let certificate = certificate.map_err(|source| TlsSetupError::CaFile {
+        let certificate = certificate.map_err(|source| DialSetupError::CaFile {
             path: shown.clone(),
             source,
         })?;
         roots
             .add(certificate)
-            .map_err(|e| TlsSetupError::Rustls(e.to_string()))?;
+            .map_err(|e| DialSetupError::Rustls(e.to_string()))?;
     }
     if roots.is_empty() {
-        return Err(TlsSetupError::NoCertificate { path: shown });
+        return Err(DialSetupError::NoCertificate { path: shown });
     }
     // ring everywhere: mixing rustls crypto providers in one process panics.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsSetupError::Rustls(e.to_string()))?
+        .map_err(|e| DialSetupError::Rustls(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     let name = ServerName::try_from(host.to_string())
-        .map_err(|e| TlsSetupError::Rustls(format!("host {host:?}: {e}")))?;
+        .map_err(|e| DialSetupError::Rustls(format!("host {host:?}: {e}")))?;
     Ok((TlsConnector::from(Arc::new(config)), name))
 }
