@@ -105,6 +105,10 @@ pub struct BrokerOptions {
     /// How long a start may take before it counts as failed. `None` means the driver's
     /// default (10 s for Mosquitto and embedded, 60 s for the JVM and Erlang brokers).
     pub start_deadline: Option<Duration>,
+    /// A second listener speaking MQTT over WebSocket (browsers, many gateways) on this
+    /// port, beside the MQTT one; 0 lets the agent pick a free one (a kubernetes broker's
+    /// default NodePort for it). `None`: no WebSocket listener.
+    pub websocket_port: Option<u16>,
 }
 
 /// Queue limit used unless [`BrokerOptions::max_queued_messages`] is set: high enough that a
@@ -142,6 +146,44 @@ impl BrokerSpec {
                 "options.start_deadline",
                 format!("{deadline:?}"),
                 format!("must be above 0 and at most {MAX_START_DEADLINE:?}"),
+            ));
+        }
+        let websocket_refused = match self.kind {
+            BrokerKind::Embedded => Some(
+                "the embedded broker serves no WebSocket (rumqttd's websocket listener is not built in)",
+            ),
+            BrokerKind::External { .. } => Some("an external broker's listeners are its own"),
+            BrokerKind::Forward { .. } => Some("a forwarding hop relays one port"),
+            BrokerKind::Native { .. } | BrokerKind::Kubernetes { .. } => None,
+        };
+        if let (Some(port), Some(reason)) = (self.options.websocket_port, websocket_refused) {
+            return Err(InvalidSpec::new("options.websocket_port", port, reason));
+        }
+        if let (BrokerKind::Kubernetes { node_port, .. }, Some(ws)) =
+            (&self.kind, self.options.websocket_port)
+            && ws != 0
+            && (!NODE_PORTS.contains(&ws) || Some(ws) == *node_port)
+        {
+            return Err(InvalidSpec::new(
+                "options.websocket_port",
+                ws,
+                format!(
+                    "is a kubernetes broker's WebSocket NodePort: it must be in {}-{} and \
+                     differ from its MQTT NodePort",
+                    NODE_PORTS.start(),
+                    NODE_PORTS.end()
+                ),
+            ));
+        }
+        if self
+            .options
+            .websocket_port
+            .is_some_and(|ws| ws != 0 && ws == self.port)
+        {
+            return Err(InvalidSpec::new(
+                "options.websocket_port",
+                self.port,
+                "is the MQTT port; the WebSocket listener needs a port of its own",
             ));
         }
         if self.options.max_queued_messages == Some(0) {
@@ -338,6 +380,27 @@ mod tests {
                 .to_string()
                 .starts_with("kind.address")
         );
+    }
+
+    #[test]
+    fn a_websocket_listener_is_asked_only_of_brokers_that_can_open_one() {
+        let mut embedded = spec("a");
+        embedded.options.websocket_port = Some(0);
+        let error = embedded.validate().unwrap_err().to_string();
+        assert!(
+            error.starts_with("options.websocket_port: \"0\" the embedded broker"),
+            "{error}"
+        );
+        let mut native = spec("a");
+        native.kind = BrokerKind::Native {
+            product: Product::Mosquitto,
+        };
+        native.options.websocket_port = Some(0);
+        assert_eq!(native.validate(), Ok(()));
+        native.port = 1883;
+        native.options.websocket_port = Some(1883);
+        let error = native.validate().unwrap_err().to_string();
+        assert!(error.contains("is the MQTT port"), "{error}");
     }
 
     fn kubernetes(name: &str, node: &str, namespace: &str, node_port: Option<u16>) -> BrokerSpec {

@@ -143,6 +143,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "cookie-1",
+            websocket: None,
         };
         let ports = PrivatePorts {
             dashboard: 40001,

@@ -201,6 +201,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "m",
+            websocket: None,
         };
         let plan = native(Path::new("/opt/hivemq/bin/run.sh"), &instance);
         assert_eq!(plan.main.program, Path::new("java"));

@@ -63,6 +63,33 @@ pub struct Instance<'a> {
     pub options: &'a BrokerOptions,
     /// A per-instance secret (the agent passes its process marker), e.g. an Erlang cookie.
     pub secret: &'a str,
+    /// Its MQTT-over-WebSocket listener, when the spec asks for one (products whose
+    /// [`websocket_path`] is known only).
+    pub websocket: Option<WebSocketListen<'a>>,
+}
+
+/// Where a native instance's WebSocket listener binds, as its driver resolved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebSocketListen<'a> {
+    /// The address, port resolved.
+    pub address: SocketAddr,
+    /// The network interface holding that address; `None` when it is every interface
+    /// (Mosquitto 2.0.11 binds a websockets listener by interface name only: given an IP
+    /// address it refuses to start).
+    pub interface: Option<&'a str>,
+}
+
+/// The request path on which `product`'s recipe serves MQTT over WebSocket, or why it
+/// opens no WebSocket listener.
+pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
+    match product {
+        Product::Mosquitto => Ok(mosquitto::WEBSOCKET_PATH),
+        Product::RabbitMq => Ok(rabbitmq::WEBSOCKET_PATH),
+        Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
+            "its recipe opens no WebSocket listener yet (the product serves one; \
+             Mosquitto and RabbitMQ do here)",
+        ),
+    }
 }
 
 /// A process started before the broker, which must listen before the broker starts.
@@ -257,6 +284,7 @@ mod tests {
             max_inflight_messages: Some(64),
             max_queued_messages: Some(5000),
             start_deadline: None,
+            websocket_port: None,
         };
         let text = |product| {
             pod(product, &options)

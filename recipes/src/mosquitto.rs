@@ -22,6 +22,12 @@ pub const START_DEADLINE: Duration = Duration::from_secs(10);
 /// explicitly in the agent's configs so they state what the benchmark ran with.
 pub const DEFAULT_MAX_INFLIGHT: u16 = 20;
 
+/// Mosquitto's websockets listener serves every request path; this is the one clients use.
+pub const WEBSOCKET_PATH: &str = "/mqtt";
+
+/// The WebSocket port inside the pod (the image's documented one).
+pub const POD_WEBSOCKET_PORT: u16 = 9001;
+
 /// The config file's name in the instance's directory.
 pub const CONFIG_FILE: &str = "mosquitto.conf";
 
@@ -62,6 +68,9 @@ pub struct Config {
     pub max_packet_size: Option<u32>,
     /// Raw lines appended at the end (after the listener, so listener options apply to it).
     pub extra: Vec<String>,
+    /// A second listener, after `extra`, speaking MQTT over WebSocket: its port and the
+    /// interface it binds (every interface when `None`; 2.0.11 takes no IP address here).
+    pub websocket: Option<(u16, Option<String>)>,
 }
 
 impl Config {
@@ -79,6 +88,7 @@ impl Config {
             max_inflight_messages: Some(u32::from(inflight)),
             max_packet_size: None,
             extra: Vec::new(),
+            websocket: None,
         }
     }
 
@@ -120,6 +130,13 @@ impl Config {
             .map(str::to_owned),
         );
         lines.extend(self.extra.iter().cloned());
+        if let Some((port, interface)) = &self.websocket {
+            lines.push(match interface {
+                Some(interface) => format!("listener {port} {interface}"),
+                None => format!("listener {port}"),
+            });
+            lines.push("protocol websockets".to_owned());
+        }
         lines.push(String::new());
         lines.join("\n")
     }
@@ -135,11 +152,14 @@ pub fn command(program: &Path, config: &Path) -> CommandLine {
 /// The plan for one native instance of `program`.
 pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
     let config_path = instance.dir.join(CONFIG_FILE);
-    let config = Config::benchmark(
+    let mut config = Config::benchmark(
         instance.options,
         instance.listen.port(),
         Some(instance.listen.ip()),
     );
+    config.websocket = instance
+        .websocket
+        .map(|listen| (listen.address.port(), listen.interface.map(str::to_owned)));
     NativePlan {
         files: vec![(config_path.clone(), config.render())],
         main_process_names: PROCESS_NAMES,
@@ -154,7 +174,13 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
 
 /// The pod: [`IMAGE`] with the same config, listening on every interface of the pod.
 pub fn pod(options: &BrokerOptions) -> Pod {
-    let config = Config::benchmark(options, MQTT_PORT, None).render();
+    let mut config = Config::benchmark(options, MQTT_PORT, None);
+    let mut ports = vec![("mqtt", MQTT_PORT)];
+    if options.websocket_port.is_some() {
+        config.websocket = Some((POD_WEBSOCKET_PORT, None));
+        ports.push(("ws", POD_WEBSOCKET_PORT));
+    }
+    let config = config.render();
     Pod {
         image: IMAGE,
         provenance: PROVENANCE,
@@ -162,7 +188,7 @@ pub fn pod(options: &BrokerOptions) -> Pod {
         config: data([(CONFIG_FILE, config)]),
         config_use: ConfigUse::Files(vec![(CONFIG_FILE, "/mosquitto/config/mosquitto.conf")]),
         env: Vec::new(),
-        ports: vec![("mqtt", MQTT_PORT)],
+        ports,
         // Mosquitto has no health endpoint; an exec probe would cost CPU mid-benchmark.
         readiness: Readiness::MqttPort,
         cpu_request: "100m",
@@ -174,6 +200,7 @@ pub fn pod(options: &BrokerOptions) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::WebSocketListen;
 
     fn render_config(options: &BrokerOptions, bind: IpAddr, port: u16) -> String {
         Config::benchmark(options, port, Some(bind)).render()
@@ -206,6 +233,7 @@ mod tests {
             max_inflight_messages: Some(5),
             max_queued_messages: Some(10),
             start_deadline: None,
+            websocket_port: None,
         };
         let config = render_config(&options, "::".parse().unwrap(), 1883);
         assert!(config.contains("\nlistener 1883 ::\n"));
@@ -222,6 +250,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "m",
+            websocket: None,
         };
         let plan = native(Path::new("/usr/sbin/mosquitto"), &instance);
         assert_eq!(plan.main.args, ["-c", "/state/mosq/mosquitto.conf"]);
@@ -231,5 +260,45 @@ mod tests {
         assert_eq!(plan.stop, None);
         assert_eq!(plan.ready_deadline, START_DEADLINE);
         assert_eq!(plan.main_process_names, ["mosquitto"]);
+    }
+
+    #[test]
+    fn a_websocket_listener_follows_the_mqtt_one_bound_by_interface() {
+        let options = BrokerOptions::default();
+        let instance = Instance {
+            name: "mosq",
+            dir: Path::new("/state/mosq"),
+            listen: "127.0.0.1:4242".parse().unwrap(),
+            options: &options,
+            secret: "m",
+            websocket: Some(WebSocketListen {
+                address: "127.0.0.1:4243".parse().unwrap(),
+                interface: Some("lo"),
+            }),
+        };
+        let plan = native(Path::new("/usr/sbin/mosquitto"), &instance);
+        let config = &plan.files[0].1;
+        assert!(
+            config.ends_with("\nlistener 4243 lo\nprotocol websockets\n"),
+            "{config}"
+        );
+        assert!(config.contains("\nlistener 4242 127.0.0.1\n"), "{config}");
+
+        let without = pod(&options);
+        assert_eq!(without.ports, [("mqtt", MQTT_PORT)]);
+        assert!(!without.config[CONFIG_FILE].contains("websockets"));
+        let with = pod(&BrokerOptions {
+            websocket_port: Some(0),
+            ..BrokerOptions::default()
+        });
+        assert_eq!(
+            with.ports,
+            [("mqtt", MQTT_PORT), ("ws", POD_WEBSOCKET_PORT)]
+        );
+        assert!(
+            with.config[CONFIG_FILE].ends_with("\nlistener 9001\nprotocol websockets\n"),
+            "{}",
+            with.config[CONFIG_FILE]
+        );
     }
 }

@@ -54,6 +54,22 @@ pub const PROVENANCE: &str = "The study deployed rabbitmq:3.11 (a moving tag) wi
 /// The pod's memory limit, MiB; RabbitMQ is told it (it does not see the cgroup's).
 const POD_MEMORY_LIMIT_MIB: u64 = 4096;
 
+/// The path on which the web-mqtt plugin serves MQTT over WebSocket.
+pub const WEBSOCKET_PATH: &str = "/ws";
+
+/// The web-mqtt plugin's port inside the pod (its default).
+pub const POD_WEBSOCKET_PORT: u16 = 15675;
+
+/// The plugins of a node that also serves MQTT over WebSocket.
+const PLUGINS_WITH_WEBSOCKET: &str = "rabbitmq_mqtt,rabbitmq_web_mqtt";
+
+/// The web-mqtt listener's lines of `rabbitmq.conf`: at `listen`, or on every interface at
+/// `port` when `ip` is `None` (a pod).
+fn web_mqtt_config(ip: Option<std::net::IpAddr>, port: u16) -> String {
+    let ip = ip.map_or_else(String::new, |ip| format!("web_mqtt.tcp.ip = {ip}\n"));
+    format!("# MQTT over WebSocket (path {WEBSOCKET_PATH}).\n{ip}web_mqtt.tcp.port = {port}\n")
+}
+
 /// The private loopback ports of one node, besides its MQTT listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrivatePorts {
@@ -239,8 +255,26 @@ pub fn native(programs: &Programs, instance: &Instance<'_>, ports: PrivatePorts)
             instance.options.max_inflight_messages,
         )
         .into_iter()
+        .map(|(name, text)| match (name, instance.websocket) {
+            ("rabbitmq.conf", Some(ws)) => {
+                let web = web_mqtt_config(Some(ws.address.ip()), ws.address.port());
+                (name, format!("{text}{web}"))
+            }
+            ("enabled_plugins", Some(_)) => (name, format!("[{PLUGINS_WITH_WEBSOCKET}].\n")),
+            _ => (name, text),
+        })
         .map(|(name, text)| (instance.dir.join(name), text))
         .collect();
+    let mut main = node.server(&programs.server);
+    if instance.websocket.is_some() {
+        // The variable overrides the plugins file.
+        main.env
+            .retain(|(name, _)| name != "RABBITMQ_ENABLED_PLUGINS");
+        main.env.push((
+            "RABBITMQ_ENABLED_PLUGINS".to_owned(),
+            PLUGINS_WITH_WEBSOCKET.to_owned(),
+        ));
+    }
     NativePlan {
         files,
         private_files: Vec::new(),
@@ -250,7 +284,7 @@ pub fn native(programs: &Programs, instance: &Instance<'_>, ports: PrivatePorts)
             command: node.epmd(&programs.epmd),
             listens_on: node.epmd_address(),
         }],
-        main: node.server(&programs.server),
+        main,
         stop: Some(node.ctl(&programs.ctl, &["stop"])),
         ready_deadline: instance.options.start_deadline_or(START_DEADLINE),
         // The start script waits on the Erlang VM, which does the work.
@@ -268,29 +302,31 @@ pub fn pod(options: &BrokerOptions) -> Pod {
          total_memory_available_override_value = {}\n",
         POD_MEMORY_LIMIT_MIB * 1024 * 1024 / 5 * 4
     );
-    let config = config(
+    let websocket = options.websocket_port.is_some();
+    let mut config = config(
         WRITTEN_BY_AGENT,
         &MQTT_PORT.to_string(),
         &extra,
         options.max_inflight_messages,
     );
+    let mut plugins = "[rabbitmq_prometheus,rabbitmq_mqtt].\n".to_owned();
+    let mut ports = vec![("mqtt", MQTT_PORT)];
+    if websocket {
+        config.push_str(&web_mqtt_config(None, POD_WEBSOCKET_PORT));
+        plugins = "[rabbitmq_prometheus,rabbitmq_mqtt,rabbitmq_web_mqtt].\n".to_owned();
+        ports.push(("ws", POD_WEBSOCKET_PORT));
+    }
     Pod {
         image: IMAGE,
         provenance: PROVENANCE,
         default_node_port: 31885,
-        config: crate::data([
-            ("rabbitmq.conf", config),
-            (
-                "enabled_plugins",
-                "[rabbitmq_prometheus,rabbitmq_mqtt].\n".to_owned(),
-            ),
-        ]),
+        config: crate::data([("rabbitmq.conf", config), ("enabled_plugins", plugins)]),
         config_use: ConfigUse::Files(vec![
             ("rabbitmq.conf", "/etc/rabbitmq/conf.d/90-continuum.conf"),
             ("enabled_plugins", "/etc/rabbitmq/enabled_plugins"),
         ]),
         env: Vec::new(),
-        ports: vec![("mqtt", MQTT_PORT)],
+        ports,
         // The MQTT listener opens once the plugin runs. rabbitmq-diagnostics, the product's
         // check, boots an Erlang VM per probe: too costly during a benchmark.
         readiness: Readiness::MqttPort,
@@ -316,6 +352,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options,
             secret: "m",
+            websocket: None,
         };
         let ports = PrivatePorts {
             amqp: 40001,
@@ -323,6 +360,67 @@ mod tests {
             epmd: 40003,
         };
         native(&programs, &instance, ports)
+    }
+
+    #[test]
+    fn a_websocket_listener_is_the_web_mqtt_plugin_on_its_own_port() {
+        let options = BrokerOptions::default();
+        let instance = Instance {
+            name: "rabbit",
+            dir: Path::new("/state/rabbit"),
+            listen: "127.0.0.1:1883".parse().unwrap(),
+            options: &options,
+            secret: "m",
+            websocket: Some(crate::WebSocketListen {
+                address: "127.0.0.1:1884".parse().unwrap(),
+                interface: Some("lo"),
+            }),
+        };
+        let programs = Programs {
+            server: "/bin/sh".into(),
+            ctl: "/bin/true".into(),
+            epmd: "/bin/cat".into(),
+        };
+        let ports = PrivatePorts {
+            amqp: 40001,
+            dist: 40002,
+            epmd: 40003,
+        };
+        let plan = native(&programs, &instance, ports);
+        let file = |name: &str| {
+            plan.files
+                .iter()
+                .find(|(path, _)| path.ends_with(name))
+                .map(|(_, text)| text.clone())
+                .unwrap_or_default()
+        };
+        let config = file("rabbitmq.conf");
+        assert!(config.contains("\nweb_mqtt.tcp.ip = 127.0.0.1\nweb_mqtt.tcp.port = 1884\n"));
+        assert!(config.contains("\nmqtt.listeners.tcp.default = 127.0.0.1:1883\n"));
+        assert_eq!(
+            file("enabled_plugins"),
+            "[rabbitmq_mqtt,rabbitmq_web_mqtt].\n"
+        );
+        assert_eq!(
+            plan.main.env_value("RABBITMQ_ENABLED_PLUGINS"),
+            Some("rabbitmq_mqtt,rabbitmq_web_mqtt")
+        );
+        let without = context_plan(&options, Path::new("/state/rabbit"));
+        assert!(
+            !without
+                .files
+                .iter()
+                .any(|(_, text)| text.contains("web_mqtt"))
+        );
+
+        let pod = pod(&BrokerOptions {
+            websocket_port: Some(0),
+            ..BrokerOptions::default()
+        });
+        assert_eq!(pod.ports, [("mqtt", MQTT_PORT), ("ws", POD_WEBSOCKET_PORT)]);
+        assert!(pod.config["rabbitmq.conf"].contains("\nweb_mqtt.tcp.port = 15675\n"));
+        assert!(!pod.config["rabbitmq.conf"].contains("web_mqtt.tcp.ip"));
+        assert!(pod.config["enabled_plugins"].contains("rabbitmq_web_mqtt"));
     }
 
     #[test]

@@ -186,6 +186,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "cookie-1",
+            websocket: None,
         };
         let plan = native(Path::new("/bin/true"), &instance);
         let args = plan.main.args.join(" ");

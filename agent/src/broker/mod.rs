@@ -15,7 +15,8 @@
 //! - (in `domain::broker`): the [`BrokerSpec`] a request carries, and its validation.
 //! - `ports.rs`: checking, choosing and reserving a broker's port.
 //! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to ([`ErrorCode`]).
-//! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline.
+//! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline;
+//!   `websocket_probe.rs` the same inside a WebSocket upgrade.
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
 //! - `install.rs`: [`InstallPaths`], where product executables are looked for.
 //! - (in `recipes`, shared with the tests crate): each product's settings, command line,
@@ -42,6 +43,7 @@ mod readiness;
 mod registry;
 #[cfg(test)]
 mod test_support;
+mod websocket_probe;
 
 use domain::BrokerSpec;
 use std::future::Future;
@@ -80,6 +82,10 @@ pub trait BrokerDriver: Send + Sync + std::fmt::Debug {
 pub trait RunningBroker: Send + std::fmt::Debug {
     /// The address its MQTT listener is bound to (port resolved).
     fn address(&self) -> SocketAddr;
+    /// Where clients reach its MQTT-over-WebSocket listener, when the spec asked for one.
+    fn websocket_address(&self) -> Option<SocketAddr> {
+        None
+    }
     /// The PID whose CPU and memory are the broker's: the broker process (the Erlang VM or
     /// the JVM under a start script) for native brokers, the agent's own for the embedded
     /// one, none for an external one or a pod.
@@ -138,6 +144,8 @@ pub struct BrokerStatus {
     pub state: BrokerState,
     /// Where clients connect, once known (not while a start on port 0 is in progress).
     pub address: Option<SocketAddr>,
+    /// Where WebSocket clients connect, when the broker has such a listener.
+    pub websocket_address: Option<SocketAddr>,
     /// The PID to watch, while it runs.
     pub pid: Option<u32>,
     /// Human-readable details.

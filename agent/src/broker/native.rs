@@ -21,12 +21,13 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address, free_loopback_ports};
 use super::readiness::wait_ready;
+use super::websocket_probe;
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
 use crate::new_marker;
 use domain::{BrokerKind, BrokerSpec, Product};
 use host::Marker;
 use host::{Account, CommandLine, GroupChild, log_tail, run_bounded};
-use recipes::{Instance, NativePlan, rabbitmq};
+use recipes::{Instance, NativePlan, WebSocketListen, rabbitmq};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.
@@ -61,6 +62,20 @@ pub struct PlanContext<'a> {
     /// A random per-instance secret (an Erlang cookie): not derived from the process marker,
     /// which anyone on the host can read in the processes' environment.
     pub secret: &'a str,
+    /// The WebSocket listener, port resolved, when the spec asks for one.
+    pub websocket: Option<WebSocketPlace<'a>>,
+}
+
+/// Where a WebSocket listener goes: its address, the interface holding it (`None` for
+/// every interface) and the path clients ask for.
+#[derive(Debug, Clone, Copy)]
+pub struct WebSocketPlace<'a> {
+    /// Bind address, port resolved.
+    pub address: SocketAddr,
+    /// The interface holding the address.
+    pub interface: Option<&'a str>,
+    /// The request path of the product's listener.
+    pub path: &'static str,
 }
 
 impl PlanContext<'_> {
@@ -68,6 +83,23 @@ impl PlanContext<'_> {
     pub fn listen(&self) -> SocketAddr {
         self.spec.listen_address(self.port)
     }
+}
+
+/// The interface holding `bind`, for a product that binds a listener by interface name;
+/// `None` when `bind` is every interface. Err when no interface of this node holds it.
+fn interface_of(bind: std::net::IpAddr) -> Result<Option<String>, BrokerError> {
+    if bind.is_unspecified() {
+        return Ok(None);
+    }
+    crate::netem::interfaces::holding(bind)
+        .map(Some)
+        .ok_or_else(|| {
+            BrokerError::invalid(
+                "bind",
+                bind,
+                "is held by no interface of this node, so no WebSocket listener can bind it",
+            )
+        })
 }
 
 /// The driver for installed products.
@@ -123,14 +155,41 @@ impl NativeDriver {
         spec: &BrokerSpec,
         product: Product,
     ) -> Result<NativeBroker, BrokerError> {
+        // A listener the recipe cannot open is refused whether or not the product is here.
+        let websocket_path = match spec.options.websocket_port {
+            None => None,
+            Some(port) => Some(recipes::websocket_path(product).map_err(|reason| {
+                BrokerError::invalid(
+                    "options.websocket_port",
+                    port,
+                    format!("{product}: {reason}"),
+                )
+            })?),
+        };
         self.install.check(product)?;
-        let attempts = if spec.port == 0 { START_ATTEMPTS } else { 1 };
+        let interface = match websocket_path {
+            Some(_) => interface_of(spec.bind)?,
+            None => None,
+        };
+        let any_port = spec.port == 0 || spec.options.websocket_port == Some(0);
+        let attempts = if any_port { START_ATTEMPTS } else { 1 };
         let mut attempt = 0;
         loop {
             attempt += 1;
             // Held until this attempt is over: by then the broker holds the port.
             let claim = claim_port(spec.bind, spec.port)?;
             let port = claim.port();
+            let websocket_claim = match (websocket_path, spec.options.websocket_port) {
+                (Some(_), Some(ws)) => Some(claim_port(spec.bind, ws)?),
+                _ => None,
+            };
+            let websocket = websocket_path
+                .zip(websocket_claim.as_ref())
+                .map(|(path, claim)| WebSocketPlace {
+                    address: SocketAddr::new(spec.bind, claim.port()),
+                    interface: interface.as_deref(),
+                    path,
+                });
             let dir = self.fresh_dir(&spec.name)?;
             let marker = new_marker(&spec.name);
             let secret = host::secret::random_hex(32)
@@ -140,6 +199,7 @@ impl NativeDriver {
                 dir: &dir,
                 port,
                 secret: &secret,
+                websocket,
             };
             let plan = plan(product, &self.install, &context)?;
             match launch(&context, product, plan, marker).await {
@@ -179,6 +239,10 @@ fn plan(
         listen: context.listen(),
         options: &context.spec.options,
         secret: context.secret,
+        websocket: context.websocket.map(|place| WebSocketListen {
+            address: place.address,
+            interface: place.interface,
+        }),
     };
     let locate = |candidates: &[PathBuf]| InstallPaths::locate(product, candidates);
     Ok(match product {
@@ -330,6 +394,7 @@ async fn launch(
         name: spec.name.clone(),
         product,
         listen: context.listen(),
+        websocket: context.websocket.map(|place| (place.address, place.path)),
         main: None,
         helpers: Vec::new(),
         marker,
@@ -407,6 +472,26 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
             log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
         });
     }
+    if let Some((address, path)) = broker.websocket {
+        // RabbitMQ's web-mqtt plugin starts after its MQTT listener: waited for the same.
+        let probe_at = connect_address(address);
+        let mut main = broker.main.as_mut();
+        let ready = websocket_probe::wait_ready(probe_at, path, plan.ready_deadline, || {
+            main.as_mut().and_then(|main| main.exited()).map(|status| {
+                format!("{product} exited ({status}) before its WebSocket listener answered")
+            })
+        })
+        .await;
+        if let Err(reason) = ready {
+            return Err(BrokerError::NotReady {
+                name: broker.name.clone(),
+                address: probe_at,
+                deadline: plan.ready_deadline,
+                reason: format!("its WebSocket listener (path {path}): {reason}"),
+                log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
+            });
+        }
+    }
     if let Some(pid) = broker.marker.find_process_named(plan.main_process_names) {
         broker.pid = pid;
     }
@@ -438,6 +523,8 @@ pub struct NativeBroker {
     name: String,
     product: Product,
     listen: SocketAddr,
+    /// The WebSocket listener's address and path, when it has one.
+    websocket: Option<(SocketAddr, &'static str)>,
     main: Option<GroupChild>,
     helpers: Vec<GroupChild>,
     marker: Marker,
@@ -489,6 +576,10 @@ impl NativeBroker {
 impl RunningBroker for NativeBroker {
     fn address(&self) -> SocketAddr {
         self.listen
+    }
+
+    fn websocket_address(&self) -> Option<SocketAddr> {
+        self.websocket.map(|(address, _)| connect_address(address))
     }
 
     fn pid(&self) -> Option<u32> {

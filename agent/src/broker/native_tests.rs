@@ -188,6 +188,74 @@ async fn a_real_mosquitto_starts_answers_and_stops_without_leftovers() {
     assert_eq!(tagged_processes("mosq"), Vec::<u32>::new());
 }
 
+/// `product` on loopback with a WebSocket listener beside its MQTT one: both answer CONNECT
+/// (the WebSocket one inside an upgrade asking for `mqtt`), on distinct ports.
+async fn a_websocket_listener_answers_mqtt(product: Product, deadline: Duration) {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, product) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let mut spec = loopback_spec("ws", BrokerKind::Native { product });
+    spec.options.websocket_port = Some(0);
+    let broker = tokio::time::timeout(deadline, driver.start(&spec))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let websocket = broker.websocket_address().expect("a WebSocket address");
+    assert_ne!(websocket.port(), 0);
+    assert_ne!(websocket.port(), broker.address().port());
+    assert!(websocket.ip().is_loopback(), "{websocket}");
+    probe(broker.address(), PROBE_TIMEOUT).await.unwrap();
+    let path = recipes::websocket_path(product).unwrap();
+    websocket_probe::probe(websocket, path, PROBE_TIMEOUT)
+        .await
+        .unwrap();
+    tokio::time::timeout(deadline, broker.stop())
+        .await
+        .expect("stop is bounded")
+        .unwrap();
+    assert!(
+        websocket_probe::probe(websocket, path, PROBE_TIMEOUT)
+            .await
+            .is_err()
+    );
+    assert_eq!(tagged_processes("ws"), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_real_mosquitto_opens_a_websocket_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::Mosquitto, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_real_rabbitmq_opens_its_web_mqtt_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::RabbitMq, Duration::from_secs(90)).await;
+}
+
+#[tokio::test]
+async fn a_websocket_listener_a_recipe_cannot_open_is_refused_before_anything_starts() {
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(InstallPaths::default(), state.path().to_owned());
+    let mut spec = loopback_spec(
+        "emqx",
+        BrokerKind::Native {
+            product: Product::Emqx,
+        },
+    );
+    spec.options.websocket_port = Some(0);
+    let error = driver.start(&spec).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("options.websocket_port: \"0\" emqx: "),
+        "{error}"
+    );
+    assert!(!state.path().join("emqx").exists());
+}
+
 #[tokio::test]
 async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
     let install = InstallPaths::default();
@@ -299,6 +367,7 @@ async fn vernemq_runs_on_its_random_cookie_not_the_installed_one() {
         listen: "127.0.0.1:1883".parse().unwrap(),
         options: &options,
         secret: &secret,
+        websocket: None,
     };
     let plan = recipes::vernemq::native(Path::new("/usr/sbin/vernemq"), &instance);
     // No VerneMQ user here: `nobody` stands in for it, so the switch and the ownership are real.

@@ -130,14 +130,14 @@ pub async fn wait_ready(
 
 /// A client id of at most 23 characters (the length every 3.1.1 broker must accept),
 /// distinct per probe so two probes never take over each other's session.
-fn probe_client_id() -> String {
+pub(super) fn probe_client_id() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed) % 1_000_000;
     format!("ct-probe-{}-{n}", std::process::id() % 10_000_000)
 }
 
 /// CONNECT, MQTT 3.1.1, clean session, no will, no credentials.
-fn connect_packet(client_id: &str) -> Vec<u8> {
+pub(super) fn connect_packet(client_id: &str) -> Vec<u8> {
     // The id is ASCII and at most 23 bytes, so its length fits one byte of the u16.
     let id = client_id.as_bytes();
     let id_len = u16::try_from(id.len()).unwrap_or(u16::MAX);

@@ -149,6 +149,7 @@ impl Brokers {
             name: spec.name.clone(),
             state: BrokerState::Starting,
             address: (spec.port != 0).then(|| spec.listen_address(spec.port)),
+            websocket_address: None,
             pid: None,
             detail: spec.summary(),
         });
@@ -164,6 +165,7 @@ impl Brokers {
                     name: spec.name.clone(),
                     state: BrokerState::Failed(error.to_string()),
                     address: None,
+                    websocket_address: None,
                     pid: None,
                     detail: spec.summary(),
                 });
@@ -181,6 +183,7 @@ impl Brokers {
                 name: name.to_owned(),
                 state: BrokerState::Stopped,
                 address: None,
+                websocket_address: None,
                 pid: None,
                 detail: "no broker of this name was started by this agent".to_owned(),
             });
@@ -194,11 +197,13 @@ impl Brokers {
             return Ok(status);
         };
         let address = Some(current.broker.address());
+        let websocket_address = current.broker.websocket_address();
         let detail = current.broker.detail();
         slot.show(BrokerStatus {
             name: name.to_owned(),
             state: BrokerState::Stopping,
             address,
+            websocket_address,
             pid: current.broker.pid(),
             detail: detail.clone(),
         });
@@ -211,6 +216,7 @@ impl Brokers {
             name: name.to_owned(),
             state,
             address,
+            websocket_address,
             pid: None,
             detail,
         };
@@ -314,6 +320,7 @@ impl Brokers {
                     name: name.to_owned(),
                     state: BrokerState::Stopped,
                     address: None,
+                    websocket_address: None,
                     pid: None,
                     detail: String::new(),
                 }),
@@ -329,6 +336,7 @@ fn status_of(name: &str, state: BrokerState, broker: &dyn RunningBroker) -> Brok
         name: name.to_owned(),
         state,
         address: Some(broker.address()),
+        websocket_address: broker.websocket_address(),
         pid: if running { broker.pid() } else { None },
         detail: broker.detail(),
     }

@@ -147,6 +147,10 @@ pub(crate) fn status_to_message(status: &BrokerStatus) -> pb::BrokerStatus {
         name: status.name.clone(),
         state: state.into(),
         address: status.address.map(|a| a.to_string()).unwrap_or_default(),
+        websocket_address: status
+            .websocket_address
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
         pid: status.pid.unwrap_or(0),
         detail,
     }

@@ -13,7 +13,8 @@ use super::{ConversionError, enumeration, field, required};
 use crate::agent::v1 as pb;
 
 /// The option keys a `BrokerSpec` message may carry.
-const OPTION_KEYS: &str = "max_inflight_messages, max_queued_messages, start_deadline";
+const OPTION_KEYS: &str =
+    "max_inflight_messages, max_queued_messages, start_deadline, websocket_port";
 
 impl From<Product> for pb::Product {
     fn from(product: Product) -> Self {
@@ -163,6 +164,9 @@ fn options(
                     humantime::parse_duration(value).map_err(|e| invalid(e.to_string()))?;
                 options.start_deadline = Some(deadline);
             }
+            "websocket_port" => {
+                options.websocket_port = Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
+            }
             _ => return Err(invalid(format!("unknown option ({OPTION_KEYS})"))),
         }
     }
@@ -219,6 +223,9 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
                 "start_deadline".to_owned(),
                 humantime::format_duration(deadline).to_string(),
             );
+        }
+        if let Some(port) = spec.options.websocket_port {
+            options.insert("websocket_port".to_owned(), port.to_string());
         }
         pb::BrokerSpec {
             name: spec.name.clone(),

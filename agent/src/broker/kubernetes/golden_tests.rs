@@ -321,3 +321,63 @@ fn the_manifests_follow_the_spec() {
     };
     assert!(Manifests::of(&native).is_err());
 }
+
+#[test]
+fn a_websocket_listener_is_a_second_container_and_service_port() {
+    let mut spec = golden_spec(Product::Mosquitto);
+    spec.options.websocket_port = Some(0);
+    spec.validate().unwrap();
+    let manifests = Manifests::of(&spec).unwrap();
+    // 500 above the MQTT NodePort unless the spec names one.
+    assert_eq!(manifests.websocket, Some((32383, "/mqtt")));
+    let ports = manifests
+        .service
+        .spec
+        .as_ref()
+        .unwrap()
+        .ports
+        .clone()
+        .unwrap();
+    let ws = ports
+        .iter()
+        .find(|p| p.name.as_deref() == Some("ws"))
+        .unwrap();
+    assert_eq!((ws.port, ws.node_port), (9001, Some(32383)));
+    let containers = &manifests
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers;
+    let container_ports = containers[0].ports.clone().unwrap();
+    assert!(
+        container_ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("ws") && p.container_port == 9001),
+        "{container_ports:?}"
+    );
+    let config = manifests.config.data.as_ref().unwrap();
+    assert!(config["mosquitto.conf"].ends_with("listener 9001\nprotocol websockets\n"));
+
+    let mut rabbit = golden_spec(Product::RabbitMq);
+    rabbit.options.websocket_port = Some(30999);
+    let manifests = Manifests::of(&rabbit).unwrap();
+    assert_eq!(manifests.websocket, Some((30999, "/ws")));
+
+    let mut emqx = golden_spec(Product::Emqx);
+    emqx.options.websocket_port = Some(0);
+    let error = Manifests::of(&emqx).unwrap_err().to_string();
+    assert!(
+        error.starts_with("options.websocket_port: \"0\" emqx: "),
+        "{error}"
+    );
+
+    let mut outside = golden_spec(Product::Mosquitto);
+    outside.options.websocket_port = Some(1884);
+    let error = outside.validate().unwrap_err().to_string();
+    assert!(error.contains("30000-32767"), "{error}");
+}

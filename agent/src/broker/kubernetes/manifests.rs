@@ -41,6 +41,10 @@ use recipes::{ConfigUse, MQTT_PORT, Pod, Readiness};
 /// The `app.kubernetes.io/managed-by` value of everything the agent applies.
 pub const MANAGED_BY: &str = "continuum";
 
+/// A WebSocket NodePort, unless the spec names one, is this far above the product's MQTT
+/// NodePort (31883 gives 32383): inside the default NodePort range, clear of the study's.
+const WEBSOCKET_NODE_PORT_OFFSET: u16 = 500;
+
 /// Readiness probe period: often enough to notice readiness within seconds, rare enough to
 /// cost nothing measurable during a test.
 const PROBE_PERIOD_SECONDS: i32 = 5;
@@ -58,6 +62,8 @@ pub struct Manifests {
     pub service: Service,
     /// That NodePort.
     pub node_port: u16,
+    /// The NodePort of its WebSocket listener and the path it serves, when it has one.
+    pub websocket: Option<(u16, &'static str)>,
     /// The pinned image.
     pub image: &'static str,
     /// The label selector of the broker's pods, as kubectl takes it (`k=v,k=v`).
@@ -84,6 +90,29 @@ impl Manifests {
         };
         let profile = recipes::pod(*product, &spec.options);
         let node_port = node_port.unwrap_or(profile.default_node_port);
+        let websocket = match spec.options.websocket_port {
+            None => None,
+            Some(port) => {
+                let path = recipes::websocket_path(*product).map_err(|reason| {
+                    BrokerError::invalid(
+                        "options.websocket_port",
+                        port,
+                        format!("{product}: {reason}"),
+                    )
+                })?;
+                let port = if port == 0 {
+                    profile.default_node_port + WEBSOCKET_NODE_PORT_OFFSET
+                } else {
+                    port
+                };
+                Some((port, path))
+            }
+        };
+        let pod_websocket_port = profile
+            .ports
+            .iter()
+            .find(|(name, _)| *name == "ws")
+            .map(|(_, port)| *port);
         let name = spec.name.as_str();
         let pod_labels = labels(*product, name);
         let mut labels = pod_labels.clone();
@@ -137,14 +166,29 @@ impl Manifests {
                     if *on_every_node { "Cluster" } else { "Local" }.into(),
                 ),
                 selector: Some(pod_labels.clone()),
-                ports: Some(vec![ServicePort {
-                    name: Some("mqtt".into()),
-                    protocol: Some("TCP".into()),
-                    port: i32::from(MQTT_PORT),
-                    target_port: Some(IntOrString::String("mqtt".into())),
-                    node_port: Some(i32::from(node_port)),
-                    ..ServicePort::default()
-                }]),
+                ports: Some(
+                    std::iter::once(ServicePort {
+                        name: Some("mqtt".into()),
+                        protocol: Some("TCP".into()),
+                        port: i32::from(MQTT_PORT),
+                        target_port: Some(IntOrString::String("mqtt".into())),
+                        node_port: Some(i32::from(node_port)),
+                        ..ServicePort::default()
+                    })
+                    .chain(
+                        websocket
+                            .zip(pod_websocket_port)
+                            .map(|((node_port, _), port)| ServicePort {
+                                name: Some("ws".into()),
+                                protocol: Some("TCP".into()),
+                                port: i32::from(port),
+                                target_port: Some(IntOrString::String("ws".into())),
+                                node_port: Some(i32::from(node_port)),
+                                ..ServicePort::default()
+                            }),
+                    )
+                    .collect(),
+                ),
                 ..ServiceSpec::default()
             }),
             status: None,
@@ -172,6 +216,7 @@ impl Manifests {
             deployment,
             service,
             node_port,
+            websocket,
             image: profile.image,
             selector: pod_labels
                 .iter()

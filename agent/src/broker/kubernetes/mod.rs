@@ -104,6 +104,24 @@ impl KubernetesDriver {
         if let Err(error) = target.roll_out(&manifests, address, end).await {
             return Err(applied.undo_after(error).await);
         }
+        let websocket = manifests
+            .websocket
+            .map(|(port, path)| (SocketAddr::new(address.ip(), port), path));
+        if let Some((websocket, path)) = websocket {
+            let remaining = end.saturating_duration_since(Instant::now());
+            let ready =
+                super::websocket_probe::wait_ready(websocket, path, remaining, || None).await;
+            if let Err(reason) = ready {
+                let error = BrokerError::NotReady {
+                    name: spec.name.clone(),
+                    address: websocket,
+                    deadline: spec.options.start_deadline_or(START_DEADLINE),
+                    reason: format!("its WebSocket listener (path {path}): {reason}"),
+                    log_tail: String::new(),
+                };
+                return Err(applied.undo_after(error).await);
+            }
+        }
         tracing::info!(broker = %spec.name, %product, %node, %address, "broker ready on Kubernetes");
         Ok(KubernetesBroker {
             name: spec.name.clone(),
@@ -112,6 +130,7 @@ impl KubernetesDriver {
             namespace: namespace.clone(),
             image: manifests.image,
             address,
+            websocket: websocket.map(|(address, _)| address),
             kubectl: self.kubectl.clone(),
             usage: PodUsage::new(
                 &spec.name,
@@ -342,6 +361,7 @@ pub struct KubernetesBroker {
     namespace: String,
     image: &'static str,
     address: SocketAddr,
+    websocket: Option<SocketAddr>,
     kubectl: Kubectl,
     selector: String,
     usage: Arc<PodUsage>,
@@ -385,6 +405,10 @@ impl KubernetesBroker {
 impl RunningBroker for KubernetesBroker {
     fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    fn websocket_address(&self) -> Option<SocketAddr> {
+        self.websocket
     }
 
     /// No process of it runs on this node; see [`RunningBroker::usage_sampler`].
