@@ -19,6 +19,7 @@ mod testbed;
 mod tests;
 mod types;
 mod validate;
+mod websocket;
 
 pub use cells::{Cell, CellPoint};
 pub use path::MessagePath;

@@ -418,3 +418,73 @@ fn custom_test_mistakes_name_the_toml_path() {
     );
     assert_eq!(spec.topology, loadgen::spec::Topology::FanOut);
 }
+
+#[test]
+fn websocket_tests_reach_every_broker_or_name_the_one_they_cannot() {
+    let ws = "[tests.workload.broker]\ntransport = \"websocket\"\n";
+    let native = |product: &str| {
+        format!(
+            "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"{product}\"\n"
+        )
+    };
+    let cases = [
+        (
+            format!("{BASE}{ws}[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\n"),
+            "tests[0].workload.broker.transport = \"websocket\": brokers[0] (e): the embedded broker serves no WebSocket",
+        ),
+        (
+            format!("{BASE}{ws}{}", native("emqx")),
+            "tests[0].workload.broker.transport = \"websocket\": brokers[0] (b): emqx: its recipe opens no WebSocket listener",
+        ),
+        (
+            format!(
+                "{BASE}{ws}[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n"
+            ),
+            "brokers[0] (x): an external broker needs websocket_address (host:port)",
+        ),
+        (
+            format!(
+                "{BASE}[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\nwebsocket_port = 9001\n"
+            ),
+            "brokers[0].websocket_port = 9001: only a native or kubernetes broker opens a WebSocket listener",
+        ),
+        (
+            format!(
+                "{BASE}{}websocket_address = \"198.18.0.9:9001\"\n",
+                native("mosquitto")
+            ),
+            "brokers[0].websocket_address = \"198.18.0.9:9001\": only an external broker",
+        ),
+        (
+            format!(
+                "{BASE}{}port = 1883\nwebsocket_port = 1883\n",
+                native("mosquitto")
+            ),
+            "brokers[0].websocket_port = 1883: is its MQTT port",
+        ),
+        (
+            format!(
+                "{BASE}{ws}[[nodes]]\nname = \"m\"\nagent = \"198.18.0.2:7000\"\nroles = [\"broker\"]\n{}entry = \"m\"\n",
+                native("mosquitto")
+            ),
+            "brokers[0] (b): entered through another node, whose forwarding hop relays its MQTT port only",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+    }
+
+    let with_ws = Plan::parse(&format!("{BASE}{ws}{}", native("rabbitmq")), "plan.toml").unwrap();
+    assert_eq!(with_ws.websocket_tests(), [0]);
+    assert_eq!(with_ws.websocket_port_of(&with_ws.brokers[0]), Some(0));
+    let without = Plan::parse(&format!("{BASE}{}", native("mosquitto")), "plan.toml").unwrap();
+    assert!(without.websocket_tests().is_empty());
+    assert_eq!(without.websocket_port_of(&without.brokers[0]), None);
+    let fixed = Plan::parse(
+        &format!("{BASE}{}websocket_port = 9001\n", native("mosquitto")),
+        "plan.toml",
+    )
+    .unwrap();
+    assert_eq!(fixed.websocket_port_of(&fixed.brokers[0]), Some(9001));
+}

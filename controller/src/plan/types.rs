@@ -182,6 +182,15 @@ pub struct BrokerEntry {
     /// Skip (with a note in the report) instead of failing when the product is not installed.
     #[serde(default)]
     pub optional: bool,
+    /// The port of its MQTT-over-WebSocket listener: bound on its node (native) or a
+    /// NodePort (kubernetes). Absent: a free port (a default NodePort), opened when a test
+    /// of the plan speaks WebSocket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket_port: Option<u16>,
+    /// `host:port` of an external broker's WebSocket listener, for tests that speak
+    /// WebSocket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket_address: Option<String>,
 }
 
 impl BrokerEntry {

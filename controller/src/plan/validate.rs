@@ -81,6 +81,7 @@ impl Plan {
         self.validate_testbed()?;
         self.validate_scenarios()?;
         self.validate_tests()?;
+        self.validate_websocket()?;
         self.validate_cell_count()
     }
 

@@ -202,6 +202,9 @@ pub struct BrokerRecord {
     pub node: String,
     /// Where clients dialled it.
     pub address: String,
+    /// Where WebSocket clients dialled it, when it had such a listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket_address: Option<String>,
     /// What runs: product and process, or image, Deployment and node.
     pub detail: String,
 }

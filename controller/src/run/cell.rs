@@ -3,15 +3,16 @@
 //! the broker's node reports CPU and memory.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
+use loadgen::spec::Transport;
 use loadgen::{RunResult, Summary, WorkloadSpec};
 use proto::agent::v1 as pb;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
+use super::deploy::Endpoints;
 use crate::plan::{Cell, CellPoint, Plan, TestKind, workload_for};
 use crate::results::MetricsRow;
 
@@ -38,11 +39,13 @@ pub enum CellOutcome {
     Failed(String),
 }
 
-/// The workload of `cell` against `broker`.
-pub fn workload(
+/// The workload of `cell` against the broker at `endpoints`: its MQTT listener, or its
+/// WebSocket one (and the product's path, unless the test names one) for a test speaking
+/// WebSocket.
+pub(super) fn workload(
     plan: &Plan,
     cell: &Cell,
-    broker: SocketAddr,
+    endpoints: Endpoints,
     run_id: &str,
 ) -> Result<WorkloadSpec, String> {
     let test = &plan.tests[cell.test];
@@ -52,6 +55,21 @@ pub fn workload(
         CellPoint::Clients(pairs) => (None, Some(pairs)),
     };
     let mut spec = workload_for(test, payload, clients)?;
+    let entry = &plan.brokers[cell.broker];
+    let broker = match spec.broker.transport {
+        Transport::Tcp => endpoints.mqtt,
+        Transport::WebSocket => {
+            if spec.broker.websocket_path.is_none() {
+                spec.broker.websocket_path = entry
+                    .product()
+                    .and_then(|product| recipes::websocket_path(product).ok())
+                    .map(str::to_owned);
+            }
+            endpoints
+                .websocket
+                .ok_or_else(|| format!("broker {} reported no WebSocket listener", entry.name))?
+        }
+    };
     spec.broker.host = broker.ip().to_string();
     spec.broker.port = broker.port();
     spec.run_id = Some(run_id.to_string());

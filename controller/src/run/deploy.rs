@@ -45,7 +45,36 @@ pub(super) fn deploying_node<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> Opt
 #[derive(Debug, Clone)]
 pub(super) struct Deployed {
     pub address: SocketAddr,
+    /// Where WebSocket clients dial it, when it has such a listener.
+    pub websocket: Option<SocketAddr>,
     pub detail: String,
+}
+
+impl Deployed {
+    /// Where a cell's clients dial it.
+    pub fn endpoints(&self) -> Endpoints {
+        Endpoints {
+            mqtt: self.address,
+            websocket: self.websocket,
+        }
+    }
+}
+
+/// A deployed broker's listeners, as a cell's workload dials them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Endpoints {
+    /// MQTT over TCP.
+    pub mqtt: SocketAddr,
+    /// MQTT over WebSocket, when the broker has such a listener.
+    pub websocket: Option<SocketAddr>,
+}
+
+/// The first address `host:port` resolves to.
+async fn resolve(address: &str) -> Option<SocketAddr> {
+    tokio::net::lookup_host(address)
+        .await
+        .ok()
+        .and_then(|mut addresses| addresses.next())
 }
 
 /// Starts the broker on its node (or records an external one). Err carries the reason and
@@ -57,20 +86,26 @@ pub(super) async fn deploy(
 ) -> Result<Deployed, (String, bool)> {
     if broker.kind == PlanKind::External {
         let address = broker.address.as_deref().unwrap_or_default();
-        return tokio::net::lookup_host(address)
-            .await
-            .ok()
-            .and_then(|mut addresses| addresses.next())
-            .map(|address| Deployed {
-                address,
-                detail: "external: run by someone else".to_string(),
-            })
-            .ok_or_else(|| {
+        let resolved = resolve(address).await.ok_or_else(|| {
+            (
+                format!("external address {address:?} does not resolve"),
+                false,
+            )
+        })?;
+        let websocket = match broker.websocket_address.as_deref() {
+            None => None,
+            Some(ws) => Some(resolve(ws).await.ok_or_else(|| {
                 (
-                    format!("external address {address:?} does not resolve"),
+                    format!("external WebSocket address {ws:?} does not resolve"),
                     false,
                 )
-            });
+            })?),
+        };
+        return Ok(Deployed {
+            address: resolved,
+            websocket,
+            detail: "external: run by someone else".to_string(),
+        });
     }
     let node = deploying_node(plan, broker).unwrap_or_default();
     let mut agent = agents
@@ -78,9 +113,13 @@ pub(super) async fn deploy(
         .cloned()
         .ok_or_else(|| (format!("node {node} has no agent"), false))?;
     let spec = broker_spec(plan, broker, agent.data_address)?;
-    let (address, detail) = start_on(plan, &mut agent, &spec, broker.optional).await?;
+    let (address, websocket, detail) = start_on(plan, &mut agent, &spec, broker.optional).await?;
     let Some(entry) = entered_elsewhere(broker) else {
-        return Ok(Deployed { address, detail });
+        return Ok(Deployed {
+            address,
+            websocket,
+            detail,
+        });
     };
     let mut via = agents
         .get(entry)
@@ -90,7 +129,12 @@ pub(super) async fn deploy(
         // kube-proxy forwards the same NodePort on the entry node (the Service is asked to
         // answer on every node).
         let address = SocketAddr::new(via.data_address, address.port());
-        return Ok(Deployed { address, detail });
+        let websocket = websocket.map(|ws| SocketAddr::new(via.data_address, ws.port()));
+        return Ok(Deployed {
+            address,
+            websocket,
+            detail,
+        });
     }
     let hop = BrokerSpec {
         name: entry_hop_name(broker),
@@ -100,8 +144,11 @@ pub(super) async fn deploy(
         options: BrokerOptions::default(),
     };
     match start_on(plan, &mut via, &hop, false).await {
-        Ok((hop_address, hop_detail)) => Ok(Deployed {
+        // The hop relays the MQTT port only (a plan with WebSocket tests refuses such an
+        // entry at validation).
+        Ok((hop_address, _, hop_detail)) => Ok(Deployed {
             address: hop_address,
+            websocket: None,
             detail: format!("{detail}; entered through {entry}: {hop_detail}"),
         }),
         Err((reason, _)) => {
@@ -117,7 +164,8 @@ pub(super) fn entry_hop_name(broker: &BrokerEntry) -> String {
     format!("{}-entry", broker.name)
 }
 
-/// StartBroker of `spec` on `agent` under a lease: its address and the agent's description.
+/// StartBroker of `spec` on `agent` under a lease: its address, its WebSocket address (when
+/// it has one) and the agent's description.
 /// Err carries the reason and whether the cells are skipped (an optional broker's product
 /// is not installed) rather than failed.
 async fn start_on(
@@ -125,7 +173,7 @@ async fn start_on(
     agent: &mut AgentHandle,
     spec: &BrokerSpec,
     optional: bool,
-) -> Result<(SocketAddr, String), (String, bool)> {
+) -> Result<(SocketAddr, Option<SocketAddr>, String), (String, bool)> {
     let started = tokio::time::timeout(
         // Saturating: a plan's timeout may be as long as a Duration holds.
         plan.timeouts
@@ -150,7 +198,16 @@ async fn start_on(
                 .address
                 .parse()
                 .map_err(|_| ("the agent reported no address".to_string(), false))?;
-            Ok((address, status.detail))
+            let websocket = match status.websocket_address.as_str() {
+                "" => None,
+                ws => Some(ws.parse().map_err(|_| {
+                    (
+                        format!("the agent reported WebSocket address {ws:?}, not host:port"),
+                        false,
+                    )
+                })?),
+            };
+            Ok((address, websocket, status.detail))
         }
         Err(status) if status.code() == tonic::Code::FailedPrecondition && optional => {
             Err((status.message().to_string(), true))
@@ -331,6 +388,7 @@ fn broker_spec(
         port: broker.port,
         options: BrokerOptions {
             start_deadline: Some(plan.timeouts.deploy),
+            websocket_port: plan.websocket_port_of(broker),
             ..BrokerOptions::default()
         },
     })

@@ -5,13 +5,12 @@
 //! each phase answers a [`Flow`] so the one around it knows whether to go on.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
-use super::deploy::{self, Deployment};
+use super::deploy::{self, Deployment, Endpoints};
 use super::events::{Events, RunCounts, RunEvent};
 use super::faults::{Faults, Phase};
 use super::guard::{Guard, catching};
@@ -193,7 +192,7 @@ impl<'p> Run<'p> {
         let flow = Guard::new(deployment)
             .around(async {
                 self.record_broker(broker, &deployed).await?;
-                self.scenarios(b, &pending, deployed.address).await
+                self.scenarios(b, &pending, deployed.endpoints()).await
             })
             .await?;
         if flow == Flow::Stop || self.cancel.is_cancelled() {
@@ -245,6 +244,7 @@ impl<'p> Run<'p> {
                 .unwrap_or("-")
                 .to_string(),
             address: deployed.address.to_string(),
+            websocket_address: deployed.websocket.map(|ws| ws.to_string()),
             detail: deployed.detail.clone(),
         };
         self.manifest.brokers.retain(|b| b.name != record.name);
@@ -264,13 +264,13 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         pending: &[Cell],
-        address: SocketAddr,
+        endpoints: Endpoints,
     ) -> Result<Flow, RunError> {
         for (s, cells) in self.plan.scenario_rounds(pending) {
             if self.cancel.is_cancelled() {
                 return Ok(Flow::Stop);
             }
-            if Box::pin(self.scenario(b, s, &cells, address)).await? == Flow::Stop {
+            if Box::pin(self.scenario(b, s, &cells, endpoints)).await? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
@@ -284,14 +284,14 @@ impl<'p> Run<'p> {
         b: usize,
         s: usize,
         cells: &[&Cell],
-        address: SocketAddr,
+        endpoints: Endpoints,
     ) -> Result<Flow, RunError> {
         let entry = &self.plan.scenarios[s];
         let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.faults.clone()));
         let lapse = netem.get_mut().lapse();
         let outcome = catching(async {
             if self.emulate(b, s, cells, netem.get_mut()).await? {
-                self.cells(b, cells, address, &lapse).await
+                self.cells(b, cells, endpoints, &lapse).await
             } else {
                 Ok(Flow::Continue)
             }
@@ -364,7 +364,7 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         cells: &[&Cell],
-        address: SocketAddr,
+        endpoints: Endpoints,
         lapse: &Lapse,
     ) -> Result<Flow, RunError> {
         for (n, cell) in cells.iter().enumerate() {
@@ -383,7 +383,7 @@ impl<'p> Run<'p> {
                     .await?;
                 return Ok(Flow::Continue);
             }
-            if Box::pin(self.cell(b, cell, address, lapse)).await? == Flow::Stop {
+            if Box::pin(self.cell(b, cell, endpoints, lapse)).await? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
@@ -395,14 +395,14 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         cell: &Cell,
-        address: SocketAddr,
+        endpoints: Endpoints,
         lapse: &Lapse,
     ) -> Result<Flow, RunError> {
         let plan = self.plan;
         let broker = &plan.brokers[b];
         let id = cell.id(plan);
         let run_id = format!("c{:016x}", fingerprint(&id, self.manifest.started_unix_ms));
-        let spec = match cell::workload(plan, cell, address, &run_id) {
+        let spec = match cell::workload(plan, cell, endpoints, &run_id) {
             Ok(spec) => spec,
             Err(reason) => {
                 let failed = Ended::unmeasured(CellStatus::Failed, &reason);
