@@ -117,6 +117,10 @@ pub fn render_table(summary: &Summary) -> String {
         latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
     }
     latency_row(&mut out, "connect", &s.connect_time);
+    if let Some(churn) = &s.churn {
+        latency_row(&mut out, "churn connect", &churn.connect_time);
+        churn_lines(&mut out, churn);
+    }
     let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
         out,
@@ -430,6 +434,26 @@ pub fn append_csv(path: &Path, summary: &Summary) -> Result<(), OutputError> {
         None => writeln!(file, "{header}").map_err(io_error(path))?,
     }
     writeln!(file, "{row}").map_err(io_error(path))
+}
+
+/// The churn fleet: arrivals asked and achieved, accepted, refused and failed by kind.
+fn churn_lines(out: &mut String, churn: &crate::summary::ChurnSummary) {
+    let _ = writeln!(
+        out,
+        "\nchurn: {} arrivals at {} /s asked, {} achieved (latest {:.1} ms behind schedule); {} connected, {} disconnected cleanly, at most {} at once",
+        churn.attempted,
+        churn.rate_asked,
+        churn
+            .rate_achieved
+            .map_or("-".to_string(), |rate| format!("{rate:.1} /s")),
+        churn.most_late_ms,
+        churn.connected,
+        churn.disconnected,
+        churn.most_open
+    );
+    for (kind, count) in &churn.failures {
+        let _ = writeln!(out, "  churn {kind}: {count}");
+    }
 }
 
 /// Writes `latency.hgrm`, `send_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile

@@ -60,6 +60,7 @@ pub fn latency() -> WorkloadSpec {
         subscriber_rate_limit: None,
         shard: None,
         run_id: None,
+        churn: None,
     }
 }
 

@@ -210,6 +210,80 @@ pub struct RunResult {
     /// What each instance spent (one entry per instance that contributed).
     #[serde(default)]
     pub instances: Vec<InstanceLoad>,
+    /// The churn fleet's outcome, when the workload has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<ChurnOutcome>,
+}
+
+/// What a run's churn fleet did ([`crate::spec::Churn`]); times on the run clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChurnOutcome {
+    /// Arrivals that tried to connect.
+    pub attempted: u64,
+    /// Arrivals whose CONNECT was accepted.
+    pub connected: u64,
+    /// Connected clients whose DISCONNECT was written after the hold.
+    pub disconnected: u64,
+    /// Arrivals the run's end (cancel) cut short.
+    pub cancelled: u64,
+    /// What went wrong, by kind: `connect_refused: <the broker's reason>`, `connect_timeout`,
+    /// `connect_io`, `connect_protocol`, `disconnect_failed`.
+    pub failures: BTreeMap<String, u64>,
+    /// TCP (+ TLS, + WebSocket upgrade) + CONNECT/CONNACK of each accepted arrival.
+    #[serde(with = "crate::histogram_v2")]
+    pub connect_time: Histogram<u64>,
+    /// Most churn clients connected at once.
+    pub most_open: u64,
+    /// Latest an arrival left behind its schedule, ns (loadgen's own lag).
+    pub most_late_ns: u64,
+    /// When the first arrival left.
+    pub first_arrival_ns: u64,
+    /// When the last arrival left.
+    pub last_arrival_ns: u64,
+}
+
+impl ChurnOutcome {
+    /// Nothing counted yet.
+    pub fn empty() -> Self {
+        ChurnOutcome {
+            attempted: 0,
+            connected: 0,
+            disconnected: 0,
+            cancelled: 0,
+            failures: BTreeMap::new(),
+            connect_time: new_histogram(),
+            most_open: 0,
+            most_late_ns: 0,
+            first_arrival_ns: 0,
+            last_arrival_ns: 0,
+        }
+    }
+
+    /// Arrivals per second achieved, from the first to the last (`None` for fewer than two).
+    pub fn arrival_rate(&self) -> Option<f64> {
+        let span = self.last_arrival_ns.saturating_sub(self.first_arrival_ns);
+        (self.attempted >= 2 && span > 0).then(|| (self.attempted - 1) as f64 * 1e9 / span as f64)
+    }
+
+    /// Adds another instance's fleet.
+    fn merge(&mut self, other: &ChurnOutcome) -> Result<(), MergeError> {
+        self.attempted += other.attempted;
+        self.connected += other.connected;
+        self.disconnected += other.disconnected;
+        self.cancelled += other.cancelled;
+        for (kind, count) in &other.failures {
+            *self.failures.entry(kind.clone()).or_insert(0) += count;
+        }
+        self.connect_time
+            .add(&other.connect_time)
+            .map_err(|e| MergeError(format!("churn histogram: {e:?}")))?;
+        // Fleets of several instances overlap in time: their peaks may add up.
+        self.most_open += other.most_open;
+        self.most_late_ns = self.most_late_ns.max(other.most_late_ns);
+        self.first_arrival_ns = self.first_arrival_ns.min(other.first_arrival_ns);
+        self.last_arrival_ns = self.last_arrival_ns.max(other.last_arrival_ns);
+        Ok(())
+    }
 }
 
 /// Results of different workloads or runs cannot be merged.
@@ -249,6 +323,7 @@ impl RunResult {
             measured_window: None,
             clock_origin_unix_ns: 0,
             instances: Vec::new(),
+            churn: None,
         }
     }
 
@@ -322,6 +397,11 @@ impl RunResult {
             self.clock_origin_unix_ns = other.clock_origin_unix_ns;
         }
         self.instances.extend(other.instances.iter().cloned());
+        match (&mut self.churn, &other.churn) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs)?,
+            (None, Some(theirs)) => self.churn = Some(theirs.clone()),
+            (_, None) => {}
+        }
         Ok(())
     }
 
@@ -384,6 +464,7 @@ mod tests {
             subscriber_rate_limit: None,
             shard: None,
             run_id: Some("merge".into()),
+            churn: None,
         }
     }
 

@@ -229,6 +229,51 @@ pub struct Summary {
     pub load_wall_ms: f64,
     /// The run was cancelled.
     pub interrupted: bool,
+    /// The churn fleet beside the workload, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<ChurnSummary>,
+}
+
+/// What a churn fleet did: arrivals asked and achieved, how long CONNECT took, what the
+/// broker refused and what failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChurnSummary {
+    /// New connections per second asked for.
+    pub rate_asked: f64,
+    /// Arrivals per second achieved, first to last (an open-loop schedule: lower only
+    /// when loadgen fell behind, see `most_late_ms`).
+    pub rate_achieved: Option<f64>,
+    /// Arrivals that tried, and those accepted.
+    pub attempted: u64,
+    /// Arrivals whose CONNECT was accepted.
+    pub connected: u64,
+    /// Accepted clients that disconnected cleanly after their hold.
+    pub disconnected: u64,
+    /// Refusals and failures by kind.
+    pub failures: BTreeMap<String, u64>,
+    /// TCP (+ TLS, + WebSocket upgrade) + CONNECT/CONNACK per accepted arrival.
+    pub connect_time: LatencySummary,
+    /// Most churn clients connected at once.
+    pub most_open: u64,
+    /// Latest an arrival left behind its schedule, ms.
+    pub most_late_ms: f64,
+}
+
+impl ChurnSummary {
+    fn of(result: &RunResult) -> Option<Self> {
+        let (asked, outcome) = (result.spec.churn.as_ref()?, result.churn.as_ref()?);
+        Some(ChurnSummary {
+            rate_asked: asked.rate,
+            rate_achieved: outcome.arrival_rate(),
+            attempted: outcome.attempted,
+            connected: outcome.connected,
+            disconnected: outcome.disconnected,
+            failures: outcome.failures.clone(),
+            connect_time: LatencySummary::of(&outcome.connect_time),
+            most_open: outcome.most_open,
+            most_late_ms: outcome.most_late_ns as f64 / 1e6,
+        })
+    }
 }
 
 impl Summary {
@@ -337,6 +382,7 @@ impl Summary {
             loadgen_peak_rss_mb: result.resources.peak_rss_bytes as f64 / 1e6,
             load_wall_ms: result.load_wall_ns as f64 / 1e6,
             interrupted: result.interrupted,
+            churn: ChurnSummary::of(result),
         }
     }
 }

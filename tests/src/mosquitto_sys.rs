@@ -50,10 +50,11 @@ const PUBLISH_DROPPED: &str = "$SYS/broker/publish/messages/dropped";
 const MESSAGES_RECEIVED: &str = "$SYS/broker/messages/received";
 const MESSAGES_SENT: &str = "$SYS/broker/messages/sent";
 const CLIENTS_CONNECTED: &str = "$SYS/broker/clients/connected";
+const CLIENTS_TOTAL: &str = "$SYS/broker/clients/total";
 
 /// Every topic the reader subscribes to. Deliberately few: each one that
 /// changes costs a delivery to the reader in every update.
-pub(crate) const TOPICS: [&str; 7] = [
+pub(crate) const TOPICS: [&str; 8] = [
     UPTIME,
     PUBLISH_RECEIVED,
     PUBLISH_SENT,
@@ -61,6 +62,7 @@ pub(crate) const TOPICS: [&str; 7] = [
     MESSAGES_RECEIVED,
     MESSAGES_SENT,
     CLIENTS_CONNECTED,
+    CLIENTS_TOTAL,
 ];
 
 /// Mosquitto's counters as of one `$SYS` update. All are totals since the
@@ -99,6 +101,10 @@ pub struct MosquittoCounters {
     /// `$SYS/broker/clients/connected`: clients connected at the update,
     /// counting the harness's `$SYS` reader (so 1 when no test client is on).
     pub clients_connected: u64,
+    /// `$SYS/broker/clients/total`: connected clients and the sessions kept for
+    /// disconnected ones (clean session off), the harness's reader included;
+    /// `None` until Mosquitto has published it.
+    pub clients_total: Option<u64>,
     /// `$SYS` PUBLISHes the harness's reader had received when this update
     /// was computed; subtracted from the two `sent` figures above.
     pub harness_publishes: u64,
@@ -190,6 +196,7 @@ impl ReaderState {
             messages_received: self.value(MESSAGES_RECEIVED)?,
             messages_sent: minus_harness(MESSAGES_SENT)?.0,
             clients_connected: self.value(CLIENTS_CONNECTED)?,
+            clients_total: self.value(CLIENTS_TOTAL).ok(),
             harness_publishes,
         })
     }

@@ -152,7 +152,14 @@ pub fn overlay_workload(
         let path = error.path().to_string();
         WorkloadTableError {
             value: lookup(table, &path).map_or("(absent)".to_string(), |v| v.to_string()),
-            problem: error.inner().to_string(),
+            // toml adds "in `table`" on a line of its own; the path already says where.
+            problem: error
+                .inner()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
             path,
         }
     })?;

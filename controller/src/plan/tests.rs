@@ -488,3 +488,34 @@ fn websocket_tests_reach_every_broker_or_name_the_one_they_cannot() {
     .unwrap();
     assert_eq!(fixed.websocket_port_of(&fixed.brokers[0]), Some(9001));
 }
+
+#[test]
+fn a_churn_fleet_in_a_workload_is_checked_naming_its_path() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let churn = |fields: &str| format!("{BASE}[tests.workload.churn]\n{fields}{broker}");
+    for (fields, expected) in [
+        (
+            "rate = 0\nconnections = 100\nhold = \"1s\"\n",
+            "plan.toml: tests[0].workload.churn.rate = 0: new connections per second",
+        ),
+        (
+            "rate = 50\nconnections = 0\nhold = \"1s\"\n",
+            "tests[0].workload.churn.connections = 0: at least 1",
+        ),
+        (
+            "rate = 50\nconnections = 100\nhold = \"1s\"\nburst = true\n",
+            "unknown field `burst`",
+        ),
+    ] {
+        let error = error_of(&churn(fields));
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+    let plan = Plan::parse(
+        &churn("rate = 50\nconnections = 100\nhold = \"1s\"\n"),
+        "plan.toml",
+    )
+    .unwrap();
+    let spec = workload_for(&plan.tests[0], None, None).unwrap();
+    assert_eq!(spec.churn.map(|c| c.connections), Some(100));
+}

@@ -264,6 +264,33 @@ pub struct SummaryRow {
     pub saturation_end: Option<SearchEnd>,
     /// A saturation search: probes run.
     pub saturation_probes: Option<usize>,
+    /// A churn fleet beside the workload: new connections per second asked for.
+    #[serde(default)]
+    pub churn_rate_asked: Option<f64>,
+    /// A churn fleet: arrivals per second achieved, first to last.
+    #[serde(default, serialize_with = "decimals_or_empty::<1, _>")]
+    pub churn_rate_achieved: Option<f64>,
+    /// A churn fleet: arrivals that tried to connect.
+    #[serde(default)]
+    pub churn_attempted: Option<u64>,
+    /// A churn fleet: arrivals whose CONNECT was accepted.
+    #[serde(default)]
+    pub churn_connected: Option<u64>,
+    /// A churn fleet: accepted clients that disconnected cleanly after their hold.
+    #[serde(default)]
+    pub churn_disconnected: Option<u64>,
+    /// A churn fleet: refusals (by the broker's reason) and failures, by kind.
+    #[serde(default)]
+    pub churn_failures: ErrorCounts,
+    /// A churn fleet: connect time of accepted arrivals, median, µs.
+    #[serde(default)]
+    pub churn_connect_p50_us: Option<f64>,
+    /// A churn fleet: connect time of accepted arrivals, 99th percentile, µs.
+    #[serde(default)]
+    pub churn_connect_p99_us: Option<f64>,
+    /// A churn fleet: most of its clients connected at once.
+    #[serde(default)]
+    pub churn_most_open: Option<u64>,
 }
 
 impl SummaryRow {
@@ -285,6 +312,7 @@ impl SummaryRow {
         let steadiness = summary.and_then(|s| s.steadiness.as_ref());
         let usage = record.usage.as_ref();
         let saturation = record.saturation.as_ref();
+        let churn = summary.and_then(|s| s.churn.as_ref());
         SummaryRow {
             cell: record.cell.clone(),
             broker: record.broker.clone(),
@@ -427,6 +455,15 @@ impl SummaryRow {
             saturation_failed_rate: saturation.and_then(|s| s.failed_rate),
             saturation_end: saturation.map(|s| s.end),
             saturation_probes: saturation.map(|s| s.probes),
+            churn_rate_asked: churn.map(|c| c.rate_asked),
+            churn_rate_achieved: churn.and_then(|c| c.rate_achieved),
+            churn_attempted: churn.map(|c| c.attempted),
+            churn_connected: churn.map(|c| c.connected),
+            churn_disconnected: churn.map(|c| c.disconnected),
+            churn_failures: ErrorCounts(churn.map(|c| c.failures.clone()).unwrap_or_default()),
+            churn_connect_p50_us: churn.map(|c| c.connect_time.p50_us),
+            churn_connect_p99_us: churn.map(|c| c.connect_time.p99_us),
+            churn_most_open: churn.map(|c| c.most_open),
         }
     }
 }
@@ -436,7 +473,7 @@ mod tests {
     use super::*;
 
     /// The columns of summary.csv as users and tests read them: names and order are fixed.
-    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes";
+    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open";
 
     #[test]
     fn the_columns_are_the_ones_users_read() {

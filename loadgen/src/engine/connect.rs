@@ -49,7 +49,7 @@ pub(super) async fn preflight(
 }
 
 /// The CONNECT of `client_id`: every client of a run sends the same settings.
-fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
+pub(super) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
     ConnectFields {
         client_id,
         keep_alive_secs: u16::try_from(spec.connection.keep_alive.as_secs()).unwrap_or(u16::MAX),

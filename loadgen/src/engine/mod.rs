@@ -5,6 +5,7 @@
 //! preflight probe and the connections), `publish` (the run's timing and the publisher tasks),
 //! `drain` (waiting for what is in flight, then folding every task's outcome into the result).
 
+mod churn;
 mod connect;
 mod drain;
 mod publish;
@@ -125,8 +126,14 @@ pub(crate) async fn run_scoped(
     };
     let planned_publishes =
         shard.publishers.len() as u64 * spec.planned_messages_per_publisher().unwrap_or(0);
+    let churn_connections = spec
+        .churn
+        .as_ref()
+        .filter(|_| shard.publishers.contains(&0))
+        .map_or(0, |churn| churn.most_open_at_once());
     let planned_connections = (shard.publishers.len() + shard.subscribers.len()) as u64;
-    crate::limits::ensure_open_files(planned_connections).map_err(LoadgenError::OpenFiles)?;
+    crate::limits::ensure_open_files(planned_connections + churn_connections)
+        .map_err(LoadgenError::OpenFiles)?;
     report(&|s| {
         s.planned_publishes = planned_publishes;
         s.connected = (0, planned_connections);
@@ -204,6 +211,25 @@ pub(crate) async fn run_scoped(
         subscribers.spawn(subscriber::run(session, job));
     }
 
+    // The churn fleet arrives from the start barrier on, beside the workload, run by the
+    // instance holding publisher 0.
+    let churn = spec
+        .churn
+        .clone()
+        .filter(|_| shard.publishers.contains(&0))
+        .map(|churn| {
+            let fleet = churn::Fleet {
+                spec: Arc::new(spec.clone()),
+                churn,
+                run_id: run_id.clone(),
+                dialer: dialer.clone(),
+                codec,
+                clock,
+                start_ns,
+            };
+            tokio::spawn(fleet.run(cancel.clone()))
+        });
+
     report(&|s| s.phase = Phase::Publishing);
     let (publishers, pacer) = start_publishers(
         spec,
@@ -241,6 +267,13 @@ pub(crate) async fn run_scoped(
     while let Some(joined) = subscribers.join_next().await {
         subscriber_outcomes
             .push(joined.map_err(|e| LoadgenError::Internal(format!("subscriber task: {e}")))?);
+    }
+    if let Some(churn) = churn {
+        result.churn = Some(
+            churn
+                .await
+                .map_err(|e| LoadgenError::Internal(format!("churn task: {e}")))?,
+        );
     }
     let load_wall_ns = clock.now_ns().saturating_sub(start_ns);
     let usage_after = Reading::now(&scope);

@@ -11,10 +11,12 @@
 //!
 //! Each concern has its own file, all re-exported here: the broker and the MQTT it speaks
 //! (`broker`), who publishes to whom (`topology`), when messages leave (`pacing`), the
-//! connection, engine and drain settings (`options`), and the checks with their TOML paths
+//! connection, engine and drain settings (`options`), a fleet of connecting and
+//! disconnecting clients beside the workload (`churn`), and the checks with their TOML paths
 //! (`validate`).
 
 mod broker;
+mod churn;
 mod options;
 mod pacing;
 mod topology;
@@ -23,6 +25,7 @@ mod validate;
 pub use broker::{
     BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
 };
+pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
 pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
     DrainOptions, EngineOptions, MAX_COALESCING,
@@ -97,6 +100,10 @@ pub struct WorkloadSpec {
     /// workload must share it.
     #[serde(default)]
     pub run_id: Option<String>,
+    /// A fleet of clients beside the workload that connect and disconnect at a set rate;
+    /// run by the instance holding publisher 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<Churn>,
 }
 
 fn default_topic_prefix() -> String {
@@ -181,6 +188,7 @@ mod tests {
             subscriber_rate_limit: None,
             shard: None,
             run_id: None,
+            churn: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! and the problem.
 
 use std::fmt;
+use std::time::Duration;
 
+use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
 use super::{
     Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
     Topology, Transport, WorkloadSpec,
@@ -73,6 +75,9 @@ impl WorkloadSpec {
                     "a request path starts with / and has no spaces",
                 ));
             }
+        }
+        if let Some(churn) = &self.churn {
+            validate_churn(churn, self)?;
         }
         if self.publishers == 0 {
             return Err(invalid("publishers", 0, "at least one publisher is needed"));
@@ -451,6 +456,53 @@ impl WorkloadSpec {
         }
         Ok(())
     }
+}
+
+/// A churn fleet's rate, count and hold.
+fn validate_churn(churn: &Churn, spec: &WorkloadSpec) -> Result<(), SpecError> {
+    if !churn.rate.is_finite() || churn.rate <= 0.0 || churn.rate > MAX_CHURN_RATE {
+        return Err(invalid(
+            "churn.rate",
+            churn.rate,
+            format!("new connections per second: above 0 and at most {MAX_CHURN_RATE}"),
+        ));
+    }
+    if churn.connections == 0 || churn.connections > MAX_CHURN_CONNECTIONS {
+        return Err(invalid(
+            "churn.connections",
+            churn.connections,
+            format!("at least 1 and at most {MAX_CHURN_CONNECTIONS}"),
+        ));
+    }
+    if churn.hold > MAX_DURATION {
+        return Err(invalid(
+            "churn.hold",
+            humantime::format_duration(churn.hold),
+            format!("at most {}", humantime::format_duration(MAX_DURATION)),
+        ));
+    }
+    if churn.span() > MAX_DURATION {
+        return Err(invalid(
+            "churn.connections",
+            churn.connections,
+            format!(
+                "at {} per second and a hold of {}, the churn would last {}, over {}",
+                churn.rate,
+                humantime::format_duration(churn.hold),
+                humantime::format_duration(Duration::from_secs(churn.span().as_secs())),
+                humantime::format_duration(MAX_DURATION)
+            ),
+        ));
+    }
+    let open = churn.most_open_at_once() + u64::from(spec.publishers) + u64::from(spec.subscribers);
+    if open > MAX_CHURN_CONNECTIONS {
+        return Err(invalid(
+            "churn.hold",
+            humantime::format_duration(churn.hold),
+            format!("would hold {open} connections open at once"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

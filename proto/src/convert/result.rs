@@ -6,7 +6,7 @@ use hdrhistogram::Histogram;
 use loadgen::header::HeaderEncoding;
 use loadgen::histogram_v2::{self, HistogramError};
 use loadgen::result::{
-    BrokerOnHost, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
+    BrokerOnHost, ChurnOutcome, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
     MeasuredWindow, ResourceUsage, RunResult,
 };
 use loadgen::series::RateSeries;
@@ -172,6 +172,24 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         }),
         instances,
         clock_origin_unix_ns: message.clock_origin_unix_ns,
+        churn: message
+            .churn
+            .map(|churn| -> Result<ChurnOutcome, ConversionError> {
+                let at = field(at, "churn");
+                Ok(ChurnOutcome {
+                    attempted: churn.attempted,
+                    connected: churn.connected,
+                    disconnected: churn.disconnected,
+                    cancelled: churn.cancelled,
+                    failures: churn.failures.into_iter().collect(),
+                    connect_time: histogram_from_bytes(&churn.connect_time, &at, "connect_time")?,
+                    most_open: churn.most_open,
+                    most_late_ns: churn.most_late_ns,
+                    first_arrival_ns: churn.first_arrival_ns,
+                    last_arrival_ns: churn.last_arrival_ns,
+                })
+            })
+            .transpose()?,
         spec,
     })
 }
@@ -343,6 +361,25 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     }),
                 })
                 .collect(),
+            churn: result
+                .churn
+                .as_ref()
+                .map(|churn| -> Result<pb::ChurnOutcome, ConversionError> {
+                    let at = field(at, "churn");
+                    Ok(pb::ChurnOutcome {
+                        attempted: churn.attempted,
+                        connected: churn.connected,
+                        disconnected: churn.disconnected,
+                        cancelled: churn.cancelled,
+                        failures: churn.failures.clone().into_iter().collect(),
+                        connect_time: histogram_to_bytes(&churn.connect_time, &at, "connect_time")?,
+                        most_open: churn.most_open,
+                        most_late_ns: churn.most_late_ns,
+                        first_arrival_ns: churn.first_arrival_ns,
+                        last_arrival_ns: churn.last_arrival_ns,
+                    })
+                })
+                .transpose()?,
         })
     }
 }
@@ -454,6 +491,22 @@ mod tests {
         }];
         result.load_wall_ns = 11_000_000_000;
         result.interrupted = true;
+        let mut churn = ChurnOutcome::empty();
+        churn.attempted = 500;
+        churn.connected = 497;
+        churn.disconnected = 496;
+        churn.failures = [
+            ("connect_timeout".to_string(), 3),
+            ("disconnect_failed".to_string(), 1),
+        ]
+        .into_iter()
+        .collect();
+        churn.connect_time.record(1_200_000).expect("in range");
+        churn.most_open = 31;
+        churn.most_late_ns = 3_100_000;
+        churn.first_arrival_ns = 50_000_000;
+        churn.last_arrival_ns = 2_545_000_000;
+        result.churn = Some(churn);
         result
     }
 

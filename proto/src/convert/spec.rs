@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use loadgen::size::ByteSize;
 use loadgen::spec::{
-    BrokerTarget, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion, Pacing,
-    Qos, Shard, Topology, Transport, WorkloadSpec,
+    BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
+    Pacing, Qos, Shard, Topology, Transport, WorkloadSpec,
 };
 
 use super::{
@@ -64,6 +64,17 @@ pub(super) fn spec_from_proto(
             .map(|shard| shard_from_proto(shard, &field(at, "shard")))
             .transpose()?,
         run_id: message.run_id,
+        churn: message
+            .churn
+            .map(|churn| -> Result<Churn, ConversionError> {
+                let at = field(at, "churn");
+                Ok(Churn {
+                    rate: churn.rate,
+                    connections: churn.connections,
+                    hold: duration(churn.hold, &at, "hold")?,
+                })
+            })
+            .transpose()?,
     };
     spec.validate()
         .map_err(|error| ConversionError::from_spec(error, at))?;
@@ -224,6 +235,11 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
             subscriber_rate_limit: spec.subscriber_rate_limit,
             shard: spec.shard.as_ref().map(pb::Shard::from),
             run_id: spec.run_id.clone(),
+            churn: spec.churn.as_ref().map(|churn| pb::Churn {
+                rate: churn.rate,
+                connections: churn.connections,
+                hold: Some(duration_to_proto(churn.hold)),
+            }),
         }
     }
 }
@@ -346,6 +362,7 @@ pub(super) mod tests {
             subscriber_rate_limit: None,
             shard: None,
             run_id: None,
+            churn: None,
         }
     }
 
@@ -396,6 +413,11 @@ pub(super) mod tests {
                 subscribers: 5..10,
             }),
             run_id: Some("run-42".into()),
+            churn: Some(Churn {
+                rate: 250.5,
+                connections: 10_000,
+                hold: Duration::from_millis(1_500),
+            }),
         }
     }
 

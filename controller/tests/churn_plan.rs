@@ -1,0 +1,114 @@
+//! A churn fleet through the controller: a light latency test whose workload adds
+//! `[tests.workload.churn]`, run by the real `continuum-agent` on the tester against a
+//! Mosquitto in the worker's namespace (the plan's external broker, so its `$SYS` can be
+//! read). The row's churn columns must hold what the fleet did, and with clean session off
+//! every connection loadgen counted is a session Mosquitto kept (`clients/total`).
+
+use anyhow::Result;
+use controller::plan::Plan;
+use controller::results::{self, CellStatus};
+use controller::run::{RunOptions, run_plan};
+use tests::agent_bed::{AGENT_PORT, AgentBed};
+use tests::isolated_netns_test;
+use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
+use tokio_util::sync::CancellationToken;
+
+const MQTT_PORT: u16 = 1883;
+const ARRIVALS: u64 = 200;
+const PUBLISHERS: u64 = 2;
+
+#[test]
+fn a_churn_fleet_runs_through_an_agent_and_mosquitto_counts_its_connections() -> Result<()> {
+    isolated_netns_test!(Ok(()));
+    if !tests::components_available(&[MOSQUITTO_BINARY]) {
+        return Ok(());
+    }
+    let bed = AgentBed::start_with("churn", |_, _| Ok(String::new()))?;
+    let worker = bed.testbed.node("worker");
+    let options = MosquittoOptions {
+        extra_config: vec![format!("listener {MQTT_PORT} {}", worker.addr())],
+        ..MosquittoOptions::default()
+    };
+    let mosquitto = worker.enter(|| Mosquitto::start(options))??;
+    let work = tempfile::tempdir()?;
+    let text = format!(
+        r#"name = "churn"
+repetitions = 1
+pki_dir = "{pki}"
+results_dir = "{results}"
+[timeouts]
+connect = "10s"
+cell = "60s"
+[[nodes]]
+name = "tester"
+agent = "{tester}:{AGENT_PORT}"
+roles = ["loadgen"]
+[[brokers]]
+name = "mosquitto"
+kind = "external"
+address = "{broker}:{MQTT_PORT}"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = {PUBLISHERS}
+messages = 10
+warmup = 1
+interval = "100ms"
+[tests.workload]
+connection = {{ clean_session = false }}
+churn = {{ rate = 100, connections = {ARRIVALS}, hold = "200ms" }}
+"#,
+        pki = bed.pki.path().display(),
+        results = work.path().join("results").display(),
+        tester = bed.testbed.node("tester").addr(),
+        broker = worker.addr(),
+    );
+    let plan = Plan::parse(&text, "churn.toml")?;
+    let before = mosquitto.counters_settled()?;
+    let summary = bed.on_controller_node(|| async {
+        Ok(run_plan(
+            &plan,
+            &text,
+            RunOptions::default(),
+            CancellationToken::new(),
+        )
+        .await?)
+    })?;
+    let after = mosquitto.counters_settled()?;
+    assert_eq!((summary.measured, summary.failed), (1, 0), "{summary:?}");
+
+    let rows = results::read_rows(&summary.dir.join("summary.csv"))?;
+    let row = &rows[0];
+    assert_eq!(row.status, CellStatus::Ok, "{}", row.reason);
+    assert_eq!(row.churn_rate_asked, Some(100.0));
+    assert_eq!(row.churn_attempted, Some(ARRIVALS));
+    assert_eq!(
+        row.churn_connected,
+        Some(ARRIVALS),
+        "{:?}",
+        row.churn_failures
+    );
+    assert_eq!(row.churn_disconnected, Some(ARRIVALS));
+    assert!(row.churn_failures.0.is_empty(), "{:?}", row.churn_failures);
+    let achieved = row.churn_rate_achieved.unwrap_or_default();
+    assert!((achieved - 100.0).abs() < 5.0, "{achieved:.1} /s");
+    assert_eq!(row.lost, Some(0));
+
+    // The fleet, the workload's publishers and subscriber, and the preflight probe.
+    let total = |c: &tests::MosquittoCounters| c.clients_total.unwrap_or_default();
+    assert_eq!(
+        total(&after) - total(&before),
+        ARRIVALS + PUBLISHERS + 1 + 1,
+        "clients/total counts every session loadgen opened"
+    );
+    eprintln!(
+        "churn through the agent: {ARRIVALS} connected at {achieved:.1} /s, connect p50 {:?} us p99 {:?} us, {:?} at once; Mosquitto clients/total +{}",
+        row.churn_connect_p50_us,
+        row.churn_connect_p99_us,
+        row.churn_most_open,
+        total(&after) - total(&before)
+    );
+    Ok(())
+}
