@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use rumqttc::mqttbytes::{self as v4_bytes, QoS as V4QoS, v4};
 use rumqttc::v5::mqttbytes::{QoS as V5QoS, v5};
 
-use crate::spec::{MqttVersion, Qos};
+use crate::spec::{MqttVersion, Qos, SESSION_EXPIRY};
 
 /// What a client needs to know of a packet the broker sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +144,11 @@ impl Codec {
                 let mut properties = v5::ConnectProperties::new();
                 properties.max_packet_size = Some(fields.max_packet_size);
                 properties.receive_maximum = Some(u16::MAX);
+                if !fields.clean_session {
+                    // MQTT 5 ends a session when its client leaves unless told otherwise.
+                    properties.session_expiry_interval =
+                        Some(u32::try_from(SESSION_EXPIRY.as_secs()).unwrap_or(u32::MAX));
+                }
                 let connect = v5::Connect {
                     keep_alive: fields.keep_alive_secs,
                     client_id: fields.client_id.to_string(),

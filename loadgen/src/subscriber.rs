@@ -38,6 +38,28 @@ pub(crate) struct SubscriberJob {
     pub live: Arc<Live>,
     /// Fired when the drain is over.
     pub stop: CancellationToken,
+    /// When it goes offline and how it comes back ([`crate::spec::OfflineGap`]).
+    pub offline: Option<Offline>,
+}
+
+/// A subscriber's one absence: it disconnects at `at_ns` (run clock), stays away for `gap`,
+/// then reconnects to its kept session (no new SUBSCRIBE: the session holds it).
+pub(crate) struct Offline {
+    pub at_ns: u64,
+    pub gap: Duration,
+    pub spec: Arc<crate::spec::WorkloadSpec>,
+    pub client_id: String,
+    pub dialer: crate::transport::Dialer,
+}
+
+impl std::fmt::Debug for Offline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Offline")
+            .field("at_ns", &self.at_ns)
+            .field("gap", &self.gap)
+            .field("client_id", &self.client_id)
+            .finish()
+    }
 }
 
 /// What one subscriber saw.
@@ -65,6 +87,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         negative_latency: 0,
     };
     let mut latencies = SampleBuffer::new(&job.live.latency);
+    let session_codec = session.codec;
     let mut out = BytesMut::new();
     let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
     let mut last_write = Instant::now();
@@ -74,11 +97,31 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     tokio::pin!(stop);
     let ping = tokio::time::sleep(ping_every);
     tokio::pin!(ping);
+    let mut offline = job.offline.as_ref();
+    let offline_at = tokio::time::sleep_until(
+        offline.map_or_else(Instant::now, |o| job.clock.instant_at(o.at_ns).into()),
+    );
+    tokio::pin!(offline_at);
     loop {
         session.read_buffer.reserve(READ_CHUNK);
         let read = tokio::select! {
             biased;
             _ = &mut stop => break,
+            _ = &mut offline_at, if offline.is_some() => {
+                let Some(away) = offline.take() else { continue };
+                match go_offline(session, away, session_codec, &job.stop).await {
+                    Some(back) => {
+                        session = back;
+                        last_write = Instant::now();
+                        continue;
+                    }
+                    None => {
+                        state.errors.push(("reconnect_failed", 1));
+                        latencies.flush();
+                        return state.finish(&job);
+                    }
+                }
+            }
             read = session.reader.read_buf(&mut session.read_buffer) => read,
             _ = &mut ping => {
                 // Re-armed lazily: acknowledgements written meanwhile moved the due time.
@@ -138,24 +181,44 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         }
     }
     latencies.flush();
+    say_goodbye(&mut session).await;
+    state.finish(&job)
+}
+
+/// DISCONNECT, then close: the broker ends (or, clean session off, keeps) the session.
+async fn say_goodbye(session: &mut Session) {
     let mut goodbye = BytesMut::new();
     if session.codec.disconnect(&mut goodbye).is_ok() {
         let _ = session.writer.write_all(&goodbye).await;
+        let _ = session.writer.flush().await;
         let _ = session.writer.shutdown().await;
     }
-    state
-        .errors
-        .push(("negative_latency", state.negative_latency));
-    state
-        .errors
-        .push(("foreign_message", state.tracker.foreign()));
-    SubscriberOutcome {
-        received: state.received,
-        window: state.window.finish(job.id),
-        series: state.series,
-        errors: state.errors,
-        tracker: state.tracker,
+}
+
+/// Leaves, waits out the gap (unless the run stops), and reconnects to the kept session;
+/// `None` when the reconnect failed or the run stopped meanwhile.
+async fn go_offline(
+    mut session: Session,
+    away: &Offline,
+    codec: crate::codec::Codec,
+    stop: &CancellationToken,
+) -> Option<Session> {
+    say_goodbye(&mut session).await;
+    drop(session);
+    tokio::select! {
+        () = tokio::time::sleep(away.gap) => {}
+        () = stop.cancelled() => return None,
     }
+    let fields = crate::engine::connect_fields(&away.spec, &away.client_id);
+    crate::session::open(
+        &away.dialer,
+        codec,
+        &fields,
+        None,
+        away.spec.connection.connect_timeout,
+    )
+    .await
+    .ok()
 }
 
 /// Writes `bytes` and flushes: acknowledgements the broker waits for must not stay in a
@@ -163,6 +226,22 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
 async fn write_out(writer: &mut WriteHalf, bytes: &[u8]) -> std::io::Result<()> {
     writer.write_all(bytes).await?;
     writer.flush().await
+}
+
+impl State {
+    fn finish(mut self, job: &SubscriberJob) -> SubscriberOutcome {
+        self.errors
+            .push(("negative_latency", self.negative_latency));
+        self.errors
+            .push(("foreign_message", self.tracker.foreign()));
+        SubscriberOutcome {
+            received: self.received,
+            window: self.window.finish(job.id),
+            series: self.series,
+            errors: self.errors,
+            tracker: self.tracker,
+        }
+    }
 }
 
 struct State {

@@ -49,7 +49,7 @@ pub(super) async fn preflight(
 }
 
 /// The CONNECT of `client_id`: every client of a run sends the same settings.
-pub(super) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
+pub(crate) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
     ConnectFields {
         client_id,
         keep_alive_secs: u16::try_from(spec.connection.keep_alive.as_secs()).unwrap_or(u16::MAX),
@@ -61,6 +61,15 @@ pub(super) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> 
             .map(|user| (user, spec.broker.password.as_deref().unwrap_or(""))),
         max_packet_size: u32::try_from(spec.max_packet_bytes()).unwrap_or(u32::MAX),
     }
+}
+
+/// The client id of `role`'s client `id`: `{prefix}-{run id}-p{n}` or `...-s{n}`.
+pub(super) fn client_id(spec: &WorkloadSpec, run_id: &str, role: Role, id: u32) -> String {
+    let tag = match role {
+        Role::Publisher => 'p',
+        Role::Subscriber => 's',
+    };
+    format!("{}-{run_id}-{tag}{id}", spec.connection.client_id_prefix)
 }
 
 /// Opens a run's connections, one role at a time.
@@ -103,14 +112,7 @@ impl Connector<'_> {
                 .acquire_owned()
                 .await
                 .map_err(|e| LoadgenError::Internal(e.to_string()))?;
-            let tag = match role {
-                Role::Publisher => 'p',
-                Role::Subscriber => 's',
-            };
-            let client_id = format!(
-                "{}-{}-{tag}{id}",
-                self.spec.connection.client_id_prefix, self.run_id
-            );
+            let client_id = client_id(self.spec, self.run_id, role, id);
             let subscription = match role {
                 Role::Subscriber => {
                     let publisher = self

@@ -28,6 +28,7 @@ use crate::spec::{Pacing, Qos, WorkloadSpec};
 use crate::subscriber::{self, SubscriberJob};
 use crate::transport::Dialer;
 use crate::usage::{Monitor, Reading, Scope};
+pub(crate) use connect::connect_fields;
 use connect::{Connector, preflight};
 use drain::{drain, expected_local_deliveries, fill_result};
 use publish::{Timing, await_publishers, start_publishers};
@@ -195,7 +196,15 @@ pub(crate) async fn run_scoped(
     let timing = Timing::of(spec, start_ns);
     let stop_subscribers = CancellationToken::new();
     let mut subscribers = JoinSet::new();
+    let shared_spec = Arc::new(spec.clone());
     for (id, session) in subscriber_sessions {
+        let offline = spec.connection.offline.map(|gap| subscriber::Offline {
+            at_ns: start_ns + gap.after.as_nanos() as u64,
+            gap: gap.gap,
+            spec: shared_spec.clone(),
+            client_id: connect::client_id(spec, &run_id, Role::Subscriber, id),
+            dialer: dialer.clone(),
+        });
         let job = SubscriberJob {
             id,
             publishers: spec.topology.publishers_of(id, spec.publishers),
@@ -207,6 +216,7 @@ pub(crate) async fn run_scoped(
             clock,
             live: live.clone(),
             stop: stop_subscribers.clone(),
+            offline,
         };
         subscribers.spawn(subscriber::run(session, job));
     }
@@ -219,7 +229,7 @@ pub(crate) async fn run_scoped(
         .filter(|_| shard.publishers.contains(&0))
         .map(|churn| {
             let fleet = churn::Fleet {
-                spec: Arc::new(spec.clone()),
+                spec: shared_spec.clone(),
                 churn,
                 run_id: run_id.clone(),
                 dialer: dialer.clone(),

@@ -28,7 +28,7 @@ pub use broker::{
 pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
 pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
-    DrainOptions, EngineOptions, MAX_COALESCING,
+    DrainOptions, EngineOptions, MAX_COALESCING, OfflineGap, SESSION_EXPIRY,
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
 pub use topology::{Shard, Topology};

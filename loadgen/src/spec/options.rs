@@ -31,7 +31,29 @@ pub struct ConnectionOptions {
     pub inflight: u16,
     /// Largest MQTT packet accepted from the broker; derived from the payload when absent.
     pub max_packet_size: Option<ByteSize>,
+    /// Subscribers go offline once mid-run, as devices do: each disconnects `after` the start
+    /// barrier and reconnects to its kept session `gap` later (needs clean_session = false),
+    /// while the publishers go on; what the broker kept arrives then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline: Option<OfflineGap>,
 }
+
+/// When subscribers are offline: from `after` the start barrier, for `gap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineGap {
+    /// From the start barrier to the disconnect.
+    #[serde(with = "humantime_serde")]
+    pub after: Duration,
+    /// How long the subscribers stay away.
+    #[serde(with = "humantime_serde")]
+    pub gap: Duration,
+}
+
+/// How long an MQTT 5 broker keeps a session with clean start off after its client left:
+/// without a session expiry interval, MQTT 5 ends the session at once, and clean start off
+/// would mean nothing.
+pub const SESSION_EXPIRY: Duration = Duration::from_secs(3_600);
 
 impl Default for ConnectionOptions {
     fn default() -> Self {
@@ -43,6 +65,7 @@ impl Default for ConnectionOptions {
             connect_timeout: Duration::from_secs(5),
             inflight: 20,
             max_packet_size: None,
+            offline: None,
         }
     }
 }

@@ -438,6 +438,32 @@ impl WorkloadSpec {
                 "at least one message must be allowed in flight",
             ));
         }
+        if let Some(offline) = connection.offline {
+            if connection.clean_session {
+                return Err(invalid(
+                    "connection.offline",
+                    humantime::format_duration(offline.gap),
+                    "needs connection.clean_session = false: a clean session is gone when its client leaves",
+                ));
+            }
+            if offline.gap.is_zero() || offline.gap > MAX_DURATION || offline.after > MAX_DURATION {
+                return Err(invalid(
+                    "connection.offline.gap",
+                    humantime::format_duration(offline.gap),
+                    format!(
+                        "above 0, and gap and after at most {}",
+                        humantime::format_duration(MAX_DURATION)
+                    ),
+                ));
+            }
+            if self.subscribers == 0 {
+                return Err(invalid(
+                    "connection.offline",
+                    humantime::format_duration(offline.gap),
+                    "takes subscribers offline, and the workload has none",
+                ));
+            }
+        }
         if connection.ramp_up_per_second == Some(0) {
             return Err(invalid(
                 "connection.ramp_up_per_second",
@@ -546,6 +572,25 @@ mod tests {
                     })
                 }),
                 "shard.publishers = 0..9",
+            ),
+            (
+                Box::new(|s| {
+                    s.connection.offline = Some(crate::spec::OfflineGap {
+                        after: Duration::from_secs(1),
+                        gap: Duration::from_secs(2),
+                    })
+                }),
+                "connection.offline = 2s: needs connection.clean_session = false",
+            ),
+            (
+                Box::new(|s| {
+                    s.churn = Some(Churn {
+                        rate: 0.0,
+                        connections: 10,
+                        hold: Duration::from_secs(1),
+                    })
+                }),
+                "churn.rate = 0: new connections per second",
             ),
             (
                 Box::new(|s| s.broker.websocket_path = Some("/mqtt".into())),

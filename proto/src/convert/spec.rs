@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use loadgen::size::ByteSize;
 use loadgen::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    Pacing, Qos, Shard, Topology, Transport, WorkloadSpec,
+    OfflineGap, Pacing, Qos, Shard, Topology, Transport, WorkloadSpec,
 };
 
 use super::{
@@ -179,6 +179,16 @@ fn connection_from_proto(
         connect_timeout: duration(message.connect_timeout, at, "connect_timeout")?,
         inflight: narrow_u16(message.inflight, at, "inflight")?,
         max_packet_size: message.max_packet_size.map(ByteSize),
+        offline: message
+            .offline
+            .map(|gap| -> Result<OfflineGap, ConversionError> {
+                let at = field(at, "offline");
+                Ok(OfflineGap {
+                    after: duration(gap.after, &at, "after")?,
+                    gap: duration(gap.gap, &at, "gap")?,
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -282,6 +292,10 @@ impl From<&ConnectionOptions> for pb::ConnectionOptions {
             connect_timeout: Some(duration_to_proto(connection.connect_timeout)),
             inflight: connection.inflight.into(),
             max_packet_size: connection.max_packet_size.map(ByteSize::bytes),
+            offline: connection.offline.map(|gap| pb::OfflineGap {
+                after: Some(duration_to_proto(gap.after)),
+                gap: Some(duration_to_proto(gap.gap)),
+            }),
         }
     }
 }
@@ -398,6 +412,10 @@ pub(super) mod tests {
                 connect_timeout: Duration::from_millis(1_500),
                 inflight: 20,
                 max_packet_size: Some(ByteSize(2_000_000)),
+                offline: Some(OfflineGap {
+                    after: Duration::from_millis(1_250),
+                    gap: Duration::from_secs(2),
+                }),
             },
             engine: EngineOptions {
                 threads: 3,
