@@ -54,6 +54,34 @@ fn bad_input_is_one_line_naming_the_problem() {
     );
     assert_one_line_error(&loadgen(&["payload", "--size", "9B"]), 1, "payload = 9B");
     assert_one_line_error(&loadgen(&["latency", "--qos", "3"]), 2, "QoS");
+    assert_one_line_error(
+        &loadgen(&["latency", "--transport", "carrier-pigeon"]),
+        2,
+        "is not a transport (tcp or websocket)",
+    );
+    assert_one_line_error(
+        &loadgen(&["latency", "--websocket-path", "/ws"]),
+        1,
+        "broker.websocket_path = \"/ws\": only with broker.transport = \"websocket\"",
+    );
+    assert_one_line_error(
+        &loadgen(&[
+            "latency",
+            "--churn-rate",
+            "0",
+            "--churn-connections",
+            "10",
+            "--churn-hold",
+            "1s",
+        ]),
+        1,
+        "churn.rate = 0",
+    );
+    assert_one_line_error(
+        &loadgen(&["latency", "--offline-after", "1s", "--offline-gap", "2s"]),
+        1,
+        "connection.offline = 2s: needs connection.clean_session = false",
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let spec = dir.path().join("bad.toml");
     std::fs::write(&spec, "publishers = 1\npublisherz = 2\n").expect("write spec");

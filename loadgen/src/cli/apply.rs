@@ -2,7 +2,7 @@
 //! applied over it, then validation.
 
 use super::{CliError, Command, SearchArgs, WarmupArg, WorkloadArgs};
-use crate::spec::{Pacing, WorkloadSpec};
+use crate::spec::{Churn, OfflineGap, Pacing, WorkloadSpec};
 use crate::{LoadgenError, presets};
 
 impl SearchArgs {
@@ -94,6 +94,22 @@ impl WorkloadArgs {
         }
         if self.subscriber_rate_limit.is_some() {
             spec.subscriber_rate_limit = self.subscriber_rate_limit;
+        }
+        set(&mut spec.broker.transport, self.transport);
+        if self.websocket_path.is_some() {
+            spec.broker.websocket_path = self.websocket_path.clone();
+        }
+        if let (Some(rate), Some(connections), Some(hold)) =
+            (self.churn_rate, self.churn_connections, self.churn_hold)
+        {
+            spec.churn = Some(Churn {
+                rate,
+                connections,
+                hold,
+            });
+        }
+        if let (Some(after), Some(gap)) = (self.offline_after, self.offline_gap) {
+            spec.connection.offline = Some(OfflineGap { after, gap });
         }
     }
 }

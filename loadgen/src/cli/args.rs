@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::size::ByteSize;
-use crate::spec::{Coalescing, MqttVersion, Qos, Topology};
+use crate::spec::{Coalescing, MqttVersion, Qos, Topology, Transport};
 
 /// Settings of a saturation search.
 #[derive(Debug, Args, Default, Clone)]
@@ -144,6 +144,27 @@ pub struct WorkloadArgs {
     /// Keep sessions (clean session off).
     #[arg(long)]
     pub persistent_session: bool,
+    /// How MQTT travels: tcp, or websocket (wss with --tls-ca).
+    #[arg(long, value_parser = one_of::<Transport>("a transport"))]
+    pub transport: Option<Transport>,
+    /// The WebSocket request path (default /mqtt; RabbitMQ's web-mqtt serves /ws).
+    #[arg(long, value_name = "PATH")]
+    pub websocket_path: Option<String>,
+    /// A churn fleet beside the workload: new connections per second.
+    #[arg(long, value_name = "PER_SECOND", requires_all = ["churn_connections", "churn_hold"])]
+    pub churn_rate: Option<f64>,
+    /// A churn fleet: connections made in all.
+    #[arg(long, requires = "churn_rate")]
+    pub churn_connections: Option<u64>,
+    /// A churn fleet: how long each stays connected (e.g. 2s).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "churn_rate")]
+    pub churn_hold: Option<Duration>,
+    /// Subscribers go offline this long after the start (needs --persistent-session).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "offline_gap")]
+    pub offline_after: Option<Duration>,
+    /// ... and come back to their kept session this much later.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "offline_after")]
+    pub offline_gap: Option<Duration>,
     /// Each subscriber reads at most this many messages per second (a slow consumer).
     #[arg(long, value_name = "PER_SECOND")]
     pub subscriber_rate_limit: Option<u32>,

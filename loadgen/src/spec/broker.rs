@@ -44,13 +44,14 @@ pub struct BrokerTarget {
 pub const DEFAULT_WEBSOCKET_PATH: &str = "/mqtt";
 
 /// How MQTT packets reach the broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// MQTT straight over TCP (or TLS).
     #[default]
     Tcp,
     /// MQTT in binary WebSocket frames (subprotocol `mqtt`), over TCP or TLS.
+    #[value(name = "websocket", alias = "ws")]
     WebSocket,
 }
 
