@@ -49,6 +49,7 @@
 pub mod agent_bed;
 pub mod cpu_quota;
 pub mod fake_k3s;
+pub mod load;
 pub mod mosquitto;
 pub mod mosquitto_sys;
 mod mosquitto_sys_reader;

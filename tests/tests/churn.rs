@@ -8,9 +8,8 @@
 use std::time::Duration;
 
 use loadgen::spec::{Churn, Pacing, WorkloadSpec};
-use loadgen::{RunResult, Summary};
+use tests::load::run;
 use tests::{Mosquitto, MosquittoOptions, skip_unless_installed};
-use tokio_util::sync::CancellationToken;
 
 /// 2 publishers -> 1 subscriber, 10 messages each every 100 ms: about a second of load that
 /// the churn's messages-free clients arrive beside.
@@ -24,15 +23,6 @@ fn light_workload(port: u16) -> WorkloadSpec {
         interval: Duration::from_millis(100),
     };
     spec
-}
-
-async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
-    let result = loadgen::run(spec, CancellationToken::new(), None)
-        .await
-        .expect("the run completes");
-    let summary = Summary::of(&result);
-    eprintln!("{}", loadgen::output::render_table(&summary));
-    (result, summary)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use loadgen::Summary;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, Topology, WorkloadSpec};
-use loadgen::{RunResult, Summary};
+use tests::load::run;
 use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
 
@@ -22,27 +23,11 @@ fn pairs_workload(port: u16, qos: Qos, pairs: u32, messages: u64) -> WorkloadSpe
     spec
 }
 
-/// The study's payload test shape with 1 MB payloads: publishers -> one topic -> 1 subscriber.
+/// The study's payload test shape with 1 MB payloads, against `port`.
 fn megabyte_workload(port: u16) -> WorkloadSpec {
-    let mut spec = loadgen::presets::latency();
+    let mut spec = tests::load::megabyte_workload();
     spec.broker.port = port;
-    spec.publishers = 5;
-    spec.payload = ByteSize(1_000_000);
-    spec.messages_per_publisher = 6;
-    spec.warmup_messages = 1;
-    spec.pacing = Pacing::OpenLoop {
-        interval: Duration::from_millis(100),
-    };
     spec
-}
-
-async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
-    let result = loadgen::run(spec, CancellationToken::new(), None)
-        .await
-        .expect("the run completes");
-    let summary = Summary::of(&result);
-    eprintln!("{}", loadgen::output::render_table(&summary));
-    (result, summary)
 }
 
 fn assert_nothing_lost(summary: &Summary) {

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
+use loadgen::Summary;
 use loadgen::saturation::{Probe, Search, SearchEnd, SearchSettings, probe_spec};
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, WorkloadSpec};
-use loadgen::{RunResult, Summary};
+use tests::load::run_dedicated as run;
 use tests::{CpuQuota, Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
-use tokio_util::sync::CancellationToken;
 
 /// `pairs` publisher/subscriber pairs at an offered `rate` for `duration` after `warmup`.
 fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> WorkloadSpec {
@@ -24,15 +24,6 @@ fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> Worklo
     spec.warmup = Some(Duration::from_secs(warmup));
     spec.pacing = Pacing::Rate { rate };
     spec
-}
-
-async fn run(spec: WorkloadSpec) -> (RunResult, Summary) {
-    let result = loadgen::run_dedicated(spec, Default::default(), CancellationToken::new(), None)
-        .await
-        .expect("the run completes");
-    let summary = Summary::of(&result);
-    eprintln!("{}", loadgen::output::render_table(&summary));
-    (result, summary)
 }
 
 /// The halves of the measured window each lie within 5 % of the whole.

@@ -8,9 +8,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use loadgen::Summary;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, Transport, WorkloadSpec};
-use loadgen::{RunResult, Summary};
+use tests::load::{megabyte_workload, run};
 use tests::mosquitto::WebSocketListener;
 use tests::rabbitmq::{RabbitOptions, WEB_MQTT_PATH};
 use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
@@ -53,39 +54,9 @@ fn sustained_workload(pairs: u32, rate: u64, duration: u64) -> WorkloadSpec {
     spec
 }
 
-/// The study's payload test shape with 1 MB payloads: 5 publishers -> one topic -> 1
-/// subscriber, 6 messages each (1 warm-up) every 100 ms, QoS 1. Not run against Mosquitto:
-/// 2.0.11 writes a large WebSocket message a piece per turn of its event loop, about 45 KB/s
-/// once the load stops (a 1 MB message took 24 s to arrive), so deliveries outlast any drain.
-fn megabyte_workload() -> WorkloadSpec {
-    let mut spec = loadgen::presets::latency();
-    spec.publishers = 5;
-    spec.payload = ByteSize(1_000_000);
-    spec.messages_per_publisher = 6;
-    spec.warmup_messages = 1;
-    spec.pacing = Pacing::OpenLoop {
-        interval: Duration::from_millis(100),
-    };
-    spec
-}
-
-async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
-    let result = loadgen::run(spec, CancellationToken::new(), None)
-        .await
-        .expect("the run completes");
-    let summary = Summary::of(&result);
-    eprintln!("{}", loadgen::output::render_table(&summary));
-    (result, summary)
-}
-
 /// A timed run on loadgen's own runtime, as the CLI and agents run it.
 async fn run_sustained(spec: WorkloadSpec) -> Summary {
-    let result = loadgen::run_dedicated(spec, Default::default(), CancellationToken::new(), None)
-        .await
-        .expect("the run completes");
-    let summary = Summary::of(&result);
-    eprintln!("{}", loadgen::output::render_table(&summary));
-    summary
+    tests::load::run_dedicated(spec).await.1
 }
 
 fn assert_nothing_lost(summary: &Summary) {
@@ -303,6 +274,9 @@ async fn latency_and_sustained_runs_over_rabbitmq_web_mqtt_match_its_counters() 
         ("rabbitmq ws", latency_workload(), false),
         // Slow, but whole: RabbitMQ spent ~36 ms CPU per 1 MB message received over WebSocket
         // (p50 0.1-0.2 s; 3.5 ms over TCP); the deliveries to the WebSocket subscriber are quick.
+        // The 1 MB workload (tests::load::megabyte_workload) is not run against Mosquitto: 2.0.11
+        // writes a large WebSocket message a piece per turn of its event loop, about 45 KB/s once the
+        // load stops (a 1 MB message took 24 s to arrive), so deliveries outlast any drain.
         ("rabbitmq ws 1 MB", megabyte_workload(), false),
         // QoS 1 at a rate this 2-core machine holds beside an Erlang VM (see sustained.rs).
         (

@@ -108,20 +108,36 @@ async fn probe_once(addr: SocketAddr) -> Result<(), ProbeError> {
 pub async fn wait_ready(
     addr: SocketAddr,
     deadline: Duration,
-    mut exited: impl FnMut() -> Option<String>,
+    exited: impl FnMut() -> Option<String>,
 ) -> Result<(), String> {
+    wait_for(deadline, exited, |limit| async move {
+        probe(addr, limit).await.map_err(|error| error.to_string())
+    })
+    .await
+}
+
+/// Polls `attempt` (given how long it may take) until it succeeds or `deadline` has
+/// passed, stopping early when `exited` gives a reason, as [`wait_ready`] does.
+pub async fn wait_for<F>(
+    deadline: Duration,
+    mut exited: impl FnMut() -> Option<String>,
+    attempt: impl Fn(Duration) -> F,
+) -> Result<(), String>
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
     let end = Instant::now() + deadline;
     poll_until(deadline, POLL_INTERVAL, || {
         let exit = exited();
+        let remaining = end.saturating_duration_since(Instant::now());
+        let tried = attempt(PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100))));
         async move {
             if let Some(reason) = exit {
                 return Attempt::Stop(reason);
             }
-            let remaining = end.saturating_duration_since(Instant::now());
-            let attempt = PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100)));
-            match probe(addr, attempt).await {
+            match tried.await {
                 Ok(()) => Attempt::Done(()),
-                Err(error) => Attempt::Retry(error.to_string()),
+                Err(error) => Attempt::Retry(error),
             }
         }
     })

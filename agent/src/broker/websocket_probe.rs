@@ -8,12 +8,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use host::poll::{Attempt, poll_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout};
+use tokio::time::timeout;
 
-use super::readiness::{POLL_INTERVAL, PROBE_TIMEOUT, connect_packet, probe_client_id};
+use super::readiness::{connect_packet, probe_client_id, wait_for};
 
 /// The upgrade answer is read up to this size: a few headers.
 const MAX_UPGRADE_ANSWER: usize = 4096;
@@ -134,24 +133,9 @@ pub async fn wait_ready(
     addr: SocketAddr,
     path: &str,
     deadline: Duration,
-    mut exited: impl FnMut() -> Option<String>,
+    exited: impl FnMut() -> Option<String>,
 ) -> Result<(), String> {
-    let end = Instant::now() + deadline;
-    poll_until(deadline, POLL_INTERVAL, || {
-        let exit = exited();
-        async move {
-            if let Some(reason) = exit {
-                return Attempt::Stop(reason);
-            }
-            let remaining = end.saturating_duration_since(Instant::now());
-            let attempt = PROBE_TIMEOUT.min(remaining.max(Duration::from_millis(100)));
-            match probe(addr, path, attempt).await {
-                Ok(()) => Attempt::Done(()),
-                Err(error) => Attempt::Retry(error),
-            }
-        }
-    })
-    .await
+    wait_for(deadline, exited, |limit| probe(addr, path, limit)).await
 }
 
 #[cfg(test)]

@@ -1,0 +1,46 @@
+//! Running a workload from a test: its result and summary, with loadgen's table printed for
+//! the test's log; and the workload shapes several tests share.
+
+use std::time::Duration;
+
+use loadgen::size::ByteSize;
+use loadgen::spec::{Pacing, WorkloadSpec};
+use loadgen::{RunResult, Summary};
+use tokio_util::sync::CancellationToken;
+
+/// Runs `spec` on the caller's runtime to its end.
+pub async fn run(spec: &WorkloadSpec) -> (RunResult, Summary) {
+    let result = loadgen::run(spec, CancellationToken::new(), None)
+        .await
+        .expect("the run completes");
+    summarised(result)
+}
+
+/// Runs `spec` on loadgen's own runtime, as the CLI and the agents run it (timed runs).
+pub async fn run_dedicated(spec: WorkloadSpec) -> (RunResult, Summary) {
+    let result = loadgen::run_dedicated(spec, Default::default(), CancellationToken::new(), None)
+        .await
+        .expect("the run completes");
+    summarised(result)
+}
+
+fn summarised(result: RunResult) -> (RunResult, Summary) {
+    let summary = Summary::of(&result);
+    eprintln!("{}", loadgen::output::render_table(&summary));
+    (result, summary)
+}
+
+/// The study's payload test shape with 1 MB payloads: 5 publishers -> one topic -> 1
+/// subscriber, 6 messages each (1 warm-up) every 100 ms, QoS 1; the broker's port is the
+/// caller's to set.
+pub fn megabyte_workload() -> WorkloadSpec {
+    let mut spec = loadgen::presets::latency();
+    spec.publishers = 5;
+    spec.payload = ByteSize(1_000_000);
+    spec.messages_per_publisher = 6;
+    spec.warmup_messages = 1;
+    spec.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(100),
+    };
+    spec
+}
