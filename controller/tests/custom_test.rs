@@ -9,11 +9,11 @@ use anyhow::{Context, Result};
 use controller::plan::{Plan, TestKind};
 use controller::results::{self, CellStatus};
 use controller::run::{RunOptions, run_plan};
-use proto::pki::{CA_CERT_FILE, cert_path, key_path};
 use tests::agent_bed::{AGENT_PORT, AgentBed};
 use tests::isolated_netns_test;
-use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
-use tests::pki::TestPki;
+use tests::mosquitto::{
+    MOSQUITTO_BINARY, Mosquitto, MosquittoOptions, ServerTlsFiles, tls_files_in,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Mosquitto's TLS listener on the worker's testbed address.
@@ -32,18 +32,7 @@ fn a_custom_mqtt5_qos2_fan_out_over_tls_runs_end_to_end() -> Result<()> {
     let worker = bed.testbed.node("worker");
     // The broker's certificate names the worker's address, from a CA of this test's own.
     let tls = tempfile::tempdir()?;
-    TestPki::create(tls.path(), &[("mosquitto", worker.addr().into())])?;
-    let (ca, cert, key) = (
-        tls.path().join(CA_CERT_FILE),
-        cert_path(tls.path(), "mosquitto"),
-        key_path(tls.path(), "mosquitto"),
-    );
-    // Mosquitto started as root reads its files as its own user: a test key may be readable.
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-    std::fs::set_permissions(
-        tls.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )?;
+    let ServerTlsFiles { ca, cert, key } = tls_files_in(tls.path(), worker.addr().into())?;
     let options = MosquittoOptions {
         extra_config: vec![
             format!("listener {TLS_PORT} {}", worker.addr()),

@@ -12,12 +12,12 @@ use controller::results::{self, CellStatus, SummaryRow};
 use controller::run::{RunOptions, RunSummary, run_plan};
 use loadgen::spec::Transport;
 use loadgen::summary::RateKind;
-use proto::pki::{CA_CERT_FILE, cert_path, key_path};
 use tests::agent_bed::{AGENT_PORT, AgentBed};
 use tests::isolated_netns_test;
-use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
+use tests::mosquitto::{
+    MOSQUITTO_BINARY, Mosquitto, MosquittoOptions, ServerTlsFiles, tls_files_in,
+};
 use tests::netns::NODE_LINK;
-use tests::pki::TestPki;
 use tests::rabbitmq::RABBITMQ_SERVER;
 use tokio_util::sync::CancellationToken;
 
@@ -165,18 +165,7 @@ fn websocket_tests_run_against_native_and_external_brokers_and_over_tls() -> Res
     let bed = AgentBed::start_with("websocket", |_, _| Ok(String::new()))?;
     let worker = bed.testbed.node("worker");
     let tls = tempfile::tempdir()?;
-    TestPki::create(tls.path(), &[("mosquitto", worker.addr().into())])?;
-    let (ca, cert, key) = (
-        tls.path().join(CA_CERT_FILE),
-        cert_path(tls.path(), "mosquitto"),
-        key_path(tls.path(), "mosquitto"),
-    );
-    // Mosquitto started as root reads its files as its own user: a test key may be readable.
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-    std::fs::set_permissions(
-        tls.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )?;
+    let ServerTlsFiles { ca, cert, key } = tls_files_in(tls.path(), worker.addr().into())?;
     // Mosquitto 2.0.11 binds a websockets listener by interface name only.
     let options = MosquittoOptions {
         extra_config: vec![

@@ -44,3 +44,19 @@ pub fn megabyte_workload() -> WorkloadSpec {
     };
     spec
 }
+
+/// Every expected delivery arrived, once, in a run without errors.
+pub fn assert_nothing_lost(summary: &Summary) {
+    assert_eq!(
+        summary.received, summary.expected_deliveries,
+        "every expected delivery arrived"
+    );
+    assert_eq!(summary.lost, Some(0));
+    assert_eq!(summary.duplicates, 0);
+    assert!(
+        summary.qos_violations.is_empty(),
+        "{:?}",
+        summary.qos_violations
+    );
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+}

@@ -89,11 +89,15 @@ struct WebSocketSetup {
     tls: Option<ServerTlsFiles>,
 }
 
+/// A test CA and a broker certificate and key it signed, for a Mosquitto TLS listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ServerTlsFiles {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
+pub struct ServerTlsFiles {
+    /// The CA certificate clients trust.
+    pub ca: PathBuf,
+    /// The broker's certificate.
+    pub cert: PathBuf,
+    /// The broker's key.
+    pub key: PathBuf,
 }
 
 impl MosquittoOptions {
@@ -327,14 +331,21 @@ impl Mosquitto {
 fn server_tls_files(broker_dir: &Path) -> Result<ServerTlsFiles> {
     let dir = broker_dir.join("tls");
     std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    TestPki::create(&dir, &[("mosquitto", LOOPBACK.into())])?;
+    std::fs::set_permissions(broker_dir, std::fs::Permissions::from_mode(0o711))
+        .with_context(|| format!("chmod 711 {}", broker_dir.display()))?;
+    tls_files_in(&dir, LOOPBACK.into())
+}
+
+/// A CA of the test's own and a certificate for `ip` it signed, in `dir`, readable by a
+/// Mosquitto started as root (it reads them as its own user; a test key may be readable).
+pub fn tls_files_in(dir: &Path, ip: std::net::IpAddr) -> Result<ServerTlsFiles> {
+    TestPki::create(dir, &[("mosquitto", ip)])?;
     let files = ServerTlsFiles {
         ca: dir.join(proto::pki::CA_CERT_FILE),
-        cert: proto::pki::cert_path(&dir, "mosquitto"),
-        key: proto::pki::key_path(&dir, "mosquitto"),
+        cert: proto::pki::cert_path(dir, "mosquitto"),
+        key: proto::pki::key_path(dir, "mosquitto"),
     };
-    // A test key may be readable; the config and log beside it stay the owner's.
-    for (path, mode) in [(broker_dir, 0o711), (&dir, 0o755), (&files.key, 0o644)] {
+    for (path, mode) in [(dir, 0o755), (&files.key, 0o644)] {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("chmod {mode:o} {}", path.display()))?;
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use loadgen::Summary;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, Topology, WorkloadSpec};
-use tests::load::run;
+use tests::load::{assert_nothing_lost, run};
 use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
 use tokio_util::sync::CancellationToken;
 
@@ -28,21 +28,6 @@ fn megabyte_workload(port: u16) -> WorkloadSpec {
     let mut spec = tests::load::megabyte_workload();
     spec.broker.port = port;
     spec
-}
-
-fn assert_nothing_lost(summary: &Summary) {
-    assert_eq!(
-        summary.received, summary.expected_deliveries,
-        "every expected delivery arrived"
-    );
-    assert_eq!(summary.lost, Some(0));
-    assert_eq!(summary.duplicates, 0);
-    assert!(
-        summary.qos_violations.is_empty(),
-        "{:?}",
-        summary.qos_violations
-    );
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

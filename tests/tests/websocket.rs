@@ -11,7 +11,7 @@ use std::time::Duration;
 use loadgen::Summary;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, Transport, WorkloadSpec};
-use tests::load::{megabyte_workload, run};
+use tests::load::{assert_nothing_lost, megabyte_workload, run};
 use tests::mosquitto::WebSocketListener;
 use tests::rabbitmq::{RabbitOptions, WEB_MQTT_PATH};
 use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
@@ -57,21 +57,6 @@ fn sustained_workload(pairs: u32, rate: u64, duration: u64) -> WorkloadSpec {
 /// A timed run on loadgen's own runtime, as the CLI and agents run it.
 async fn run_sustained(spec: WorkloadSpec) -> Summary {
     tests::load::run_dedicated(spec).await.1
-}
-
-fn assert_nothing_lost(summary: &Summary) {
-    assert_eq!(
-        summary.received, summary.expected_deliveries,
-        "every expected delivery arrived"
-    );
-    assert_eq!(summary.lost, Some(0));
-    assert_eq!(summary.duplicates, 0);
-    assert!(
-        summary.qos_violations.is_empty(),
-        "{:?}",
-        summary.qos_violations
-    );
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
 }
 
 /// loadgen's verdict: the rate was sustained, and the halves of the window agree; or
