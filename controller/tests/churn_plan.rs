@@ -103,6 +103,21 @@ churn = {{ rate = 100, connections = {ARRIVALS}, hold = "200ms" }}
         ARRIVALS + PUBLISHERS + 1 + 1,
         "clients/total counts every session loadgen opened"
     );
+    let markdown = std::fs::read_to_string(summary.dir.join("report.md"))?;
+    let section: Vec<&str> = markdown
+        .lines()
+        .skip_while(|l| !l.starts_with("## Churn"))
+        .take_while(|l| !l.starts_with("## ") || l.starts_with("## Churn"))
+        .collect();
+    assert!(
+        section.iter().any(
+            |l| l.starts_with("| latency | mosquitto | local | 1 | 100, ")
+                && l.contains(&format!("| {ARRIVALS} / {ARRIVALS} | {ARRIVALS} | none |"))
+        ),
+        "the report's churn section:\n{}",
+        section.join("\n")
+    );
+    eprintln!("{}", section.join("\n"));
     eprintln!(
         "churn through the agent: {ARRIVALS} connected at {achieved:.1} /s, connect p50 {:?} us p99 {:?} us, {:?} at once; Mosquitto clients/total +{}",
         row.churn_connect_p50_us,

@@ -40,6 +40,7 @@
 mod axes;
 mod burst;
 mod chart;
+mod churn;
 mod comparison;
 mod custom;
 mod emulation;
@@ -160,6 +161,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(saturation::sections(data));
     sections.extend(burst::sections(data));
     sections.extend(custom::sections(data));
+    sections.extend(churn::section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
