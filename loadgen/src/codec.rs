@@ -20,6 +20,8 @@ pub enum Incoming {
         refusal: Option<String>,
         /// MQTT 5 receive maximum: in-flight QoS 1/2 messages the broker accepts.
         receive_maximum: Option<u16>,
+        /// The broker still had this client's session (clean session off).
+        session_present: bool,
     },
     /// SUBACK with the number of refused filters.
     SubAck {
@@ -323,7 +325,18 @@ impl PublishTemplate {
             out[start + offset..start + offset + 2].copy_from_slice(&pkid.to_be_bytes());
         }
     }
+
+    /// [`Self::write_prefix`] of a message sent again after a reconnect: the DUP flag set,
+    /// as MQTT asks of a re-delivery.
+    pub fn write_prefix_again(&self, pkid: u16, out: &mut BytesMut) {
+        let start = out.len();
+        self.write_prefix(pkid, out);
+        out[start] |= DUP_FLAG;
+    }
 }
+
+/// The DUP bit of a PUBLISH's first byte.
+const DUP_FLAG: u8 = 0x08;
 
 fn from_v4(packet: v4::Packet) -> Incoming {
     match packet {
@@ -331,6 +344,7 @@ fn from_v4(packet: v4::Packet) -> Incoming {
             refusal: (ack.code != v4::ConnectReturnCode::Success)
                 .then(|| format!("{:?}", ack.code)),
             receive_maximum: None,
+            session_present: ack.session_present,
         },
         v4::Packet::SubAck(ack) => Incoming::SubAck {
             pkid: ack.pkid,
@@ -361,6 +375,7 @@ fn from_v5(packet: v5::Packet) -> Incoming {
             refusal: (ack.code != v5::ConnectReturnCode::Success)
                 .then(|| format!("{:?}", ack.code)),
             receive_maximum: ack.properties.and_then(|p| p.receive_max),
+            session_present: ack.session_present,
         },
         v5::Packet::SubAck(ack) => Incoming::SubAck {
             pkid: ack.pkid,

@@ -43,6 +43,7 @@ pub mod output;
 mod pacer;
 pub mod presets;
 mod publisher;
+mod reconnect;
 pub mod result;
 pub mod runtime;
 pub mod saturation;

@@ -117,9 +117,15 @@ pub fn render_table(summary: &Summary) -> String {
         latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
     }
     latency_row(&mut out, "connect", &s.connect_time);
+    if let Some(storm) = &s.reconnect {
+        latency_row(&mut out, "time away", &storm.time_away);
+    }
     if let Some(churn) = &s.churn {
         latency_row(&mut out, "churn connect", &churn.connect_time);
         churn_lines(&mut out, churn);
+    }
+    if let Some(storm) = &s.reconnect {
+        reconnect_lines(&mut out, storm);
     }
     let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
@@ -434,6 +440,28 @@ pub fn append_csv(path: &Path, summary: &Summary) -> Result<(), OutputError> {
         None => writeln!(file, "{header}").map_err(io_error(path))?,
     }
     writeln!(file, "{row}").map_err(io_error(path))
+}
+
+/// A reconnect storm: lost and back, the time until all were back, failures by kind.
+fn reconnect_lines(out: &mut String, storm: &crate::summary::ReconnectSummary) {
+    let whole = storm.full_reconnection_ms.map_or_else(
+        || "not every connection came back".to_string(),
+        |ms| format!("all back {ms:.0} ms after the first loss"),
+    );
+    let _ = writeln!(
+        out,
+        "\nreconnects: {} connections lost, {} back ({whole}), {} gave up, {} still trying at the end; {} attempts, {} to a kept session, {} QoS 1 messages sent again",
+        storm.lost,
+        storm.reconnected,
+        storm.gave_up,
+        storm.interrupted,
+        storm.attempts,
+        storm.sessions_resumed,
+        storm.resent
+    );
+    for (kind, count) in &storm.failures {
+        let _ = writeln!(out, "  reconnect attempt {kind}: {count}");
+    }
 }
 
 /// The churn fleet: arrivals asked and achieved, accepted, refused and failed by kind.

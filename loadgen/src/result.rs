@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::header::HeaderEncoding;
+pub use crate::reconnect::ReconnectOutcome;
 use crate::series::RateSeries;
 use crate::spec::{Shard, WorkloadSpec};
 
@@ -213,6 +214,10 @@ pub struct RunResult {
     /// The churn fleet's outcome, when the workload has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub churn: Option<ChurnOutcome>,
+    /// What the clients went through when connections were lost, when the workload
+    /// reconnects ([`crate::spec::Reconnect`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<ReconnectOutcome>,
 }
 
 /// What a run's churn fleet did ([`crate::spec::Churn`]); times on the run clock.
@@ -324,6 +329,7 @@ impl RunResult {
             clock_origin_unix_ns: 0,
             instances: Vec::new(),
             churn: None,
+            reconnect: None,
         }
     }
 
@@ -400,6 +406,11 @@ impl RunResult {
         match (&mut self.churn, &other.churn) {
             (Some(mine), Some(theirs)) => mine.merge(theirs)?,
             (None, Some(theirs)) => self.churn = Some(theirs.clone()),
+            (_, None) => {}
+        }
+        match (&mut self.reconnect, &other.reconnect) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs).map_err(MergeError)?,
+            (None, Some(theirs)) => self.reconnect = Some(theirs.clone()),
             (_, None) => {}
         }
         Ok(())

@@ -22,6 +22,8 @@ pub(crate) struct Session {
     pub codec: Codec,
     /// MQTT 5: in-flight messages the broker accepts.
     pub receive_maximum: Option<u16>,
+    /// CONNACK said the broker had kept this client's session.
+    pub session_present: bool,
 }
 
 /// Why a connection could not be opened.
@@ -57,6 +59,16 @@ impl ConnectFailure {
     }
 }
 
+/// Whether a subscription is made again on a session the broker kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptSession {
+    /// Subscribe whatever CONNACK says (a new run's clients).
+    SubscribeAnyway,
+    /// A kept session holds the subscription already, and its queued messages may arrive
+    /// before any SUBACK: subscribe only when the broker started a new session.
+    HoldsTheSubscription,
+}
+
 /// Opens a session and, when `subscription` is given, subscribes, all within `deadline`.
 pub(crate) async fn open(
     dialer: &Dialer,
@@ -65,10 +77,30 @@ pub(crate) async fn open(
     subscription: Option<(&str, Qos)>,
     deadline: Duration,
 ) -> Result<Session, ConnectFailure> {
+    open_with(
+        dialer,
+        codec,
+        fields,
+        subscription,
+        KeptSession::SubscribeAnyway,
+        deadline,
+    )
+    .await
+}
+
+/// [`open`], with what a kept session means for the subscription.
+pub(crate) async fn open_with(
+    dialer: &Dialer,
+    codec: Codec,
+    fields: &ConnectFields<'_>,
+    subscription: Option<(&str, Qos)>,
+    kept: KeptSession,
+    deadline: Duration,
+) -> Result<Session, ConnectFailure> {
     let attempts = async {
         let mut attempt = 1;
         loop {
-            match open_unbounded(dialer, codec, fields, subscription).await {
+            match open_unbounded(dialer, codec, fields, subscription, kept).await {
                 // A broker busy tearing down the previous run's clients may drop a handshake
                 // (seen with rumqttd under load): try again, within the same deadline.
                 Err(ConnectFailure::Protocol(reason))
@@ -97,6 +129,7 @@ async fn open_unbounded(
     codec: Codec,
     fields: &ConnectFields<'_>,
     subscription: Option<(&str, Qos)>,
+    kept: KeptSession,
 ) -> Result<Session, ConnectFailure> {
     let (reader, writer) = dialer
         .dial()
@@ -108,6 +141,7 @@ async fn open_unbounded(
         read_buffer: BytesMut::with_capacity(READ_CHUNK),
         codec,
         receive_maximum: None,
+        session_present: false,
     };
     let mut out = BytesMut::new();
     codec
@@ -118,7 +152,11 @@ async fn open_unbounded(
         Incoming::ConnAck {
             refusal: None,
             receive_maximum,
-        } => session.receive_maximum = receive_maximum,
+            session_present,
+        } => {
+            session.receive_maximum = receive_maximum;
+            session.session_present = session_present;
+        }
         Incoming::ConnAck {
             refusal: Some(code),
             ..
@@ -129,6 +167,8 @@ async fn open_unbounded(
             )));
         }
     }
+    let subscription = subscription
+        .filter(|_| !(session.session_present && kept == KeptSession::HoldsTheSubscription));
     if let Some((filter, qos)) = subscription {
         out.clear();
         codec

@@ -40,6 +40,8 @@ pub(crate) struct SubscriberJob {
     pub stop: CancellationToken,
     /// When it goes offline and how it comes back ([`crate::spec::OfflineGap`]).
     pub offline: Option<Offline>,
+    /// How it comes back after a lost connection ([`crate::spec::Reconnect`]).
+    pub reconnect: Option<Resubscribe>,
 }
 
 /// A subscriber's one absence: it disconnects at `at_ns` (run clock), stays away for `gap`,
@@ -75,7 +77,8 @@ pub(crate) struct SubscriberOutcome {
 /// Why the read loop ended early.
 struct Ended(&'static str);
 
-/// Runs one subscriber until `job.stop` fires or the connection ends.
+/// Runs one subscriber until `job.stop` fires or the connection ends (and, with a reconnect
+/// policy, cannot be opened again).
 pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberOutcome {
     let mut state = State {
         tracker: DeliveryTracker::new(job.publishers.clone(), job.seq_limit),
@@ -102,11 +105,22 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         offline.map_or_else(Instant::now, |o| job.clock.instant_at(o.at_ns).into()),
     );
     tokio::pin!(offline_at);
+    let cut_at = job.reconnect.as_ref().and_then(|r| r.reconnector.cut_at());
+    let mut cut_armed = cut_at.is_some();
+    let cut = tokio::time::sleep_until(cut_at.unwrap_or_else(Instant::now));
+    tokio::pin!(cut);
     loop {
         session.read_buffer.reserve(READ_CHUNK);
+        // How the connection was lost in this round, if it was.
+        let mut lost: Option<&'static str> = None;
         let read = tokio::select! {
             biased;
             _ = &mut stop => break,
+            _ = &mut cut, if cut_armed => {
+                cut_armed = false;
+                lost = Some("cut");
+                Ok(1)
+            }
             _ = &mut offline_at, if offline.is_some() => {
                 let Some(away) = offline.take() else { continue };
                 match go_offline(session, away, session_codec, &job.stop).await {
@@ -127,62 +141,130 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
                 // Re-armed lazily: acknowledgements written meanwhile moved the due time.
                 let due = last_write + ping_every;
                 if Instant::now() >= due {
-                    if session.codec.ping(&mut out).is_err() || write_out(&mut session.writer, &out).await.is_err() {
-                        state.errors.push(("write_failed", 1));
+                    if session.codec.ping(&mut out).is_err() {
+                        state.errors.push(("encode_failed", 1));
                         break;
+                    }
+                    if write_out(&mut session.writer, &out).await.is_err() {
+                        lost = Some("write_failed");
                     }
                     out.clear();
                     last_write = Instant::now();
                 }
                 ping.as_mut().reset(last_write + ping_every);
-                continue;
+                if lost.is_none() {
+                    continue;
+                }
+                Ok(1)
             }
         };
         match read {
-            Ok(0) => {
-                state.errors.push(("connection_closed", 1));
-                break;
+            _ if lost.is_some() => {}
+            Ok(0) => lost = Some("connection_closed"),
+            Err(_) => lost = Some("read_failed"),
+            Ok(_) => {
+                let now_ns = job.clock.now_ns();
+                let before = (state.received, state.unique());
+                let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
+                if !out.is_empty() {
+                    if write_out(&mut session.writer, &out).await.is_err() {
+                        lost = Some("write_failed");
+                    }
+                    out.clear();
+                    last_write = Instant::now();
+                }
+                let batch = state.received - before.0;
+                job.live
+                    .add_received(batch, state.unique() - before.1, now_ns);
+                match decoded {
+                    Err(Ended("broker_disconnected")) => lost = Some("broker_disconnected"),
+                    Err(Ended(kind)) => {
+                        state.errors.push((kind, 1));
+                        break;
+                    }
+                    Ok(()) => {}
+                }
+                if lost.is_none()
+                    && let Some(rate) = job.rate_limit
+                {
+                    // A slow consumer: hold the next read back so the average stays at `rate`.
+                    let earliest = read_allowed_at
+                        .unwrap_or_else(Instant::now)
+                        .max(Instant::now() - Duration::from_millis(100));
+                    let allowed =
+                        earliest + Duration::from_secs_f64(batch as f64 / f64::from(rate));
+                    read_allowed_at = Some(allowed);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(allowed) => {}
+                        _ = &mut stop => break,
+                    }
+                }
             }
-            Err(_) => {
-                state.errors.push(("read_failed", 1));
-                break;
-            }
-            Ok(_) => {}
         }
-        let now_ns = job.clock.now_ns();
-        let before = (state.received, state.unique());
-        let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
-        if !out.is_empty() {
-            if write_out(&mut session.writer, &out).await.is_err() {
-                state.errors.push(("write_failed", 1));
-                break;
-            }
-            out.clear();
-            last_write = Instant::now();
-        }
-        let batch = state.received - before.0;
-        job.live
-            .add_received(batch, state.unique() - before.1, now_ns);
-        if let Err(Ended(kind)) = decoded {
-            state.errors.push((kind, 1));
-            break;
-        }
-        if let Some(rate) = job.rate_limit {
-            // A slow consumer: hold the next read back so the average stays at `rate`.
-            let earliest = read_allowed_at
-                .unwrap_or_else(Instant::now)
-                .max(Instant::now() - Duration::from_millis(100));
-            let allowed = earliest + Duration::from_secs_f64(batch as f64 / f64::from(rate));
-            read_allowed_at = Some(allowed);
-            tokio::select! {
-                _ = tokio::time::sleep_until(allowed) => {}
-                _ = &mut stop => break,
+        if let Some(kind) = lost {
+            match come_back(session, kind, &job, &mut state.errors).await {
+                Some(back) => {
+                    session = back;
+                    last_write = Instant::now();
+                }
+                None => {
+                    latencies.flush();
+                    return state.finish(&job);
+                }
             }
         }
     }
     latencies.flush();
     say_goodbye(&mut session).await;
     state.finish(&job)
+}
+
+/// How a subscriber comes back after its connection was lost.
+pub(crate) struct Resubscribe {
+    pub reconnector: Arc<crate::reconnect::Reconnector>,
+    pub client_id: String,
+    pub topic: String,
+    pub qos: crate::spec::Qos,
+}
+
+impl std::fmt::Debug for Resubscribe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resubscribe")
+            .field("client_id", &self.client_id)
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+/// The connection is gone (`kind` says how): without a reconnect policy that is an error and
+/// the end; with one, the subscriber connects and subscribes again (`None` when it gave up
+/// or the run stopped meanwhile).
+async fn come_back(
+    session: Session,
+    kind: &'static str,
+    job: &SubscriberJob,
+    errors: &mut Vec<(&'static str, u64)>,
+) -> Option<Session> {
+    // Dropped without DISCONNECT: a cut connection ends as a network outage would end it.
+    drop(session);
+    let Some(again) = &job.reconnect else {
+        errors.push((kind, 1));
+        return None;
+    };
+    let lost_ns = job.clock.now_ns();
+    let back = again
+        .reconnector
+        .reconnect(
+            &again.client_id,
+            Some((&again.topic, again.qos)),
+            lost_ns,
+            &job.stop,
+        )
+        .await;
+    if back.is_none() && !job.stop.is_cancelled() {
+        errors.push(("reconnect_gave_up", 1));
+    }
+    back
 }
 
 /// DISCONNECT, then close: the broker ends (or, clean session off, keeps) the session.

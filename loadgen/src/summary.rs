@@ -232,6 +232,54 @@ pub struct Summary {
     /// The churn fleet beside the workload, when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub churn: Option<ChurnSummary>,
+    /// Lost connections and how they came back, when the workload reconnects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<ReconnectSummary>,
+}
+
+/// A reconnect storm: connections lost and back, how long the fleet took to be whole again,
+/// each client's time away, what failed meanwhile and what was sent again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconnectSummary {
+    /// Connections lost mid-run.
+    pub lost: u64,
+    /// Lost connections open again.
+    pub reconnected: u64,
+    /// Lost connections not back within the policy's time.
+    pub gave_up: u64,
+    /// Lost connections still trying when the run ended.
+    pub interrupted: u64,
+    /// From the first loss to the last reconnection, ms, when every lost connection came
+    /// back.
+    pub full_reconnection_ms: Option<f64>,
+    /// Per reconnection, from the loss to open again.
+    pub time_away: LatencySummary,
+    /// CONNECTs tried, failed ones included.
+    pub attempts: u64,
+    /// Failed attempts by kind.
+    pub failures: BTreeMap<String, u64>,
+    /// Reconnections to a session the broker had kept.
+    pub sessions_resumed: u64,
+    /// QoS 1 messages sent again after a reconnect.
+    pub resent: u64,
+}
+
+impl ReconnectSummary {
+    fn of(result: &RunResult) -> Option<Self> {
+        let outcome = result.reconnect.as_ref()?;
+        Some(ReconnectSummary {
+            lost: outcome.lost,
+            reconnected: outcome.reconnected,
+            gave_up: outcome.gave_up,
+            interrupted: outcome.interrupted,
+            full_reconnection_ms: outcome.full_reconnection_ns().map(|ns| ns as f64 / 1e6),
+            time_away: LatencySummary::of(&outcome.time_away),
+            attempts: outcome.attempts,
+            failures: outcome.failures.clone(),
+            sessions_resumed: outcome.sessions_resumed,
+            resent: outcome.resent,
+        })
+    }
 }
 
 /// What a churn fleet did: arrivals asked and achieved, how long CONNECT took, what the
@@ -383,6 +431,7 @@ impl Summary {
             load_wall_ms: result.load_wall_ns as f64 / 1e6,
             interrupted: result.interrupted,
             churn: ChurnSummary::of(result),
+            reconnect: ReconnectSummary::of(result),
         }
     }
 }

@@ -82,6 +82,17 @@ fn bad_input_is_one_line_naming_the_problem() {
         1,
         "connection.offline = 2s: needs connection.clean_session = false",
     );
+    assert_one_line_error(
+        &loadgen(&[
+            "latency",
+            "--reconnect-within",
+            "1s",
+            "--reconnect-retry",
+            "2s",
+        ]),
+        1,
+        "connection.reconnect.retry = 2s: above 0 and at most connection.reconnect.within (1s)",
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let spec = dir.path().join("bad.toml");
     std::fs::write(&spec, "publishers = 1\npublisherz = 2\n").expect("write spec");

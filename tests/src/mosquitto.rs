@@ -69,6 +69,9 @@ pub struct MosquittoOptions {
     /// A second listener, for MQTT over WebSocket, on its own loopback port
     /// ([`Mosquitto::websocket_port`]); `None` opens none.
     pub websocket: Option<WebSocketListener>,
+    /// Keep sessions and queued messages on disk: saved when the broker stops, loaded when
+    /// it starts again ([`Mosquitto::restart`]).
+    pub persistence: bool,
 }
 
 /// How the WebSocket listener of [`MosquittoOptions::websocket`] is reached.
@@ -103,11 +106,20 @@ pub struct ServerTlsFiles {
 impl MosquittoOptions {
     /// The config file text for a broker listening on 127.0.0.1:`port`, and
     /// for WebSocket as `websocket` says.
-    fn render_config(&self, port: u16, websocket: Option<&WebSocketSetup>) -> String {
+    fn render_config(
+        &self,
+        port: u16,
+        websocket: Option<&WebSocketSetup>,
+        persistence_dir: Option<&Path>,
+    ) -> String {
+        let persistence = match persistence_dir {
+            Some(dir) => format!("persistence true\npersistence_location {}/", dir.display()),
+            None => "persistence false".to_owned(),
+        };
         let mut lines = vec![
             "# Written by Continuum's test harness; one broker per test.".to_owned(),
             "allow_anonymous true".to_owned(),
-            "persistence false".to_owned(),
+            persistence,
             // The $SYS tree is how the harness reads the broker's counters;
             // refresh it as often as Mosquitto allows.
             "sys_interval 1".to_owned(),
@@ -197,10 +209,14 @@ impl Mosquitto {
                 tls: Some(server_tls_files(dir.path())?),
             }),
         };
+        let persistence_dir = match options.persistence {
+            true => Some(persistence_dir(dir.path())?),
+            false => None,
+        };
         let config_path = dir.path().join("mosquitto.conf");
         std::fs::write(
             &config_path,
-            options.render_config(port, websocket.as_ref()),
+            options.render_config(port, websocket.as_ref(), persistence_dir.as_deref()),
         )
         .with_context(|| format!("writing {}", config_path.display()))?;
         let log_path = dir.path().join("mosquitto.log");
@@ -209,16 +225,7 @@ impl Mosquitto {
         let log_for_stderr = log.try_clone().context("duplicating the log file handle")?;
 
         let instance_id = new_instance_id();
-        let child = Command::new(MOSQUITTO_BINARY)
-            .arg("-c")
-            .arg(&config_path)
-            .env(INSTANCE_MARKER_VAR, &instance_id)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_for_stderr)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("spawning {MOSQUITTO_BINARY}"))?;
+        let child = spawn_broker(&config_path, &instance_id, log, log_for_stderr)?;
         let mut mosquitto = Self {
             child,
             port,
@@ -318,12 +325,67 @@ impl Mosquitto {
         Ok(self.reader()?.history())
     }
 
+    /// Stops the broker with SIGTERM (with [`MosquittoOptions::persistence`] it saves its
+    /// sessions and queues) and starts it again on the same port and config, returning once
+    /// it answers CONNECT: the outage a fleet reconnects after. The `$SYS` counters start
+    /// again from zero.
+    pub fn restart(&mut self) -> Result<()> {
+        drop(self.sys_tree.take());
+        let pid = libc::pid_t::try_from(self.child.id()).context("mosquitto's pid")?;
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            bail!("SIGTERM to mosquitto: {}", std::io::Error::last_os_error());
+        }
+        self.child.wait().context("waiting for mosquitto to stop")?;
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)
+            .with_context(|| format!("opening {}", self.log_path.display()))?;
+        let log_for_stderr = log.try_clone().context("duplicating the log file handle")?;
+        let config_path = self.dir.path().join("mosquitto.conf");
+        self.child = spawn_broker(&config_path, &self.instance_id, log, log_for_stderr)?;
+        let addr = self.addr();
+        wait_for_connack(addr, &mut self.child, START_DEADLINE)
+            .with_context(|| format!("mosquitto did not come back; its log:\n{}", self.log()))?;
+        self.sys_tree = Some(
+            SysTreeReader::connect(addr, &self.instance_id)
+                .with_context(|| format!("subscribing to $SYS again; log:\n{}", self.log()))?,
+        );
+        Ok(())
+    }
+
     fn reader(&self) -> Result<&SysTreeReader> {
         match &self.sys_tree {
             Some(reader) => Ok(reader),
             None => bail!("the $SYS reader of this broker is not running"),
         }
     }
+}
+
+/// Runs `mosquitto -c config_path` in a process group of its own, tagged with `instance_id`.
+fn spawn_broker(config_path: &Path, instance_id: &str, log: File, stderr: File) -> Result<Child> {
+    Command::new(MOSQUITTO_BINARY)
+        .arg("-c")
+        .arg(config_path)
+        .env(INSTANCE_MARKER_VAR, instance_id)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("spawning {MOSQUITTO_BINARY}"))
+}
+
+/// `broker_dir/persist`, writable by Mosquitto: started as root, it writes its database as
+/// its own user.
+fn persistence_dir(broker_dir: &Path) -> Result<PathBuf> {
+    let dir = broker_dir.join("persist");
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+        .with_context(|| format!("chmod 777 {}", dir.display()))?;
+    std::fs::set_permissions(broker_dir, std::fs::Permissions::from_mode(0o711))
+        .with_context(|| format!("chmod 711 {}", broker_dir.display()))?;
+    Ok(dir)
 }
 
 /// A CA and a server certificate for 127.0.0.1 in `broker_dir/tls`, readable
@@ -367,7 +429,7 @@ mod tests {
 
     #[test]
     fn default_config_lifts_limits_and_listens_on_loopback_only() {
-        let config = MosquittoOptions::default().render_config(4242, None);
+        let config = MosquittoOptions::default().render_config(4242, None, None);
         assert!(config.contains("listener 4242 127.0.0.1\n"));
         assert!(config.contains("max_queued_messages 1000000\n"));
         assert!(config.contains("allow_anonymous true\n"));
@@ -386,13 +448,16 @@ mod tests {
             max_packet_size: Some(2_000_000),
             extra_config: vec!["max_connections -1".to_owned()],
             websocket: None,
+            persistence: true,
         };
-        let config = options.render_config(1, None);
+        let config = options.render_config(1, None, Some(Path::new("/b/persist")));
         for line in [
             "max_queued_messages 10",
             "max_inflight_messages 5",
             "max_packet_size 2000000",
             "max_connections -1",
+            "persistence true",
+            "persistence_location /b/persist/",
         ] {
             assert!(config.lines().any(|l| l == line), "missing {line:?}");
         }
@@ -413,7 +478,7 @@ mod tests {
             port: 9001,
             tls: Some(tls),
         };
-        let config = options.render_config(1, Some(&websocket));
+        let config = options.render_config(1, Some(&websocket), None);
         assert!(
             config.ends_with(
                 "cafile /c\nlistener 9001 lo\nprotocol websockets\ncertfile /t/m.pem\nkeyfile /t/m.key\n"

@@ -54,6 +54,7 @@ mod latency;
 mod markdown;
 mod model;
 mod payload;
+mod reconnect;
 mod resources;
 mod run;
 mod saturation;
@@ -162,6 +163,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(burst::sections(data));
     sections.extend(custom::sections(data));
     sections.extend(churn::section(data));
+    sections.extend(reconnect::section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));

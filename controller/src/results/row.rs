@@ -291,6 +291,31 @@ pub struct SummaryRow {
     /// A churn fleet: most of its clients connected at once.
     #[serde(default)]
     pub churn_most_open: Option<u64>,
+    /// A reconnecting workload: connections lost mid-run.
+    #[serde(default)]
+    pub reconnect_lost: Option<u64>,
+    /// A reconnecting workload: lost connections open again.
+    #[serde(default)]
+    pub reconnect_back: Option<u64>,
+    /// A reconnecting workload: lost connections not back in time (or when the run ended).
+    #[serde(default)]
+    pub reconnect_not_back: Option<u64>,
+    /// A reconnecting workload: from the first loss to the last reconnection, ms (empty when
+    /// not every connection came back).
+    #[serde(default, serialize_with = "decimals_or_empty::<1, _>")]
+    pub reconnect_full_ms: Option<f64>,
+    /// A reconnecting workload: each reconnection's time away, median, µs.
+    #[serde(default)]
+    pub reconnect_away_p50_us: Option<f64>,
+    /// A reconnecting workload: the longest time away, µs.
+    #[serde(default)]
+    pub reconnect_away_max_us: Option<f64>,
+    /// A reconnecting workload: failed attempts by kind.
+    #[serde(default)]
+    pub reconnect_failures: ErrorCounts,
+    /// A reconnecting workload: QoS 1 messages sent again after a reconnect.
+    #[serde(default)]
+    pub reconnect_resent: Option<u64>,
 }
 
 impl SummaryRow {
@@ -313,6 +338,7 @@ impl SummaryRow {
         let usage = record.usage.as_ref();
         let saturation = record.saturation.as_ref();
         let churn = summary.and_then(|s| s.churn.as_ref());
+        let storm = summary.and_then(|s| s.reconnect.as_ref());
         SummaryRow {
             cell: record.cell.clone(),
             broker: record.broker.clone(),
@@ -464,6 +490,14 @@ impl SummaryRow {
             churn_connect_p50_us: churn.map(|c| c.connect_time.p50_us),
             churn_connect_p99_us: churn.map(|c| c.connect_time.p99_us),
             churn_most_open: churn.map(|c| c.most_open),
+            reconnect_lost: storm.map(|r| r.lost),
+            reconnect_back: storm.map(|r| r.reconnected),
+            reconnect_not_back: storm.map(|r| r.gave_up + r.interrupted),
+            reconnect_full_ms: storm.and_then(|r| r.full_reconnection_ms),
+            reconnect_away_p50_us: storm.map(|r| r.time_away.p50_us),
+            reconnect_away_max_us: storm.map(|r| r.time_away.max_us),
+            reconnect_failures: ErrorCounts(storm.map(|r| r.failures.clone()).unwrap_or_default()),
+            reconnect_resent: storm.map(|r| r.resent),
         }
     }
 }
@@ -473,7 +507,7 @@ mod tests {
     use super::*;
 
     /// The columns of summary.csv as users and tests read them: names and order are fixed.
-    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open";
+    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open,reconnect_lost,reconnect_back,reconnect_not_back,reconnect_full_ms,reconnect_away_p50_us,reconnect_away_max_us,reconnect_failures,reconnect_resent";
 
     #[test]
     fn the_columns_are_the_ones_users_read() {

@@ -2,7 +2,7 @@
 //! applied over it, then validation.
 
 use super::{CliError, Command, SearchArgs, WarmupArg, WorkloadArgs};
-use crate::spec::{Churn, OfflineGap, Pacing, WorkloadSpec};
+use crate::spec::{Churn, DEFAULT_RETRY, OfflineGap, Pacing, Reconnect, WorkloadSpec};
 use crate::{LoadgenError, presets};
 
 impl SearchArgs {
@@ -110,6 +110,13 @@ impl WorkloadArgs {
         }
         if let (Some(after), Some(gap)) = (self.offline_after, self.offline_gap) {
             spec.connection.offline = Some(OfflineGap { after, gap });
+        }
+        if let Some(within) = self.reconnect_within {
+            spec.connection.reconnect = Some(Reconnect {
+                within,
+                retry: self.reconnect_retry.unwrap_or(DEFAULT_RETRY),
+                cut_all_at: self.cut_all_at,
+            });
         }
     }
 }

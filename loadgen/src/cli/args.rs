@@ -165,6 +165,16 @@ pub struct WorkloadArgs {
     /// ... and come back to their kept session this much later.
     #[arg(long, value_parser = humantime::parse_duration, requires = "offline_after")]
     pub offline_gap: Option<Duration>,
+    /// A lost connection is opened again, trying for this long (e.g. 30s): a reconnect storm.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub reconnect_within: Option<Duration>,
+    /// Between two reconnect attempts of one client (default 100ms).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "reconnect_within")]
+    pub reconnect_retry: Option<Duration>,
+    /// Every connection is cut this long after the start, and reconnects (needs
+    /// --reconnect-within).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "reconnect_within")]
+    pub cut_all_at: Option<Duration>,
     /// Each subscriber reads at most this many messages per second (a slow consumer).
     #[arg(long, value_name = "PER_SECOND")]
     pub subscriber_rate_limit: Option<u32>,

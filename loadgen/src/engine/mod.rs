@@ -23,6 +23,7 @@ use crate::clock::{RunClock, unix_now_ns};
 use crate::codec::Codec;
 use crate::live::{Live, Progress};
 use crate::publisher::Warmup;
+use crate::reconnect::Reconnector;
 use crate::result::RunResult;
 use crate::spec::{Pacing, Qos, WorkloadSpec};
 use crate::subscriber::{self, SubscriberJob};
@@ -197,6 +198,7 @@ pub(crate) async fn run_scoped(
     let stop_subscribers = CancellationToken::new();
     let mut subscribers = JoinSet::new();
     let shared_spec = Arc::new(spec.clone());
+    let reconnector = Reconnector::of(&shared_spec, &dialer, codec, clock, start_ns);
     for (id, session) in subscriber_sessions {
         let offline = spec.connection.offline.map(|gap| subscriber::Offline {
             at_ns: start_ns + gap.after.as_nanos() as u64,
@@ -217,6 +219,17 @@ pub(crate) async fn run_scoped(
             live: live.clone(),
             stop: stop_subscribers.clone(),
             offline,
+            reconnect: reconnector
+                .as_ref()
+                .map(|reconnector| subscriber::Resubscribe {
+                    reconnector: reconnector.clone(),
+                    client_id: connect::client_id(spec, &run_id, Role::Subscriber, id),
+                    topic: spec.topic_of(
+                        &run_id,
+                        spec.topology.publishers_of(id, spec.publishers).start,
+                    ),
+                    qos: spec.qos,
+                }),
         };
         subscribers.spawn(subscriber::run(session, job));
     }
@@ -251,6 +264,7 @@ pub(crate) async fn run_scoped(
         &live,
         &cancel,
         &scope,
+        reconnector.as_ref(),
     )?;
     let publisher_outcomes = await_publishers(publishers, &live, &status).await?;
     if let Some((handle, pacer_cancel_token)) = pacer {
@@ -290,6 +304,7 @@ pub(crate) async fn run_scoped(
     let samples = monitor.finish().await;
 
     fill_result(&mut result, publisher_outcomes, subscriber_outcomes, &live);
+    result.reconnect = reconnector.map(|reconnector| reconnector.outcome());
     result.load_wall_ns = load_wall_ns;
     let threads = crate::runtime::threads_for(spec);
     result.resources = usage_before.until(usage_after, threads);

@@ -8,13 +8,14 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::Status;
+use super::{Role, Status};
 use crate::LoadgenError;
 use crate::clock::RunClock;
 use crate::codec::Codec;
 use crate::live::Live;
 use crate::pacer::{self, PacedPublisher, Release};
 use crate::publisher::{self, PublisherJob, PublisherOutcome, PublisherPacing, Warmup};
+use crate::reconnect::Reconnector;
 use crate::session::Session;
 use crate::spec::{RunLength, WorkloadSpec};
 use crate::usage::Scope;
@@ -109,6 +110,7 @@ pub(super) fn start_publishers(
     live: &Arc<Live>,
     cancel: &CancellationToken,
     scope: &Scope,
+    reconnector: Option<&Arc<Reconnector>>,
 ) -> Result<(JoinSet<PublisherOutcome>, Option<PacerHandle>), LoadgenError> {
     let header = spec.header_encoding();
     let payload_len =
@@ -159,6 +161,10 @@ pub(super) fn start_publishers(
             clock,
             live: live.clone(),
             cancel: cancel.clone(),
+            reconnect: reconnector.map(|reconnector| publisher::Reconnecting {
+                reconnector: reconnector.clone(),
+                client_id: super::connect::client_id(spec, run_id, Role::Publisher, id),
+            }),
         };
         tasks.spawn(publisher::run(session, job));
     }

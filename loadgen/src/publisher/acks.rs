@@ -1,6 +1,7 @@
 //! The reading half of a publisher: the broker's acknowledgements, and the drain that waits
 //! for the last of them.
 
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -60,10 +61,18 @@ pub(super) async fn read_loop(
 ) -> Vec<(&'static str, u64)> {
     let mut errors = Vec::new();
     let mut closing_since: Option<Instant> = None;
+    let lost = async {
+        match links.lost {
+            Some(lost) => lost.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lost);
     loop {
         buffer.reserve(4096);
         let read = tokio::select! {
             read = source.read_buf(&mut buffer) => read,
+            () = &mut lost => break,
             _ = links.writer_done.cancelled(), if closing_since.is_none() => {
                 closing_since = Some(Instant::now());
                 continue;
@@ -73,22 +82,26 @@ pub(super) async fn read_loop(
         let writer_finished = links.writer_done.is_cancelled();
         match read {
             Ok(0) => {
-                if !writer_finished {
+                if !writer_finished && !links.connection_lost() {
                     errors.push(("connection_closed", 1));
                 }
                 break;
             }
             Err(_) => {
-                if !writer_finished {
+                if !writer_finished && !links.connection_lost() {
                     errors.push(("read_failed", 1));
                 }
                 break;
             }
             Ok(_) => {}
         }
-        if let Err(kind) = handle_acks(&codec, &mut buffer, &pubrel_tx, links).await {
-            errors.push((kind, 1));
-            break;
+        match handle_acks(&codec, &mut buffer, &pubrel_tx, links).await {
+            Ok(()) => {}
+            Err("broker_disconnected") if links.connection_lost() => break,
+            Err(kind) => {
+                errors.push((kind, 1));
+                break;
+            }
         }
     }
     links.reader_done.cancel();
@@ -104,7 +117,20 @@ async fn handle_acks(
     loop {
         match codec.decode(buffer) {
             Ok(None) => return Ok(()),
-            Ok(Some(Incoming::PubAck(_) | Incoming::PubComp(_))) => {
+            Ok(Some(Incoming::PubAck(pkid) | Incoming::PubComp(pkid))) => {
+                if let Some(unacked) = links.unacked {
+                    let mut unacked = unacked.lock().unwrap_or_else(PoisonError::into_inner);
+                    // Acknowledged in order (MQTT asks it of QoS 1); searched if not.
+                    match unacked.iter().position(|message| message.pkid == pkid) {
+                        Some(0) => {
+                            unacked.pop_front();
+                        }
+                        Some(at) => {
+                            unacked.remove(at);
+                        }
+                        None => {}
+                    }
+                }
                 links.acknowledged.fetch_add(1, Ordering::Relaxed);
                 links.permits.add_permits(1);
             }

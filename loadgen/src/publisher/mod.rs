@@ -8,8 +8,9 @@
 mod acks;
 mod wait;
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -24,6 +25,7 @@ use crate::codec::{AckKind, Codec, PublishTemplate};
 use crate::header::{HeaderEncoding, MessageHeader};
 use crate::live::{Credit, Live, SampleBuffer, WindowTracker};
 use crate::pacer::Release;
+use crate::reconnect::Reconnector;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
 use crate::session::Session;
@@ -99,7 +101,35 @@ pub(crate) struct PublisherJob {
     pub clock: RunClock,
     pub live: Arc<Live>,
     pub cancel: CancellationToken,
+    /// How it comes back after a lost connection ([`crate::spec::Reconnect`]).
+    pub reconnect: Option<Reconnecting>,
 }
+
+/// How a publisher comes back after a lost connection: it connects again and sends its
+/// unacknowledged QoS 1 messages again, with their original numbers and stamps.
+pub(crate) struct Reconnecting {
+    pub reconnector: Arc<Reconnector>,
+    pub client_id: String,
+}
+
+impl std::fmt::Debug for Reconnecting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconnecting")
+            .field("client_id", &self.client_id)
+            .finish()
+    }
+}
+
+/// A QoS 1 message sent and not yet acknowledged, kept (only when reconnecting) to be sent
+/// again after a lost connection.
+#[derive(Debug, Clone, Copy)]
+struct Unacked {
+    pkid: u16,
+    seq: u32,
+    stamp_ns: u64,
+}
+
+type UnackedQueue = Mutex<VecDeque<Unacked>>;
 
 /// What one publisher did.
 #[derive(Debug)]
@@ -115,34 +145,87 @@ pub(crate) struct PublisherOutcome {
     pub errors: Vec<(&'static str, u64)>,
 }
 
-/// Runs one publisher to completion.
+/// Runs one publisher to completion; with a reconnect policy, across lost connections.
 pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome {
-    let Session {
-        reader,
-        writer,
-        read_buffer,
-        codec,
-        receive_maximum,
-        ..
-    } = session;
-    let window = usize::from(job.inflight.min(receive_maximum.unwrap_or(u16::MAX)).max(1));
+    let window = usize::from(
+        job.inflight
+            .min(session.receive_maximum.unwrap_or(u16::MAX))
+            .max(1),
+    );
     let permits = Semaphore::new(window);
     let acknowledged = AtomicU64::new(0);
-    let (pubrel_tx, pubrel_rx) = mpsc::channel(window + 1);
-    let writer_done = CancellationToken::new();
-    let reader_done = CancellationToken::new();
-    let links = Links {
-        permits: &permits,
-        window,
-        acknowledged: &acknowledged,
-        writer_done: &writer_done,
-        reader_done: &reader_done,
-    };
-    let (mut written, read_errors) = tokio::join!(
-        write_loop(&job, writer, codec, pubrel_rx, &links),
-        acks::read_loop(reader, read_buffer, codec, pubrel_tx, &links),
-    );
-    written.errors.extend(read_errors);
+    let unacked: Option<UnackedQueue> = (job.reconnect.is_some() && job.qos != Qos::AtMostOnce)
+        .then(|| Mutex::new(VecDeque::with_capacity(window)));
+    let mut written = Written::default();
+    let mut cut_at = job
+        .reconnect
+        .as_ref()
+        .and_then(|again| again.reconnector.cut_at());
+    let mut session = session;
+    let mut resend = false;
+    loop {
+        let Session {
+            reader,
+            writer,
+            read_buffer,
+            codec,
+            ..
+        } = session;
+        let (pubrel_tx, pubrel_rx) = mpsc::channel(window + 1);
+        let writer_done = CancellationToken::new();
+        let reader_done = CancellationToken::new();
+        let lost = CancellationToken::new();
+        let links = Links {
+            permits: &permits,
+            window,
+            acknowledged: &acknowledged,
+            writer_done: &writer_done,
+            reader_done: &reader_done,
+            lost: job.reconnect.as_ref().map(|_| &lost),
+            unacked: unacked.as_ref(),
+        };
+        // The storm loadgen makes: this connection ends at the cut, as an outage ends it.
+        let cutter = async {
+            if let Some(at) = cut_at {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => lost.cancel(),
+                    () = writer_done.cancelled() => {}
+                }
+            }
+        };
+        let ((), read_errors, ()) = tokio::join!(
+            write_loop(&job, writer, codec, pubrel_rx, &links, &mut written, resend),
+            acks::read_loop(reader, read_buffer, codec, pubrel_tx, &links),
+            cutter,
+        );
+        written.errors.extend(read_errors);
+        if cut_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+            cut_at = None;
+        }
+        let Some(again) = job.reconnect.as_ref() else {
+            break;
+        };
+        if !lost.is_cancelled() || job.cancel.is_cancelled() {
+            break;
+        }
+        let lost_ns = job.clock.now_ns();
+        match again
+            .reconnector
+            .reconnect(&again.client_id, None, lost_ns, &job.cancel)
+            .await
+        {
+            Some(back) => {
+                session = back;
+                resend = true;
+            }
+            None => {
+                if !job.cancel.is_cancelled() {
+                    written.errors.push(("reconnect_gave_up", 1));
+                }
+                break;
+            }
+        }
+    }
     PublisherOutcome {
         id: job.id,
         published: written.published,
@@ -154,17 +237,42 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
     }
 }
 
-/// What the writer and reader halves share.
+/// What the writer and reader halves of one connection share.
 struct Links<'a> {
     permits: &'a Semaphore,
     window: usize,
     acknowledged: &'a AtomicU64,
     writer_done: &'a CancellationToken,
     reader_done: &'a CancellationToken,
+    /// When reconnecting: fired by whichever half finds the connection lost (or by the
+    /// storm's cut); the connection is then left without DISCONNECT and opened again.
+    lost: Option<&'a CancellationToken>,
+    /// When reconnecting at QoS 1: what to send again.
+    unacked: Option<&'a UnackedQueue>,
+}
+
+impl Links<'_> {
+    /// The connection is gone: with a reconnect policy that is a loss to come back from
+    /// (true), without one an error to count (false).
+    fn connection_lost(&self) -> bool {
+        match self.lost {
+            Some(lost) => {
+                lost.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.is_some_and(CancellationToken::is_cancelled)
+    }
 }
 
 #[derive(Default)]
 struct Written {
+    /// The number of the next message (kept across reconnections).
+    next_seq: u64,
     published: u64,
     sent_late_after_end: u64,
     window: WindowTracker,
@@ -182,7 +290,8 @@ struct Writer<'a> {
     last_write: Instant,
     codec: Codec,
     live: &'a Live,
-    written: Written,
+    written: &'a mut Written,
+    lost: Option<&'a CancellationToken>,
 }
 
 impl Writer<'_> {
@@ -198,17 +307,30 @@ impl Writer<'_> {
         };
         if let Err(error) = written {
             tracing::debug!(%error, "publisher write failed");
-            self.written.errors.push(("write_failed", 1));
+            match self.lost {
+                Some(lost) => {
+                    // These messages have their numbers: they count as published, and are
+                    // sent again (QoS 1) or lost (QoS 0) like any caught in an outage.
+                    self.count_published();
+                    self.out.clear();
+                    lost.cancel();
+                }
+                None => self.written.errors.push(("write_failed", 1)),
+            }
             return Err(Stopped);
         }
         self.out.clear();
+        self.count_published();
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    fn count_published(&mut self) {
         self.written.published += self.pending;
         self.live
             .published
             .fetch_add(self.pending, Ordering::Relaxed);
         self.pending = 0;
-        self.last_write = Instant::now();
-        Ok(())
     }
 
     fn encode_ack(&mut self, kind: AckKind, pkid: u16) {
@@ -230,7 +352,9 @@ async fn write_loop(
     codec: Codec,
     mut pubrel_rx: mpsc::Receiver<u16>,
     links: &Links<'_>,
-) -> Written {
+    written: &mut Written,
+    resend: bool,
+) {
     let mut writer = Writer {
         sink,
         out: BytesMut::with_capacity(BATCH_BYTES + job.template.packet_len()),
@@ -238,17 +362,66 @@ async fn write_loop(
         last_write: Instant::now(),
         codec,
         live: &job.live,
-        written: Written::default(),
+        written,
+        lost: links.lost,
     };
-    let mut waits = Waits::new(job, links);
-    let _ = publish_all(job, &mut writer, &mut pubrel_rx, links, &mut waits).await;
-    let _ = acks::await_acknowledgements(job, &mut writer, &mut pubrel_rx, links).await;
-    // A clean goodbye, so the broker does not count an abnormal disconnect.
-    if codec.disconnect(&mut writer.out).is_ok() && writer.flush().await.is_ok() {
+    if !resend || send_again(job, &mut writer, links).await.is_ok() {
+        let mut waits = Waits::new(job, links);
+        let _ = publish_all(job, &mut writer, &mut pubrel_rx, links, &mut waits).await;
+        let _ = acks::await_acknowledgements(job, &mut writer, &mut pubrel_rx, links).await;
+    }
+    if links.is_lost() {
+        // Messages already numbered leave before the connection goes (or, if the write
+        // fails, count as published and caught in the outage).
+        let _ = writer.flush().await;
+    }
+    // A clean goodbye, so the broker does not count an abnormal disconnect; a lost
+    // connection gets none.
+    if !links.is_lost() && codec.disconnect(&mut writer.out).is_ok() && writer.flush().await.is_ok()
+    {
         let _ = writer.sink.shutdown().await;
     }
     links.writer_done.cancel();
-    writer.written
+}
+
+/// After a reconnect: every QoS 1 message still unacknowledged goes out again, flagged DUP,
+/// with its number and original stamp (its latency includes the time away).
+async fn send_again(
+    job: &PublisherJob,
+    writer: &mut Writer<'_>,
+    links: &Links<'_>,
+) -> Result<(), Stopped> {
+    let Some(unacked) = links.unacked else {
+        return Ok(());
+    };
+    let again: Vec<Unacked> = unacked
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .copied()
+        .collect();
+    let mut header_bytes = [0u8; 16];
+    let header_len = job.header.len();
+    for message in &again {
+        job.template
+            .write_prefix_again(message.pkid, &mut writer.out);
+        let header = MessageHeader {
+            publisher: job.id,
+            seq: message.seq,
+            stamp_ns: message.stamp_ns,
+        };
+        job.header.encode(header, &mut header_bytes);
+        writer.out.extend_from_slice(&header_bytes[..header_len]);
+        writer.out.extend_from_slice(&job.padding);
+        if writer.out.len() >= BATCH_BYTES {
+            writer.flush().await?;
+        }
+    }
+    writer.flush().await?;
+    if let Some(again_policy) = &job.reconnect {
+        again_policy.reconnector.note_resent(again.len() as u64);
+    }
+    Ok(())
 }
 
 async fn publish_all(
@@ -270,7 +443,7 @@ async fn publish_all(
     let mut header_bytes = [0u8; 16];
     let header_len = job.header.len();
     let counts_warmup = job.warmup.series_counts_warmup();
-    let mut seq: u64 = 0;
+    let mut seq: u64 = writer.written.next_seq;
     let mut batch_clock: Option<u64> = None;
     while seq < job.messages {
         // A flat timed run ends here, before a permit or credit is taken for a message that
@@ -328,6 +501,16 @@ async fn publish_all(
         job.header.encode(header, &mut header_bytes);
         writer.out.extend_from_slice(&header_bytes[..header_len]);
         writer.out.extend_from_slice(&job.padding);
+        if let Some(unacked) = links.unacked {
+            unacked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back(Unacked {
+                    pkid,
+                    seq: seq as u32,
+                    stamp_ns,
+                });
+        }
         let measured = job.warmup.measured(seq, stamp_ns);
         if measured {
             writer.written.window.add(now);
@@ -344,6 +527,7 @@ async fn publish_all(
             writer.written.sent_late_after_end += 1;
         }
         seq += 1;
+        writer.written.next_seq = seq;
         writer.pending += 1;
         let more_due = match &job.pacing {
             PublisherPacing::Flat { .. } => seq < job.messages,
@@ -353,7 +537,7 @@ async fn publish_all(
         {
             writer.flush().await?;
             batch_clock = None;
-            if job.cancel.is_cancelled() || links.reader_done.is_cancelled() {
+            if job.cancel.is_cancelled() || links.reader_done.is_cancelled() || links.is_lost() {
                 break;
             }
         }

@@ -19,6 +19,7 @@ mod broker;
 mod churn;
 mod options;
 mod pacing;
+mod reconnect;
 mod topology;
 mod validate;
 
@@ -31,6 +32,7 @@ pub use options::{
     DrainOptions, EngineOptions, MAX_COALESCING, OfflineGap, SESSION_EXPIRY,
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
+pub use reconnect::{DEFAULT_RETRY, Reconnect};
 pub use topology::{Shard, Topology};
 pub use validate::{
     MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,

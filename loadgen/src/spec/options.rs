@@ -36,6 +36,10 @@ pub struct ConnectionOptions {
     /// while the publishers go on; what the broker kept arrives then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offline: Option<OfflineGap>,
+    /// What a client does when its connection is lost mid-run (a reconnect storm); without
+    /// it, a lost connection ends that client and is counted as an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<super::Reconnect>,
 }
 
 /// When subscribers are offline: from `after` the start barrier, for `gap`.
@@ -66,6 +70,7 @@ impl Default for ConnectionOptions {
             inflight: 20,
             max_packet_size: None,
             offline: None,
+            reconnect: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
+use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE, Reconnect};
 use super::{
     Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
     Topology, Transport, WorkloadSpec,
@@ -464,6 +464,9 @@ impl WorkloadSpec {
                 ));
             }
         }
+        if let Some(reconnect) = &connection.reconnect {
+            validate_reconnect(reconnect, self)?;
+        }
         if connection.ramp_up_per_second == Some(0) {
             return Err(invalid(
                 "connection.ramp_up_per_second",
@@ -482,6 +485,55 @@ impl WorkloadSpec {
         }
         Ok(())
     }
+}
+
+/// A reconnect policy's times, and what it cannot be combined with.
+fn validate_reconnect(reconnect: &Reconnect, spec: &WorkloadSpec) -> Result<(), SpecError> {
+    let shown = |d: Duration| humantime::format_duration(d).to_string();
+    if reconnect.within.is_zero() || reconnect.within > MAX_DURATION {
+        return Err(invalid(
+            "connection.reconnect.within",
+            shown(reconnect.within),
+            format!("above 0 and at most {}", shown(MAX_DURATION)),
+        ));
+    }
+    if reconnect.retry.is_zero() || reconnect.retry > reconnect.within {
+        return Err(invalid(
+            "connection.reconnect.retry",
+            shown(reconnect.retry),
+            format!(
+                "above 0 and at most connection.reconnect.within ({})",
+                shown(reconnect.within)
+            ),
+        ));
+    }
+    if let Some(at) = reconnect.cut_all_at
+        && (at.is_zero() || at > MAX_DURATION)
+    {
+        return Err(invalid(
+            "connection.reconnect.cut_all_at",
+            shown(at),
+            format!(
+                "after the start: above 0 and at most {}",
+                shown(MAX_DURATION)
+            ),
+        ));
+    }
+    if spec.qos == Qos::ExactlyOnce {
+        return Err(invalid(
+            "connection.reconnect",
+            shown(reconnect.within),
+            "is measured at QoS 0 and 1: resuming a QoS 2 exchange (PUBREL again) is not built",
+        ));
+    }
+    if spec.connection.offline.is_some() {
+        return Err(invalid(
+            "connection.reconnect",
+            shown(reconnect.within),
+            "and connection.offline: one disruption per run, so its losses have one cause",
+        ));
+    }
+    Ok(())
 }
 
 /// A churn fleet's rate, count and hold.
@@ -581,6 +633,37 @@ mod tests {
                     })
                 }),
                 "connection.offline = 2s: needs connection.clean_session = false",
+            ),
+            (
+                Box::new(|s| {
+                    s.connection.reconnect = Some(Reconnect {
+                        within: Duration::ZERO,
+                        retry: Duration::from_millis(100),
+                        cut_all_at: None,
+                    })
+                }),
+                "connection.reconnect.within = 0s: above 0",
+            ),
+            (
+                Box::new(|s| {
+                    s.connection.reconnect = Some(Reconnect {
+                        within: Duration::from_secs(5),
+                        retry: Duration::from_millis(100),
+                        cut_all_at: Some(Duration::ZERO),
+                    })
+                }),
+                "connection.reconnect.cut_all_at = 0s: after the start",
+            ),
+            (
+                Box::new(|s| {
+                    s.qos = Qos::ExactlyOnce;
+                    s.connection.reconnect = Some(Reconnect {
+                        within: Duration::from_secs(5),
+                        retry: Duration::from_millis(100),
+                        cut_all_at: None,
+                    })
+                }),
+                "connection.reconnect = 5s: is measured at QoS 0 and 1",
             ),
             (
                 Box::new(|s| {

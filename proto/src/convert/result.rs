@@ -7,7 +7,7 @@ use loadgen::header::HeaderEncoding;
 use loadgen::histogram_v2::{self, HistogramError};
 use loadgen::result::{
     BrokerOnHost, ChurnOutcome, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
-    MeasuredWindow, ResourceUsage, RunResult,
+    MeasuredWindow, ReconnectOutcome, ResourceUsage, RunResult,
 };
 use loadgen::series::RateSeries;
 use loadgen::spec::Shard;
@@ -187,6 +187,25 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                     most_late_ns: churn.most_late_ns,
                     first_arrival_ns: churn.first_arrival_ns,
                     last_arrival_ns: churn.last_arrival_ns,
+                })
+            })
+            .transpose()?,
+        reconnect: message
+            .reconnect
+            .map(|storm| -> Result<ReconnectOutcome, ConversionError> {
+                let at = field(at, "reconnect");
+                Ok(ReconnectOutcome {
+                    lost: storm.lost,
+                    reconnected: storm.reconnected,
+                    gave_up: storm.gave_up,
+                    interrupted: storm.interrupted,
+                    attempts: storm.attempts,
+                    failures: storm.failures.into_iter().collect(),
+                    sessions_resumed: storm.sessions_resumed,
+                    resent: storm.resent,
+                    time_away: histogram_from_bytes(&storm.time_away, &at, "time_away")?,
+                    first_lost_ns: storm.first_lost_ns,
+                    last_back_ns: storm.last_back_ns,
                 })
             })
             .transpose()?,
@@ -380,6 +399,26 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     })
                 })
                 .transpose()?,
+            reconnect: result
+                .reconnect
+                .as_ref()
+                .map(|storm| -> Result<pb::ReconnectOutcome, ConversionError> {
+                    let at = field(at, "reconnect");
+                    Ok(pb::ReconnectOutcome {
+                        lost: storm.lost,
+                        reconnected: storm.reconnected,
+                        gave_up: storm.gave_up,
+                        interrupted: storm.interrupted,
+                        attempts: storm.attempts,
+                        failures: storm.failures.clone().into_iter().collect(),
+                        sessions_resumed: storm.sessions_resumed,
+                        resent: storm.resent,
+                        time_away: histogram_to_bytes(&storm.time_away, &at, "time_away")?,
+                        first_lost_ns: storm.first_lost_ns,
+                        last_back_ns: storm.last_back_ns,
+                    })
+                })
+                .transpose()?,
         })
     }
 }
@@ -507,6 +546,18 @@ mod tests {
         churn.first_arrival_ns = 50_000_000;
         churn.last_arrival_ns = 2_545_000_000;
         result.churn = Some(churn);
+        let mut storm = ReconnectOutcome::empty();
+        storm.lost = 40;
+        storm.reconnected = 39;
+        storm.gave_up = 1;
+        storm.attempts = 95;
+        storm.failures = [("connect_io".to_string(), 55)].into_iter().collect();
+        storm.sessions_resumed = 20;
+        storm.resent = 17;
+        storm.time_away.record(104_000_000).expect("in range");
+        storm.first_lost_ns = 1_200_000_000;
+        storm.last_back_ns = 1_304_000_000;
+        result.reconnect = Some(storm);
         result
     }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use loadgen::size::ByteSize;
 use loadgen::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    OfflineGap, Pacing, Qos, Shard, Topology, Transport, WorkloadSpec,
+    OfflineGap, Pacing, Qos, Reconnect, Shard, Topology, Transport, WorkloadSpec,
 };
 
 use super::{
@@ -189,6 +189,20 @@ fn connection_from_proto(
                 })
             })
             .transpose()?,
+        reconnect: message
+            .reconnect
+            .map(|policy| -> Result<Reconnect, ConversionError> {
+                let at = field(at, "reconnect");
+                Ok(Reconnect {
+                    within: duration(policy.within, &at, "within")?,
+                    retry: duration(policy.retry, &at, "retry")?,
+                    cut_all_at: policy
+                        .cut_all_at
+                        .map(|cut| duration(Some(cut), &at, "cut_all_at"))
+                        .transpose()?,
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -295,6 +309,11 @@ impl From<&ConnectionOptions> for pb::ConnectionOptions {
             offline: connection.offline.map(|gap| pb::OfflineGap {
                 after: Some(duration_to_proto(gap.after)),
                 gap: Some(duration_to_proto(gap.gap)),
+            }),
+            reconnect: connection.reconnect.map(|policy| pb::Reconnect {
+                within: Some(duration_to_proto(policy.within)),
+                retry: Some(duration_to_proto(policy.retry)),
+                cut_all_at: policy.cut_all_at.map(duration_to_proto),
             }),
         }
     }
@@ -416,6 +435,7 @@ pub(super) mod tests {
                     after: Duration::from_millis(1_250),
                     gap: Duration::from_secs(2),
                 }),
+                reconnect: None,
             },
             engine: EngineOptions {
                 threads: 3,
@@ -459,6 +479,20 @@ pub(super) mod tests {
         fan_out.qos = Qos::AtMostOnce;
         fan_out.shard = None;
         assert_eq!(round_trip(&fan_out), fan_out);
+    }
+
+    #[test]
+    fn a_reconnect_policy_round_trips_with_and_without_its_cut() {
+        let mut spec = open_loop_spec();
+        spec.qos = Qos::AtLeastOnce;
+        for cut_all_at in [Some(Duration::from_millis(1_500)), None] {
+            spec.connection.reconnect = Some(Reconnect {
+                within: Duration::from_secs(20),
+                retry: Duration::from_millis(250),
+                cut_all_at,
+            });
+            assert_eq!(round_trip(&spec), spec);
+        }
     }
 
     #[test]

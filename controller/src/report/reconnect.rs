@@ -1,0 +1,117 @@
+//! Reconnect storms (`[tests.workload.connection.reconnect]`): per test, broker and scenario,
+//! the connections lost and back, how long until the whole fleet was back, each client's time
+//! away, what failed meanwhile and what was sent again. Whether messages were lost across it
+//! is in the test's own table (lost, duplicates, QoS violations).
+
+use std::collections::BTreeMap;
+
+use loadgen::summary::ReconnectSummary;
+
+use super::input::RunData;
+use super::model::{Block, Section, Table, ms};
+use super::test_label;
+
+/// The reconnect section, when a measured cell reconnected.
+pub fn section(data: &RunData) -> Option<Section> {
+    let plan = &data.manifest.plan;
+    let mut table = Table::new(
+        &[
+            "Test",
+            "Broker",
+            "Scenario",
+            "Repetitions",
+            "Back / lost",
+            "Not back",
+            "All back after (ms)",
+            "Away p50 (ms)",
+            "Away max (ms)",
+            "Failed attempts, by kind",
+            "Kept sessions",
+            "QoS 1 sent again",
+        ],
+        3,
+    );
+    for test in 0..plan.tests.len() {
+        for (b, broker) in plan.brokers.iter().enumerate() {
+            for (s, scenario) in plan.scenarios.iter().enumerate() {
+                let storms: Vec<&ReconnectSummary> = data
+                    .cells
+                    .iter()
+                    .filter(|c| c.test == test && c.broker == b && c.scenario == s)
+                    .filter_map(|c| c.summary.reconnect.as_ref())
+                    .collect();
+                if let Some(row) = row(&storms) {
+                    let mut cells = vec![
+                        test_label(plan, test),
+                        broker.name.clone(),
+                        scenario.name.clone(),
+                    ];
+                    cells.extend(row);
+                    table.row(cells);
+                }
+            }
+        }
+    }
+    if table.rows.is_empty() {
+        return None;
+    }
+    let mut section = Section::new("reconnects", "Reconnect storms: the fleet coming back");
+    section.paragraph(
+        "Connections were lost mid-run (the broker restarted, or every connection was cut at \
+         once) and each client connected again: subscribers to their session (subscribing \
+         again when the broker had not kept it), publishers sending their unacknowledged QoS 1 \
+         messages again. Counts are summed over the repetitions; times are medians over them \
+         (the longest time away is the highest of any). \"All back after\" runs from the first \
+         loss to the last reconnection and is shown only when every lost connection came back.",
+    );
+    section.blocks.push(Block::Table(table));
+    Some(section)
+}
+
+/// The figures of one test, broker and scenario's storms (one per repetition).
+fn row(storms: &[&ReconnectSummary]) -> Option<Vec<String>> {
+    if storms.is_empty() {
+        return None;
+    }
+    let median = |value: fn(&ReconnectSummary) -> Option<f64>| {
+        let mut values: Vec<f64> = storms.iter().filter_map(|s| value(s)).collect();
+        values.sort_by(f64::total_cmp);
+        crate::stats::median(&values)
+    };
+    let sum = |value: fn(&ReconnectSummary) -> u64| storms.iter().map(|s| value(s)).sum::<u64>();
+    let mut failures: BTreeMap<&str, u64> = BTreeMap::new();
+    for storm in storms {
+        for (kind, count) in &storm.failures {
+            *failures.entry(kind.as_str()).or_insert(0) += count;
+        }
+    }
+    let failures = if failures.is_empty() {
+        "none".to_string()
+    } else {
+        failures
+            .iter()
+            .map(|(kind, count)| format!("{kind}: {count}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let shown = |value: Option<f64>| value.map_or("-".to_string(), ms);
+    let longest_away = storms
+        .iter()
+        .filter(|s| s.time_away.count > 0)
+        .map(|s| s.time_away.max_us)
+        .max_by(f64::total_cmp);
+    Some(vec![
+        storms.len().to_string(),
+        format!("{} / {}", sum(|s| s.reconnected), sum(|s| s.lost)),
+        sum(|s| s.gave_up + s.interrupted).to_string(),
+        // Shown in ms like the other columns: `ms` takes µs.
+        shown(median(|s| s.full_reconnection_ms.map(|ms| ms * 1e3))),
+        shown(median(|s| {
+            (s.time_away.count > 0).then_some(s.time_away.p50_us)
+        })),
+        shown(longest_away),
+        failures,
+        sum(|s| s.sessions_resumed).to_string(),
+        sum(|s| s.resent).to_string(),
+    ])
+}
