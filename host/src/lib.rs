@@ -10,6 +10,8 @@
 //!   leading its own process group, killed with its group on drop; [`run_bounded`].
 //! - [`blocking`]: the same for synchronous callers (the test harness): a command run with a
 //!   deadline, its input fed and its output collected without deadlocks.
+//! - [`netns`]: [`Netns`], a network namespace held by descriptor only, work run inside one,
+//!   and a TCP connection made from inside one.
 //! - [`poll`]: [`poll_until`] and [`poll_until_blocking`], the one way to wait for a
 //!   condition with a deadline.
 //! - [`program`]: what every binary's `main` does first: tracing, a runtime, SIGTERM and
@@ -19,6 +21,7 @@ pub mod account;
 pub mod blocking;
 pub mod child;
 pub mod marker;
+pub mod netns;
 pub mod poll;
 pub mod program;
 pub mod secret;
@@ -26,5 +29,6 @@ pub mod secret;
 pub use account::Account;
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
 pub use marker::{Marker, is_running, kill, kill_group, running_processes, send_signal};
+pub use netns::Netns;
 pub use poll::{Attempt, poll_until, poll_until_blocking};
 pub use program::termination;

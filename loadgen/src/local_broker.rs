@@ -156,7 +156,9 @@ fn same_address(listening: IpAddr, target: IpAddr) -> bool {
 
 /// (address, socket inode) of every TCP socket listening on `port` in this namespace.
 fn listening_inodes(port: u16) -> Vec<(IpAddr, u64)> {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+    // The calling thread's namespace: `/proc/net` is the process's main thread's, which is
+    // another one for an agent running on threads inside an emulated node's namespace.
+    ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
         .flat_map(|table| parse_listening(&table, port))

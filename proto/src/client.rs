@@ -42,18 +42,35 @@ pub async fn connect_agent(
     server_name: Option<&str>,
     credentials: &Credentials,
 ) -> Result<AgentClient<Channel>, ConnectError> {
+    connect_agent_via(address, server_name, credentials, None).await
+}
+
+/// [`connect_agent`], with the TCP connection opened by `dial` when given (from inside the
+/// agent's network namespace, for a node emulated on this machine).
+pub async fn connect_agent_via(
+    address: &str,
+    server_name: Option<&str>,
+    credentials: &Credentials,
+    dial: Option<crate::mtls::TcpDial>,
+) -> Result<AgentClient<Channel>, ConnectError> {
     let channel = credentials
-        .connect_pinned(address, server_name, Role::Agent, |endpoint| {
-            endpoint
-                .connect_timeout(std::time::Duration::from_secs(5))
-                // An agent that stops answering (a frozen or unplugged node) is noticed within
-                // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and
-                // every call on it fails, instead of waiting forever on a TCP connection that
-                // looks alive.
-                .http2_keep_alive_interval(KEEP_ALIVE)
-                .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-                .keep_alive_while_idle(true)
-        })
+        .connect_pinned_via(
+            address,
+            server_name,
+            Role::Agent,
+            |endpoint| {
+                endpoint
+                    .connect_timeout(std::time::Duration::from_secs(5))
+                    // An agent that stops answering (a frozen or unplugged node) is noticed within
+                    // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and
+                    // every call on it fails, instead of waiting forever on a TCP connection that
+                    // looks alive.
+                    .http2_keep_alive_interval(KEEP_ALIVE)
+                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                    .keep_alive_while_idle(true)
+            },
+            dial,
+        )
         .await
         .map_err(|error| match error {
             PinnedConnectError::Tls(error) => ConnectError::Tls(error),

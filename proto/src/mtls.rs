@@ -35,7 +35,7 @@ use x509_parser::prelude::FromDer;
 use crate::pki::{self, CA_CERT_FILE, IssuedIdentity, PeerIdentity, PkiError, Role};
 
 mod role_pinned;
-pub use role_pinned::PinnedConnectError;
+pub use role_pinned::{PinnedConnectError, TcpDial};
 
 /// How long a server waits for a TLS handshake, so a peer that connects and stalls does not
 /// hold a connection slot forever.

@@ -194,7 +194,9 @@ fn own_listeners(port: u16) -> Vec<libc::c_int> {
 fn listening_inodes(port: u16) -> Vec<u64> {
     const LISTEN: &str = "0A";
     let port_hex = format!("{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+    // The calling thread's namespace: `/proc/net` is the process's main thread's, which is
+    // another one for an agent running on threads inside an emulated node's namespace.
+    ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
         .flat_map(|table| {

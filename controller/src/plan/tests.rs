@@ -519,3 +519,52 @@ fn a_churn_fleet_in_a_workload_is_checked_naming_its_path() {
     let spec = workload_for(&plan.tests[0], None, None).unwrap();
     assert_eq!(spec.churn.map(|c| c.connections), Some(100));
 }
+
+#[test]
+fn emulated_nodes_are_all_or_none_and_take_no_addresses() {
+    let emulated = |extra: &str| {
+        format!(
+            "name = \"t\"\n{extra}[[nodes]]\nname = \"t\"\nagent = \"namespace\"\nroles = [\"loadgen\"]\n\
+             [[nodes]]\nname = \"w\"\nagent = \"namespace\"\nroles = [\"broker\"]\n\
+             [[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"w\"\n\
+             [[scenarios]]\nname = \"edge\"\n[[tests]]\nkind = \"latency\"\nloadgen = [\"t\"]\n"
+        )
+    };
+    let plan = Plan::parse(&emulated(""), "plan.toml").expect("two emulated nodes");
+    assert!(plan.nodes.iter().all(NodeEntry::is_namespace));
+    assert_eq!(
+        plan.cells_of(0, 0).len(),
+        1,
+        "edge runs: the nodes have a link between them"
+    );
+    let mixed = emulated("").replacen(
+        "agent = \"namespace\"\nroles = [\"broker\"]",
+        "agent = \"198.18.0.9:7100\"\nroles = [\"broker\"]",
+        1,
+    );
+    let addressed = emulated("").replacen(
+        "roles = [\"broker\"]\n",
+        "roles = [\"broker\"]\ndata_address = \"198.18.0.9\"\n",
+        1,
+    );
+    let overlay = emulated("[testbed]\noverlay = \"nebula\"\nheadnode = \"w\"\n");
+    let cases = [
+        (
+            mixed,
+            "nodes[1].agent = \"198.18.0.9:7100\": a plan with nodes emulated in namespaces",
+        ),
+        (
+            addressed,
+            "nodes[1].data_address = \"198.18.0.9\": an emulated node's addresses are given",
+        ),
+        (overlay, "no overlay or cluster is installed on them"),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert_eq!(error.lines().count(), 1, "one line: {error}");
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+}

@@ -109,13 +109,20 @@ impl Default for Timeouts {
 /// What a node may be asked to do: the agent's own roles, so plan and agent agree.
 pub use domain::NodeRole;
 
+/// The `agent` of a node emulated in a network namespace on this machine.
+pub const NAMESPACE_AGENT: &str = "namespace";
+/// Most nodes one machine emulates: /30 links in one /24.
+pub const MAX_EMULATED_NODES: usize = 63;
+
 /// A node of the testbed and how to reach its agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeEntry {
     /// Node name (as in its agent's certificate).
     pub name: String,
-    /// `host:port` of its agent, or `"local"`: an agent the controller starts itself.
+    /// `host:port` of its agent; `"local"`: an agent the controller starts itself on
+    /// loopback; `"namespace"`: a node this machine emulates in a network namespace of its
+    /// own, with its agent inside (root needed, and sch_netem for impaired scenarios).
     pub agent: String,
     /// Roles the plan uses it for.
     pub roles: Vec<NodeRole>,
@@ -133,6 +140,16 @@ impl NodeEntry {
     /// True for an agent the controller starts in-process.
     pub fn is_local(&self) -> bool {
         self.agent == "local"
+    }
+
+    /// True for a node emulated in a network namespace on this machine.
+    pub fn is_namespace(&self) -> bool {
+        self.agent == NAMESPACE_AGENT
+    }
+
+    /// True for an agent reached over the network with the plan's PKI.
+    pub fn is_remote(&self) -> bool {
+        !self.is_local() && !self.is_namespace()
     }
 }
 

@@ -7,7 +7,10 @@ use domain::Product;
 
 use super::presets::{scenario_preset, workload_for};
 use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Spread};
-use super::types::{BrokerEntry, BrokerKind, NodeRole, Plan, TestEntry, TestKind, WarmupEntry};
+use super::types::{
+    BrokerEntry, BrokerKind, MAX_EMULATED_NODES, NodeRole, Orchestrator, Overlay, Plan, TestEntry,
+    TestKind, WarmupEntry,
+};
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
 const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -192,7 +195,7 @@ impl Plan {
             return Err(invalid("nodes", "[]", "at least one node is needed"));
         }
         for (i, node) in self.nodes.iter().enumerate() {
-            if !node.is_local()
+            if node.is_remote()
                 && node
                     .agent
                     .rsplit_once(':')
@@ -201,7 +204,59 @@ impl Plan {
                 return Err(invalid(
                     format!("nodes[{i}].agent"),
                     quoted(&node.agent),
-                    "expected host:port or \"local\"",
+                    "expected host:port, \"local\" or \"namespace\"",
+                ));
+            }
+        }
+        let emulated = self.nodes.iter().filter(|n| n.is_namespace()).count();
+        if emulated > 0 {
+            if let Some((i, other)) = self
+                .nodes
+                .iter()
+                .enumerate()
+                .find(|(_, n)| !n.is_namespace())
+            {
+                return Err(invalid(
+                    format!("nodes[{i}].agent"),
+                    quoted(&other.agent),
+                    "a plan with nodes emulated in namespaces (agent = \"namespace\") emulates \
+                     all of them: the others cannot reach their private network",
+                ));
+            }
+            if emulated > MAX_EMULATED_NODES {
+                return Err(invalid(
+                    "nodes",
+                    format!("[{emulated} nodes]"),
+                    format!(
+                        "at most {} nodes are emulated on one machine",
+                        MAX_EMULATED_NODES
+                    ),
+                ));
+            }
+            if let Some((i, node)) = self
+                .nodes
+                .iter()
+                .enumerate()
+                .find(|(_, n)| n.data_address.is_some() || n.overlay_ip.is_some())
+            {
+                return Err(invalid(
+                    format!("nodes[{i}].data_address"),
+                    quoted(
+                        node.data_address
+                            .as_deref()
+                            .or(node.overlay_ip.as_deref())
+                            .unwrap_or(""),
+                    ),
+                    "an emulated node's addresses are given by its namespace's link: leave them out",
+                ));
+            }
+            if self.testbed.overlay != Overlay::None
+                || self.testbed.orchestrator != Orchestrator::None
+            {
+                return Err(invalid(
+                    "testbed.overlay",
+                    quoted(&format!("{:?}", self.testbed.overlay).to_lowercase()),
+                    "emulated nodes share one private network: no overlay or cluster is installed on them",
                 ));
             }
         }

@@ -66,7 +66,7 @@ pub(super) async fn connect_all(
     events: &Events,
 ) -> Result<HashMap<String, AgentHandle>, RunError> {
     let mut agents = HashMap::new();
-    let remote_credentials = if plan.nodes.iter().any(|n| !n.is_local()) {
+    let remote_credentials = if plan.nodes.iter().any(NodeEntry::is_remote) {
         let dir = plan
             .pki_dir
             .as_deref()
@@ -77,11 +77,14 @@ pub(super) async fn connect_all(
     } else {
         None
     };
+    emulate_nodes(plan, locals).await?;
     for node in &plan.nodes {
-        let (client, data_address) = if node.is_local() {
+        let (client, data_address) = if node.is_namespace() {
+            start_emulated(node, locals).await?
+        } else if node.is_local() {
             let (local, client) = start_local_agent(node).await?;
             let address = local.address();
-            locals.0.push(local);
+            locals.agents.push(local);
             let name = node.name.clone();
             events
                 .emit(RunEvent::LocalAgent {
@@ -126,6 +129,57 @@ pub(super) async fn connect_all(
         agents.insert(node.name.clone(), handle);
     }
     Ok(agents)
+}
+
+/// Makes the namespaces of the nodes this machine emulates (after checking it can), when
+/// the plan has any.
+#[cfg(feature = "local-agent")]
+async fn emulate_nodes(plan: &Plan, locals: &mut LocalAgents) -> Result<(), RunError> {
+    let nodes: Vec<&NodeEntry> = plan.nodes.iter().filter(|n| n.is_namespace()).collect();
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    super::namespaces::preflight(plan).await?;
+    locals.emulated = Some(super::namespaces::NamespaceTestbed::build(&nodes).await?);
+    Ok(())
+}
+
+/// Starts an emulated node's agent in its namespace.
+#[cfg(feature = "local-agent")]
+async fn start_emulated(
+    node: &NodeEntry,
+    locals: &mut LocalAgents,
+) -> Result<(AgentClient<Channel>, IpAddr), RunError> {
+    match locals.emulated.as_mut() {
+        Some(emulated) => emulated.start_agent(node).await,
+        None => Err(RunError::Local(format!(
+            "node {}: its namespace was not made",
+            node.name
+        ))),
+    }
+}
+
+#[cfg(not(feature = "local-agent"))]
+async fn emulate_nodes(plan: &Plan, _locals: &mut LocalAgents) -> Result<(), RunError> {
+    match plan.nodes.iter().find(|n| n.is_namespace()) {
+        Some(node) => Err(RunError::Plan(format!(
+            "node {}: agent = \"namespace\" needs a controller built with the local-agent \
+             feature (the default)",
+            node.name
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(not(feature = "local-agent"))]
+async fn start_emulated(
+    node: &NodeEntry,
+    _locals: &mut LocalAgents,
+) -> Result<(AgentClient<Channel>, IpAddr), RunError> {
+    Err(RunError::Plan(format!(
+        "node {}: agent = \"namespace\" needs the local-agent feature",
+        node.name
+    )))
 }
 
 /// Where brokers on `node` listen and clients dial: `data_address`, else the overlay address

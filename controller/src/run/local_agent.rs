@@ -7,26 +7,44 @@
 use super::guard::Undo;
 
 /// The in-process agents of a run, stopped (their netem cleared, their brokers stopped)
-/// when undone: the run's local agent guard.
+/// when undone, and the emulated nodes' namespaces, which end after their agents: the run's
+/// local agent guard.
 #[derive(Debug, Default)]
-pub(super) struct LocalAgents(pub(super) Vec<LocalAgent>);
+pub(super) struct LocalAgents {
+    pub(super) agents: Vec<LocalAgent>,
+    #[cfg(feature = "local-agent")]
+    pub(super) emulated: Option<super::namespaces::NamespaceTestbed>,
+}
 
 impl Undo for LocalAgents {
     fn describe(&self) -> String {
-        format!("{} in-process agent(s)", self.0.len())
+        let agents = format!("{} in-process agent(s)", self.agents.len());
+        #[cfg(feature = "local-agent")]
+        if let Some(emulated) = &self.emulated {
+            return format!("{agents} and the emulated nodes {emulated:?}");
+        }
+        agents
     }
 
     async fn undo(&mut self) {
-        while let Some(local) = self.0.pop() {
+        while let Some(local) = self.agents.pop() {
             local.shutdown().await;
+        }
+        #[cfg(feature = "local-agent")]
+        if let Some(mut emulated) = self.emulated.take() {
+            emulated.stop_agents().await;
         }
     }
 
     fn abandon(&mut self) {
         // Told to stop, each agent undoes its own netem and brokers as long as the runtime
         // runs its task.
-        for local in self.0.drain(..) {
+        for local in self.agents.drain(..) {
             local.abandon();
+        }
+        #[cfg(feature = "local-agent")]
+        if let Some(emulated) = self.emulated.as_mut() {
+            emulated.abandon_agents();
         }
     }
 }

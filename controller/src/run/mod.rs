@@ -24,6 +24,8 @@ mod execute;
 mod faults;
 mod guard;
 mod local_agent;
+#[cfg(feature = "local-agent")]
+mod namespaces;
 mod phases;
 mod record;
 mod scenario;
@@ -44,6 +46,8 @@ use self::faults::{Faults, Phase};
 use self::guard::{Guard, catching};
 pub use self::local_agent::LocalAgent;
 use self::local_agent::LocalAgents;
+#[cfg(feature = "local-agent")]
+pub use self::namespaces::{EMULATED_ROOT, Leftover, remove_leftovers};
 use crate::plan::Plan;
 use crate::results::{ResultsDir, ResultsError};
 

@@ -30,6 +30,17 @@ use crate::pki::{PeerIdentity, Role};
 /// The TCP keep-alive of the connections: the same cadence as the channels' HTTP/2 PINGs.
 const TCP_KEEP_ALIVE: Duration = Duration::from_secs(5);
 
+/// Opens the TCP connection to `host:port` in a way of the caller's choosing (from inside a
+/// network namespace, say); the TLS and gRPC on top are the same.
+pub type TcpDial = Arc<
+    dyn Fn(
+            String,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<TcpStream>> + Send>>
+        + Send
+        + Sync,
+>;
+
 impl Credentials {
     /// Opens a channel to `address` (`host:port`) that presents this identity, trusts only the
     /// CA, requires the server's certificate to be valid for `server_name` (or for the host of
@@ -41,6 +52,19 @@ impl Credentials {
         server_name: Option<&str>,
         expected: Role,
         endpoint: impl FnOnce(Endpoint) -> Endpoint,
+    ) -> Result<Channel, PinnedConnectError> {
+        self.connect_pinned_via(address, server_name, expected, endpoint, None)
+            .await
+    }
+
+    /// [`Self::connect_pinned`], with the TCP connection opened by `dial` when given.
+    pub async fn connect_pinned_via(
+        &self,
+        address: &str,
+        server_name: Option<&str>,
+        expected: Role,
+        endpoint: impl FnOnce(Endpoint) -> Endpoint,
+        dial: Option<TcpDial>,
     ) -> Result<Channel, PinnedConnectError> {
         let name = server_name.unwrap_or_else(|| host_of(address));
         let name = ServerName::try_from(name.to_owned()).map_err(|_| PinnedConnectError::Name {
@@ -54,12 +78,16 @@ impl Credentials {
         let connector = tower::service_fn(move |uri: Uri| {
             let tls = tls.clone();
             let name = name.clone();
+            let dial = dial.clone();
             async move {
                 let authority = uri
                     .authority()
                     .map(|authority| authority.as_str().to_owned())
                     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no authority"))?;
-                let tcp = TcpStream::connect(authority).await?;
+                let tcp = match dial {
+                    Some(dial) => dial(authority).await?,
+                    None => TcpStream::connect(authority).await?,
+                };
                 tcp.set_nodelay(true)?;
                 let keep_alive = socket2::TcpKeepalive::new().with_time(TCP_KEEP_ALIVE);
                 socket2::SockRef::from(&tcp).set_tcp_keepalive(&keep_alive)?;
