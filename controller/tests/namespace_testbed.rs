@@ -327,3 +327,38 @@ fn after_a_sigkill_of_the_controller_the_next_run_removes_what_it_left() -> Resu
     );
     Ok(())
 }
+
+#[test]
+fn without_root_the_binary_refuses_in_one_line_before_anything_is_made() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the test drops from root to nobody, and this is not root");
+        return Ok(());
+    }
+    let work = tempfile::tempdir()?;
+    // Readable by nobody, who runs the controller.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755))?;
+    let results_dir = work.path().join("results");
+    let path = work.path().join("emulated.toml");
+    std::fs::write(&path, plan_text(&results_dir, &["local"]))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    // A copy nobody may run wherever the checkout is (a home folder may be 0700).
+    let binary = work.path().join("controller");
+    std::fs::copy(env!("CARGO_BIN_EXE_controller"), &binary)?;
+    let output = std::process::Command::new(&binary)
+        .arg(&path)
+        .uid(65_534)
+        .gid(65_534)
+        .env_remove("HOME")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].contains("needs root"), "{stderr}");
+    assert!(!results_dir.exists(), "nothing written");
+    eprintln!("as nobody: {}", lines[0]);
+    Ok(())
+}

@@ -32,7 +32,7 @@ pub const PAYLOAD: Payload = Payload {
     example: "vm_check",
     release: true,
     initrd: "vm-check.initrd",
-    boot_timeout_secs: 660,
+    boot_timeout_secs: 900,
 };
 
 /// The result lines of `suite` only.

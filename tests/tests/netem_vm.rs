@@ -30,8 +30,15 @@
 //! run; the agents stop on SIGTERM. The report is handed to the host
 //! (`target/vm-artifacts/controller-report.html`) to be looked at in a browser.
 //!
+//! The `emulated` suite runs the study as a user on one machine would: a plan whose nodes
+//! say `agent = "namespace"`, the controller a process of its own, which makes the nodes'
+//! namespaces, links and agents itself. A first run is SIGKILLed mid-cell and leaves only its
+//! folder; the next run removes it first, measures local, edge and cloud (3 repetitions
+//! interleaved), each scenario's rise over local its total delay (20 % + 0.5 ms; within 10 %
+//! reported), and afterwards no namespace, link, qdisc, process or folder is left.
+//!
 //! The payload is built once and booted once: the suites run one after the other in the same
-//! VM, each in a process of its own, so CI pays one build and one boot for both.
+//! VM, each in a process of its own, so CI pays one build and one boot for all three.
 //! The scripts in `vm/` do the work and can be run by hand; `tests::vm` drives them. When
 //! qemu or the kernel cannot be fetched the test skips with the reason, unless `CI=true`.
 //! Needs no root: all networking happens inside the VM, which has no network device.
@@ -97,6 +104,18 @@ const CONTROLLER_CHECKS: &[&str] = &[
     "done",
 ];
 
+/// Every check the emulated suite must report, each with `"pass": true`.
+const EMULATED_CHECKS: &[&str] = &[
+    "killed_leaves_only_its_folder",
+    "run_exit",
+    "leftovers_removed_first",
+    "cells",
+    "edge_rise",
+    "cloud_rise",
+    "nothing_left",
+    "done",
+];
+
 #[test]
 fn netem_and_the_controller_on_a_real_kernel() -> Result<()> {
     let Some(results) = vm::boot(&PAYLOAD)? else {
@@ -104,6 +123,18 @@ fn netem_and_the_controller_on_a_real_kernel() -> Result<()> {
     };
     let netem = suite_results(&results, "netem");
     let controller = suite_results(&results, "controller");
+    let emulated = suite_results(&results, "emulated");
+    for check in ["edge_rise", "cloud_rise"] {
+        if let Some(r) = emulated.iter().find(|r| r["check"] == check) {
+            println!(
+                "emulated {check}: added {} ms per repetition {}, expected {} ms, within 10 %: {}",
+                r["added_ms"],
+                r["added_ms_per_repetition"],
+                r["expected_ms"],
+                r["within_10_percent"]
+            );
+        }
+    }
     for check in ["edge_delay", "cloud_delay"] {
         if let Some(r) = controller.iter().find(|r| r["check"] == check) {
             println!(
@@ -119,5 +150,6 @@ fn netem_and_the_controller_on_a_real_kernel() -> Result<()> {
     // Both suites judged, so one failing does not hide the other's outcome.
     let netem_outcome = vm::assert_checks(&netem, NETEM_CHECKS);
     let controller_outcome = vm::assert_checks(&controller, CONTROLLER_CHECKS);
-    netem_outcome.and(controller_outcome)
+    let emulated_outcome = vm::assert_checks(&emulated, EMULATED_CHECKS);
+    netem_outcome.and(controller_outcome).and(emulated_outcome)
 }

@@ -24,6 +24,10 @@ fn the_shipped_plans_are_valid() {
     let quickstart = Plan::load(&examples().join("quickstart.toml")).expect("quickstart.toml");
     assert!(quickstart.nodes[0].is_local());
     assert_eq!(quickstart.cells_of(0, 0).len(), (1 + 3 + 2 + 1) * 2);
+    let emulated = Plan::load(&examples().join("emulated.toml")).expect("emulated.toml");
+    assert!(emulated.nodes.iter().all(NodeEntry::is_namespace));
+    // Every scenario of every broker runs: the nodes have a link to emulate.
+    assert_eq!(emulated.cells().len(), 2 * 3 * 2 * 3);
 }
 
 fn error_of(text: &str) -> String {

@@ -12,11 +12,14 @@
 //! - [`netem`]: the agent's netem through its gRPC service, against the kernel.
 //! - [`controller`]: a whole plan run by the controller against two agents with netem.
 //! - [`crash`]: a killed agent's netem is cleared by the next agent (run by the netem suite).
+//! - [`emulated`]: the study on emulated nodes (`agent = "namespace"`), the controller a
+//!   process of its own, killed once, and what it leaves.
 //! - [`common`]: namespaces, rtnetlink helpers and the `RESULT {json}` lines.
 
 mod common;
 mod controller;
 mod crash;
+mod emulated;
 mod netem;
 
 use std::process::{Command, ExitCode};
@@ -24,7 +27,7 @@ use std::process::{Command, ExitCode};
 use common::SUITE_VAR;
 
 /// The suites, in the order they run.
-const SUITES: [&str; 2] = ["netem", controller::SUITE];
+const SUITES: [&str; 3] = ["netem", controller::SUITE, emulated::SUITE];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         None => run_all(),
         Some("netem") => netem::main(),
         Some(controller::SUITE) => controller::main(&args[1..]),
+        Some(emulated::SUITE) => emulated::main(&args[1..]),
         Some(crash::CHILD) => crash::child_main(&args[1..]),
         Some(other) => {
             eprintln!("unknown suite {other}; the suites are {SUITES:?}");

@@ -58,6 +58,8 @@ pub const ISOLATED_RUN_DEADLINE: Duration = Duration::from_secs(240);
 
 /// Where `ip netns` keeps named namespaces.
 pub(crate) const NETNS_DIR: &str = "/run/netns";
+/// Where the controller keeps its emulated runs' folders; each isolated test gets its own.
+pub(crate) const CONTINUUM_RUN_DIR: &str = "/run/continuum";
 
 /// Capabilities a testbed needs: `CAP_NET_ADMIN` (links, addresses) and
 /// `CAP_SYS_ADMIN` (namespaces, mounts).
@@ -183,6 +185,11 @@ fn run_isolated(test_name: &str) -> Result<()> {
     // The mount point for the private tmpfs; `ip netns add` would create it
     // anyway.
     fs::create_dir_all(NETNS_DIR).with_context(|| format!("creating {NETNS_DIR}"))?;
+    // The mount point for the test's own `/run/continuum` (where the controller keeps its
+    // emulated runs' folders, and sweeps those of dead controllers): tests running at once
+    // must not see each other's.
+    fs::create_dir_all(CONTINUUM_RUN_DIR)
+        .with_context(|| format!("creating {CONTINUUM_RUN_DIR}"))?;
     let exe = std::env::current_exe().context("locating the test binary")?;
     let mut command = Command::new(exe);
     command
@@ -240,6 +247,13 @@ fn enter_private_namespaces() -> std::io::Result<()> {
             c"/run/netns".as_ptr(),
             tmpfs.as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"mode=0755".as_ptr().cast(),
+        ))?;
+        check(libc::mount(
+            tmpfs.as_ptr(),
+            c"/run/continuum".as_ptr(),
+            tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
             c"mode=0755".as_ptr().cast(),
         ))
     }
