@@ -1,17 +1,14 @@
 //! Churn fleets (`[tests.workload.churn]`): per test, broker and scenario, the arrivals asked
 //! and achieved, what the broker accepted, refused or failed, and how long CONNECT took.
 
-use std::collections::BTreeMap;
-
 use loadgen::summary::ChurnSummary;
 
+use super::grouped::{by_kind, rows_per_group};
 use super::input::RunData;
 use super::model::{Block, Section, Table, ms};
-use super::test_label;
 
 /// The churn section, when a measured cell had a fleet.
 pub fn section(data: &RunData) -> Option<Section> {
-    let plan = &data.manifest.plan;
     let mut table = Table::new(
         &[
             "Test",
@@ -28,26 +25,8 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         3,
     );
-    for test in 0..plan.tests.len() {
-        for (b, broker) in plan.brokers.iter().enumerate() {
-            for (s, scenario) in plan.scenarios.iter().enumerate() {
-                let fleets: Vec<&ChurnSummary> = data
-                    .cells
-                    .iter()
-                    .filter(|c| c.test == test && c.broker == b && c.scenario == s)
-                    .filter_map(|c| c.summary.churn.as_ref())
-                    .collect();
-                if let Some(row) = row(&fleets) {
-                    let mut cells = vec![
-                        test_label(plan, test),
-                        broker.name.clone(),
-                        scenario.name.clone(),
-                    ];
-                    cells.extend(row);
-                    table.row(cells);
-                }
-            }
-        }
+    for row in rows_per_group(data, |s| s.churn.as_ref(), row) {
+        table.row(row);
     }
     if table.rows.is_empty() {
         return None;
@@ -63,32 +42,20 @@ pub fn section(data: &RunData) -> Option<Section> {
     Some(section)
 }
 
-/// The figures of one test, broker and scenario's fleets (one per repetition).
-fn row(fleets: &[&ChurnSummary]) -> Option<Vec<String>> {
-    let first = fleets.first()?;
+/// The figures of one test, broker and scenario's fleets (one per repetition, at least one).
+fn row(fleets: &[&ChurnSummary]) -> Vec<String> {
+    let Some(first) = fleets.first() else {
+        return Vec::new();
+    };
     let median = |value: fn(&ChurnSummary) -> Option<f64>| {
         let mut values: Vec<f64> = fleets.iter().filter_map(|f| value(f)).collect();
         values.sort_by(f64::total_cmp);
         crate::stats::median(&values)
     };
     let sum = |value: fn(&ChurnSummary) -> u64| fleets.iter().map(|f| value(f)).sum::<u64>();
-    let mut failures: BTreeMap<&str, u64> = BTreeMap::new();
-    for fleet in fleets {
-        for (kind, count) in &fleet.failures {
-            *failures.entry(kind.as_str()).or_insert(0) += count;
-        }
-    }
-    let failures = if failures.is_empty() {
-        "none".to_string()
-    } else {
-        failures
-            .iter()
-            .map(|(kind, count)| format!("{kind}: {count}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let failures = by_kind(fleets.iter().map(|f| &f.failures));
     let shown = |value: Option<f64>, text: fn(f64) -> String| value.map_or("-".to_string(), text);
-    Some(vec![
+    vec![
         fleets.len().to_string(),
         format!(
             "{}, {}",
@@ -106,5 +73,5 @@ fn row(fleets: &[&ChurnSummary]) -> Option<Vec<String>> {
             .max()
             .unwrap_or_default()
             .to_string(),
-    ])
+    ]
 }

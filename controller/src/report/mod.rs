@@ -48,6 +48,7 @@ mod estimate;
 mod findings;
 mod frame;
 pub mod glance;
+mod grouped;
 mod html;
 mod input;
 mod latency;

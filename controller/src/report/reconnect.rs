@@ -3,17 +3,14 @@
 //! away, what failed meanwhile and what was sent again. Whether messages were lost across it
 //! is in the test's own table (lost, duplicates, QoS violations).
 
-use std::collections::BTreeMap;
-
 use loadgen::summary::ReconnectSummary;
 
+use super::grouped::{by_kind, rows_per_group};
 use super::input::RunData;
 use super::model::{Block, Section, Table, ms};
-use super::test_label;
 
 /// The reconnect section, when a measured cell reconnected.
 pub fn section(data: &RunData) -> Option<Section> {
-    let plan = &data.manifest.plan;
     let mut table = Table::new(
         &[
             "Test",
@@ -31,26 +28,8 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         3,
     );
-    for test in 0..plan.tests.len() {
-        for (b, broker) in plan.brokers.iter().enumerate() {
-            for (s, scenario) in plan.scenarios.iter().enumerate() {
-                let storms: Vec<&ReconnectSummary> = data
-                    .cells
-                    .iter()
-                    .filter(|c| c.test == test && c.broker == b && c.scenario == s)
-                    .filter_map(|c| c.summary.reconnect.as_ref())
-                    .collect();
-                if let Some(row) = row(&storms) {
-                    let mut cells = vec![
-                        test_label(plan, test),
-                        broker.name.clone(),
-                        scenario.name.clone(),
-                    ];
-                    cells.extend(row);
-                    table.row(cells);
-                }
-            }
-        }
+    for row in rows_per_group(data, |s| s.reconnect.as_ref(), row) {
+        table.row(row);
     }
     if table.rows.is_empty() {
         return None;
@@ -69,38 +48,21 @@ pub fn section(data: &RunData) -> Option<Section> {
 }
 
 /// The figures of one test, broker and scenario's storms (one per repetition).
-fn row(storms: &[&ReconnectSummary]) -> Option<Vec<String>> {
-    if storms.is_empty() {
-        return None;
-    }
+fn row(storms: &[&ReconnectSummary]) -> Vec<String> {
     let median = |value: fn(&ReconnectSummary) -> Option<f64>| {
         let mut values: Vec<f64> = storms.iter().filter_map(|s| value(s)).collect();
         values.sort_by(f64::total_cmp);
         crate::stats::median(&values)
     };
     let sum = |value: fn(&ReconnectSummary) -> u64| storms.iter().map(|s| value(s)).sum::<u64>();
-    let mut failures: BTreeMap<&str, u64> = BTreeMap::new();
-    for storm in storms {
-        for (kind, count) in &storm.failures {
-            *failures.entry(kind.as_str()).or_insert(0) += count;
-        }
-    }
-    let failures = if failures.is_empty() {
-        "none".to_string()
-    } else {
-        failures
-            .iter()
-            .map(|(kind, count)| format!("{kind}: {count}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let failures = by_kind(storms.iter().map(|s| &s.failures));
     let shown = |value: Option<f64>| value.map_or("-".to_string(), ms);
     let longest_away = storms
         .iter()
         .filter(|s| s.time_away.count > 0)
         .map(|s| s.time_away.max_us)
         .max_by(f64::total_cmp);
-    Some(vec![
+    vec![
         storms.len().to_string(),
         format!("{} / {}", sum(|s| s.reconnected), sum(|s| s.lost)),
         sum(|s| s.gave_up + s.interrupted).to_string(),
@@ -113,5 +75,5 @@ fn row(storms: &[&ReconnectSummary]) -> Option<Vec<String>> {
         failures,
         sum(|s| s.sessions_resumed).to_string(),
         sum(|s| s.resent).to_string(),
-    ])
+    ]
 }
