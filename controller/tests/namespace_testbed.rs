@@ -206,29 +206,8 @@ fn an_impaired_scenario_without_netem_is_refused_before_anything_is_made() -> Re
 
 /// The PIDs of `root`'s descendants named `name`.
 fn descendants_named(root: u32, name: &str) -> Vec<u32> {
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat[stat.rfind(')')? + 1..]
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    host::running_processes()
+    host::descendants(root)
         .into_iter()
-        .filter(|&pid| {
-            let mut up = parent(pid);
-            while let Some(ancestor) = up {
-                if ancestor == root {
-                    return true;
-                }
-                if ancestor <= 1 {
-                    return false;
-                }
-                up = parent(ancestor);
-            }
-            false
-        })
         .filter(|&pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
         })

@@ -28,7 +28,10 @@ pub mod secret;
 
 pub use account::Account;
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
-pub use marker::{Marker, is_running, kill, kill_group, running_processes, send_signal};
+pub use marker::{
+    Marker, descendants, is_running, kill, kill_group, parent_of, process_group, running_processes,
+    send_signal, start_time,
+};
 pub use netns::Netns;
 pub use poll::{Attempt, poll_until, poll_until_blocking};
 pub use program::termination;

@@ -150,6 +150,52 @@ fn process_state(stat: &str) -> Option<char> {
     after_name.trim_start().chars().next()
 }
 
+/// Field `n` of `/proc/PID/stat` counted from the state (0): read after the command name's
+/// last `)`, as the name may hold spaces and parentheses.
+fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(n)?
+        .parse()
+        .ok()
+}
+
+/// The parent PID of `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_field(pid, 1).and_then(|ppid| u32::try_from(ppid).ok())
+}
+
+/// The process group of `pid`.
+pub fn process_group(pid: u32) -> Option<u32> {
+    stat_field(pid, 2).and_then(|pgrp| u32::try_from(pgrp).ok())
+}
+
+/// When `pid` started, in clock ticks since boot: with the PID, it names one process (a PID
+/// alone may have been reused).
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat_field(pid, 19)
+}
+
+/// The running processes below `root` (children, their children, ...), in no set order.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let processes: Vec<(u32, Option<u32>)> = running_processes()
+        .into_iter()
+        .map(|pid| (pid, parent_of(pid)))
+        .collect();
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    while let Some(parent) = queue.pop() {
+        for &(pid, ppid) in &processes {
+            if ppid == Some(parent) && pid != root && !found.contains(&pid) {
+                found.push(pid);
+                queue.push(pid);
+            }
+        }
+    }
+    found
+}
+
 fn environ_contains(pid: u32, needle: &str) -> bool {
     std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
         environ

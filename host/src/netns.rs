@@ -124,38 +124,14 @@ pub fn namespaces_in_use() -> Vec<u64> {
 /// compares before and after to see that none of its own was left behind, whatever other
 /// processes on the host do meanwhile.
 pub fn namespaces_of_this_process_tree() -> Vec<u64> {
-    let processes = numbered_entries(std::path::Path::new("/proc"));
-    let parent_of = |process: &std::path::Path| -> Option<u32> {
-        let stat = std::fs::read_to_string(process.join("stat")).ok()?;
-        stat[stat.rfind(')')? + 1..]
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let pid_of =
-        |process: &std::path::Path| -> Option<u32> { process.file_name()?.to_str()?.parse().ok() };
-    let mut tree = vec![std::process::id()];
-    // Children are found after their parents: repeat until nothing is added.
-    loop {
-        let before = tree.len();
-        for process in &processes {
-            if let (Some(pid), Some(parent)) = (pid_of(process), parent_of(process))
-                && tree.contains(&parent)
-                && !tree.contains(&pid)
-            {
-                tree.push(pid);
-            }
-        }
-        if tree.len() == before {
-            break;
-        }
-    }
-    let ours: Vec<std::path::PathBuf> = processes
-        .into_iter()
-        .filter(|process| pid_of(process).is_some_and(|pid| tree.contains(&pid)))
+    let me = std::process::id();
+    let mut tree = crate::marker::descendants(me);
+    tree.push(me);
+    let processes: Vec<std::path::PathBuf> = tree
+        .iter()
+        .map(|pid| std::path::PathBuf::from(format!("/proc/{pid}")))
         .collect();
-    namespaces_of(&ours)
+    namespaces_of(&processes)
 }
 
 fn namespaces_of(processes: &[std::path::PathBuf]) -> Vec<u64> {

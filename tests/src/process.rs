@@ -49,13 +49,8 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
 /// PIDs of every running (non-zombie) process, in order (the walk over `/proc` is host's).
 pub use host::running_processes;
 
-/// The process group of `pid`, from `/proc/PID/stat` (read after the command name, which may
-/// hold spaces and parentheses: state, ppid, pgrp, ...).
-pub fn process_group(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(2)?.parse().ok()
-}
+/// The process group of `pid` (host's reading of `/proc/PID/stat`).
+pub use host::process_group;
 
 /// Runs `command` to its end (stdout and stderr piped) and returns its output with the
 /// child's own peak RSS in bytes, from `wait4`: how the CLI tests show that bad input is

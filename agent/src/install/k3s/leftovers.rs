@@ -189,7 +189,7 @@ pub(super) async fn sweep(roots: impl Fn() -> Vec<u32>, limit: Duration) -> Swep
 fn with_descendants(roots: &[u32]) -> BTreeSet<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for pid in host::running_processes() {
-        if let Some(parent) = parent_of(pid) {
+        if let Some(parent) = host::parent_of(pid) {
             children.entry(parent).or_default().push(pid);
         }
     }
@@ -201,16 +201,6 @@ fn with_descendants(roots: &[u32]) -> BTreeSet<u32> {
         }
     }
     found
-}
-
-/// The parent PID from `/proc/PID/stat`, read after the command name's last `)`.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// Processes in the cgroup of `unit` (or below it: k3s is `Delegate=yes`), from

@@ -34,8 +34,8 @@ pub(super) fn run_folder() -> io::Result<tempfile::TempDir> {
         .prefix("run-")
         .tempdir_in(EMULATED_ROOT)?;
     let pid = std::process::id();
-    let started =
-        start_time(pid).ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+    let started = host::start_time(pid)
+        .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
     std::fs::write(folder.path().join(OWNER_FILE), format!("{pid} {started}\n"))?;
     Ok(folder)
 }
@@ -93,15 +93,7 @@ fn owner_alive(folder: &Path) -> bool {
     ) else {
         return false;
     };
-    start_time(pid) == Some(started)
-}
-
-/// A process's start time, in clock ticks since boot (`/proc/PID/stat`, field 22).
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count after it.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    host::start_time(pid) == Some(started)
 }
 
 #[cfg(test)]
@@ -113,7 +105,7 @@ mod tests {
         let folder = tempfile::tempdir().expect("folder");
         assert!(!owner_alive(folder.path()), "no owner file");
         let me = std::process::id();
-        let started = start_time(me).expect("own start time");
+        let started = host::start_time(me).expect("own start time");
         std::fs::write(folder.path().join(OWNER_FILE), format!("{me} {started}\n")).expect("owner");
         assert!(owner_alive(folder.path()));
         // The same PID started at another time is another process.

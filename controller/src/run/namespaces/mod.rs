@@ -123,16 +123,14 @@ impl NamespaceTestbed {
                 nodes.len()
             )));
         }
-        let failed =
-            |what: String| move |e: &dyn std::fmt::Display| RunError::Local(format!("{what}: {e}"));
         // A killed controller's brokers keep their namespaces: stopped before anything new.
         leftovers::remove_leftovers().await;
-        let hub = Netns::create().map_err(|e| failed("a namespace for the hub".into())(&e))?;
+        let hub = Netns::create().map_err(|e| making("a namespace for the hub", e))?;
         let mut emulated = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             let netns = Netns::create()
-                .map_err(|e| failed(format!("a namespace for node {}", node.name))(&e))?;
-            let octet = u8::try_from(4 * i + 2).map_err(|e| failed("addresses".into())(&e))?;
+                .map_err(|e| making(&format!("a namespace for node {}", node.name), e))?;
+            let octet = u8::try_from(4 * i + 2).map_err(|e| making("addresses", e))?;
             emulated.push(EmulatedNode {
                 name: node.name.clone(),
                 netns: Arc::new(netns),
@@ -143,9 +141,9 @@ impl NamespaceTestbed {
         }
         wiring::wire(&hub, &emulated).await?;
         let files = leftovers::run_folder()
-            .map_err(|e| failed(format!("a folder for the run under {EMULATED_ROOT}"))(&e))?;
-        let credentials = run_pki(files.path(), &emulated)
-            .map_err(|e| failed("the run's PKI".into())(&e.to_string()))?;
+            .map_err(|e| making(&format!("a folder for the run under {EMULATED_ROOT}"), e))?;
+        let credentials =
+            run_pki(files.path(), &emulated).map_err(|e| making("the run's PKI", e))?;
         Ok(NamespaceTestbed {
             _hub: hub,
             nodes: emulated,
@@ -242,6 +240,11 @@ impl NamespaceTestbed {
             }
         }
     }
+}
+
+/// A part of the testbed could not be made.
+fn making(what: &str, error: impl std::fmt::Display) -> RunError {
+    RunError::Local(format!("{what}: {error}"))
 }
 
 /// The agent's own runtime inside the namespace (every thread it makes stays there):
