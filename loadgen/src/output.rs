@@ -48,7 +48,7 @@ pub fn render_table(summary: &Summary) -> String {
     let s = summary;
     let pacing = match (s.pacing.as_str(), s.interval_ms, s.offered_rate_msgs_per_s) {
         ("rate", Some(interval), Some(rate)) => format!(
-            "open loop at an offered {rate:.0} msg/s (every {interval:.3} ms per publisher)"
+            "open loop at an offered {rate:.0} msg/s (every {interval:.3} ms per publisher, released at most every 0.5 ms)"
         ),
         (_, Some(interval), _) => format!("open loop, every {interval} ms per publisher"),
         ("closed-loop", _, _) => "closed loop (each publisher keeps its window full)".to_string(),

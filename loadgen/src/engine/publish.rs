@@ -176,8 +176,16 @@ pub(super) fn start_publishers(
             Scope::Threads(threads) => Some(threads.clone()),
             Scope::Process => None,
         };
-        let handle = pacer::spawn(clock, paced, timing.end_ns, token.clone(), threads)
-            .map_err(|e| LoadgenError::Internal(format!("pacer thread: {e}")))?;
+        let resolution = pacer::Resolution::of(&spec.pacing);
+        let handle = pacer::spawn(
+            clock,
+            paced,
+            timing.end_ns,
+            resolution,
+            token.clone(),
+            threads,
+        )
+        .map_err(|e| LoadgenError::Internal(format!("pacer thread: {e}")))?;
         Some((handle, token))
     };
     Ok((tasks, pacer))
