@@ -123,11 +123,45 @@ async fn the_saturation_point_holds_at_four_fifths_and_breaks_at_five_quarters()
         eprintln!("SKIPPED: {reason}");
         return;
     }
-    // A broker held to 30 % of a core, as on a small edge node: loadgen has CPU to spare, so
-    // what the search finds is the broker's limit, not the generator's.
+    // A broker held to 15 % of a core, as on a small edge node: loadgen has CPU to spare, so
+    // what the search finds is the broker's limit, not the generator's. Not 30 %: at 1.25
+    // times what a 30 % broker sustains (about 30k msg/s) this unoptimised test build came
+    // to 79-91 % of loadgen's one core on slower days, which loadgen rightly called
+    // generator-limited.
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
-    let _quota = CpuQuota::limit(broker.pid(), 0.3).expect("quota");
-    let base = timed(broker.port(), 10, 1, 1, 1);
+    let _quota = CpuQuota::limit(broker.pid(), 0.15).expect("quota");
+    // On a shared virtual machine loadgen's threads sometimes wait for a CPU a quarter of the
+    // time they are ready to run, and loadgen then says its figures may be its own limit. Such
+    // an attempt proves nothing either way and is made again (at most three in all); anything
+    // else that goes wrong fails at once.
+    let mut disturbed = Vec::new();
+    for _ in 0..3 {
+        match saturation_attempt(broker.port()).await {
+            Ok(()) => return,
+            Err(reasons) => {
+                eprintln!("attempt disturbed, loadgen said: {reasons:?}");
+                disturbed.push(reasons);
+            }
+        }
+    }
+    panic!("three attempts, each disturbed by CPU waits: {disturbed:?}");
+}
+
+/// The reasons loadgen gave when it called itself the limit only because its threads waited
+/// for a CPU (the machine was oversubscribed); any other reason fails the test.
+fn only_cpu_waits(reasons: &[String]) -> Result<(), Vec<String>> {
+    let waits = reasons.iter().all(|r| r.contains("waited for a CPU"));
+    assert!(
+        waits && !reasons.is_empty(),
+        "loadgen was the limit for a reason other than waiting for a CPU: {reasons:?}"
+    );
+    Err(reasons.to_vec())
+}
+
+/// The search converges, 0.8 of its rate holds and 1.25 breaks through the broker; `Err` when
+/// loadgen said it was disturbed by CPU waits.
+async fn saturation_attempt(port: u16) -> Result<(), Vec<String>> {
+    let base = timed(port, 10, 1, 1, 1);
     let settings = SearchSettings {
         probe: Duration::from_secs(2),
         probe_warmup: Duration::from_millis(500),
@@ -145,6 +179,18 @@ async fn the_saturation_point_holds_at_four_fifths_and_breaks_at_five_quarters()
     }
     let report = search.report();
     eprint!("{}", loadgen::output::saturation_summary(&report));
+    if report.end == SearchEnd::GeneratorLimited {
+        // The probe that ended the search; its reasons about the generator name loadgen (the
+        // others are about steadiness and latency).
+        let last = report.probes.last().expect("the search ran probes");
+        let reasons: Vec<String> = last
+            .reasons
+            .iter()
+            .filter(|r| r.starts_with("loadgen "))
+            .cloned()
+            .collect();
+        return only_cpu_waits(&reasons);
+    }
     assert_eq!(report.end, SearchEnd::Converged, "{report:?}");
     assert!(
         began.elapsed() < Duration::from_secs(60),
@@ -165,15 +211,20 @@ async fn the_saturation_point_holds_at_four_fifths_and_breaks_at_five_quarters()
         spec
     };
     let (_, below) = run(probe_at(0.8)).await;
+    if below.generator.limited {
+        return only_cpu_waits(&below.generator.reasons);
+    }
     assert_steady(&below);
     assert!(
         below.latency.p99_us <= settings.p99_bound.as_secs_f64() * 1e6,
         "p99 {} µs",
         below.latency.p99_us
     );
-    assert!(!below.generator.limited, "{:?}", below.generator.reasons);
 
     let (_, above) = run(probe_at(1.25)).await;
+    if above.generator.limited {
+        return only_cpu_waits(&above.generator.reasons);
+    }
     let verdict = above.steadiness.as_ref().expect("judged");
     assert!(!verdict.steady, "1.25 R must not be sustained");
     assert!(
@@ -182,9 +233,5 @@ async fn the_saturation_point_holds_at_four_fifths_and_breaks_at_five_quarters()
         verdict.reasons
     );
     assert_eq!(above.rate_kind, loadgen::summary::RateKind::Unsteady);
-    assert!(
-        !above.generator.limited,
-        "the broker, not loadgen, was the limit: {:?}",
-        above.generator.reasons
-    );
+    Ok(())
 }
