@@ -434,6 +434,31 @@ impl RunResult {
             .chain(&subscribers)
             .all(|covered| *covered)
     }
+
+    /// Deliveries owed (each publish times its subscribers), warm-up included.
+    pub fn expected_deliveries(&self) -> u64 {
+        let spec = &self.spec;
+        self.published
+            .iter()
+            .enumerate()
+            .map(|(p, count)| {
+                count
+                    * u64::from(spec.topology.fanout_of(
+                        p as u32,
+                        spec.publishers,
+                        spec.subscribers,
+                    ))
+            })
+            .sum()
+    }
+
+    /// Deliveries owed and never received; `None` when the result does not cover the whole
+    /// workload (a shard alone cannot tell).
+    pub fn lost_deliveries(&self) -> Option<u64> {
+        let delivered: u64 = self.delivered_unique.iter().sum();
+        self.covers_whole_workload()
+            .then(|| self.expected_deliveries().saturating_sub(delivered))
+    }
 }
 
 #[cfg(test)]

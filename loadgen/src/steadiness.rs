@@ -4,8 +4,10 @@
 //! of each half lies within 5 % of the whole window's, and the backlog (deliveries owed:
 //! messages published times their subscribers, minus deliveries received) did not keep
 //! growing. At an offered rate, the publishers must also have sent what was offered and the
-//! subscribers received at least 99 % of it. A run that fails any of these keeps its figures,
-//! marked unsteady with the reasons; it is never tabulated as a sustained rate.
+//! subscribers received at least 99 % of it. And nothing may be lost over the whole run,
+//! warm-up included: a broker that drops messages to keep up (rumqttd at QoS 0 does) has not
+//! sustained the rate, however steady the window looks. A run that fails any of these keeps
+//! its figures, marked unsteady with the reasons; it is never tabulated as a sustained rate.
 
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +131,13 @@ pub fn judge(result: &RunResult) -> Option<Steadiness> {
                 OFFERED_SHARE * 100.0
             ));
         }
+    }
+    if let Some(lost) = result.lost_deliveries().filter(|lost| *lost > 0) {
+        reasons.push(format!(
+            "{lost} deliveries were lost ({:.2} % of {}): a rate that loses messages is not sustained",
+            lost as f64 * 100.0 / result.expected_deliveries().max(1) as f64,
+            result.expected_deliveries()
+        ));
     }
     Some(Steadiness {
         steady: reasons.is_empty(),

@@ -329,22 +329,9 @@ impl Summary {
     pub fn of(result: &RunResult) -> Self {
         let spec = &result.spec;
         let published: u64 = result.published.iter().sum();
-        let expected_deliveries: u64 = result
-            .published
-            .iter()
-            .enumerate()
-            .map(|(p, count)| {
-                count
-                    * u64::from(spec.topology.fanout_of(
-                        p as u32,
-                        spec.publishers,
-                        spec.subscribers,
-                    ))
-            })
-            .sum();
+        let expected_deliveries = result.expected_deliveries();
         let delivered_unique: u64 = result.delivered_unique.iter().sum();
-        let whole = result.covers_whole_workload();
-        let lost = whole.then(|| expected_deliveries.saturating_sub(delivered_unique));
+        let lost = result.lost_deliveries();
         let lost_percent = lost.map(|lost| percent(lost, expected_deliveries));
         let cpu_ns = result.resources.total_cpu_ns();
         let steadiness = crate::steadiness::judge(result);
