@@ -22,7 +22,9 @@ fn the_shipped_plans_are_valid() {
     // -> 18 points x 10 reps per scenario.
     assert_eq!(study.cells().len(), 5 * 3 * 18 * 10);
     let quickstart = Plan::load(&examples().join("quickstart.toml")).expect("quickstart.toml");
-    assert!(quickstart.nodes[0].is_local());
+    // The study's two nodes, emulated where this machine can, else on loopback.
+    assert!(quickstart.nodes.iter().all(NodeEntry::is_namespace));
+    assert_eq!(quickstart.testbed.fallback, Fallback::Local);
     assert_eq!(quickstart.cells_of(0, 0).len(), (1 + 3 + 2 + 1) * 2);
     let emulated = Plan::load(&examples().join("emulated.toml")).expect("emulated.toml");
     assert!(emulated.nodes.iter().all(NodeEntry::is_namespace));
@@ -562,6 +564,11 @@ fn emulated_nodes_are_all_or_none_and_take_no_addresses() {
             "nodes[1].data_address = \"198.18.0.9\": an emulated node's addresses are given",
         ),
         (overlay, "no overlay or cluster is installed on them"),
+        (
+            emulated("").replace("agent = \"namespace\"", "agent = \"local\"")
+                + "[testbed]\nfallback = \"local\"\n",
+            "testbed.fallback = \"local\": a fallback is for nodes emulated in namespaces",
+        ),
     ];
     for (text, expected) in cases {
         let error = error_of(&text);

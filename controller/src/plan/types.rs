@@ -444,6 +444,23 @@ pub struct TestbedEntry {
     /// How long each installer may take (k3s pulls images on first start).
     #[serde(with = "humantime_serde")]
     pub install_timeout: Duration,
+    /// What a plan whose nodes are emulated in namespaces does where this machine cannot
+    /// emulate them.
+    pub fallback: Fallback,
+}
+
+/// Where the plan's nodes cannot be emulated in namespaces (no root, or no sch_netem for a
+/// scenario that impairs the links).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// The run stops before anything is made, saying what is missing.
+    #[default]
+    None,
+    /// Each node runs on an agent the controller starts on loopback, as `agent = "local"`
+    /// does: the scenarios that impair nothing are measured, and the run says once, at the
+    /// start, why the others cannot be (no link between nodes on one loopback).
+    Local,
 }
 
 impl Default for TestbedEntry {
@@ -455,6 +472,7 @@ impl Default for TestbedEntry {
             nebula_port: 4242,
             overlay_interface: "nebula1".into(),
             install_timeout: Duration::from_secs(180),
+            fallback: Fallback::None,
         }
     }
 }

@@ -8,8 +8,8 @@ use domain::Product;
 use super::presets::{scenario_preset, workload_for};
 use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Spread};
 use super::types::{
-    BrokerEntry, BrokerKind, MAX_EMULATED_NODES, NodeRole, Orchestrator, Overlay, Plan, TestEntry,
-    TestKind, WarmupEntry,
+    BrokerEntry, BrokerKind, Fallback, MAX_EMULATED_NODES, NodeRole, Orchestrator, Overlay, Plan,
+    TestEntry, TestKind, WarmupEntry,
 };
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
@@ -259,6 +259,13 @@ impl Plan {
                     "emulated nodes share one private network: no overlay or cluster is installed on them",
                 ));
             }
+        } else if self.testbed.fallback != Fallback::None {
+            return Err(invalid(
+                "testbed.fallback",
+                quoted("local"),
+                "a fallback is for nodes emulated in namespaces (agent = \"namespace\"), and \
+                 this plan has none",
+            ));
         }
         Ok(())
     }

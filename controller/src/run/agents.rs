@@ -18,7 +18,7 @@ use super::local_agent::{LocalAgents, start_local_agent};
 /// An agent that does not describe itself within this is not used.
 const INFO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::clock::{ClockOffset, measure};
-use crate::plan::{NodeEntry, Plan};
+use crate::plan::{Fallback, NodeEntry, Plan};
 use domain::NodeRole;
 use serde::Deserialize;
 
@@ -35,6 +35,9 @@ pub struct AgentHandle {
     pub clock: ClockOffset,
     /// Address brokers on this node listen on and clients dial.
     pub data_address: IpAddr,
+    /// Why no link of this node can be emulated, whatever its agent says of netem: it was to
+    /// be emulated in a namespace and fell back to an agent on loopback (`testbed.fallback`).
+    pub unlinked: Option<String>,
 }
 
 impl AgentHandle {
@@ -77,11 +80,11 @@ pub(super) async fn connect_all(
     } else {
         None
     };
-    emulate_nodes(plan, locals).await?;
+    let unlinked = emulate_nodes(plan, locals, events).await?;
     for node in &plan.nodes {
-        let (client, data_address) = if node.is_namespace() {
+        let (client, data_address) = if node.is_namespace() && unlinked.is_none() {
             start_emulated(node, locals).await?
-        } else if node.is_local() {
+        } else if node.is_local() || node.is_namespace() {
             let (local, client) = start_local_agent(node).await?;
             let address = local.address();
             locals.agents.push(local);
@@ -125,23 +128,44 @@ pub(super) async fn connect_all(
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
             (client, node_data_address(node, fallback)?)
         };
-        let handle = describe(node, client, data_address).await?;
+        let mut handle = describe(node, client, data_address).await?;
+        if node.is_namespace() {
+            handle.unlinked.clone_from(&unlinked);
+        }
         agents.insert(node.name.clone(), handle);
     }
     Ok(agents)
 }
 
 /// Makes the namespaces of the nodes this machine emulates (after checking it can), when
-/// the plan has any.
+/// the plan has any. Where it cannot and the plan falls back to local agents
+/// (`testbed.fallback = "local"`), says so once and returns why the nodes have no links.
 #[cfg(feature = "local-agent")]
-async fn emulate_nodes(plan: &Plan, locals: &mut LocalAgents) -> Result<(), RunError> {
+async fn emulate_nodes(
+    plan: &Plan,
+    locals: &mut LocalAgents,
+    events: &Events,
+) -> Result<Option<String>, RunError> {
     let nodes: Vec<&NodeEntry> = plan.nodes.iter().filter(|n| n.is_namespace()).collect();
     if nodes.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    super::namespaces::preflight(plan).await?;
+    if let Some(missing) = super::namespaces::emulation_lacks(plan).await {
+        if plan.testbed.fallback == Fallback::None {
+            return Err(RunError::Plan(missing.stop_line()));
+        }
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        let unlinked = format!(
+            "emulated links need root and sch_netem ({}): nodes {} run on agents on this \
+             machine's loopback, so there is no link to emulate (testbed.fallback = \"local\")",
+            missing.short(),
+            names.join(", ")
+        );
+        events.emit(RunEvent::Testbed(unlinked.clone())).await;
+        return Ok(Some(unlinked));
+    }
     locals.emulated = Some(super::namespaces::NamespaceTestbed::build(&nodes).await?);
-    Ok(())
+    Ok(None)
 }
 
 /// Starts an emulated node's agent in its namespace.
@@ -160,14 +184,18 @@ async fn start_emulated(
 }
 
 #[cfg(not(feature = "local-agent"))]
-async fn emulate_nodes(plan: &Plan, _locals: &mut LocalAgents) -> Result<(), RunError> {
+async fn emulate_nodes(
+    plan: &Plan,
+    _locals: &mut LocalAgents,
+    _events: &Events,
+) -> Result<Option<String>, RunError> {
     match plan.nodes.iter().find(|n| n.is_namespace()) {
         Some(node) => Err(RunError::Plan(format!(
             "node {}: agent = \"namespace\" needs a controller built with the local-agent \
              feature (the default)",
             node.name
         ))),
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 
@@ -245,5 +273,6 @@ async fn describe(
         info,
         clock,
         data_address,
+        unlinked: None,
     })
 }

@@ -47,7 +47,7 @@ use self::guard::{Guard, catching};
 pub use self::local_agent::LocalAgent;
 use self::local_agent::LocalAgents;
 #[cfg(feature = "local-agent")]
-pub use self::namespaces::{EMULATED_ROOT, Leftover, remove_leftovers};
+pub use self::namespaces::{EMULATED_ROOT, Leftover, Missing, emulation_lacks, remove_leftovers};
 use crate::plan::Plan;
 use crate::results::{ResultsDir, ResultsError};
 

@@ -183,6 +183,14 @@ fn not_emulable(
     agents: &HashMap<String, AgentHandle>,
     faults: &Faults,
 ) -> Result<Option<String>, String> {
+    // Nodes that fell back to agents on loopback have no link, whatever netem could do there:
+    // it would go on the machine's own loopback.
+    if let Some(reason) = involved
+        .iter()
+        .find_map(|name| agents.get(*name)?.unlinked.as_deref())
+    {
+        return Ok(Some(format!("scenario {}: {reason}", scenario.name)));
+    }
     if involved.len() < 2 {
         let only = involved.iter().next().copied().unwrap_or("?");
         return Ok(Some(format!(

@@ -9,7 +9,9 @@
 //!    broker with it).
 //! 2. The study's run: tester (load) and worker (an embedded broker), the scenarios local,
 //!    edge and cloud, the latency test (10 publishers every 250 ms), 3 repetitions
-//!    interleaved. Its log says it removed the killed run's folder before it made anything;
+//!    interleaved, with the quickstart's `testbed.fallback = "local"` (so every edge and
+//!    cloud cell measured also shows that with root and netem the nodes are emulated, not
+//!    run on loopback). Its log says it removed the killed run's folder before it made anything;
 //!    every cell is measured; each scenario's rise over local (the median of the paired
 //!    rises) is its total one-way delay (half on each node's link, a message crosses both),
 //!    checked as the controller suite checks it (20 % + 0.5 ms), whether within 10 % reported
@@ -93,6 +95,8 @@ connect = "60s"
 deploy = "60s"
 netem = "30s"
 cell = "180s"
+[testbed]
+fallback = "local"
 [[nodes]]
 name = "tester"
 agent = "namespace"

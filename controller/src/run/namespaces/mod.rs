@@ -80,36 +80,73 @@ struct NamespaceAgent {
     thread: std::thread::JoinHandle<std::io::Result<()>>,
 }
 
+/// What this machine lacks to emulate a plan's nodes in namespaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// Namespaces and links need root.
+    Root,
+    /// The plan's `scenarios` impair the links, and netem cannot here (`capability` says why).
+    Netem {
+        /// The scenarios that impair.
+        scenarios: Vec<String>,
+        /// What the netem check found.
+        capability: String,
+    },
+}
+
+impl Missing {
+    /// The one line that stops a run which cannot fall back.
+    pub fn stop_line(&self) -> String {
+        match self {
+            Missing::Root => "nodes with agent = \"namespace\" are emulated in network \
+                              namespaces, which needs root: run the controller as root"
+                .to_string(),
+            Missing::Netem {
+                scenarios,
+                capability,
+            } => format!(
+                "scenarios {} emulate their links with netem, and this machine cannot: \
+                 {capability} (load the sch_netem module, or keep only scenarios without \
+                 delay, jitter and loss)",
+                scenarios.join(", ")
+            ),
+        }
+    }
+
+    /// What is missing, in a few words, for a plan that falls back to local agents.
+    pub fn short(&self) -> String {
+        match self {
+            Missing::Root => "the controller does not run as root".to_string(),
+            Missing::Netem { capability, .. } => capability.clone(),
+        }
+    }
+}
+
 /// What a run needs before it may make namespaces: root, and netem when a scenario impairs
-/// the links. `Err` names what is missing in one line.
-pub async fn preflight(plan: &Plan) -> Result<(), RunError> {
+/// the links. `Some` names what is missing.
+pub async fn emulation_lacks(plan: &Plan) -> Option<Missing> {
     // SAFETY: geteuid takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(RunError::Plan(
-            "nodes with agent = \"namespace\" are emulated in network namespaces, which needs \
-             root: run the controller as root"
-                .to_string(),
-        ));
+        return Some(Missing::Root);
     }
-    let impairing: Vec<&str> = plan
+    let impairing: Vec<String> = plan
         .scenarios
         .iter()
         .filter(|scenario| {
             let (delay, jitter, loss) = super::scenario::totals(scenario);
             !delay.is_zero() || !jitter.is_zero() || loss > 0.0
         })
-        .map(|scenario| scenario.name.as_str())
+        .map(|scenario| scenario.name.clone())
         .collect();
     if impairing.is_empty() {
-        return Ok(());
+        return None;
     }
     match agent::netem::netem_available().await {
-        agent::netem::NetemCapability::Available => Ok(()),
-        capability => Err(RunError::Plan(format!(
-            "scenarios {} emulate their links with netem, and this machine cannot: {capability} \
-             (load the sch_netem module, or keep only scenarios without delay, jitter and loss)",
-            impairing.join(", ")
-        ))),
+        agent::netem::NetemCapability::Available => None,
+        capability => Some(Missing::Netem {
+            scenarios: impairing,
+            capability: capability.to_string(),
+        }),
     }
 }
 
