@@ -91,6 +91,11 @@ pub(super) async fn wait_up(
         async move {
             let last = match addresses(&plan.interface).await {
                 Ok(Some(found)) if found.contains(&wanted) => return Attempt::Done(()),
+                // Nebula sets the address and then its netmask (two ioctls): the wanted
+                // address with another prefix may be that moment, so it is waited out.
+                Ok(Some(found)) if found.iter().any(|(ip, _)| *ip == plan.address) => {
+                    format!("the device has {} so far", describe(&found))
+                }
                 Ok(Some(found)) if !found.is_empty() => {
                     return Attempt::Stop(NotUp::OtherAddress(describe(&found)));
                 }
