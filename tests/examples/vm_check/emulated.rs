@@ -14,8 +14,7 @@
 //!    run on loopback). Its log says it removed the killed run's folder before it made anything;
 //!    every cell is measured; each scenario's rise over local (the median of the paired
 //!    rises) is its total one-way delay (half on each node's link, a message crosses both),
-//!    checked as the controller suite checks it (20 % + 0.5 ms), whether within 10 % reported
-//!    beside; afterwards no namespace, link, qdisc, process or folder of either run is left,
+//!    within 10 %, as the controller suite checks it; afterwards no namespace, link, qdisc, process or folder of either run is left,
 //!    each listed against the same list taken before.
 
 use std::path::Path;
@@ -38,9 +37,8 @@ const WORK_DIR: &str = "/tmp/emulated-vm";
 const REPETITIONS: usize = 3;
 /// The scenarios and their totals (Table II), ms.
 const SCENARIOS: [(&str, f64); 3] = [("local", 0.0), ("edge", 2.5), ("cloud", 6.25)];
-/// The goal for each rise, reported beside the check (see the controller suite for why the
-/// check itself allows 20 % + 0.5 ms under TCG).
-const GOAL: f64 = 0.10;
+/// How far each rise may be from its total.
+const TOLERANCE: f64 = crate::common::DELAY_TOLERANCE;
 
 /// `emulated` runs the suite; `emulated run PLAN` is the controller it starts.
 pub fn main(args: &[String]) -> ExitCode {
@@ -180,6 +178,21 @@ async fn holdings() -> Result<Holdings> {
     })
 }
 
+/// What the machine holds once the suites before this one are gone: the kernel destroys a
+/// namespace, and the veth ends it held here, in a workqueue after its last process exits, so
+/// the controller suite's links can outlive it by a moment. Waits (at most 30 s) until only
+/// `lo` is left; a suite that leaked links shows them here and fails the comparisons below.
+async fn settled_holdings() -> Result<Holdings> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = holdings().await?;
+        if now.links == ["lo"] || Instant::now() >= deadline {
+            return Ok(now);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn controller(plan: &Path, log: &Path) -> Result<std::process::Child> {
     let exe = std::env::current_exe().context("own executable")?;
     let log = std::fs::File::create(log).context("the controller's log")?;
@@ -202,7 +215,7 @@ async fn run() -> Result<bool> {
     let mut ok = true;
     let work = Path::new(WORK_DIR);
     std::fs::create_dir_all(work)?;
-    let before = holdings().await?;
+    let before = settled_holdings().await?;
 
     // 1. Killed mid-cell.
     let killed_plan = work.join("killed.toml");
@@ -320,10 +333,10 @@ fn check_rises(dir: &Path) -> Result<bool> {
         };
         ok &= report(
             &format!("{name}_rise"),
-            (added - total).abs() <= 0.2 * total + 0.5,
+            (added - total).abs() <= TOLERANCE * total,
             json!({ "median_ms_per_repetition": here, "local_median_ms_per_repetition": local,
                     "added_ms_per_repetition": per_repetition, "added_ms": added,
-                    "expected_ms": total, "within_10_percent": (added - total).abs() <= GOAL * total,
+                    "expected_ms": total, "tolerance_ms": TOLERANCE * total,
                     "off_percent": (added - total) / total * 100.0 }),
         );
     }

@@ -140,7 +140,7 @@ async fn run() -> Result<bool> {
         );
         let probes = bed.probe(PROBES)?;
         let added = probes.median_ms() - baseline.median_ms();
-        let tolerance = 0.2 * total_delay + 0.5;
+        let tolerance = crate::common::DELAY_TOLERANCE * total_delay;
         let mut details = probes.summary();
         details["configured_ms"] = json!(total_delay);
         details["added_ms"] = json!(added);
