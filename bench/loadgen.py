@@ -16,8 +16,9 @@ mqttv5's smallest):
   paced  both at an offered 100,000 msg/s for 1 s (1000 messages per pair).
 
 Per run: the tool's CPU per message delivered (user + system of the whole process, from
-getrusage of the child), its wall time, its peak RSS, and Mosquitto's CPU per message delivered
-(utime + stime from /proc/PID/stat before and after). Then loadgen alone: --spread consecutive
+getrusage of the child), its wall time, its peak RSS, Mosquitto's CPU per message delivered
+(utime + stime from /proc/PID/stat before and after), and the TCP segments per message delivered
+(OutSegs of /proc/net/snmp: on loopback how much kernel work each delivery took, on both sides). Then loadgen alone: --spread consecutive
 runs of `loadgen throughput --clients 100 --messages 1000` (wall max/min) with the broker's CPU
 per message and wait for a CPU in each run as loadgen reports them (a burst is as fast as the
 broker, so a slower run shows a broker that spent more per message), and the latency preset at
@@ -77,9 +78,13 @@ def start_mosquitto(workdir):
 class Measured:
     """One run of one tool: what it cost itself and the broker, per message delivered."""
 
-    def __init__(self, tool, wall, cpu, rss_mb, broker_cpu, delivered, load_s, extra=""):
+    def __init__(self, tool, wall, cpu, rss_mb, broker_cpu, delivered, load_s, segments, extra=""):
         self.tool, self.wall, self.cpu, self.rss_mb = tool, wall, cpu, rss_mb
         self.broker_cpu, self.delivered, self.load_s, self.extra = broker_cpu, delivered, load_s, extra
+        self.segments = segments
+
+    def segments_per_message(self):
+        return self.segments / max(self.delivered, 1)
 
     def cpu_us(self):
         return self.cpu * 1e6 / max(self.delivered, 1)
@@ -89,6 +94,17 @@ class Measured:
 
     def time_per_100k(self):
         return self.load_s * 100_000 / max(self.delivered, 1)
+
+
+def loopback_segments():
+    """TCP segments sent in this network namespace so far (/proc/net/snmp OutSegs). On loopback
+    every segment is the kernel's work twice (send and receive, usually in one system call), and
+    how many a delivery needs is set by the clients: a reader that acknowledges sooner lets the
+    broker's Nagle hold less, so the broker sends more, smaller segments."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Tcp:")]
+    header, values = rows[0], rows[1]
+    return int(values[header.index("OutSegs")])
 
 
 def machine_probe_ms():
@@ -101,9 +117,11 @@ def machine_probe_ms():
 
 
 def timed(command, broker_pid):
-    """Runs `command`, returns (stdout, stderr, wall s, CPU s, peak RSS MB, broker CPU s), the
-    CPU and RSS of this child alone (wait4)."""
+    """Runs `command`, returns (stdout, stderr, wall s, CPU s, peak RSS MB, broker CPU s, TCP
+    segments), the CPU and RSS of this child alone (wait4), the segments of all TCP in this
+    namespace meanwhile (the run's own, on an otherwise quiet machine)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        segments_before = loopback_segments()
         broker_before = process_cpu_s(broker_pid)
         started = time.monotonic()
         child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
@@ -111,16 +129,18 @@ def timed(command, broker_pid):
         wall = time.monotonic() - started
         child.returncode = os.waitstatus_to_exitcode(status)
         broker_cpu = process_cpu_s(broker_pid) - broker_before
+        segments = loopback_segments() - segments_before
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if child.returncode != 0:
         sys.exit(f"{' '.join(command)} failed: {stderr.strip()[-500:]}")
-    return stdout, stderr, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, broker_cpu
+    return (stdout, stderr, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, broker_cpu,
+            segments)
 
 
 def run_loadgen(args, port, broker_pid):
-    out, _, wall, cpu, rss, broker_cpu = timed(
+    out, _, wall, cpu, rss, broker_cpu, segments = timed(
         [LOADGEN, "--no-progress", "--json", "throughput", "--broker", f"127.0.0.1:{port}",
          "--clients", str(PAIRS), "--payload", f"{PAYLOAD}B", *args], broker_pid)
     summary = json.loads(out)
@@ -128,11 +148,11 @@ def run_loadgen(args, port, broker_pid):
     if summary["generator"]["limited"]:
         extra += " GENERATOR-LIMITED: " + "; ".join(summary["generator"]["reasons"])
     return Measured("loadgen", wall, cpu, rss, broker_cpu, summary["received"],
-                    summary["load_wall_ms"] / 1e3, extra), summary
+                    summary["load_wall_ms"] / 1e3, segments, extra), summary
 
 
 def run_peer(peer, args, port, broker_pid):
-    out, err, wall, cpu, rss, broker_cpu = timed(
+    out, err, wall, cpu, rss, broker_cpu, segments = timed(
         [peer, "bench", "-H", "127.0.0.1", "-p", str(port), "--mode", "hol-blocking",
          "--topics", str(PAIRS), "--pub-connections", str(PAIRS), "--sub-connections", str(PAIRS),
          "--qos", "0", "--payload-size", str(PAYLOAD), "--warmup", "0", "--duration", "1", *args],
@@ -142,29 +162,34 @@ def run_peer(peer, args, port, broker_pid):
     published = re.search(r"published: (\d+)", err)
     rate = results["measured_rate"]
     extra = f"mqttv5: published {published.group(1) if published else '?'}, received {received}"
-    return Measured("mqttv5", wall, cpu, rss, broker_cpu, received, received / max(rate, 1), extra)
+    return Measured("mqttv5", wall, cpu, rss, broker_cpu, received, received / max(rate, 1), segments,
+                    extra)
 
 
 def print_pairs(title, pairs):
     print(f"\n{title}")
-    print("  pair  tool     delivered  CPU/msg(us)  wall(s)  load/100k msgs(s)  RSS(MB)  broker CPU/msg(us)")
-    ratios = {"cpu": [], "wall": [], "load": [], "broker": [], "rss": []}
+    print("  pair  tool     delivered  CPU/msg(us)  wall(s)  load/100k msgs(s)  RSS(MB)  broker CPU/msg(us)"
+          "  TCP segments/msg")
+    ratios = {"cpu": [], "wall": [], "load": [], "broker": [], "rss": [], "segments": []}
     for n, (lg, peer) in enumerate(pairs, 1):
         for m in (lg, peer):
             print(f"  {n:>4}  {m.tool:<7} {m.delivered:>10}  {m.cpu_us():>11.2f}  {m.wall:>7.2f}"
-                  f"  {m.time_per_100k():>17.3f}  {m.rss_mb:>7.1f}  {m.broker_us():>18.2f}")
+                  f"  {m.time_per_100k():>17.3f}  {m.rss_mb:>7.1f}  {m.broker_us():>18.2f}"
+                  f"  {m.segments_per_message():>16.2f}")
         ratios["cpu"].append(lg.cpu_us() / peer.cpu_us())
         ratios["wall"].append(lg.wall / peer.wall)
         ratios["load"].append(lg.time_per_100k() / peer.time_per_100k())
         ratios["broker"].append(lg.broker_us() / peer.broker_us())
         ratios["rss"].append(lg.rss_mb / peer.rss_mb)
+        ratios["segments"].append(lg.segments_per_message() / max(peer.segments_per_message(), 1e-9))
         print(f"        ratio loadgen/mqttv5: CPU/msg {ratios['cpu'][-1]:.2f}, wall {ratios['wall'][-1]:.2f}, "
-              f"load time {ratios['load'][-1]:.2f}, broker CPU/msg {ratios['broker'][-1]:.2f}, RSS {ratios['rss'][-1]:.2f}")
+              f"load time {ratios['load'][-1]:.2f}, broker CPU/msg {ratios['broker'][-1]:.2f}, RSS {ratios['rss'][-1]:.2f}, "
+              f"TCP segments/msg {ratios['segments'][-1]:.2f}")
         print(f"        {lg.extra}; {peer.extra}")
     print("  median ratio (range over pairs) loadgen/mqttv5:")
     for name, label in [("cpu", "tool CPU per message"), ("wall", "wall time, whole process"),
                         ("load", "load time for 100,000 messages"), ("broker", "broker CPU per message"),
-                        ("rss", "peak RSS")]:
+                        ("rss", "peak RSS"), ("segments", "TCP segments per message")]:
         values = ratios[name]
         print(f"    {label:<34} {statistics.median(values):.2f}  ({min(values):.2f}..{max(values):.2f})")
 
