@@ -14,8 +14,8 @@
 //!    run on loopback). Its log says it removed the killed run's folder before it made anything;
 //!    every cell is measured; each scenario's rise over local (the median of the paired
 //!    rises) is its total one-way delay (half on each node's link, a message crosses both),
-//!    within 10 %, as the controller suite checks it; afterwards no namespace, link, qdisc, process or folder of either run is left,
-//!    each listed against the same list taken before.
+//!    within 10 %, as the controller suite checks it; afterwards no namespace, link, qdisc,
+//!    process or folder of either run is left, each listed against the same list taken before.
 
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
