@@ -19,8 +19,9 @@ Per run: the tool's CPU per message delivered (user + system of the whole proces
 getrusage of the child), its wall time, its peak RSS, Mosquitto's CPU per message delivered
 (utime + stime from /proc/PID/stat before and after), and the TCP segments per message delivered
 (OutSegs of /proc/net/snmp: on loopback how much kernel work each delivery took, on both sides).
-Then loadgen alone: --spread consecutive runs of `loadgen throughput --clients 100 --messages 1000` (wall max/min) with the broker's CPU
-per message and wait for a CPU in each run as loadgen reports them (a burst is as fast as the
+Then loadgen alone: --spread consecutive runs of `loadgen throughput --clients 100 --messages
+1000` (wall max/min) with the broker's CPU per message and wait for a CPU in each run as loadgen
+reports them (a burst is as fast as the
 broker, so a slower run shows a broker that spent more per message), and the latency preset at
 the study's rate and at ten times it.
 This machine is shared and noisy: read the ratios within pairs and the medians.
