@@ -117,6 +117,13 @@ pub fn render_table(summary: &Summary) -> String {
         latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
     }
     latency_row(&mut out, "connect", &s.connect_time);
+    if let Some(cadence) = s.read_cadence_ms {
+        let _ = writeln!(
+            out,
+            "  (receive coalescing: while deliveries kept coming, each subscriber read at most every {cadence} ms, \
+             so end-to-end latency includes up to about two such cycles; --coalescing off reads every delivery at once)"
+        );
+    }
     if let Some(storm) = &s.reconnect {
         latency_row(&mut out, "time away", &storm.time_away);
     }

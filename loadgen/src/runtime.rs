@@ -2,13 +2,10 @@
 //! [`EngineOptions`](crate::spec::EngineOptions), whether the run was started by the `loadgen`
 //! command or by an agent (whose own runtime keeps serving gRPC meanwhile).
 //!
-//! Two settings make loadgen cheap for a broker on the same host (see the README's finding):
-//! few threads (one on a 2-core machine, so the broker keeps a core of its own) and receive
-//! coalescing (an idle thread sleeps briefly before it waits in epoll, so the broker's writes
-//! find no waiter to wake).
+//! Few threads (one on a 2-core machine) keep loadgen cheap for a broker on the same host: the
+//! broker keeps a core of its own (see the README's finding; the subscribers' receive
+//! coalescing is the other half, [`crate::spec::Coalescing`]).
 
-use std::cell::Cell;
-use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -60,74 +57,7 @@ fn build(
     builder.enable_all().thread_name("loadgen");
     let registry = threads_of_run.clone();
     builder.on_thread_start(move || registry.register_current());
-    if let Some(cap) = spec.engine.coalescing.sleep_for(spec) {
-        builder.on_thread_unpark(woke_up);
-        builder.on_thread_park(move || coalesce(cap));
-    }
     builder.build()
-}
-
-/// Below this share of its time spent busy, a thread does not coalesce: the load is light,
-/// wake-ups are few, and a sleep would only add delay.
-const COALESCE_FROM_BUSY_SHARE: f64 = 0.5;
-
-/// A runtime thread's recent busy and idle stretches, for the coalescing sleep.
-#[derive(Debug, Clone, Copy, Default)]
-struct Duty {
-    /// When it last woke up (busy since), or last went idle.
-    since: Option<Instant>,
-    busy: bool,
-    /// Exponentially weighted averages of busy and idle stretches, ns.
-    busy_ns: f64,
-    idle_ns: f64,
-}
-
-thread_local! {
-    static DUTY: Cell<Duty> = Cell::new(Duty::default());
-}
-
-/// Weight of the newest stretch in the averages.
-const DUTY_WEIGHT: f64 = 0.2;
-
-fn woke_up() {
-    DUTY.with(|cell| {
-        let mut duty = cell.get();
-        if let (Some(since), false) = (duty.since, duty.busy) {
-            let idle = since.elapsed().as_nanos() as f64;
-            duty.idle_ns += DUTY_WEIGHT * (idle - duty.idle_ns);
-        }
-        duty.since = Some(Instant::now());
-        duty.busy = true;
-        cell.set(duty);
-    });
-}
-
-/// The coalescing sleep, before the thread waits in epoll: when it has been busy at least half
-/// of the recent time, it sleeps as long as its last busy stretch (at most `cap`), as a plain
-/// nanosleep during which it is not an epoll waiter. A light load (one client, a modest rate)
-/// is not delayed at all; a heavy one sleeps up to the cap and reads what arrived meanwhile in
-/// one go, which keeps the thread's duty cycle, so it never lowers what the thread can do.
-fn coalesce(cap: Duration) {
-    let sleep = DUTY.with(|cell| {
-        let mut duty = cell.get();
-        let busy = match (duty.since, duty.busy) {
-            (Some(since), true) => since.elapsed(),
-            _ => Duration::ZERO,
-        };
-        duty.busy_ns += DUTY_WEIGHT * (busy.as_nanos() as f64 - duty.busy_ns);
-        let share = duty.busy_ns / (duty.busy_ns + duty.idle_ns).max(1.0);
-        duty.since = Some(Instant::now());
-        duty.busy = false;
-        cell.set(duty);
-        if share >= COALESCE_FROM_BUSY_SHARE {
-            busy.min(cap)
-        } else {
-            Duration::ZERO
-        }
-    });
-    if !sleep.is_zero() {
-        std::thread::sleep(sleep);
-    }
 }
 
 /// Runs `spec` on a runtime of its own (see [`build`]) on a new thread; the future resolves

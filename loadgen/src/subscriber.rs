@@ -33,6 +33,9 @@ pub(crate) struct SubscriberJob {
     pub header: HeaderEncoding,
     /// Messages per second this subscriber reads at most.
     pub rate_limit: Option<u32>,
+    /// Receive coalescing: after a read that drained the socket, the next read waits until
+    /// this long after it ([`crate::spec::Coalescing`]).
+    pub read_cadence: Option<Duration>,
     pub keep_alive: Duration,
     pub clock: RunClock,
     pub live: Arc<Live>,
@@ -109,8 +112,12 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     let mut cut_armed = cut_at.is_some();
     let cut = tokio::time::sleep_until(cut_at.unwrap_or_else(Instant::now));
     tokio::pin!(cut);
+    // The coalescing wait, made once and reset per read (a fresh timer per read costs more).
+    let next_read = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(next_read);
     loop {
         session.read_buffer.reserve(READ_CHUNK);
+        let spare = session.read_buffer.capacity() - session.read_buffer.len();
         // How the connection was lost in this round, if it was.
         let mut lost: Option<&'static str> = None;
         let read = tokio::select! {
@@ -162,7 +169,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             _ if lost.is_some() => {}
             Ok(0) => lost = Some("connection_closed"),
             Err(_) => lost = Some("read_failed"),
-            Ok(_) => {
+            Ok(read_bytes) => {
                 let now_ns = job.clock.now_ns();
                 let before = (state.received, state.unique());
                 let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
@@ -183,6 +190,19 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
                         break;
                     }
                     Ok(()) => {}
+                }
+                if lost.is_none()
+                    && let Some(cadence) = job.read_cadence
+                    && batch > 0
+                    && read_bytes < spare
+                {
+                    // Drained: what arrives before the cadence is up is read in one go.
+                    next_read.as_mut().reset(Instant::now() + cadence);
+                    tokio::select! {
+                        biased;
+                        _ = &mut stop => break,
+                        () = &mut next_read => {}
+                    }
                 }
                 if lost.is_none()
                     && let Some(rate) = job.rate_limit

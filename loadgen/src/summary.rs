@@ -197,6 +197,11 @@ pub struct Summary {
     pub qos_violations: Vec<String>,
     /// End-to-end latency of measured messages (open loop: from the intended send time).
     pub latency: LatencySummary,
+    /// Receive coalescing: while deliveries kept coming, each subscriber read at most once
+    /// per this many ms, so the latency includes up to about two such cycles; `None` when
+    /// every delivery was read at once ([`crate::spec::Coalescing`]).
+    #[serde(default)]
+    pub read_cadence_ms: Option<f64>,
     /// Open loop: how late messages left relative to their schedule.
     pub send_delay: LatencySummary,
     /// Connection set-up time per client.
@@ -393,6 +398,7 @@ impl Summary {
             out_of_order: result.out_of_order,
             qos_violations: qos_violations(spec.qos, lost, result.duplicates),
             latency: LatencySummary::of(&result.latency),
+            read_cadence_ms: spec.read_cadence().map(|cadence| cadence.as_secs_f64() * 1e3),
             send_delay: LatencySummary::of(&result.send_delay),
             connect_time: LatencySummary::of(&result.connect_time),
             publish_rate,

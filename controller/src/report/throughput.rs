@@ -78,6 +78,14 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         s.duration_s.unwrap_or(0.0),
         s.warmup_s.unwrap_or(0.0)
     ));
+    if let Some(cadence) = s.read_cadence_ms {
+        section.paragraph(format!(
+            "Latency in this table is a by-product of the rate: loadgen's subscribers read at \
+             most every {cadence} ms while deliveries keep coming (receive coalescing, which \
+             keeps the instrument's cost to a broker on the same host low), so p50 and p99 \
+             include up to about two such cycles. The latency tests read every delivery at once."
+        ));
+    }
     // (broker, scenario) -> pairs -> cells.
     let mut groups: BTreeMap<(usize, usize), BTreeMap<u64, Vec<&CellFigures>>> = BTreeMap::new();
     for cell in &cells {

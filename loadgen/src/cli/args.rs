@@ -101,7 +101,8 @@ pub struct WorkloadArgs {
     /// Runtime threads for the load (0 = half the CPUs this process may use, at least one).
     #[arg(long)]
     pub threads: Option<u16>,
-    /// Receive coalescing: auto, off, or a sleep such as 50us.
+    /// Receive coalescing (QoS 0 subscribers read at most this often while deliveries keep
+    /// coming): auto, off, or a cadence such as 500us.
     #[arg(long)]
     pub coalescing: Option<Coalescing>,
     /// QoS 1/2 messages a publisher may have unacknowledged.

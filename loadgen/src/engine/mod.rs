@@ -214,6 +214,7 @@ pub(crate) async fn run_scoped(
             warmup: timing.warmup,
             header: spec.header_encoding(),
             rate_limit: spec.subscriber_rate_limit,
+            read_cadence: spec.read_cadence(),
             keep_alive: spec.connection.keep_alive,
             clock,
             live: live.clone(),

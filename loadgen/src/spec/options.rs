@@ -96,14 +96,17 @@ impl Default for EngineOptions {
     }
 }
 
-/// Receive coalescing: before an idle engine thread waits for the network, it first sleeps as
-/// long as it has just been busy (at most a cap), when it has been busy at least half of the
-/// recent time, and reads what arrived meanwhile in one go.
-/// On one host (loopback, veth) the broker's write() does the receiver's TCP work and wakes a
-/// waiting reader, and a reader that acknowledges every segment at once keeps the broker's
-/// Nagle from coalescing its writes; a reader that is not waiting costs the broker neither.
-/// Like a NIC's adaptive interrupt moderation, it trades a bounded delay, only under heavy
-/// load, for fewer wake-ups of the broker and of loadgen itself.
+/// Receive coalescing: a QoS 0 subscriber that has just read deliveries does not read again
+/// before the cap has passed (unless its read filled the buffer), so what arrives meanwhile is
+/// read in one go. On one host (loopback, veth) every read sends an acknowledgement that
+/// releases the data the broker's Nagle held, and the kernel transmits and receives it inside
+/// the reader's system call; a subscriber that reads (and acknowledges) every delivery at once
+/// gets one delivery per segment and keeps the broker from coalescing its writes. Like a NIC's
+/// interrupt moderation, it trades a bounded delay, only while deliveries keep coming, for
+/// fewer segments, fewer system calls and fewer wake-ups on both sides: a subscriber that
+/// receives less often than once per cap is never delayed. QoS 1/2 subscribers read at once:
+/// their acknowledgements free the broker's in-flight window, which a delayed read would hold
+/// shut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coalescing {
     /// On for bursts (cap 2 ms), offered rates (cap 1 ms) and closed loops (a cap short
@@ -112,7 +115,7 @@ pub enum Coalescing {
     Auto,
     /// Never: every arrival is read at once.
     Off,
-    /// On with this cap, whatever the pacing (at most 1 ms).
+    /// On with this cap, whatever the pacing (at most [`MAX_COALESCING`]).
     Sleep(Duration),
 }
 
@@ -144,6 +147,17 @@ impl Coalescing {
                 }
                 Pacing::OpenLoop { .. } => None,
             },
+        }
+    }
+}
+
+/// How often one subscriber reads at most while deliveries keep coming: the
+/// coalescing cap for QoS 0, none for QoS 1/2 (see [`Coalescing`]).
+impl WorkloadSpec {
+    pub fn read_cadence(&self) -> Option<Duration> {
+        match self.qos {
+            super::Qos::AtMostOnce => self.engine.coalescing.sleep_for(self),
+            super::Qos::AtLeastOnce | super::Qos::ExactlyOnce => None,
         }
     }
 }
@@ -205,5 +219,29 @@ impl Default for DrainOptions {
             timeout: Duration::from_secs(30),
             idle: Duration::from_secs(2),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Qos;
+
+    #[test]
+    fn only_qos_0_subscribers_of_throughput_runs_coalesce() {
+        let mut burst = crate::presets::throughput();
+        assert_eq!(burst.read_cadence(), Some(AUTO_COALESCING_BURST));
+        burst.qos = Qos::AtLeastOnce;
+        assert_eq!(burst.read_cadence(), None, "acks free the broker's window");
+
+        let mut latency = crate::presets::latency();
+        latency.qos = Qos::AtMostOnce;
+        assert_eq!(latency.read_cadence(), None, "the latency test's figure is the delay");
+        latency.engine.coalescing = Coalescing::Sleep(Duration::from_micros(500));
+        assert_eq!(latency.read_cadence(), Some(Duration::from_micros(500)));
+
+        let mut off = crate::presets::throughput();
+        off.engine.coalescing = Coalescing::Off;
+        assert_eq!(off.read_cadence(), None);
     }
 }
