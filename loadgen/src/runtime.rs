@@ -6,7 +6,6 @@
 //! broker keeps a core of its own (see the README's finding; the subscribers' receive
 //! coalescing is the other half, [`crate::spec::Coalescing`]).
 
-
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 

@@ -398,7 +398,9 @@ impl Summary {
             out_of_order: result.out_of_order,
             qos_violations: qos_violations(spec.qos, lost, result.duplicates),
             latency: LatencySummary::of(&result.latency),
-            read_cadence_ms: spec.read_cadence().map(|cadence| cadence.as_secs_f64() * 1e3),
+            read_cadence_ms: spec
+                .read_cadence()
+                .map(|cadence| cadence.as_secs_f64() * 1e3),
             send_delay: LatencySummary::of(&result.send_delay),
             connect_time: LatencySummary::of(&result.connect_time),
             publish_rate,

@@ -236,7 +236,11 @@ mod tests {
 
         let mut latency = crate::presets::latency();
         latency.qos = Qos::AtMostOnce;
-        assert_eq!(latency.read_cadence(), None, "the latency test's figure is the delay");
+        assert_eq!(
+            latency.read_cadence(),
+            None,
+            "the latency test's figure is the delay"
+        );
         latency.engine.coalescing = Coalescing::Sleep(Duration::from_micros(500));
         assert_eq!(latency.read_cadence(), Some(Duration::from_micros(500)));
 
