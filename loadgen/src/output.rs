@@ -249,11 +249,19 @@ fn broker_lines(out: &mut String, broker: &crate::local_broker::BrokerOnHostSumm
             broker.cpus_used * 100.0
         );
     }
-    if broker.cpu_wait_percent >= crate::local_broker::HELD_BACK_WAIT_PERCENT {
+    if broker.held_back_by_host() {
         let _ = writeln!(
             out,
-            "  note: the broker waited for a CPU {:.0} % of its runnable time: this host was oversubscribed (loadgen beside it included), so the broker did less than it can",
-            broker.cpu_wait_percent
+            "  note: the broker waited for a CPU {:.0} % of its runnable time and was ready to run {:.2} CPU: this host was oversubscribed (loadgen beside it included), so the broker did less than it can",
+            broker.cpu_wait_percent,
+            broker.ready_cpus()
+        );
+    } else if broker.cpu_wait_percent >= crate::local_broker::HELD_BACK_WAIT_PERCENT {
+        let _ = writeln!(
+            out,
+            "  note: the broker waited for a CPU {:.0} % of its runnable time, but was ready to run only {:.2} CPU: wake-up latency (part of every delivery's latency on this host), not a shortage of CPU",
+            broker.cpu_wait_percent,
+            broker.ready_cpus()
         );
     }
 }
