@@ -27,6 +27,9 @@ pub const STARVED_FROM_DEMAND_PERCENT: f64 = 75.0;
 pub const THROTTLE_LIMIT_PERCENT: f64 = 5.0;
 /// An open-loop run whose send delay p99 stays within this kept its schedule.
 pub const SCHEDULE_KEPT_NS: u64 = 2_000_000;
+/// Steal (the hypervisor ran someone else) above this share of the host's CPU time is named:
+/// the run's rates and tails are that host's under contention, not only the broker's.
+pub const STEAL_NOTE_PERCENT: f64 = 2.0;
 
 /// The verdict on the generator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +48,9 @@ pub struct GeneratorCheck {
     pub cpu_wait_percent: f64,
     /// Highest share of the window throttled by a CPU quota, percent.
     pub throttled_percent: f64,
+    /// Highest steal of any instance's host over the window, percent of its CPU time.
+    #[serde(default)]
+    pub host_steal_percent: f64,
     /// CPU the instances could use together, CPUs.
     pub cpu_capacity: f64,
     /// Open loop: messages that left after the schedule's end although due before it.
@@ -87,6 +93,13 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
                 ));
             }
         }
+        if instance.host_steal_percent >= STEAL_NOTE_PERCENT {
+            // Not loadgen's limit alone: a broker on that host lost the same CPUs.
+            wake_latency.push(format!(
+                "{who}ran on a virtual machine whose hypervisor gave {:.1} % of its CPU time to others (steal): loadgen, and a broker on that host, ran slower and woke later than the machine can, so rates and latency tails are this host's under contention",
+                instance.host_steal_percent
+            ));
+        }
         if instance.throttled_percent >= THROTTLE_LIMIT_PERCENT {
             held_back(format!(
                 "{who}was throttled by its cgroup's CPU quota {:.0} % of the time",
@@ -115,6 +128,7 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
         peak_busy_percent: most(|i| i.peak_busy_percent),
         cpu_wait_percent: most(|i| i.cpu_wait_percent),
         throttled_percent: most(|i| i.throttled_percent),
+        host_steal_percent: most(|i| i.host_steal_percent),
         cpu_capacity: result
             .instances
             .iter()
@@ -163,6 +177,7 @@ mod tests {
             peak_busy_percent: busy,
             cpu_wait_percent: wait,
             throttled_percent: throttled,
+            host_steal_percent: 0.0,
             broker_on_host: None,
         }
     }
@@ -192,6 +207,27 @@ mod tests {
         assert!(text.contains("throttled"), "{text}");
         assert_eq!(verdict.busy_percent, 97.0);
         assert_eq!(verdict.cpu_capacity, 2.0);
+    }
+
+    #[test]
+    fn steal_on_the_host_is_named_but_does_not_make_loadgen_the_limit() {
+        let spec = crate::presets::latency();
+        let mut result = RunResult::empty(&spec, "g");
+        let mut stolen = instance(20.0, 5.0, 0.0);
+        stolen.host_steal_percent = 18.4;
+        result.instances.push(stolen);
+        let verdict = check(&result);
+        assert!(!verdict.limited, "{:?}", verdict.reasons);
+        assert_eq!(verdict.host_steal_percent, 18.4);
+        assert_eq!(verdict.warnings.len(), 1, "{:?}", verdict.warnings);
+        assert!(
+            verdict.warnings[0].contains("18.4 % of its CPU time to others (steal)"),
+            "{}",
+            verdict.warnings[0]
+        );
+        // Under the threshold: counted, not named.
+        result.instances[0].host_steal_percent = 1.0;
+        assert!(check(&result).warnings.is_empty());
     }
 
     #[test]

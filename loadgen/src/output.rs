@@ -189,12 +189,13 @@ pub fn render_table(summary: &Summary) -> String {
     let g = &s.generator;
     let _ = writeln!(
         out,
-        "  busy {:.0} % of its {:.1} CPU (busiest second {:.0} %), waited for a CPU {:.1} % of its runnable time, throttled {:.1} %{}",
+        "  busy {:.0} % of its {:.1} CPU (busiest second {:.0} %), waited for a CPU {:.1} % of its runnable time, throttled {:.1} %, host steal {:.1} %{}",
         g.busy_percent,
         g.cpu_capacity,
         g.peak_busy_percent,
         g.cpu_wait_percent,
         g.throttled_percent,
+        g.host_steal_percent,
         if g.sent_late_after_end > 0 {
             format!(
                 ", {} messages left after the schedule ended",

@@ -114,6 +114,12 @@ pub struct InstanceLoad {
     pub cpu_wait_percent: f64,
     /// Time its cgroup's CPU quota held it back, as a share of the window, percent.
     pub throttled_percent: f64,
+    /// Time the hypervisor ran something else while the host's CPUs wanted to run (steal in
+    /// `/proc/stat`), as a share of all the host's CPU time over the window, percent: on a
+    /// virtual machine, CPU that neither loadgen nor a broker there got. Clock-tick resolution
+    /// (10 ms per CPU), so a short burst's figure is coarse.
+    #[serde(default)]
+    pub host_steal_percent: f64,
     /// The broker's process over the same window, when it ran on the instance's host.
     #[serde(default)]
     pub broker_on_host: Option<BrokerOnHost>,

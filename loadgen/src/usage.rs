@@ -62,6 +62,55 @@ pub(crate) struct Reading {
     throttled_ns: u64,
     /// The broker's process on this host, when there is one (see [`crate::local_broker`]).
     broker: crate::local_broker::ProcessCounters,
+    /// All of the host's CPUs together, clock ticks.
+    host: HostTicks,
+}
+
+/// The host's CPU time from the first line of `/proc/stat`, clock ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct HostTicks {
+    /// Every state together: user, nice, system, idle, iowait, irq, softirq, steal.
+    total: u64,
+    /// Time the hypervisor gave this machine's virtual CPUs to someone else while they wanted
+    /// to run.
+    steal: u64,
+}
+
+impl HostTicks {
+    fn now() -> Self {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|stat| Self::parse(&stat))
+            .unwrap_or_default()
+    }
+
+    /// `None` when the first line is not the `cpu` sum or has fewer than eight figures (a
+    /// kernel too old to count steal).
+    fn parse(stat: &str) -> Option<Self> {
+        let mut fields = stat.lines().next()?.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        // guest and guest_nice (9th, 10th) are already inside user and nice.
+        let ticks: Vec<u64> = fields
+            .take(8)
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        (ticks.len() == 8).then(|| HostTicks {
+            total: ticks.iter().sum(),
+            steal: ticks[7],
+        })
+    }
+
+    /// Steal between `self` (earlier) and `later` as a share of all CPU time, percent.
+    fn steal_percent_until(self, later: HostTicks) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            0.0
+        } else {
+            later.steal.saturating_sub(self.steal) as f64 * 100.0 / total as f64
+        }
+    }
 }
 
 /// Per-thread schedstat: CPU time and run-queue wait, ns.
@@ -121,6 +170,7 @@ impl Reading {
         };
         let mut reading = Reading {
             throttled_ns: cgroup::throttled_ns().unwrap_or(0),
+            host: HostTicks::now(),
             ..Reading::default()
         };
         for tid in &tids {
@@ -263,6 +313,10 @@ fn reading_at(samples: &[(u64, Reading)], at_ns: u64) -> Option<Reading> {
             cpu_ns: mix(r0.broker.cpu_ns, r1.broker.cpu_ns),
             wait_ns: mix(r0.broker.wait_ns, r1.broker.wait_ns),
         },
+        host: HostTicks {
+            total: mix(r0.host.total, r1.host.total),
+            steal: mix(r0.host.steal, r1.host.steal),
+        },
     })
 }
 
@@ -293,6 +347,7 @@ pub(crate) fn instance_load(
             peak_busy_percent: 0.0,
             cpu_wait_percent: 0.0,
             throttled_percent: 0.0,
+            host_steal_percent: 0.0,
             broker_on_host: None,
         };
     };
@@ -326,6 +381,7 @@ pub(crate) fn instance_load(
         // The cgroup sums throttled time over its CPUs' run queues.
         throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
             / (span.max(1) as f64 * crate::runtime::cpus_allowed() as f64),
+        host_steal_percent: start.host.steal_percent_until(end.host),
         broker_on_host: broker.map(|broker| {
             let cpu = end.broker.cpu_ns.saturating_sub(start.broker.cpu_ns);
             let wait = end.broker.wait_ns.saturating_sub(start.broker.wait_ns);
@@ -445,6 +501,36 @@ mod cgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_read_from_the_cpu_sum_of_proc_stat() {
+        let before = HostTicks::parse(
+            "cpu  1000 10 200 5000 30 0 20 40 0 0\ncpu0 500 5 100 2500 15 0 10 20 0 0\n",
+        )
+        .expect("a kernel's line");
+        assert_eq!(
+            before,
+            HostTicks {
+                total: 6300,
+                steal: 40
+            }
+        );
+        // 1000 more ticks of which 150 stolen.
+        let later = HostTicks::parse("cpu  1500 10 300 5250 30 0 20 190 0 0\n").expect("line");
+        assert!((before.steal_percent_until(later) - 15.0).abs() < 1e-9);
+        assert_eq!(before.steal_percent_until(before), 0.0);
+        assert!(
+            HostTicks::parse("cpu0 1 2 3 4 5 6 7 8\n").is_none(),
+            "not the sum"
+        );
+        assert!(
+            HostTicks::parse("cpu  1 2 3 4 5 6 7\n").is_none(),
+            "no steal field"
+        );
+        // This machine's own file parses.
+        let here = HostTicks::now();
+        assert!(here.total > 0 && here.steal <= here.total, "{here:?}");
+    }
 
     #[test]
     fn a_busy_thread_shows_its_cpu_time() {

@@ -120,6 +120,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 peak_busy_percent: instance.peak_busy_percent,
                 cpu_wait_percent: instance.cpu_wait_percent,
                 throttled_percent: instance.throttled_percent,
+                host_steal_percent: instance.host_steal_percent,
                 broker_on_host: instance.broker_on_host.map(|broker| BrokerOnHost {
                     pid: broker.pid,
                     command: broker.command.chars().take(MAX_COMMAND_CHARS).collect(),
@@ -368,6 +369,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     peak_busy_percent: instance.peak_busy_percent,
                     cpu_wait_percent: instance.cpu_wait_percent,
                     throttled_percent: instance.throttled_percent,
+                    host_steal_percent: instance.host_steal_percent,
                     broker_on_host: instance.broker_on_host.as_ref().map(|broker| {
                         pb::BrokerOnHost {
                             pid: broker.pid,
@@ -519,6 +521,7 @@ mod tests {
             peak_busy_percent: 60.25,
             cpu_wait_percent: 1.5,
             throttled_percent: 0.0,
+            host_steal_percent: 12.5,
             broker_on_host: Some(BrokerOnHost {
                 pid: 4242,
                 command: "mosquitto".into(),
