@@ -60,7 +60,7 @@ impl CommandLine {
             .map(|(_, value)| value.as_str())
     }
 
-    /// A tokio command in its own process group, tagged with `marker`.
+    /// A tokio command in its own session (so its own process group), tagged with `marker`.
     fn command(&self, marker: &Marker) -> Command {
         let mut command = Command::new(&self.program);
         command.args(&self.args);
@@ -78,9 +78,22 @@ impl CommandLine {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(marker.var(), marker.value())
             .stdin(Stdio::null())
-            // Its own group, so a forced stop reaches every helper it forks.
-            .process_group(0)
             .kill_on_drop(false);
+        // Its own session, which makes it the leader of its own process group too: a forced
+        // stop reaches every helper it forks. The session also gives it a scheduler autogroup
+        // of its own, apart from the agent's: a broker sharing the autogroup of the agent whose
+        // loadgen drives it spent twice the CPU per QoS 1 message at 400 msg/s (36-42 µs
+        // against 16-18) and added 40 µs to every delivery (p50 66-77 µs against 25-29 µs,
+        // Mosquitto 2.0.11 on loopback, 2026-12-03), as a daemon in its own session does not.
+        // SAFETY: setsid is async-signal-safe and touches no memory of the forked child.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if let Some(account) = self.account {
             // std drops root's supplementary groups when it switches the user id.
             command.uid(account.uid).gid(account.gid);
@@ -288,6 +301,37 @@ mod tests {
         child.kill().await;
         assert!(marker.sweep(Duration::from_secs(5)).await.is_empty());
         assert!(!crate::marker::is_running(child.pid()));
+    }
+
+    #[tokio::test]
+    async fn a_child_leads_its_own_session_and_group() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let marker = Marker::unique("CONTINUUM_HOST_UNIT", "session");
+        let mut line = CommandLine::new("/bin/sleep");
+        line.args = vec!["30".into()];
+        let mut child =
+            GroupChild::spawn("test", &line, &marker, dir.path(), &dir.path().join("log"))
+                .expect("spawns");
+        let pid = child.pid();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        // After the command's name: state, ppid, pgrp, session.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .expect("a name")
+            .1
+            .split_whitespace()
+            .collect();
+        let own = pid.to_string();
+        assert_eq!(
+            (fields[2], fields[3]),
+            (own.as_str(), own.as_str()),
+            "{stat}"
+        );
+        // SAFETY: getsid has no preconditions.
+        let ours = unsafe { libc::getsid(0) };
+        assert_ne!(ours.to_string(), own, "the test's own session differs");
+        child.kill().await;
+        assert!(!crate::marker::is_running(pid));
     }
 
     #[tokio::test]
