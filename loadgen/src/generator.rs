@@ -61,7 +61,8 @@ pub struct GeneratorCheck {
 pub fn check(result: &RunResult) -> GeneratorCheck {
     let mut reasons = Vec::new();
     let mut warnings = Vec::new();
-    let mut wake_latency = Vec::new();
+    // Notes that follow the held-back warnings: wake-up latency, steal.
+    let mut later_notes = Vec::new();
     let kept_schedule = result.spec.pacing.is_open_loop()
         && result.sent_late_after_end == 0
         && (result.send_delay.is_empty()
@@ -80,14 +81,14 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
     for (n, instance) in result.instances.iter().enumerate() {
         let who = instance_name(n, instance, several);
         if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
-            let demand = ready_percent(instance);
+            let demand = ready_from(instance.busy_percent, instance.cpu_wait_percent);
             if demand >= STARVED_FROM_DEMAND_PERCENT {
                 held_back(format!(
                     "{who}waited for a CPU {:.0} % of the time it was ready to run, and was ready {demand:.0} % of its capacity (the machine was oversubscribed)",
                     instance.cpu_wait_percent
                 ));
             } else {
-                wake_latency.push(format!(
+                later_notes.push(format!(
                     "{who}waited for a CPU {:.0} % of the time it was ready to run, but was ready only {demand:.0} % of its capacity: wake-up latency, not a shortage of CPU",
                     instance.cpu_wait_percent
                 ));
@@ -95,7 +96,7 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
         }
         if instance.host_steal_percent >= STEAL_NOTE_PERCENT {
             // Not loadgen's limit alone: a broker on that host lost the same CPUs.
-            wake_latency.push(format!(
+            later_notes.push(format!(
                 "{who}ran on a virtual machine whose hypervisor gave {:.1} % of its CPU time to others (steal): loadgen, and a broker on that host, ran slower and woke later than the machine can, so rates and latency tails are this host's under contention",
                 instance.host_steal_percent
             ));
@@ -119,7 +120,7 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
             ));
         }
     }
-    warnings.extend(wake_latency);
+    warnings.extend(later_notes);
     GeneratorCheck {
         limited: !reasons.is_empty(),
         reasons,
@@ -138,14 +139,14 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
     }
 }
 
-/// The share of its capacity an instance was ready to run (busy, or waiting for a CPU),
-/// percent: its busy share over the share of runnable time it was not waiting.
-fn ready_percent(instance: &crate::result::InstanceLoad) -> f64 {
-    let running_share = 1.0 - instance.cpu_wait_percent / 100.0;
+/// How much a process was ready to run (on a CPU, or waiting for one), in the unit `busy` is
+/// given in: its busy share over the share of its runnable time it was not waiting.
+pub(crate) fn ready_from(busy: f64, cpu_wait_percent: f64) -> f64 {
+    let running_share = 1.0 - cpu_wait_percent / 100.0;
     if running_share <= 0.0 {
         f64::INFINITY
     } else {
-        instance.busy_percent / running_share
+        busy / running_share
     }
 }
 

@@ -50,12 +50,7 @@ impl BrokerOnHostSummary {
     /// CPUs it was ready to run on average (busy, or waiting for a CPU): its busy CPUs over
     /// the share of runnable time it was not waiting.
     pub fn ready_cpus(&self) -> f64 {
-        let running_share = 1.0 - self.cpu_wait_percent / 100.0;
-        if running_share <= 0.0 {
-            f64::INFINITY
-        } else {
-            self.cpus_used / running_share
-        }
+        crate::generator::ready_from(self.cpus_used, self.cpu_wait_percent)
     }
 
     /// It waited for a CPU often and wanted enough CPU that the waiting cost it work (not the
