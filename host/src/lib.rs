@@ -10,6 +10,8 @@
 //!   leading its own process group, killed with its group on drop; [`run_bounded`].
 //! - [`blocking`]: the same for synchronous callers (the test harness): a command run with a
 //!   deadline, its input fed and its output collected without deadlocks.
+//! - [`folder`]: [`Folder`], an untrusted folder (a run's results) read and written beneath
+//!   it only: no links followed, regular files only, reads capped, files replaced by rename.
 //! - [`netns`]: [`Netns`], a network namespace held by descriptor only, work run inside one,
 //!   and a TCP connection made from inside one.
 //! - [`poll`]: [`poll_until`] and [`poll_until_blocking`], the one way to wait for a
@@ -20,6 +22,7 @@
 pub mod account;
 pub mod blocking;
 pub mod child;
+pub mod folder;
 pub mod marker;
 pub mod netns;
 pub mod poll;
@@ -28,6 +31,7 @@ pub mod secret;
 
 pub use account::Account;
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
+pub use folder::{Folder, FolderError};
 pub use marker::{
     Marker, descendants, is_running, kill, kill_group, parent_of, process_group, running_processes,
     send_signal, start_time,
