@@ -1,6 +1,7 @@
 //! Child processes a service starts and must be able to stop for certain: [`CommandLine`]
 //! (plain data, so a plan for a program that is not installed can still be checked),
-//! [`GroupChild`] (a tagged child leading its own process group) and [`run_bounded`].
+//! [`GroupChild`] (a tagged child leading its own process group), [`run_bounded`], and
+//! [`Watchdog`], which cleans up after this process however it ends.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -201,6 +202,123 @@ impl Drop for GroupChild {
     }
 }
 
+/// What a [`Watchdog`] runs: waits for the end of its standard input (this process holds the
+/// only writing end, which the kernel closes when this process exits, SIGKILL included), then
+/// SIGKILLs every process whose environment holds `$var=<content of a file matching
+/// $folder/$pattern>` until none is left (a dying tree may still fork), and removes `$folder`.
+/// A shell script, since nothing of this program runs once it is gone; `grep -z` reads each
+/// `/proc/PID/environ` as NUL-separated entries, as [`Marker::live_processes`] does.
+const WATCHDOG_SCRIPT: &str = r#"folder=$1 var=$2 pattern=$3
+trap '' HUP INT TERM PIPE
+while read -r _; do :; done
+sweep() {
+    alive=
+    for file in "$folder"/$pattern; do
+        [ -f "$file" ] || continue
+        value=$(cat "$file") || continue
+        [ -n "$value" ] || continue
+        for environ in $(grep -lsxzF -e "$var=$value" /proc/[0-9]*/environ); do
+            pid=${environ#/proc/}
+            kill -KILL "${pid%/environ}" 2>/dev/null && alive=1
+        done
+    done
+    [ -z "$alive" ]
+}
+tries=0
+until sweep || [ "$tries" -ge 400 ]; do tries=$((tries + 1)); sleep 0.025; done
+rm -rf -- "$folder"
+"#;
+
+/// The shell that runs [`WATCHDOG_SCRIPT`].
+const WATCHDOG_SHELL: &str = "/bin/sh";
+
+/// A process that outlives this one to clean up after it: when this process lets go of it
+/// ([`Watchdog::release`]) or exits in any way, SIGKILL included, it kills every process
+/// tagged with a marker recorded under its folder and removes the folder. So what an
+/// in-process agent started (a broker, its helpers, the run's keys on disk) does not outlive
+/// a controller that was killed. It runs in a session of its own, so a signal to this
+/// process's group or terminal (Ctrl-C, a `kill -- -PGID`) does not take it along.
+#[derive(Debug)]
+pub struct Watchdog {
+    child: Child,
+    folder: PathBuf,
+}
+
+impl Watchdog {
+    /// Starts a watchdog for `folder`: processes carrying `marker_var=<value>`, for each
+    /// `value` held by a file matching the shell pattern `marker_files` under `folder`
+    /// (e.g. `state-*/brokers/*/marker`), are killed and `folder` removed once this process
+    /// lets go of it.
+    pub fn spawn(folder: &Path, marker_var: &str, marker_files: &str) -> Result<Self, SpawnError> {
+        let mut command = Command::new(WATCHDOG_SHELL);
+        command
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .arg("continuum-watchdog")
+            .arg(folder)
+            .arg(marker_var)
+            .arg(marker_files)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(false);
+        // SAFETY: setsid is async-signal-safe and touches no memory of the forked child.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        // The pipe's writing end is close-on-exec here, so no other child (a broker) holds
+        // it open: it ends exactly when this process lets go of it.
+        let child = command.spawn().map_err(|source| SpawnError {
+            context: format!(
+                "spawning {WATCHDOG_SHELL} as the watchdog of {}",
+                folder.display()
+            ),
+            source,
+        })?;
+        tracing::debug!(pid = child.id(), folder = %folder.display(), "watchdog armed");
+        Ok(Self {
+            child,
+            folder: folder.to_owned(),
+        })
+    }
+
+    /// The watchdog's PID (also its session and process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Lets the watchdog act now (this process is done with the folder) and waits up to
+    /// `limit` for it to finish; false if it did not.
+    pub async fn release(mut self, limit: Duration) -> bool {
+        drop(self.child.stdin.take());
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(folder = %self.folder.display(), %error, "waiting for the watchdog");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(folder = %self.folder.display(), ?limit, "the watchdog did not finish in time");
+                false
+            }
+        }
+    }
+
+    /// Leaves the watchdog armed until this process exits: for a caller that cannot wait for
+    /// its own cleanup (an abandoned run), so whatever that cleanup misses is swept then.
+    pub fn keep_until_exit(mut self) {
+        if let Some(stdin) = self.child.stdin.take() {
+            // The descriptor stays open, and so the pipe, until the kernel closes it at exit.
+            std::mem::forget(stdin);
+        }
+    }
+}
+
 /// Runs `line` to completion within `limit` (killing its group after that); returns its
 /// exit status and combined output, or why it could not be run.
 pub async fn run_bounded(
@@ -332,6 +450,57 @@ mod tests {
         assert_ne!(ours.to_string(), own, "the test's own session differs");
         child.kill().await;
         assert!(!crate::marker::is_running(pid));
+    }
+
+    #[tokio::test]
+    async fn a_released_watchdog_kills_the_marked_tree_and_removes_its_folder() {
+        let folder = tempfile::tempdir().expect("temp dir").keep();
+        let instance = folder.join("state-node/brokers/b");
+        std::fs::create_dir_all(&instance).expect("instance dir");
+        let marker = Marker::unique("CONTINUUM_HOST_UNIT", "watched");
+        std::fs::write(instance.join("marker"), marker.value()).expect("marker file");
+        // A tree that left its group: the watchdog finds both by their marker.
+        let mut line = CommandLine::new("/bin/sh");
+        line.args = vec!["-c".into(), "setsid sleep 30 & exec sleep 30".into()];
+        let mut child = GroupChild::spawn("test", &line, &marker, &instance, &instance.join("log"))
+            .expect("spawns");
+        let watchdog = Watchdog::spawn(&folder, marker.var(), "state-*/brokers/*/marker")
+            .expect("the watchdog starts");
+        let both = poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(25),
+            || async {
+                match marker.live_processes().len() {
+                    2 => Attempt::Done(()),
+                    _ => Attempt::Retry(()),
+                }
+            },
+        )
+        .await;
+        assert!(both.is_ok(), "{:?}", marker.live_processes());
+        // Armed, it waits: nothing is touched while its owner holds on.
+        assert!(folder.exists());
+        assert!(
+            watchdog.release(Duration::from_secs(20)).await,
+            "it finishes"
+        );
+        assert!(child.wait_exit(Duration::from_secs(5)).await.is_some());
+        assert_eq!(marker.live_processes(), Vec::<u32>::new());
+        assert!(!folder.exists(), "{} removed", folder.display());
+    }
+
+    #[tokio::test]
+    async fn a_watchdog_leaves_its_owners_group_and_session() {
+        let folder = tempfile::tempdir().expect("temp dir").keep();
+        let watchdog = Watchdog::spawn(&folder, "CONTINUUM_HOST_UNIT", "*/marker")
+            .expect("the watchdog starts");
+        let pid = watchdog.pid().expect("a pid");
+        assert_eq!(crate::marker::process_group(pid), Some(pid));
+        let pid = libc::pid_t::try_from(pid).expect("pid");
+        // SAFETY: getsid has no preconditions.
+        assert_eq!(unsafe { libc::getsid(pid) }, pid, "a session of its own");
+        assert!(watchdog.release(Duration::from_secs(20)).await);
+        assert!(!folder.exists());
     }
 
     #[tokio::test]
