@@ -8,6 +8,8 @@
 //!   the `/proc` sweep that finds and kills the whole tagged tree (detached helpers included).
 //! - [`child`]: [`CommandLine`] (a program as plain data) and [`GroupChild`], a tagged child
 //!   leading its own process group, killed with its group on drop; [`run_bounded`].
+//! - [`capped`]: [`read_capped`], a file someone else named read only if regular and
+//!   under a size cap.
 //! - [`blocking`]: the same for synchronous callers (the test harness): a command run with a
 //!   deadline, its input fed and its output collected without deadlocks.
 //! - [`folder`]: [`Folder`], an untrusted folder (a run's results) read and written beneath
@@ -21,6 +23,7 @@
 
 pub mod account;
 pub mod blocking;
+pub mod capped;
 pub mod child;
 pub mod folder;
 pub mod marker;
@@ -30,6 +33,7 @@ pub mod program;
 pub mod secret;
 
 pub use account::Account;
+pub use capped::{CappedReadError, Links, read_capped};
 pub use child::{CommandLine, GroupChild, SpawnError, log_tail, run_bounded};
 pub use folder::{Folder, FolderError};
 pub use marker::{

@@ -48,17 +48,14 @@ impl std::fmt::Debug for Dialer {
 /// The connection could not be set up from the spec: TLS, or the WebSocket request.
 #[derive(Debug, thiserror::Error)]
 pub enum DialSetupError {
-    /// The CA file could not be read.
-    #[error("broker.tls_ca_file {path}: {source}")]
+    /// The CA file is missing, unreadable, not a regular file, larger than
+    /// [`MAX_CA_FILE`] or holds no PEM certificate. One message for all of them: the path
+    /// may come from someone other than the operator (a submitted plan, a controller), and
+    /// the answer must not tell an existing file from a missing one; the reason is logged.
+    #[error(
+        "broker.tls_ca_file {path}: not usable: give a readable regular file of at most 1 MiB holding PEM CA certificates"
+    )]
     CaFile {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// The CA file holds no usable certificate.
-    #[error("broker.tls_ca_file {path}: no PEM certificate found")]
-    NoCertificate {
         /// The file.
         path: String,
     },
@@ -125,28 +122,40 @@ impl Dialer {
     }
 }
 
+/// Largest CA file read: a bundle of a few hundred certificates fits, `/dev/zero` does not
+/// reach memory.
+pub const MAX_CA_FILE: u64 = 1024 * 1024;
+
+/// The certificates of the CA file at `path` (a regular file of at most [`MAX_CA_FILE`]),
+/// or exactly why there are none: for the operator's log or its own configuration; a client
+/// gets [`DialSetupError::CaFile`], which says the same for every reason.
+pub fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let pem = host::read_capped(path, MAX_CA_FILE, host::Links::Follow)
+        .map_err(|error| error.to_string())?;
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let certificate = certificate.map_err(|error| format!("PEM: {error}"))?;
+        roots
+            .add(certificate)
+            .map_err(|error| format!("certificate: {error}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no PEM certificate found".to_string());
+    }
+    Ok(roots)
+}
+
 fn tls_connector(
     path: &Path,
     host: &str,
 ) -> Result<(TlsConnector, ServerName<'static>), DialSetupError> {
     let shown = path.display().to_string();
-    let pem = std::fs::read(path).map_err(|source| DialSetupError::CaFile {
-        path: shown.clone(),
-        source,
-    })?;
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let certificate = certificate.map_err(|source| DialSetupError::CaFile {
+    let roots = ca_roots(path).map_err(|reason| {
+        tracing::warn!(path = %shown, %reason, "broker.tls_ca_file refused");
+        DialSetupError::CaFile {
             path: shown.clone(),
-            source,
-        })?;
-        roots
-            .add(certificate)
-            .map_err(|e| DialSetupError::Rustls(e.to_string()))?;
-    }
-    if roots.is_empty() {
-        return Err(DialSetupError::NoCertificate { path: shown });
-    }
+        }
+    })?;
     // ring everywhere: mixing rustls crypto providers in one process panics.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -157,4 +166,70 @@ fn tls_connector(
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| DialSetupError::Rustls(format!("host {host:?}: {e}")))?;
     Ok((TlsConnector::from(Arc::new(config)), name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CA certificate's name in the test PKI's folder.
+    const CA_PEM: &str = "ca.pem";
+
+    fn with_ca(path: &Path) -> BrokerTarget {
+        BrokerTarget {
+            host: "localhost".to_string(),
+            port: 8883,
+            protocol: crate::spec::MqttVersion::V311,
+            tls_ca_file: Some(path.to_path_buf()),
+            username: None,
+            password: None,
+            transport: Transport::Tcp,
+            websocket_path: None,
+        }
+    }
+
+    /// The message with the path taken out: what tells one refused file from another.
+    fn refusal(path: &Path) -> String {
+        let error = Dialer::new(&with_ca(path)).expect_err("refused");
+        assert!(
+            matches!(error, DialSetupError::CaFile { .. }),
+            "{}: {error}",
+            path.display()
+        );
+        error
+            .to_string()
+            .replace(&path.display().to_string(), "PATH")
+    }
+
+    #[test]
+    fn a_ca_file_is_read_capped_and_refusals_do_not_tell_files_apart() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pki = dir.path().join("pki");
+        ::tests::pki::TestPki::create(&pki, &[]).expect("a PKI");
+        Dialer::new(&with_ca(&pki.join(CA_PEM))).expect("a real CA is used");
+
+        let no_pem = dir.path().join("shadow");
+        std::fs::write(&no_pem, "root:*:19000:0:99999:7:::\n").expect("written");
+        let unreadable = dir.path().join("unreadable.pem");
+        std::fs::copy(pki.join(CA_PEM), &unreadable).expect("copied");
+        std::fs::set_permissions(
+            &unreadable,
+            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+        )
+        .expect("chmod");
+        let large = dir.path().join("large.pem");
+        std::fs::write(&large, vec![b'A'; MAX_CA_FILE as usize + 1]).expect("written");
+        let missing = dir.path().join("missing.pem");
+        let expected = refusal(&missing);
+        assert!(expected.contains("broker.tls_ca_file PATH"), "{expected}");
+        // Root reads a mode-000 file (and uses the CA in it); anyone else is refused with
+        // the message of a missing file.
+        let mut refused = vec![no_pem, large, dir.path().to_path_buf(), "/dev/zero".into()];
+        if Dialer::new(&with_ca(&unreadable)).is_err() {
+            refused.push(unreadable);
+        }
+        for path in refused {
+            assert_eq!(refusal(&path), expected, "{}", path.display());
+        }
+    }
 }
