@@ -103,10 +103,11 @@ pub(crate) fn spawn(
             let mut batch = 0u64;
             let mut lead = WakeLead::default();
             while let Some(next_ns) = cursor.next_due() {
-                if cancel.is_cancelled() {
+                if cancel.is_cancelled()
+                    || !wait_until(&clock, next_ns, resolution, end_ns, &mut lead, &cancel)
+                {
                     return;
                 }
-                wait_until(&clock, next_ns, resolution, end_ns, &mut lead);
                 let now = clock.now_ns();
                 batch += 1;
                 touched.clear();
@@ -179,7 +180,8 @@ impl<'a> Cursor<'a> {
 }
 
 /// Waits until `due_ns`, or somewhat past it when messages are close together, but never past
-/// `end_ns`: what fell due before the end leaves by the end.
+/// `end_ns`: what fell due before the end leaves by the end. False when `cancel` fired
+/// meanwhile (a long sleep looks at it every [`CANCEL_CHECK_EVERY`]).
 ///
 /// A sleep ends late by the machine's wake-up latency (50-70 µs on a virtual machine, whose
 /// timers trap to the hypervisor), so the pacer sleeps until `lead` before the deadline and
@@ -194,11 +196,12 @@ fn wait_until(
     resolution: Resolution,
     end_ns: Option<u64>,
     lead: &mut WakeLead,
-) {
+    cancel: &CancellationToken,
+) -> bool {
     let deadline = clock.instant_at(due_ns);
     let now = Instant::now();
     if now >= deadline {
-        return;
+        return true;
     }
     let gap = deadline - now;
     let min_sleep = resolution.min_sleep();
@@ -215,14 +218,22 @@ fn wait_until(
     };
     match early {
         Some(early) => {
-            lead.sleep(gap - early);
+            if !lead.sleep(gap - early, cancel) {
+                return false;
+            }
             while Instant::now() < deadline {
                 std::hint::spin_loop();
             }
+            true
         }
-        None => lead.sleep(gap.max(min_sleep)),
+        None => lead.sleep(gap.max(min_sleep), cancel),
     }
 }
+
+/// A sleep longer than this is taken in slices of it, with a look at the cancel token after
+/// each, so that a run whose messages are an hour apart still stops within a slice of being
+/// cancelled. Shorter sleeps (every latency and rate test's) are one plain sleep, as before.
+const CANCEL_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// How long before a deadline the pacer wakes: the 90th percentile of how late its sleeps
 /// ended, estimated as it goes (a step up on every later sleep, a ninth of a step down on
@@ -246,12 +257,22 @@ impl WakeLead {
         Duration::from_nanos(self.overslept_p90_ns) + Self::MARGIN
     }
 
-    /// Sleeps `duration` and learns how late the sleep ended.
-    fn sleep(&mut self, duration: Duration) {
+    /// Sleeps `duration` and learns how late the sleep ended (its last slice, for a long one);
+    /// false, early and without learning, when `cancel` fired first.
+    fn sleep(&mut self, duration: Duration, cancel: &CancellationToken) -> bool {
         let asked_until = Instant::now() + duration;
-        std::thread::sleep(duration);
+        let mut left = duration;
+        while left > CANCEL_CHECK_EVERY {
+            std::thread::sleep(CANCEL_CHECK_EVERY);
+            if cancel.is_cancelled() {
+                return false;
+            }
+            left = asked_until.saturating_duration_since(Instant::now());
+        }
+        std::thread::sleep(left);
         let overslept = Instant::now().saturating_duration_since(asked_until);
         self.observe(u64::try_from(overslept.as_nanos()).unwrap_or(u64::MAX));
+        true
     }
 
     fn observe(&mut self, overslept_ns: u64) {
@@ -345,6 +366,51 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_pacer_stops_within_a_slice_of_an_hour_long_sleep() {
+        let clock = RunClock::start_now();
+        let start = clock.now_ns() + 1_000_000;
+        let release = Arc::new(Release::default());
+        let hour_ns = crate::spec::MAX_DURATION.as_nanos() as u64;
+        let publishers = vec![PacedPublisher {
+            schedule: schedule(0, hour_ns, None).starting_at(start),
+            release: release.clone(),
+        }];
+        let cancel = CancellationToken::new();
+        let pacer = spawn(
+            clock,
+            publishers,
+            None,
+            Resolution::Fine,
+            cancel.clone(),
+            None,
+        )
+        .expect("thread starts");
+        // The first message leaves at the start; the pacer then sleeps towards the second.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while release.released() == 0 {
+            assert!(Instant::now() < deadline, "the first message was released");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let cancelled_at = Instant::now();
+        cancel.cancel();
+        while !pacer.is_finished() {
+            assert!(
+                cancelled_at.elapsed() < Duration::from_secs(5),
+                "the pacer still sleeps 5 s after its cancel"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stopped_after = cancelled_at.elapsed();
+        pacer.join().expect("pacer finishes");
+        assert_eq!(release.released(), 1, "nothing released after the cancel");
+        // 50 ms slices; 1 s leaves room for a loaded machine.
+        assert!(
+            stopped_after < Duration::from_secs(1),
+            "stopped {stopped_after:?} after its cancel"
+        );
+    }
+
+    #[test]
     fn the_wake_lead_settles_at_the_ninetieth_percentile_of_oversleeping() {
         let mut lead = WakeLead::default();
         // Sleeps that end 40, 41, ... 139 µs late, shuffled by a fixed stride: p90 is ~130 µs.
@@ -379,7 +445,14 @@ mod tests {
         };
         for gap_ns in [100_000, 250_000, 2_000_000] {
             let due = clock.now_ns() + gap_ns;
-            wait_until(&clock, due, Resolution::Fine, None, &mut lead);
+            assert!(wait_until(
+                &clock,
+                due,
+                Resolution::Fine,
+                None,
+                &mut lead,
+                &CancellationToken::new()
+            ));
             assert!(
                 clock.now_ns() >= due,
                 "returned before a deadline {gap_ns} ns away"
