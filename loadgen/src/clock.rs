@@ -52,6 +52,21 @@ impl RunClock {
     }
 }
 
+/// The furthest loadgen schedules a wait: about 30 years, as tokio caps its own sleeps. A
+/// deadline from a spec or a request (a drain timeout, an interval) is capped here instead
+/// of overflowing `Instant + Duration`, which panics.
+pub const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `from + after`, with `after` capped at [`FAR_FUTURE`]: never panics.
+pub fn deadline_after(from: Instant, after: Duration) -> Instant {
+    from.checked_add(after.min(FAR_FUTURE)).unwrap_or(from)
+}
+
+/// A duration in ns, saturating at `u64::MAX` (584 years), for sums on the run clock.
+pub fn saturating_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Wall-clock time in ns since the Unix epoch.
 pub fn unix_now_ns() -> u64 {
     SystemTime::now()
@@ -75,6 +90,24 @@ mod tests {
             at.duration_since(clock.instant_at(0)),
             Duration::from_millis(5)
         );
+    }
+
+    #[test]
+    fn deadlines_from_any_duration_do_not_overflow() {
+        let now = Instant::now();
+        let far = deadline_after(now, Duration::MAX);
+        assert_eq!(far, now + FAR_FUTURE);
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(u64::MAX)),
+            far,
+            "u64::MAX seconds"
+        );
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+        assert_eq!(saturating_nanos(Duration::from_secs(u64::MAX)), u64::MAX);
+        assert_eq!(saturating_nanos(Duration::from_micros(3)), 3_000);
     }
 
     #[test]

@@ -162,7 +162,9 @@ impl Reconnector {
             dialer: dialer.clone(),
             codec,
             clock,
-            cut_at_ns: policy.cut_all_at.map(|at| start_ns + at.as_nanos() as u64),
+            cut_at_ns: policy
+                .cut_all_at
+                .map(|at| start_ns.saturating_add(crate::clock::saturating_nanos(at))),
             outcome: Mutex::new(ReconnectOutcome::empty()),
         }))
     }
@@ -197,7 +199,8 @@ impl Reconnector {
             };
             o.lost += 1;
         });
-        let deadline_ns = lost_ns + self.policy.within.as_nanos() as u64;
+        let deadline_ns =
+            lost_ns.saturating_add(crate::clock::saturating_nanos(self.policy.within));
         let fields = crate::engine::connect_fields(&self.spec, client_id);
         loop {
             let left = Duration::from_nanos(deadline_ns.saturating_sub(self.now_ns()));

@@ -106,7 +106,7 @@ pub(crate) fn stream(
             })
             .collect();
         refresh(&mut system, &pids);
-        let mut ticker = tokio::time::interval(interval);
+        let mut ticker = ticker(interval);
         ticker.tick().await; // the first tick is immediate; CPU needs one interval to measure
         let mut sent = 0u32;
         let mut failed = Failures::default();
@@ -134,6 +134,12 @@ pub(crate) fn stream(
         }
     });
     Ok(ReceiverStream::new(rx))
+}
+
+/// A ticker every `interval`, capped at [`loadgen::clock::FAR_FUTURE`]: tokio's interval adds
+/// its period to an `Instant`, which panics on overflow, and the interval is the caller's.
+fn ticker(interval: Duration) -> tokio::time::Interval {
+    tokio::time::interval(interval.min(loadgen::clock::FAR_FUTURE))
 }
 
 fn refresh(system: &mut System, pids: &[Pid]) {
@@ -328,6 +334,27 @@ mod tests {
                 .message()
                 .starts_with("interval:")
         );
+    }
+
+    #[tokio::test]
+    async fn an_interval_of_u64_max_seconds_ticks_without_a_panic() {
+        // The longest interval a request can carry.
+        let longest = Duration::try_from(prost_types::Duration {
+            seconds: i64::MAX,
+            nanos: 999_999_999,
+        })
+        .expect("positive");
+        for interval in [longest, Duration::from_secs(u64::MAX), Duration::MAX] {
+            let mut ticker = ticker(interval);
+            // The first tick is immediate and sets the next one an interval later, where
+            // `Instant + Duration` overflowed; the second is far away.
+            ticker.tick().await;
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), ticker.tick())
+                    .await
+                    .is_err()
+            );
+        }
     }
 
     #[test]

@@ -52,7 +52,9 @@ impl Fleet {
         let mut visits = JoinSet::new();
         let spec = self.spec.clone();
         for n in 0..self.churn.connections {
-            let due_ns = self.start_ns + self.churn.arrival(n).as_nanos() as u64;
+            let due_ns = self
+                .start_ns
+                .saturating_add(crate::clock::saturating_nanos(self.churn.arrival(n)));
             tokio::select! {
                 () = tokio::time::sleep_until(self.clock.instant_at(due_ns).into()) => {}
                 () = cancel.cancelled() => break,

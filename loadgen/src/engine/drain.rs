@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::RunClock;
+use crate::clock::{RunClock, deadline_after, saturating_nanos};
 use crate::live::Live;
 use crate::publisher::PublisherOutcome;
 use crate::result::RunResult;
@@ -53,8 +53,12 @@ pub(super) async fn drain(
     cancel: &CancellationToken,
 ) {
     let began_ns = clock.now_ns().max(publishing_ends_ns);
-    let deadline = Instant::from_std(clock.instant_at(began_ns)) + spec.drain.timeout;
-    let idle_ns = spec.drain.idle.as_nanos() as u64;
+    // Saturating: the timeout comes from the spec, and `Instant + Duration` panics on overflow.
+    let deadline = Instant::from_std(deadline_after(
+        clock.instant_at(began_ns),
+        spec.drain.timeout,
+    ));
+    let idle_ns = saturating_nanos(spec.drain.idle);
     loop {
         let unique = live.received_unique.load(Ordering::Relaxed);
         if expected.is_some_and(|expected| unique >= expected)
@@ -111,4 +115,28 @@ pub(super) fn fill_result(
     };
     result.latency = lock(&live.latency);
     result.send_delay = lock(&live.send_delay);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_drain_timeout_of_u64_max_seconds_does_not_panic() {
+        let mut spec = crate::presets::latency();
+        spec.drain.timeout = Duration::from_secs(u64::MAX);
+        spec.drain.idle = Duration::from_secs(u64::MAX);
+        let clock = RunClock::start_now();
+        let live = Live::new(0);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        // Nothing is owed and the run was cancelled: it returns at once, past the deadline
+        // arithmetic that overflowed.
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            drain(&spec, clock, &live, None, 1, clock.now_ns(), &cancel),
+        )
+        .await
+        .expect("a cancelled drain returns");
+    }
 }

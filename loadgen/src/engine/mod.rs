@@ -201,7 +201,7 @@ pub(crate) async fn run_scoped(
     let reconnector = Reconnector::of(&shared_spec, &dialer, codec, clock, start_ns);
     for (id, session) in subscriber_sessions {
         let offline = spec.connection.offline.map(|gap| subscriber::Offline {
-            at_ns: start_ns + gap.after.as_nanos() as u64,
+            at_ns: start_ns.saturating_add(crate::clock::saturating_nanos(gap.after)),
             gap: gap.gap,
             spec: shared_spec.clone(),
             client_id: connect::client_id(spec, &run_id, Role::Subscriber, id),

@@ -28,7 +28,7 @@ pub(super) async fn await_acknowledgements(
     if job.qos == Qos::AtMostOnce {
         return Ok(());
     }
-    let deadline = Instant::now() + job.drain_timeout;
+    let deadline = ack_deadline(job.drain_timeout);
     let window = u32::try_from(links.window).unwrap_or(u32::MAX);
     loop {
         writer.flush().await?;
@@ -50,6 +50,15 @@ pub(super) async fn await_acknowledgements(
             _ = job.cancel.cancelled() => return Err(Stopped),
         }
     }
+}
+
+/// When the drain gives up on acknowledgements: `drain_timeout` from now, saturating (the
+/// timeout comes from the spec, and `Instant + Duration` panics on overflow).
+fn ack_deadline(drain_timeout: Duration) -> Instant {
+    Instant::from_std(crate::clock::deadline_after(
+        std::time::Instant::now(),
+        drain_timeout,
+    ))
 }
 
 pub(super) async fn read_loop(
@@ -142,5 +151,19 @@ async fn handle_acks(
             Ok(Some(_)) => {}
             Err(_) => return Err("protocol_error"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_timeout_of_u64_max_seconds_gives_a_far_deadline_not_a_panic() {
+        let before = Instant::now();
+        let deadline = ack_deadline(Duration::from_secs(u64::MAX));
+        assert!(deadline > before + Duration::from_secs(86_400 * 365));
+        let near = ack_deadline(Duration::from_secs(2));
+        assert!(near >= before + Duration::from_secs(2) && near < deadline);
     }
 }

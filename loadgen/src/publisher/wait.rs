@@ -185,10 +185,13 @@ impl<'a> Waits<'a> {
             Wake::PubRel(pkid) => writer.encode_ack(AckKind::PubRel, pkid),
             Wake::PingDue => {
                 // The timer is re-armed lazily: writes move the due time without touching it.
-                let due = writer.last_write + self.ping_every;
+                // Saturating: the keep-alive comes from the spec.
+                let due = after(writer.last_write, self.ping_every);
                 if Instant::now() >= due {
                     writer.encode_ping();
-                    self.ping.as_mut().reset(Instant::now() + self.ping_every);
+                    self.ping
+                        .as_mut()
+                        .reset(after(Instant::now(), self.ping_every));
                 } else {
                     self.ping.as_mut().reset(due);
                 }
@@ -198,6 +201,11 @@ impl<'a> Waits<'a> {
         }
         Ok(())
     }
+}
+
+/// `from + duration` without the overflow panic of `Instant + Duration`.
+fn after(from: Instant, duration: Duration) -> Instant {
+    Instant::from_std(crate::clock::deadline_after(from.into_std(), duration))
 }
 
 /// The end of a timed run, or never.
