@@ -27,6 +27,12 @@ pub const STARVED_FROM_DEMAND_PERCENT: f64 = 75.0;
 pub const THROTTLE_LIMIT_PERCENT: f64 = 5.0;
 /// An open-loop run whose send delay p99 stays within this kept its schedule.
 pub const SCHEDULE_KEPT_NS: u64 = 2_000_000;
+/// Host CPU pressure (PSI "some": some task waited for a CPU) above this share of the window
+/// means other work contended with loadgen: a wait for a CPU is then named as contention, not
+/// as wake-up latency, whatever loadgen's own busy share.
+pub const PRESSURE_NOTE_PERCENT: f64 = 5.0;
+/// An open loop whose send delay p99 reaches this left late enough for contention to matter.
+pub const LATE_SEND_P99_NS: u64 = 500_000;
 /// Steal (the hypervisor ran someone else) above this share of the host's CPU time is named:
 /// the run's rates and tails are that host's under contention, not only the broker's.
 pub const STEAL_NOTE_PERCENT: f64 = 2.0;
@@ -51,6 +57,13 @@ pub struct GeneratorCheck {
     /// Highest steal of any instance's host over the window, percent of its CPU time.
     #[serde(default)]
     pub host_steal_percent: f64,
+    /// Highest CPU pressure of any instance's host over the window (PSI "some"), percent;
+    /// `None` where no host keeps PSI.
+    #[serde(default)]
+    pub host_cpu_pressure_percent: Option<f64>,
+    /// Highest CPU pressure of any instance's own cgroup (v2), percent.
+    #[serde(default)]
+    pub cgroup_cpu_pressure_percent: Option<f64>,
     /// CPU the instances could use together, CPUs.
     pub cpu_capacity: f64,
     /// Open loop: messages that left after the schedule's end although due before it.
@@ -78,8 +91,15 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
         result.instances.iter().map(f).fold(0.0, f64::max)
     };
     let several = result.instances.len() > 1;
+    let sent_late = result.spec.pacing.is_open_loop()
+        && !result.send_delay.is_empty()
+        && result.send_delay.value_at_quantile(0.99) >= LATE_SEND_P99_NS;
     for (n, instance) in result.instances.iter().enumerate() {
         let who = instance_name(n, instance, several);
+        let contended = instance
+            .host_cpu_pressure_percent
+            .or(instance.cgroup_cpu_pressure_percent)
+            .filter(|pressure| *pressure >= PRESSURE_NOTE_PERCENT);
         if instance.cpu_wait_percent >= WAIT_LIMIT_PERCENT {
             let demand = ready_from(instance.busy_percent, instance.cpu_wait_percent);
             if demand >= STARVED_FROM_DEMAND_PERCENT {
@@ -87,12 +107,26 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
                     "{who}waited for a CPU {:.0} % of the time it was ready to run, and was ready {demand:.0} % of its capacity (the machine was oversubscribed)",
                     instance.cpu_wait_percent
                 ));
+            } else if let Some(pressure) = contended {
+                later_notes.push(format!(
+                    "{who}waited for a CPU {:.0} % of the time it was ready to run while its host was contended (CPU pressure {pressure:.1} % of the window): other work on the host made loadgen late{}",
+                    instance.cpu_wait_percent,
+                    send_delay_clause(result, sent_late)
+                ));
             } else {
                 later_notes.push(format!(
                     "{who}waited for a CPU {:.0} % of the time it was ready to run, but was ready only {demand:.0} % of its capacity: wake-up latency, not a shortage of CPU",
                     instance.cpu_wait_percent
                 ));
             }
+        }
+        if let (Some(pressure), true) = (contended, sent_late)
+            && instance.cpu_wait_percent < WAIT_LIMIT_PERCENT
+        {
+            later_notes.push(format!(
+                "{who}ran on a contended host (CPU pressure {pressure:.1} % of the window) and messages left late{}",
+                send_delay_clause(result, true)
+            ));
         }
         if instance.host_steal_percent >= STEAL_NOTE_PERCENT {
             // Not loadgen's limit alone: a broker on that host lost the same CPUs.
@@ -130,12 +164,34 @@ pub fn check(result: &RunResult) -> GeneratorCheck {
         cpu_wait_percent: most(|i| i.cpu_wait_percent),
         throttled_percent: most(|i| i.throttled_percent),
         host_steal_percent: most(|i| i.host_steal_percent),
+        host_cpu_pressure_percent: most_of(result, |i| i.host_cpu_pressure_percent),
+        cgroup_cpu_pressure_percent: most_of(result, |i| i.cgroup_cpu_pressure_percent),
         cpu_capacity: result
             .instances
             .iter()
             .map(|i| f64::from(i.cpu_capacity_milli) / 1000.0)
             .sum(),
         sent_late_after_end: result.sent_late_after_end,
+    }
+}
+
+/// The highest of a figure some instances may lack; `None` when none has it.
+fn most_of(
+    result: &RunResult,
+    figure: fn(&crate::result::InstanceLoad) -> Option<f64>,
+) -> Option<f64> {
+    result.instances.iter().filter_map(figure).reduce(f64::max)
+}
+
+/// ", send delay p99 1.20 ms" for an open loop that left late, else nothing.
+fn send_delay_clause(result: &RunResult, sent_late: bool) -> String {
+    if sent_late {
+        format!(
+            " (send delay p99 {:.2} ms)",
+            result.send_delay.value_at_quantile(0.99) as f64 / 1e6
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -179,6 +235,8 @@ mod tests {
             cpu_wait_percent: wait,
             throttled_percent: throttled,
             host_steal_percent: 0.0,
+            host_cpu_pressure_percent: None,
+            cgroup_cpu_pressure_percent: None,
             broker_on_host: None,
         }
     }
@@ -229,6 +287,40 @@ mod tests {
         // Under the threshold: counted, not named.
         result.instances[0].host_steal_percent = 1.0;
         assert!(check(&result).warnings.is_empty());
+    }
+
+    #[test]
+    fn waiting_on_a_contended_host_is_named_contention_not_wake_up_latency() {
+        let spec = crate::presets::latency();
+        let mut result = RunResult::empty(&spec, "g");
+        // The busy-host run: ready only 29 % of its capacity, waiting 71 %.
+        let mut contended = instance(8.4, 71.0, 0.0);
+        contended.host_cpu_pressure_percent = Some(9.6);
+        result.instances.push(contended);
+        result.send_delay.record_n(3_200_000, 20).expect("in range");
+        result.send_delay.record_n(30_000, 980).expect("in range");
+        let verdict = check(&result);
+        assert!(!verdict.limited, "{:?}", verdict.reasons);
+        assert_eq!(verdict.host_cpu_pressure_percent, Some(9.6));
+        let text = verdict.warnings.join(" | ");
+        assert!(
+            text.contains("while its host was contended (CPU pressure 9.6 %"),
+            "{text}"
+        );
+        assert!(text.contains("send delay p99 3.20 ms"), "{text}");
+        assert!(!text.contains("wake-up latency"), "{text}");
+        // The same waiting on a quiet host is wake-up latency, as before.
+        result.instances[0].host_cpu_pressure_percent = Some(0.4);
+        let text = check(&result).warnings.join(" | ");
+        assert!(text.contains("wake-up latency"), "{text}");
+        // Contention that made messages late is named even when loadgen hardly waited.
+        result.instances[0] = instance(8.4, 3.0, 0.0);
+        result.instances[0].host_cpu_pressure_percent = Some(12.0);
+        let text = check(&result).warnings.join(" | ");
+        assert!(
+            text.contains("ran on a contended host (CPU pressure 12.0 %"),
+            "{text}"
+        );
     }
 
     #[test]

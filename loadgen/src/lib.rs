@@ -2,7 +2,8 @@
 //!
 //! `loadgen` runs one workload against any MQTT broker and records figures that mean what
 //! their names say: end-to-end latency from a binary nanosecond stamp (open loop: from the
-//! *intended* send time, with the send delay kept apart), aggregate publish and receive rates
+//! *intended* send time, with the send delay kept apart, and the transit latency from the
+//! actual send beside it), aggregate publish and receive rates
 //! over the steady-state window beside the per-client distribution, and per-(publisher, seq)
 //! accounting of received, lost, duplicated and reordered messages judged against the QoS.
 //! Results of several instances merge exactly, which is how agents combine.
@@ -24,6 +25,7 @@
 //!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
 //!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
 //!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
+//!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay;
 //!   search).
 //! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command
 //!   (flags, applying them, one file per command).
@@ -56,6 +58,7 @@ mod subscriber;
 pub mod summary;
 pub mod transport;
 pub mod usage;
+pub mod tail;
 
 pub use engine::{Phase, Role, StartBarrier, Status, run, run_at};
 pub use live::Progress;

@@ -17,6 +17,7 @@ pub(crate) struct Live {
     pub received_unique: AtomicU64,
     pub last_receive_ns: AtomicU64,
     pub latency: Mutex<Histogram<u64>>,
+    pub transit_latency: Mutex<Histogram<u64>>,
     pub send_delay: Mutex<Histogram<u64>>,
     /// Closed loop at QoS 0: one per global publisher index; empty otherwise.
     pub credits: Vec<std::sync::Arc<Credit>>,
@@ -31,6 +32,7 @@ impl Live {
             received_unique: AtomicU64::new(0),
             last_receive_ns: AtomicU64::new(0),
             latency: Mutex::new(new_histogram()),
+            transit_latency: Mutex::new(new_histogram()),
             send_delay: Mutex::new(new_histogram()),
         }
     }

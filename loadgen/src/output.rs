@@ -112,9 +112,14 @@ pub fn render_table(summary: &Summary) -> String {
         out,
         "\nlatency (µs)              count      min      p50      p90      p99    p99.9      max     mean      IQR"
     );
-    latency_row(&mut out, "end-to-end", &s.latency);
     if s.offered_rate_msgs_per_s.is_some() {
+        // An open loop: from the intended send time (what a device waiting on its schedule
+        // sees), from the actual send (the broker's and the network's part), and the gap.
+        latency_row(&mut out, "open loop (vs schedule)", &s.latency);
+        latency_row(&mut out, "transit (vs actual send)", &s.transit_latency);
         latency_row(&mut out, "send delay (vs schedule)", &s.send_delay);
+    } else {
+        latency_row(&mut out, "end-to-end", &s.latency);
     }
     latency_row(&mut out, "connect", &s.connect_time);
     if let Some(cadence) = s.read_cadence_ms {
@@ -123,6 +128,9 @@ pub fn render_table(summary: &Summary) -> String {
             "  (receive coalescing: while deliveries kept coming, each subscriber read at most every {cadence} ms, \
              so end-to-end latency includes up to about two such cycles; --coalescing off reads every delivery at once)"
         );
+    }
+    if let Some(tail) = &s.latency_tail {
+        let _ = writeln!(out, "  {}", tail.note);
     }
     if let Some(storm) = &s.reconnect {
         latency_row(&mut out, "time away", &storm.time_away);
@@ -189,13 +197,15 @@ pub fn render_table(summary: &Summary) -> String {
     let g = &s.generator;
     let _ = writeln!(
         out,
-        "  busy {:.0} % of its {:.1} CPU (busiest second {:.0} %), waited for a CPU {:.1} % of its runnable time, throttled {:.1} %, host steal {:.1} %{}",
+        "  busy {:.0} % of its {:.1} CPU (busiest second {:.0} %), waited for a CPU {:.1} % of its runnable time, throttled {:.1} %, host steal {:.1} %, host CPU pressure {}{}",
         g.busy_percent,
         g.cpu_capacity,
         g.peak_busy_percent,
         g.cpu_wait_percent,
         g.throttled_percent,
         g.host_steal_percent,
+        g.host_cpu_pressure_percent
+            .map_or("not kept (no PSI)".to_string(), |p| format!("{p:.1} %")),
         if g.sent_late_after_end > 0 {
             format!(
                 ", {} messages left after the schedule ended",
@@ -500,12 +510,14 @@ fn churn_lines(out: &mut String, churn: &crate::summary::ChurnSummary) {
     }
 }
 
-/// Writes `latency.hgrm`, `send_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile
-/// distributions in ms) and `result.json` (the raw mergeable result) into `dir`.
+/// Writes `latency.hgrm` (open loop), `transit_latency.hgrm`, `send_delay.hgrm` and
+/// `connect_time.hgrm` (HdrHistogram percentile distributions in ms) and `result.json` (the
+/// raw mergeable result) into `dir`.
 pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputError> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
     for (name, histogram) in [
         ("latency", &result.latency),
+        ("transit_latency", &result.transit_latency),
         ("send_delay", &result.send_delay),
         ("connect_time", &result.connect_time),
     ] {

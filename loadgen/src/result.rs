@@ -120,6 +120,15 @@ pub struct InstanceLoad {
     /// (10 ms per CPU), so a short burst's figure is coarse.
     #[serde(default)]
     pub host_steal_percent: f64,
+    /// Share of the window in which some task of the host waited for a CPU (PSI "some" of
+    /// `/proc/pressure/cpu`), percent: the host was contended, whoever was busy. `None`
+    /// where the kernel keeps no PSI.
+    #[serde(default)]
+    pub host_cpu_pressure_percent: Option<f64>,
+    /// The same for loadgen's own cgroup (v2 `cpu.pressure`), when it runs in one below the
+    /// root.
+    #[serde(default)]
+    pub cgroup_cpu_pressure_percent: Option<f64>,
     /// The broker's process over the same window, when it ran on the instance's host.
     #[serde(default)]
     pub broker_on_host: Option<BrokerOnHost>,
@@ -169,6 +178,12 @@ pub struct RunResult {
     /// End-to-end latency of measured messages (open loop: from the intended send time), ns.
     #[serde(with = "crate::histogram_v2")]
     pub latency: Histogram<u64>,
+    /// Transit latency of the same messages: from the moment loadgen handed each to the
+    /// socket to its arrival, ns. Without a schedule (burst, closed loop) it equals `latency`;
+    /// in an open loop it leaves out the publisher's own lateness (`send_delay`). Absent from
+    /// results written before it existed (then empty).
+    #[serde(default = "new_histogram", with = "crate::histogram_v2")]
+    pub transit_latency: Histogram<u64>,
     /// Open loop: actual minus intended send time of measured messages, ns.
     #[serde(with = "crate::histogram_v2")]
     pub send_delay: Histogram<u64>,
@@ -314,6 +329,7 @@ impl RunResult {
             shards: Vec::new(),
             header: spec.header_encoding(),
             latency: new_histogram(),
+            transit_latency: new_histogram(),
             send_delay: new_histogram(),
             connect_time: new_histogram(),
             published: vec![0; publishers],
@@ -372,6 +388,7 @@ impl RunResult {
             (&mut self.latency, &other.latency),
             (&mut self.send_delay, &other.send_delay),
             (&mut self.connect_time, &other.connect_time),
+            (&mut self.transit_latency, &other.transit_latency),
         ] {
             histogram
                 .0

@@ -19,6 +19,7 @@ use crate::publisher::Warmup;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
 use crate::session::{READ_CHUNK, Session};
+use crate::spec::Timetable;
 use crate::transport::WriteHalf;
 
 /// Everything one subscriber needs.
@@ -30,6 +31,8 @@ pub(crate) struct SubscriberJob {
     /// Sequence numbers at or above this are not of this run.
     pub seq_limit: u64,
     pub warmup: Warmup,
+    /// Open loop: when each message was due (the header carries when it actually left).
+    pub timetable: Option<Timetable>,
     pub header: HeaderEncoding,
     /// Messages per second this subscriber reads at most.
     pub rate_limit: Option<u32>,
@@ -77,6 +80,21 @@ pub(crate) struct SubscriberOutcome {
     pub errors: Vec<(&'static str, u64)>,
 }
 
+/// The two latencies of each measured delivery, batched into the run's histograms.
+struct Latencies<'a> {
+    /// From the intended send time (open loop; the actual one without a schedule).
+    open_loop: SampleBuffer<'a>,
+    /// From the actual send time.
+    transit: SampleBuffer<'a>,
+}
+
+impl Latencies<'_> {
+    fn flush(&mut self) {
+        self.open_loop.flush();
+        self.transit.flush();
+    }
+}
+
 /// Why the read loop ended early.
 struct Ended(&'static str);
 
@@ -92,7 +110,10 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         errors: Vec::new(),
         negative_latency: 0,
     };
-    let mut latencies = SampleBuffer::new(&job.live.latency);
+    let mut latencies = Latencies {
+        open_loop: SampleBuffer::new(&job.live.latency),
+        transit: SampleBuffer::new(&job.live.transit_latency),
+    };
     let session_codec = session.codec;
     let mut out = BytesMut::new();
     let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
@@ -368,7 +389,7 @@ impl State {
         session: &mut Session,
         now_ns: u64,
         out: &mut BytesMut,
-        latencies: &mut SampleBuffer<'_>,
+        latencies: &mut Latencies<'_>,
     ) -> Result<(), Ended> {
         loop {
             let packet = match session.codec.decode(&mut session.read_buffer) {
@@ -403,15 +424,26 @@ impl State {
                     } else {
                         continue;
                     }
-                    let latency = job.header.latency_ns(header.stamp_ns, now_ns);
-                    // The compact header's stamp is truncated: restore it from the latency.
-                    let stamp_ns = latency.map_or(header.stamp_ns, |l| now_ns.saturating_sub(l));
-                    let measured = job.warmup.measured(u64::from(header.seq), stamp_ns);
+                    // The stamp is when the message actually left; the compact header's is
+                    // truncated, so restore it from the transit latency.
+                    let transit = job.header.latency_ns(header.stamp_ns, now_ns);
+                    let sent_ns = transit.map_or(header.stamp_ns, |l| now_ns.saturating_sub(l));
+                    let due_ns = job.timetable.map_or(sent_ns, |timetable| {
+                        timetable.intended_ns(header.publisher, u64::from(header.seq))
+                    });
+                    let measured = job.warmup.measured(u64::from(header.seq), due_ns);
                     if measured {
                         self.window.add(now_ns);
-                        match latency {
-                            Some(latency) => latencies.push(latency),
-                            None => self.negative_latency += 1,
+                        let open_loop = match job.timetable {
+                            Some(_) => now_ns.checked_sub(due_ns),
+                            None => transit,
+                        };
+                        match (open_loop, transit) {
+                            (Some(open_loop), Some(transit)) => {
+                                latencies.open_loop.push(open_loop);
+                                latencies.transit.push(transit);
+                            }
+                            _ => self.negative_latency += 1,
                         }
                     }
                     if measured || job.warmup.series_counts_warmup() {

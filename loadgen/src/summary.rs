@@ -197,6 +197,14 @@ pub struct Summary {
     pub qos_violations: Vec<String>,
     /// End-to-end latency of measured messages (open loop: from the intended send time).
     pub latency: LatencySummary,
+    /// Transit latency of the same messages: from the moment loadgen handed each to the
+    /// socket. The broker's (and the network's) figure when loadgen itself left late; equal
+    /// to `latency` without a schedule.
+    #[serde(default)]
+    pub transit_latency: LatencySummary,
+    /// Open loop: whose the latency tail is, the broker's or loadgen's own send delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_tail: Option<crate::tail::LatencyTail>,
     /// Receive coalescing: while deliveries kept coming, each subscriber read at most once
     /// per this many ms, so the latency includes up to about two such cycles; `None` when
     /// every delivery was read at once ([`crate::spec::Coalescing`]).
@@ -398,6 +406,13 @@ impl Summary {
             out_of_order: result.out_of_order,
             qos_violations: qos_violations(spec.qos, lost, result.duplicates),
             latency: LatencySummary::of(&result.latency),
+            transit_latency: LatencySummary::of(&result.transit_latency),
+            latency_tail: crate::tail::judge(
+                &LatencySummary::of(&result.latency),
+                &LatencySummary::of(&result.transit_latency),
+                &LatencySummary::of(&result.send_delay),
+                generator.host_cpu_pressure_percent,
+            ),
             read_cadence_ms: spec
                 .read_cadence()
                 .map(|cadence| cadence.as_secs_f64() * 1e3),

@@ -64,6 +64,10 @@ pub(crate) struct Reading {
     broker: crate::local_broker::ProcessCounters,
     /// All of the host's CPUs together, clock ticks.
     host: HostTicks,
+    /// Time some task of the host waited for a CPU (PSI "some" total), µs; `None` without PSI.
+    host_pressure_us: Option<u64>,
+    /// The same for loadgen's own cgroup (v2, below the root), µs.
+    cgroup_pressure_us: Option<u64>,
 }
 
 /// The host's CPU time from the first line of `/proc/stat`, clock ticks.
@@ -171,6 +175,8 @@ impl Reading {
         let mut reading = Reading {
             throttled_ns: cgroup::throttled_ns().unwrap_or(0),
             host: HostTicks::now(),
+            host_pressure_us: pressure::host_some_us(),
+            cgroup_pressure_us: cgroup::pressure_some_us(),
             ..Reading::default()
         };
         for tid in &tids {
@@ -317,6 +323,14 @@ fn reading_at(samples: &[(u64, Reading)], at_ns: u64) -> Option<Reading> {
             total: mix(r0.host.total, r1.host.total),
             steal: mix(r0.host.steal, r1.host.steal),
         },
+        host_pressure_us: r0
+            .host_pressure_us
+            .zip(r1.host_pressure_us)
+            .map(|(a, b)| mix(a, b)),
+        cgroup_pressure_us: r0
+            .cgroup_pressure_us
+            .zip(r1.cgroup_pressure_us)
+            .map(|(a, b)| mix(a, b)),
     })
 }
 
@@ -348,8 +362,16 @@ pub(crate) fn instance_load(
             cpu_wait_percent: 0.0,
             throttled_percent: 0.0,
             host_steal_percent: 0.0,
+            host_cpu_pressure_percent: None,
+            cgroup_cpu_pressure_percent: None,
             broker_on_host: None,
         };
+    };
+    // PSI totals are µs of stall over the window's wall time, whatever the number of CPUs.
+    let stalled_percent = |from: Option<u64>, until: Option<u64>, span_ns: u64| {
+        from.zip(until).map(|(from, until)| {
+            until.saturating_sub(from) as f64 * 1_000.0 * 100.0 / span_ns.max(1) as f64
+        })
     };
     let span = until_ns.saturating_sub(from_ns);
     let cpu = end.cpu_ns.saturating_sub(start.cpu_ns);
@@ -382,6 +404,16 @@ pub(crate) fn instance_load(
         throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
             / (span.max(1) as f64 * crate::runtime::cpus_allowed() as f64),
         host_steal_percent: start.host.steal_percent_until(end.host),
+        host_cpu_pressure_percent: stalled_percent(
+            start.host_pressure_us,
+            end.host_pressure_us,
+            span,
+        ),
+        cgroup_cpu_pressure_percent: stalled_percent(
+            start.cgroup_pressure_us,
+            end.cgroup_pressure_us,
+            span,
+        ),
         broker_on_host: broker.map(|broker| {
             let cpu = end.broker.cpu_ns.saturating_sub(start.broker.cpu_ns);
             let wait = end.broker.wait_ns.saturating_sub(start.broker.wait_ns);
@@ -398,6 +430,24 @@ pub(crate) fn instance_load(
                 },
             }
         }),
+    }
+}
+
+/// Pressure stall information (PSI): how long runnable tasks waited for a CPU. The host's
+/// figure says whether other work contended with loadgen, whatever loadgen's own busy share.
+mod pressure {
+    /// The "some" total of `/proc/pressure/cpu`, µs.
+    pub(super) fn host_some_us() -> Option<u64> {
+        some_total_us(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
+    }
+
+    /// The `total=` of the "some" line of a PSI file, µs.
+    pub(super) fn some_total_us(text: &str) -> Option<u64> {
+        let line = text.lines().find(|line| line.starts_with("some "))?;
+        line.split_whitespace()
+            .find_map(|field| field.strip_prefix("total="))?
+            .parse()
+            .ok()
     }
 }
 
@@ -474,6 +524,17 @@ mod cgroup {
         })
     }
 
+    /// The cgroup's own CPU pressure (v2 `cpu.pressure`, "some" total), µs; `None` on v1 and
+    /// at the root (which has no such file: the host's figure says the same).
+    pub(super) fn pressure_some_us() -> Option<u64> {
+        let (folder, v2) = cpu_folder()?;
+        if !v2 {
+            return None;
+        }
+        let text = std::fs::read_to_string(folder.join("cpu.pressure")).ok()?;
+        super::pressure::some_total_us(&text)
+    }
+
     /// The cgroup's CPU quota in thousandths of a CPU, when one is set.
     pub(super) fn quota_milli() -> Option<usize> {
         let (folder, v2) = cpu_folder()?;
@@ -501,6 +562,14 @@ mod cgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_pressure_is_the_total_of_the_some_line() {
+        let text = "some avg10=9.00 avg60=12.60 avg300=12.29 total=70796923\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(pressure::some_total_us(text), Some(70_796_923));
+        assert_eq!(pressure::some_total_us("full total=3\n"), None);
+    }
 
     #[test]
     fn steal_is_read_from_the_cpu_sum_of_proc_stat() {

@@ -107,6 +107,36 @@ pub struct SummaryRow {
     pub latency_mean_us: Option<f64>,
     /// Latency: interquartile range, µs.
     pub latency_iqr_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): samples.
+    #[serde(default)]
+    pub transit_latency_count: Option<u64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): smallest, µs.
+    #[serde(default)]
+    pub transit_latency_min_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): median, µs.
+    #[serde(default)]
+    pub transit_latency_p50_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): 90th percentile, µs.
+    #[serde(default)]
+    pub transit_latency_p90_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): 99th percentile, µs.
+    #[serde(default)]
+    pub transit_latency_p99_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): 99.9th percentile, µs.
+    #[serde(default)]
+    pub transit_latency_p999_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): largest, µs.
+    #[serde(default)]
+    pub transit_latency_max_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): mean, µs.
+    #[serde(default)]
+    pub transit_latency_mean_us: Option<f64>,
+    /// Transit latency (from the actual send, loadgen's own lateness left out): interquartile range, µs.
+    #[serde(default)]
+    pub transit_latency_iqr_us: Option<f64>,
+    /// Open loop: whose the latency tail is (`broker` or `loadgen`: mostly send delay).
+    #[serde(default)]
+    pub latency_tail: Option<String>,
     /// Send delay (open loop: how late messages left): samples.
     pub send_delay_count: Option<u64>,
     /// Send delay (open loop: how late messages left): smallest, µs.
@@ -224,6 +254,9 @@ pub struct SummaryRow {
     pub generator_cpu_capacity: Option<f64>,
     /// Open loop: messages that left after the schedule's end although due before it.
     pub generator_sent_late_after_end: Option<u64>,
+    /// Host CPU pressure over the window (PSI "some", highest of the loadgen hosts), percent.
+    #[serde(default)]
+    pub generator_host_cpu_pressure_percent: Option<f64>,
     /// Failures by kind.
     #[serde(default)]
     pub errors: ErrorCounts,
@@ -388,6 +421,21 @@ impl SummaryRow {
             latency_max_us: summary.map(|s| s.latency.max_us),
             latency_mean_us: summary.map(|s| s.latency.mean_us),
             latency_iqr_us: summary.map(|s| s.latency.iqr_us),
+            transit_latency_count: summary.map(|s| s.transit_latency.count),
+            transit_latency_min_us: summary.map(|s| s.transit_latency.min_us),
+            transit_latency_p50_us: summary.map(|s| s.transit_latency.p50_us),
+            transit_latency_p90_us: summary.map(|s| s.transit_latency.p90_us),
+            transit_latency_p99_us: summary.map(|s| s.transit_latency.p99_us),
+            transit_latency_p999_us: summary.map(|s| s.transit_latency.p999_us),
+            transit_latency_max_us: summary.map(|s| s.transit_latency.max_us),
+            transit_latency_mean_us: summary.map(|s| s.transit_latency.mean_us),
+            transit_latency_iqr_us: summary.map(|s| s.transit_latency.iqr_us),
+            latency_tail: summary.and_then(|s| s.latency_tail.as_ref()).map(|tail| {
+                match tail.owner {
+                    loadgen::tail::TailOwner::Broker => "broker".to_string(),
+                    loadgen::tail::TailOwner::Loadgen => "loadgen".to_string(),
+                }
+            }),
             send_delay_count: summary.map(|s| s.send_delay.count),
             send_delay_min_us: summary.map(|s| s.send_delay.min_us),
             send_delay_p50_us: summary.map(|s| s.send_delay.p50_us),
@@ -464,6 +512,8 @@ impl SummaryRow {
             generator_throttled_percent: summary.map(|s| s.generator.throttled_percent),
             generator_cpu_capacity: summary.map(|s| s.generator.cpu_capacity),
             generator_sent_late_after_end: summary.map(|s| s.generator.sent_late_after_end),
+            generator_host_cpu_pressure_percent: summary
+                .and_then(|s| s.generator.host_cpu_pressure_percent),
             errors: ErrorCounts(summary.map(|s| s.errors.clone()).unwrap_or_default()),
             loadgen_cpu_per_message_us: summary.map(|s| s.loadgen_cpu_per_message_us),
             loadgen_cpu_ms: summary.map(|s| s.loadgen_cpu_ms),
@@ -507,7 +557,7 @@ mod tests {
     use super::*;
 
     /// The columns of summary.csv as users and tests read them: names and order are fixed.
-    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open,reconnect_lost,reconnect_back,reconnect_not_back,reconnect_full_ms,reconnect_away_p50_us,reconnect_away_max_us,reconnect_failures,reconnect_resent";
+    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,transit_latency_count,transit_latency_min_us,transit_latency_p50_us,transit_latency_p90_us,transit_latency_p99_us,transit_latency_p999_us,transit_latency_max_us,transit_latency_mean_us,transit_latency_iqr_us,latency_tail,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,generator_host_cpu_pressure_percent,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open,reconnect_lost,reconnect_back,reconnect_not_back,reconnect_full_ms,reconnect_away_p50_us,reconnect_away_max_us,reconnect_failures,reconnect_resent";
 
     #[test]
     fn the_columns_are_the_ones_users_read() {

@@ -114,6 +114,7 @@ pub(super) fn fill_result(
         h.lock().unwrap_or_else(|p| p.into_inner()).clone()
     };
     result.latency = lock(&live.latency);
+    result.transit_latency = lock(&live.transit_latency);
     result.send_delay = lock(&live.send_delay);
 }
 

@@ -212,6 +212,9 @@ pub(crate) async fn run_scoped(
             publishers: spec.topology.publishers_of(id, spec.publishers),
             seq_limit: timing.seq_limit,
             warmup: timing.warmup,
+            timetable: spec
+                .timetable()
+                .map(|timetable| timetable.starting_at(timing.start_ns())),
             header: spec.header_encoding(),
             rate_limit: spec.subscriber_rate_limit,
             read_cadence: spec.read_cadence(),

@@ -38,6 +38,11 @@ pub(super) struct Timing {
 }
 
 impl Timing {
+    /// The start barrier on the run clock.
+    pub(super) fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
     /// The timing of `spec` starting at `start_ns` on the run clock.
     pub(super) fn of(spec: &WorkloadSpec, start_ns: u64) -> Self {
         let header_limit = spec.header_encoding().max_messages_per_publisher();

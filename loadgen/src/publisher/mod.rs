@@ -42,7 +42,8 @@ const BATCH_BYTES: usize = 16 * 1024;
 pub(crate) enum PublisherPacing {
     /// As fast as the window allows from `start_ns` on (burst, closed loop).
     Flat { start_ns: u64 },
-    /// When the pacer releases each message; stamped with its intended time.
+    /// When the pacer releases each message; stamped, like every message, with the time it
+    /// actually left (subscribers know the intended time from the schedule).
     OpenLoop {
         schedule: Schedule,
         release: Arc<Release>,
@@ -54,16 +55,17 @@ pub(crate) enum PublisherPacing {
 pub(crate) enum Warmup {
     /// The first `n` of each publisher (counted runs).
     Messages(u64),
-    /// Those stamped before this time on the run clock (timed runs).
+    /// Those due (open loop) or sent (closed loop, burst) before this time on the run clock
+    /// (timed runs).
     Until(u64),
 }
 
 impl Warmup {
-    /// True when message `seq`, stamped `stamp_ns`, is measured.
-    pub fn measured(self, seq: u64, stamp_ns: u64) -> bool {
+    /// True when message `seq`, due (or, without a schedule, sent) at `due_ns`, is measured.
+    pub fn measured(self, seq: u64, due_ns: u64) -> bool {
         match self {
             Warmup::Messages(n) => seq >= n,
-            Warmup::Until(end_ns) => stamp_ns >= end_ns,
+            Warmup::Until(end_ns) => due_ns >= end_ns,
         }
     }
 
@@ -486,7 +488,10 @@ async fn publish_all(
             _ => job.clock.now_ns(),
         };
         batch_clock = Some(now);
-        let stamp_ns = match &job.pacing {
+        // The header carries the actual send time; the open loop's intended time is the
+        // schedule's, which subscribers compute themselves (see `Timetable`).
+        let stamp_ns = now;
+        let intended_ns = match &job.pacing {
             PublisherPacing::Flat { .. } => now,
             PublisherPacing::OpenLoop { schedule, .. } => schedule.intended_ns(seq),
         };
@@ -511,11 +516,11 @@ async fn publish_all(
                     stamp_ns,
                 });
         }
-        let measured = job.warmup.measured(seq, stamp_ns);
+        let measured = job.warmup.measured(seq, intended_ns);
         if measured {
             writer.written.window.add(now);
             if let PublisherPacing::OpenLoop { .. } = job.pacing {
-                send_delays.push(now.saturating_sub(stamp_ns));
+                send_delays.push(now.saturating_sub(intended_ns));
             }
         }
         if measured || counts_warmup {

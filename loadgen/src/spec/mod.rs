@@ -31,7 +31,7 @@ pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
     DrainOptions, EngineOptions, MAX_COALESCING, OfflineGap, SESSION_EXPIRY,
 };
-pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule};
+pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule, Timetable};
 pub use reconnect::{DEFAULT_RETRY, Reconnect};
 pub use topology::{Shard, Topology};
 pub use validate::{

@@ -155,35 +155,74 @@ impl WorkloadSpec {
     }
 
     /// The open-loop schedule of `publisher` relative to a start at 0 (`None` for closed
-    /// loop and burst). Publishers are spread evenly over one interval, as independent clients
-    /// are; at an offered rate, message k of the workload is due at k / rate.
+    /// loop and burst).
     pub fn schedule_of(&self, publisher: u32) -> Option<Schedule> {
+        self.timetable()
+            .map(|timetable| timetable.schedule_of(publisher))
+    }
+
+    /// Every publisher's open-loop schedule relative to a start at 0 (`None` for closed loop
+    /// and burst). Publishers are spread evenly over one interval, as independent clients
+    /// are; at an offered rate, message k of the workload is due at k / rate.
+    pub fn timetable(&self) -> Option<Timetable> {
         let publishers = u128::from(self.publishers.max(1));
-        let (interval_ps, first_ps) = match self.pacing {
+        let (interval_ps, offset_per_publisher) = match self.pacing {
             Pacing::OpenLoop { interval } => {
                 let interval_ps = interval.as_nanos().saturating_mul(1_000);
-                (
-                    interval_ps,
-                    interval_ps * u128::from(publisher) / publishers,
-                )
+                (interval_ps, (interval_ps, publishers))
             }
             Pacing::Rate { rate } => {
                 let rate = u128::from(rate.max(1));
                 (
                     1_000_000_000_000 * publishers / rate,
-                    1_000_000_000_000 * u128::from(publisher) / rate,
+                    (1_000_000_000_000, rate),
                 )
             }
             Pacing::ClosedLoop | Pacing::Burst => return None,
         };
-        Some(Schedule {
+        Some(Timetable {
             start_ns: 0,
-            first_ps,
             interval_ps: interval_ps.max(1),
+            offset_per_publisher,
             limit: match self.length() {
                 RunLength::Counted { per_publisher, .. } => Some(per_publisher),
                 RunLength::Timed { .. } => None,
             },
         })
+    }
+}
+
+/// The schedules of all publishers of an open-loop workload at once. Publishers stamp each
+/// message with the time it actually left; a subscriber asks the timetable when it was due,
+/// so one delivery gives both latencies (from the intended and from the actual send).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timetable {
+    start_ns: u64,
+    interval_ps: u128,
+    /// Publisher p's first message is due `p * numerator / denominator` ps after the start.
+    offset_per_publisher: (u128, u128),
+    limit: Option<u64>,
+}
+
+impl Timetable {
+    /// The same timetable starting at `start_ns` on the run clock.
+    pub fn starting_at(self, start_ns: u64) -> Self {
+        Timetable { start_ns, ..self }
+    }
+
+    /// The schedule of `publisher`.
+    pub fn schedule_of(&self, publisher: u32) -> Schedule {
+        let (numerator, denominator) = self.offset_per_publisher;
+        Schedule {
+            start_ns: self.start_ns,
+            first_ps: numerator.saturating_mul(u128::from(publisher)) / denominator.max(1),
+            interval_ps: self.interval_ps,
+            limit: self.limit,
+        }
+    }
+
+    /// When message `seq` of `publisher` is due, ns on the run clock.
+    pub fn intended_ns(&self, publisher: u32, seq: u64) -> u64 {
+        self.schedule_of(publisher).intended_ns(seq)
     }
 }

@@ -121,6 +121,8 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 cpu_wait_percent: instance.cpu_wait_percent,
                 throttled_percent: instance.throttled_percent,
                 host_steal_percent: instance.host_steal_percent,
+                host_cpu_pressure_percent: instance.host_cpu_pressure_percent,
+                cgroup_cpu_pressure_percent: instance.cgroup_cpu_pressure_percent,
                 broker_on_host: instance.broker_on_host.map(|broker| BrokerOnHost {
                     pid: broker.pid,
                     command: broker.command.chars().take(MAX_COMMAND_CHARS).collect(),
@@ -137,6 +139,11 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         shards,
         header,
         latency: histogram_from_bytes(&message.latency, at, "latency")?,
+        transit_latency: if message.transit_latency.is_empty() {
+            loadgen::result::new_histogram()
+        } else {
+            histogram_from_bytes(&message.transit_latency, at, "transit_latency")?
+        },
         send_delay: histogram_from_bytes(&message.send_delay, at, "send_delay")?,
         connect_time: histogram_from_bytes(&message.connect_time, at, "connect_time")?,
         published: message.published,
@@ -315,6 +322,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
             }
             .into(),
             latency: histogram_to_bytes(&result.latency, at, "latency")?,
+            transit_latency: histogram_to_bytes(&result.transit_latency, at, "transit_latency")?,
             send_delay: histogram_to_bytes(&result.send_delay, at, "send_delay")?,
             connect_time: histogram_to_bytes(&result.connect_time, at, "connect_time")?,
             published: result.published.clone(),
@@ -370,6 +378,8 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     cpu_wait_percent: instance.cpu_wait_percent,
                     throttled_percent: instance.throttled_percent,
                     host_steal_percent: instance.host_steal_percent,
+                    host_cpu_pressure_percent: instance.host_cpu_pressure_percent,
+                    cgroup_cpu_pressure_percent: instance.cgroup_cpu_pressure_percent,
                     broker_on_host: instance.broker_on_host.as_ref().map(|broker| {
                         pb::BrokerOnHost {
                             pid: broker.pid,
@@ -467,6 +477,10 @@ mod tests {
                 .record_n(*latency_ns, i as u64 + 1)
                 .expect("within bounds");
         }
+        result
+            .transit_latency
+            .record_n(150_000, 3)
+            .expect("within bounds");
         result.send_delay.record(35_000).expect("within bounds");
         result
             .connect_time
@@ -522,6 +536,8 @@ mod tests {
             cpu_wait_percent: 1.5,
             throttled_percent: 0.0,
             host_steal_percent: 12.5,
+            host_cpu_pressure_percent: Some(9.25),
+            cgroup_cpu_pressure_percent: None,
             broker_on_host: Some(BrokerOnHost {
                 pid: 4242,
                 command: "mosquitto".into(),
@@ -583,6 +599,15 @@ mod tests {
     fn empty_result_round_trips() {
         let result = RunResult::empty(&open_loop_spec(), "empty-run");
         assert_eq!(RunResult::try_from(encode(&result)), Ok(result));
+    }
+
+    #[test]
+    fn a_result_from_an_agent_without_transit_latency_decodes_with_it_empty() {
+        let mut message = encode(&filled_result());
+        message.transit_latency.clear();
+        let decoded = RunResult::try_from(message).expect("decodes");
+        assert!(decoded.transit_latency.is_empty());
+        assert_eq!(decoded.latency, filled_result().latency);
     }
 
     #[test]
