@@ -1,11 +1,21 @@
 //! What the service decides, never a submitted plan: where results go, which PKI reaches the
-//! agents, which nodes (and local agents) exist, and how much each client may queue and keep.
-//! A submitted plan only chooses among these: one that sets a path or names a node the
-//! server does not have (or describes it differently) is refused before anything is created.
+//! agents, which nodes (and local agents) exist, which external brokers and CA files plans
+//! may use, and how much each client may queue and keep. A submitted plan only chooses among
+//! these: one that sets a path, names a node, an external broker or a CA the server does not
+//! have (or describes one differently), sets a WebSocket path or installs a testbed is
+//! refused before anything is created.
+//!
+//! Admission only compares text with the configuration: it never resolves or dials an
+//! address and never opens a file a plan names, and its refusals do not echo a plan's
+//! addresses or paths, so a refusal reads the same whether an address answers, refuses or
+//! does not resolve, and whether a path exists or not.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::plan::{NodeEntry, Plan};
+use loadgen::spec::DEFAULT_WEBSOCKET_PATH;
+
+use crate::plan::{BrokerEntry, BrokerKind, NodeEntry, Orchestrator, Overlay, Plan};
 
 /// Runs one client may have queued or running at once.
 pub const MAX_ACTIVE_PER_CLIENT: usize = 4;
@@ -24,18 +34,55 @@ pub struct ServeConfig {
     pub pki_dir: PathBuf,
     /// The nodes plans may use, as `[[nodes]]` entries.
     pub nodes: Vec<NodeEntry>,
+    /// The external brokers plans may measure (`[[external_brokers]]`).
+    pub external_brokers: Vec<ServedBroker>,
+    /// The CA files plans may name, by name (`[ca_files]`, name = path).
+    pub ca_files: BTreeMap<String, PathBuf>,
 }
 
-/// The nodes file: `[[nodes]]` tables as in a plan (other keys are ignored, so a plan file
-/// itself can serve as one).
+/// An external broker the service offers (`[[external_brokers]]` in the nodes file). A plan
+/// measures it with a `[[brokers]]` entry of kind `"external"` that has its `name`,
+/// `address` and `websocket_address`; its tests speaking WebSocket use `websocket_path`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServedBroker {
+    /// The name plans give it.
+    pub name: String,
+    /// `host:port` of its MQTT listener.
+    pub address: String,
+    /// `host:port` of its MQTT-over-WebSocket listener, if it has one.
+    #[serde(default)]
+    pub websocket_address: Option<String>,
+    /// The request path of its WebSocket listener; loadgen's default (`/mqtt`) when absent.
+    #[serde(default)]
+    pub websocket_path: Option<String>,
+}
+
+impl ServedBroker {
+    /// The WebSocket path its tests use.
+    fn websocket_path(&self) -> &str {
+        self.websocket_path
+            .as_deref()
+            .unwrap_or(DEFAULT_WEBSOCKET_PATH)
+    }
+}
+
+/// The nodes file: `[[nodes]]` tables as in a plan, and optionally `[[external_brokers]]`
+/// and `[ca_files]` (other keys are ignored, so a plan file itself can serve as one).
 #[derive(Debug, serde::Deserialize)]
 struct NodesFile {
     #[serde(default)]
     nodes: Vec<NodeEntry>,
+    #[serde(default)]
+    external_brokers: Vec<ServedBroker>,
+    #[serde(default)]
+    ca_files: BTreeMap<String, PathBuf>,
 }
 
 impl ServeConfig {
-    /// The configuration with the nodes read from `nodes_file` (`[[nodes]]` tables).
+    /// The configuration with the nodes, external brokers and CA files read from
+    /// `nodes_file`. Every CA file is read (capped, regular files only) and must hold a
+    /// certificate, so a bad one stops the service at its start, not a client's run.
     pub fn with_nodes_file(
         results_dir: PathBuf,
         pki_dir: PathBuf,
@@ -49,16 +96,30 @@ impl ServeConfig {
                 "{shown}: no [[nodes]]: plans would have nothing to run on"
             ));
         }
+        check_external_brokers(&parsed.external_brokers).map_err(|e| format!("{shown}: {e}"))?;
+        for (name, path) in &parsed.ca_files {
+            if !is_ca_name(name) {
+                return Err(format!(
+                    "{shown}: ca_files.{name}: a CA's name has 1 to 64 letters, digits, '-' \
+                     or '_' (plans name it instead of a path)"
+                ));
+            }
+            loadgen::transport::ca_roots(path)
+                .map_err(|reason| format!("{shown}: ca_files.{name}: {reason}"))?;
+        }
         Ok(ServeConfig {
             results_dir,
             pki_dir,
             nodes: parsed.nodes,
+            external_brokers: parsed.external_brokers,
+            ca_files: parsed.ca_files,
         })
     }
 
     /// `plan` as the service runs it, or why it is refused (one line naming the TOML path):
-    /// paths are the server's, and every node the plan names must be one of the server's,
-    /// described exactly as the server has it.
+    /// paths are the server's; every node and external broker the plan names must be one of
+    /// the server's, described exactly as the server has it; CA files are named from the
+    /// server's `ca_files`; WebSocket paths and testbed installs are the server's.
     pub fn admit(&self, mut plan: Plan, text: &str) -> Result<Plan, String> {
         let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in SERVER_PATHS {
@@ -68,6 +129,21 @@ impl ServeConfig {
                 ));
             }
         }
+        if plan.testbed.overlay != Overlay::None {
+            return Err(TESTBED_REFUSAL.replace("{key}", "overlay"));
+        }
+        if plan.testbed.orchestrator != Orchestrator::None {
+            return Err(TESTBED_REFUSAL.replace("{key}", "orchestrator"));
+        }
+        self.admit_nodes(&plan)?;
+        self.admit_external_brokers(&plan)?;
+        self.admit_workloads(&mut plan)?;
+        plan.results_dir = self.results_dir.clone();
+        plan.pki_dir = Some(self.pki_dir.clone());
+        Ok(plan)
+    }
+
+    fn admit_nodes(&self, plan: &Plan) -> Result<(), String> {
         for (i, node) in plan.nodes.iter().enumerate() {
             match self.nodes.iter().find(|known| known.name == node.name) {
                 None => {
@@ -88,10 +164,199 @@ impl ServeConfig {
                 Some(_) => {}
             }
         }
-        plan.results_dir = self.results_dir.clone();
-        plan.pki_dir = Some(self.pki_dir.clone());
-        Ok(plan)
+        Ok(())
     }
+
+    /// Every external broker is one of the server's, at the server's addresses. The plan's
+    /// addresses are compared, never echoed.
+    fn admit_external_brokers(&self, plan: &Plan) -> Result<(), String> {
+        for (b, broker) in plan.brokers.iter().enumerate() {
+            if broker.kind != BrokerKind::External {
+                continue;
+            }
+            let Some(served) = self.served(broker) else {
+                let known: Vec<&str> = self
+                    .external_brokers
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect();
+                return Err(format!(
+                    "brokers[{b}] ({:?}): not an external broker of this service (it has: {}); \
+                     external brokers and their addresses are the service's",
+                    broker.name,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ));
+            };
+            if broker.address.as_deref() != Some(served.address.as_str())
+                || broker.websocket_address != served.websocket_address
+            {
+                return Err(format!(
+                    "brokers[{b}] ({:?}): differs from the service's external broker of that \
+                     name; use it as the service describes it (address = {:?}, \
+                     websocket_address = {})",
+                    broker.name,
+                    served.address,
+                    served
+                        .websocket_address
+                        .as_deref()
+                        .map_or("absent".to_string(), |a| format!("{a:?}"))
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The server's external broker that `broker` names, if any.
+    fn served(&self, broker: &BrokerEntry) -> Option<&ServedBroker> {
+        self.external_brokers.iter().find(|e| e.name == broker.name)
+    }
+
+    /// Workload fields that reach the server's machine: no WebSocket path (the server's
+    /// external broker's own is set here), CA files named from `ca_files` and set to their
+    /// paths here.
+    fn admit_workloads(&self, plan: &mut Plan) -> Result<(), String> {
+        let websocket_path = self.websocket_path(plan)?;
+        let websocket_tests = plan.websocket_tests();
+        for (i, test) in plan.tests.iter_mut().enumerate() {
+            // A test speaking WebSocket says so in its workload, so it has one.
+            let Some(workload) = test.workload.as_mut() else {
+                continue;
+            };
+            if let Some(broker) = workload
+                .get_mut("broker")
+                .and_then(toml::Value::as_table_mut)
+            {
+                if broker.contains_key("websocket_path") {
+                    return Err(format!(
+                        "tests[{i}].workload.broker.websocket_path: WebSocket paths are the \
+                         service's (its external brokers' own, the products' for the others); \
+                         remove it"
+                    ));
+                }
+                if let Some(value) = broker.get_mut("tls_ca_file") {
+                    let path = value
+                        .as_str()
+                        .and_then(|name| self.ca_files.get(name))
+                        .ok_or_else(|| self.ca_refusal(i))?;
+                    *value = toml::Value::String(path.display().to_string());
+                }
+            }
+            if let Some(path) = websocket_path
+                .as_deref()
+                .filter(|_| websocket_tests.contains(&i))
+            {
+                set_websocket_path(workload, path);
+            }
+        }
+        Ok(())
+    }
+
+    fn ca_refusal(&self, test: usize) -> String {
+        let known: Vec<&str> = self.ca_files.keys().map(String::as_str).collect();
+        format!(
+            "tests[{test}].workload.broker.tls_ca_file: name one of this service's CAs \
+             (it has: {}), not a path",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )
+    }
+
+    /// The WebSocket path the plan's tests are given: that of the server's external brokers
+    /// in the plan which set one, when the plan has tests speaking WebSocket. Every broker of
+    /// such a plan must serve that path, since a test's path applies to all of them.
+    fn websocket_path(&self, plan: &Plan) -> Result<Option<String>, String> {
+        if plan.websocket_tests().is_empty() {
+            return Ok(None);
+        }
+        let Some(chosen) = plan
+            .brokers
+            .iter()
+            .filter(|b| b.kind == BrokerKind::External)
+            .filter_map(|b| self.served(b))
+            .find(|served| served.websocket_path.is_some())
+        else {
+            return Ok(None);
+        };
+        for (b, broker) in plan.brokers.iter().enumerate() {
+            let path = match broker.kind {
+                BrokerKind::External => self.served(broker).map(ServedBroker::websocket_path),
+                _ => broker
+                    .product()
+                    .and_then(|product| recipes::websocket_path(product).ok()),
+            };
+            if path.is_some_and(|path| path != chosen.websocket_path()) {
+                return Err(format!(
+                    "brokers[{b}] ({:?}): serves WebSocket on another path than the service's \
+                     external broker {:?}, whose path every test speaking WebSocket takes; \
+                     measure them in plans of their own",
+                    broker.name, chosen.name
+                ));
+            }
+        }
+        Ok(Some(chosen.websocket_path().to_string()))
+    }
+}
+
+/// The refusal of a plan's `[testbed]` install; `{key}` is the field.
+const TESTBED_REFUSAL: &str = "testbed.{key}: the service's testbed (Nebula, k3s) is installed \
+     by its operator, never by a submitted plan (remove it)";
+
+fn set_websocket_path(workload: &mut toml::Table, path: &str) {
+    let broker = workload
+        .entry("broker")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let Some(broker) = broker.as_table_mut() {
+        broker.insert(
+            "websocket_path".to_string(),
+            toml::Value::String(path.to_string()),
+        );
+    }
+}
+
+/// A CA's name in `[ca_files]`: short, and never mistaken for a path.
+fn is_ca_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The server's external brokers: unique names, `host:port` addresses, WebSocket paths that
+/// start with `/` and hold only printable ASCII.
+fn check_external_brokers(brokers: &[ServedBroker]) -> Result<(), String> {
+    for (i, broker) in brokers.iter().enumerate() {
+        let at = format!("external_brokers[{i}] ({:?})", broker.name);
+        if brokers[..i].iter().any(|b| b.name == broker.name) {
+            return Err(format!("{at}: a second broker of that name"));
+        }
+        for (key, address) in [
+            ("address", Some(&broker.address)),
+            ("websocket_address", broker.websocket_address.as_ref()),
+        ] {
+            let Some(address) = address else { continue };
+            let valid = address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                return Err(format!("{at}.{key} = {address:?}: needs host:port"));
+            }
+        }
+        if let Some(path) = &broker.websocket_path
+            && (!path.starts_with('/') || !path.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(format!(
+                "{at}.websocket_path = {path:?}: a request path such as \"/mqtt\""
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -178,5 +443,165 @@ loadgen = ["local"]
         std::fs::write(&file, "").expect("written");
         let error = ServeConfig::with_nodes_file("r".into(), "p".into(), &file).expect_err("empty");
         assert!(error.contains("no [[nodes]]"), "{error}");
+    }
+
+    /// A service with [`NODES`], one external broker and one CA (a real certificate).
+    fn config_with_extras(dir: &Path) -> ServeConfig {
+        let pki = dir.join("pki");
+        ::tests::pki::TestPki::create(&pki, &[]).expect("a PKI");
+        let file = dir.join("nodes.toml");
+        let extras = format!(
+            r#"{NODES}
+[[external_brokers]]
+name = "lab"
+address = "127.0.0.1:1883"
+websocket_address = "127.0.0.1:8080"
+websocket_path = "/ws"
+
+[ca_files]
+lab-ca = "{}"
+"#,
+            pki.join("ca.pem").display()
+        );
+        std::fs::write(&file, extras).expect("written");
+        ServeConfig::with_nodes_file("/srv/results".into(), "/srv/pki".into(), &file)
+            .expect("a nodes file")
+    }
+
+    /// A plan measuring `broker` (a `[[brokers]]` table's body) with a latency test whose
+    /// `[tests.workload.broker]` is `workload_broker`.
+    fn external_plan(broker: &str, workload_broker: &str) -> String {
+        format!(
+            r#"name = "p"
+{NODES}
+[[brokers]]
+{broker}
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["local"]
+[tests.workload.broker]
+{workload_broker}
+"#
+        )
+    }
+
+    const LAB: &str = r#"name = "lab"
+kind = "external"
+address = "127.0.0.1:1883"
+websocket_address = "127.0.0.1:8080""#;
+
+    #[test]
+    fn the_servers_external_broker_gets_its_websocket_path_and_a_named_ca_its_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = config_with_extras(dir.path());
+        let text = external_plan(LAB, "transport = \"websocket\"\ntls_ca_file = \"lab-ca\"");
+        let plan = admit(&config, &text).expect("admitted");
+        let spec = crate::plan::workload_for(&plan.tests[0], None, None).expect("a workload");
+        assert_eq!(spec.broker.websocket_path.as_deref(), Some("/ws"));
+        assert_eq!(spec.broker.tls_ca_file, Some(dir.path().join("pki/ca.pem")));
+    }
+
+    #[test]
+    fn external_brokers_ca_paths_websocket_paths_and_testbeds_are_refused_in_one_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = config_with_extras(dir.path());
+        let cases = [
+            (
+                external_plan(&LAB.replace("\"lab\"", "\"mine\""), "protocol = \"5\""),
+                "brokers[0] (\"mine\"): not an external broker of this service (it has: lab)",
+            ),
+            (
+                external_plan(
+                    &LAB.replace("127.0.0.1:1883", "198.51.100.7:1883"),
+                    "protocol = \"5\"",
+                ),
+                "brokers[0] (\"lab\"): differs from the service's external broker",
+            ),
+            (
+                external_plan(
+                    LAB,
+                    "transport = \"websocket\"\nwebsocket_path = \"/latest/meta-data/\"",
+                ),
+                "tests[0].workload.broker.websocket_path: WebSocket paths are the service's",
+            ),
+            (
+                external_plan(LAB, "tls_ca_file = \"/etc/shadow\""),
+                "tests[0].workload.broker.tls_ca_file: name one of this service's CAs \
+                 (it has: lab-ca), not a path",
+            ),
+            (
+                external_plan(LAB, "tls_ca_file = \"other-ca\""),
+                "tests[0].workload.broker.tls_ca_file: name one of this service's CAs",
+            ),
+        ];
+        for (text, expected) in cases {
+            let refused = admit(&config, &text).expect_err(expected);
+            assert!(
+                refused.starts_with(expected),
+                "{refused}\nexpected {expected}"
+            );
+            assert!(!refused.contains('\n'), "{refused}");
+            for echoed in ["198.51.100.7", "/etc/shadow", "meta-data"] {
+                assert!(!refused.contains(echoed), "{refused}");
+            }
+        }
+        let testbed = r#"name = "p"
+[testbed]
+overlay = "nebula"
+headnode = "h"
+[[nodes]]
+name = "h"
+agent = "192.0.2.1:7100"
+roles = ["loadgen"]
+overlay_ip = "198.19.0.1/24"
+[[nodes]]
+name = "w"
+agent = "192.0.2.2:7100"
+roles = ["loadgen", "broker"]
+overlay_ip = "198.19.0.2/24"
+[[brokers]]
+name = "embedded"
+kind = "embedded"
+node = "w"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["w"]
+"#;
+        let refused = admit(&config, testbed).expect_err("a testbed install");
+        assert!(refused.starts_with("testbed.overlay: "), "{refused}");
+    }
+
+    #[test]
+    fn a_ca_file_that_is_not_a_small_regular_certificate_file_stops_the_service_at_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("nodes.toml");
+        for (ca_files, expected) in [
+            (
+                "zero = \"/dev/zero\"",
+                "ca_files.zero: /dev/zero: not a regular file",
+            ),
+            ("dir = \"/\"", "ca_files.dir: /: not a regular file"),
+            ("\"../x\" = \"/dev/null\"", "ca_files.../x: a CA's name"),
+        ] {
+            std::fs::write(&file, format!("{NODES}\n[ca_files]\n{ca_files}\n")).expect("written");
+            let error =
+                ServeConfig::with_nodes_file("r".into(), "p".into(), &file).expect_err(ca_files);
+            assert!(error.contains(expected), "{error}");
+        }
+        std::fs::write(
+            &file,
+            format!("{NODES}\n[[external_brokers]]\nname = \"x\"\naddress = \"nowhere\"\n"),
+        )
+        .expect("written");
+        let error =
+            ServeConfig::with_nodes_file("r".into(), "p".into(), &file).expect_err("no port");
+        assert!(
+            error.contains("external_brokers[0] (\"x\").address"),
+            "{error}"
+        );
     }
 }

@@ -5,10 +5,14 @@
 //! The service runs one plan at a time, in submission order; each run is exactly what
 //! `controller plan.toml` does (netem and brokers undone at the end), observed through
 //! [`crate::run::run_plan_observed`], with what only the server may decide taken from its
-//! [`ServeConfig`]: results in `<results_dir>/<run id>`, its PKI, its nodes (a plan that sets
-//! a path or names another node is refused). Each run belongs to the identity that submitted
-//! it: only that client, or the controller identity as administrator, may watch, fetch or
-//! cancel it, and List shows a client its own runs; agents get PermissionDenied. A client may
+//! [`ServeConfig`]: results in `<results_dir>/<run id>`, its PKI, its nodes, its external
+//! brokers (addresses and WebSocket paths) and its CA files by name. A plan that sets a path,
+//! names another node or external broker, names a CA file by path, sets a WebSocket path or
+//! installs a testbed (Nebula, k3s) is refused in one line before anything is created, and
+//! admission never resolves, dials or opens what a plan names. Each run belongs to the
+//! identity that submitted it: only that client, or the controller identity as
+//! administrator, may watch, fetch or cancel it, and List shows a client its own runs;
+//! agents get PermissionDenied. A client may
 //! have 4 runs queued or running and the service remembers its last 32. On shutdown
 //! (SIGTERM or SIGINT for [`run`], the `shutdown` future for [`serve`]) queued runs are
 //! cancelled, the running one stops after its undo, followers receive its end, and then the
@@ -16,7 +20,8 @@
 //!
 //! # Layout
 //! - this file: [`serve`] on a bound listener, [`run`] for the binary, [`ServeError`].
-//! - `config.rs`: [`ServeConfig`], what the server decides, and the admission of plans.
+//! - `config.rs`: [`ServeConfig`], what the server decides (nodes, [`ServedBroker`]s, CA
+//!   files), and the admission of plans.
 //! - `service.rs`: the `Controller` RPCs, their role check and run ownership.
 //! - `runs.rs`: the run registry (state, counts, event history) and the worker that runs
 //!   queued plans one at a time.
@@ -27,7 +32,7 @@ mod files;
 mod runs;
 mod service;
 
-pub use config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT, ServeConfig};
+pub use config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT, ServeConfig, ServedBroker};
 
 use std::future::Future;
 use std::path::Path;
