@@ -98,6 +98,9 @@ pub enum CliError {
     /// A required flag is missing.
     #[error("{0}")]
     Usage(String),
+    /// SIGINT or SIGTERM came and the run did not stop within this long; its figures are lost.
+    #[error("the run did not stop within {0:?} of SIGINT/SIGTERM; exiting without its figures")]
+    NotStopped(std::time::Duration),
 }
 
 /// Runs the parsed command.

@@ -2,7 +2,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::run::spawn_signal_handler;
+use super::run::{spawn_signal_handler, stopped_within_bound};
 use super::{Cli, CliError};
 use crate::output;
 use crate::spec::WorkloadSpec;
@@ -42,14 +42,13 @@ pub(super) async fn saturate(
         }
         let spec = probe_spec(&base, probe, &settings);
         let began = std::time::Instant::now();
-        let outcome = match crate::runtime::run_dedicated(
+        let probe_run = crate::runtime::run_dedicated(
             spec,
             crate::engine::StartBarrier::default(),
             cancel.clone(),
             None,
-        )
-        .await
-        {
+        );
+        let outcome = match stopped_within_bound(probe_run, &cancel).await? {
             Ok(result) => crate::saturation::ProbeOutcome::of(
                 probe,
                 &Summary::of(&result),
