@@ -120,6 +120,10 @@ fn progress(status: &loadgen::Status) -> pb::RunLoadEvent {
 }
 
 #[cfg(test)]
+#[path = "load_tests.rs"]
+mod served_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -142,6 +146,8 @@ mod tests {
 
     #[test]
     fn loads_beyond_the_bound_are_refused_until_one_ends() {
+        // Slots of its own: the agent's are the served loads' (loads_whose_caller_went_away).
+        static LOADS: Slots = Slots::new(MAX_CONCURRENT_LOADS, "loads");
         let slots: Vec<_> = (0..MAX_CONCURRENT_LOADS)
             .map(|_| LOADS.take().expect("within the bound"))
             .collect();

@@ -37,6 +37,12 @@ impl Slots {
         }
         Ok(Slot(self))
     }
+
+    /// Slots held now.
+    #[cfg(test)]
+    pub(crate) fn in_use(&self) -> usize {
+        self.taken.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Slot {
