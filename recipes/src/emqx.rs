@@ -18,7 +18,7 @@ use std::time::Duration;
 use domain::BrokerOptions;
 use host::CommandLine;
 
-use crate::{ConfigUse, Instance, MQTT_PORT, NativePlan, Pod, Readiness};
+use crate::{ConfigUse, Generated, Instance, MQTT_PORT, NativePlan, Pod, Readiness};
 
 /// Where EMQX's `bin/emqx` is looked for: its package, its tarball in `/opt`, a local install.
 pub const PROGRAMS: &[&str] = &["/usr/bin/emqx", "/opt/emqx/bin/emqx", "/usr/local/bin/emqx"];
@@ -34,6 +34,14 @@ pub const VERSION_IN_LOG: Option<&str> = None;
 
 /// The pinned image; [`PROVENANCE`] says why this tag.
 pub const IMAGE: &str = "emqx:5.0.22";
+
+/// The Erlang cookie [`IMAGE`] ships (`node.cookie` in its `emqx.conf`); the pod never
+/// keeps it.
+pub const IMAGE_COOKIE: &str = "emqxsecretcookie";
+
+/// The dashboard admin's password [`IMAGE`] ships (`dashboard.default_password`); the pod
+/// never keeps it.
+pub const IMAGE_DASHBOARD_PASSWORD: &str = "public";
 
 /// Which image the study deployed, and why [`IMAGE`].
 pub const PROVENANCE: &str = "The study deployed emqx:5.0.22 with EMQX_MQTT__MAX_PACKET_SIZE=2MB; the \
@@ -104,9 +112,13 @@ pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> N
     NativePlan::erlang(main, instance.options.start_deadline_or(START_DEADLINE))
 }
 
-/// The pod: [`IMAGE`] with [`benchmark_settings`] as its environment. The other listeners
-/// stay as shipped: inside the pod they collide with nothing, and the Service exposes MQTT
-/// only.
+/// The pod: [`IMAGE`] with [`benchmark_settings`] as its environment, and a cookie and a
+/// dashboard password of its own instead of the image's [`IMAGE_COOKIE`] and
+/// [`IMAGE_DASHBOARD_PASSWORD`]. The other listeners stay as shipped: inside the pod they
+/// collide with nothing, the Service exposes MQTT only, and the broker's NetworkPolicy keeps
+/// other pods off them. The dashboard listener stays for the readiness probe (the kubelet
+/// probes from the pod's node, which a NetworkPolicy always admits); its admin password is
+/// drawn per deployment, for an operator who reads it from the Secret.
 pub fn pod(options: &BrokerOptions) -> Pod {
     Pod {
         image: IMAGE,
@@ -118,6 +130,15 @@ pub fn pod(options: &BrokerOptions) -> Pod {
             .collect(),
         config_use: ConfigUse::Env,
         env: Vec::new(),
+        secret_env: vec![
+            ("EMQX_NODE__COOKIE", Generated::ErlangCookie),
+            // Read once, when the first boot creates the admin user: every pod boots first,
+            // since it keeps no data across restarts.
+            (
+                "EMQX_DASHBOARD__DEFAULT_PASSWORD",
+                Generated::DashboardPassword,
+            ),
+        ],
         ports: vec![("mqtt", MQTT_PORT), ("dashboard", 18083)],
         // EMQX's status API answers 200 once the node runs (its Helm chart's probe).
         readiness: Readiness::Http {

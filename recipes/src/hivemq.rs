@@ -179,6 +179,7 @@ pub fn pod(options: &BrokerOptions) -> Pod {
                 format!("-XX:+UseNUMA -XX:MaxRAMPercentage=50 {JMX_ON_LOOPBACK}"),
             ),
         ],
+        secret_env: Vec::new(),
         ports: vec![("mqtt", MQTT_PORT)],
         // HiveMQ CE has no HTTP health endpoint (the enterprise edition has).
         readiness: Readiness::MqttPort,

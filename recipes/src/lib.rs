@@ -11,8 +11,8 @@
 //!
 //! # Layout
 //! - this file: what a native plan is given ([`Instance`]) and returns ([`NativePlan`],
-//!   [`Helper`]); what a pod is made of ([`Pod`], [`ConfigUse`], [`Readiness`]); the choice
-//!   by [`Product`] ([`pod`], [`version_in_log`]).
+//!   [`Helper`]); what a pod is made of ([`Pod`], [`ConfigUse`], [`Readiness`], [`Generated`]);
+//!   the choice by [`Product`] ([`pod`], [`version_in_log`]).
 //! - [`mosquitto`]: `mosquitto -c FILE`; the image with the same file mounted.
 //! - [`rabbitmq`]: a private node with its MQTT plugin and its own epmd; the image with the
 //!   same config under `conf.d`.
@@ -165,6 +165,29 @@ pub enum ConfigUse {
     Env,
 }
 
+/// A value the agent draws at random for each deployment of a pod, keeps in the broker's
+/// Secret and hands to the container as an environment variable: never the image's default,
+/// never the same for two deployments, never in the ConfigMap or the pod's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Generated {
+    /// The Erlang distribution cookie: whoever knows it and reaches the node's distribution
+    /// port runs code in the broker. The images ship fixed ones (`emqxsecretcookie`, `vmq`).
+    ErlangCookie,
+    /// The initial password of the product's web console admin (EMQX's dashboard ships
+    /// `admin`/`public`).
+    DashboardPassword,
+}
+
+impl Generated {
+    /// Its key in the broker's Secret.
+    pub fn key(self) -> &'static str {
+        match self {
+            Generated::ErlangCookie => "erlang-cookie",
+            Generated::DashboardPassword => "dashboard-password",
+        }
+    }
+}
+
 /// How Kubernetes decides the broker is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
@@ -198,6 +221,9 @@ pub struct Pod {
     pub config_use: ConfigUse,
     /// Plain environment variables of the container, besides the config.
     pub env: Vec<(&'static str, String)>,
+    /// Environment variables whose values are drawn for each deployment and read from the
+    /// broker's Secret (`valueFrom.secretKeyRef`).
+    pub secret_env: Vec<(&'static str, Generated)>,
     /// Named container ports; the first is MQTT.
     pub ports: Vec<(&'static str, u16)>,
     /// The readiness probe.
@@ -310,6 +336,45 @@ mod tests {
         assert!(vernemq.contains("DOCKER_VERNEMQ_MAX_INFLIGHT_MESSAGES=64\n"));
         assert!(vernemq.contains("DOCKER_VERNEMQ_MAX_ONLINE_MESSAGES=5000\n"));
         assert!(text(Product::HiveMq).contains("<max-queue-size>5000</max-queue-size>"));
+    }
+
+    #[test]
+    fn erlang_pods_take_their_cookie_from_the_secret_and_nothing_else_sets_it() {
+        let cookie_variable = |product| {
+            pod(product, &BrokerOptions::default())
+                .secret_env
+                .iter()
+                .find(|(_, generated)| *generated == Generated::ErlangCookie)
+                .map(|(name, _)| *name)
+        };
+        assert_eq!(cookie_variable(Product::Emqx), Some("EMQX_NODE__COOKIE"));
+        assert_eq!(
+            cookie_variable(Product::VerneMq),
+            Some("DOCKER_VERNEMQ_DISTRIBUTED_COOKIE")
+        );
+        let emqx = pod(Product::Emqx, &BrokerOptions::default());
+        assert!(
+            emqx.secret_env.contains(&(
+                "EMQX_DASHBOARD__DEFAULT_PASSWORD",
+                Generated::DashboardPassword
+            )),
+            "{:?}",
+            emqx.secret_env
+        );
+        for product in Product::ALL {
+            let pod = pod(product, &BrokerOptions::default());
+            for (name, _) in &pod.secret_env {
+                // A second, plain setting of the same variable would override or leak it.
+                assert!(!pod.config.contains_key(*name), "{product}: {name}");
+                assert!(pod.env.iter().all(|(plain, _)| plain != name), "{product}");
+            }
+            let plain = pod.config.values().chain(pod.env.iter().map(|(_, v)| v));
+            for value in plain {
+                for default in [emqx::IMAGE_COOKIE, vernemq::IMAGE_COOKIE] {
+                    assert_ne!(value, default, "{product}: an image's stock cookie");
+                }
+            }
+        }
     }
 
     #[test]

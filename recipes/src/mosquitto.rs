@@ -188,6 +188,7 @@ pub fn pod(options: &BrokerOptions) -> Pod {
         config: data([(CONFIG_FILE, config)]),
         config_use: ConfigUse::Files(vec![(CONFIG_FILE, "/mosquitto/config/mosquitto.conf")]),
         env: Vec::new(),
+        secret_env: Vec::new(),
         ports,
         // Mosquitto has no health endpoint; an exec probe would cost CPU mid-benchmark.
         readiness: Readiness::MqttPort,

@@ -326,6 +326,10 @@ pub fn pod(options: &BrokerOptions) -> Pod {
             ("enabled_plugins", "/etc/rabbitmq/enabled_plugins"),
         ]),
         env: Vec::new(),
+        // One node, never clustered: the image ships no cookie (Erlang makes one at first
+        // boot), and the broker's NetworkPolicy admits MQTT only, so no other pod reaches
+        // its epmd or distribution port.
+        secret_env: Vec::new(),
         ports,
         // The MQTT listener opens once the plugin runs. rabbitmq-diagnostics, the product's
         // check, boots an Erlang VM per probe: too costly during a benchmark.

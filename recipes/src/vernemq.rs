@@ -30,7 +30,7 @@ use std::time::Duration;
 use domain::BrokerOptions;
 use host::CommandLine;
 
-use crate::{ConfigUse, Instance, MQTT_PORT, NativePlan, Pod, Readiness, data};
+use crate::{ConfigUse, Generated, Instance, MQTT_PORT, NativePlan, Pod, Readiness, data};
 
 /// Where VerneMQ's `bin/vernemq` is looked for: its packages, its tarball, its image's layout.
 pub const PROGRAMS: &[&str] = &[
@@ -54,6 +54,10 @@ pub const VERSION_IN_LOG: Option<&str> = None;
 
 /// The pinned image; [`PROVENANCE`] says why this tag.
 pub const IMAGE: &str = "vernemq/vernemq:2.1.1";
+
+/// The Erlang cookie [`IMAGE`] ships (`distributed_cookie` in its `vernemq.conf`); the pod
+/// never keeps it.
+pub const IMAGE_COOKIE: &str = "vmq";
 
 /// Which image the study deployed, and why [`IMAGE`].
 pub const PROVENANCE: &str = "The study deployed VerneMQ with its Helm chart, whose images were amd64 \
@@ -136,7 +140,8 @@ fn image_variable(name: &str) -> String {
     format!("DOCKER_VERNEMQ_{}", name.to_ascii_uppercase())
 }
 
-/// The pod: [`IMAGE`] with the same limits as variables.
+/// The pod: [`IMAGE`] with the same limits as variables, and a cookie of its own instead of
+/// the image's [`IMAGE_COOKIE`].
 pub fn pod(options: &BrokerOptions) -> Pod {
     let mut config = data([
         // The binary image refuses to start until its EULA is accepted.
@@ -157,6 +162,9 @@ pub fn pod(options: &BrokerOptions) -> Pod {
         config,
         config_use: ConfigUse::Env,
         env: Vec::new(),
+        // The image's start script writes it into `vernemq.conf` as `distributed_cookie`,
+        // after the shipped line, so it wins.
+        secret_env: vec![("DOCKER_VERNEMQ_DISTRIBUTED_COOKIE", Generated::ErlangCookie)],
         // 8888: the HTTP listener the image opens, which serves /health.
         ports: vec![("mqtt", MQTT_PORT), ("http", 8888)],
         // 200 once every listener runs and the node has joined its (one-node) cluster.
