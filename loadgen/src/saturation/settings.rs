@@ -50,6 +50,21 @@ impl SearchSettings {
             problem: problem.to_string(),
         };
         let shown = |d: Duration| humantime::format_duration(d).to_string();
+        // A probe is a timed run, bounded as one; a p99 bound beyond it admits anything.
+        let longest = crate::spec::MAX_DURATION;
+        for (name, value) in [
+            ("probe", self.probe),
+            ("probe_warmup", self.probe_warmup),
+            ("p99_bound", self.p99_bound),
+        ] {
+            if value > longest {
+                return Err(invalid(
+                    name,
+                    shown(value),
+                    &format!("at most {}", shown(longest)),
+                ));
+            }
+        }
         if self.probe.is_zero() {
             return Err(invalid(
                 "probe",

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 /// MQTT's largest packet: the remaining length is at most 268,435,455 bytes.
 pub const MQTT_MAX_REMAINING_LENGTH: u64 = 268_435_455;
 
-/// The broker under test.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The broker under test. Its `Debug` shows no password, so neither do logs nor errors that
+/// print a spec.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerTarget {
     /// Host name or IP address.
@@ -37,6 +38,21 @@ pub struct BrokerTarget {
     /// `transport = "websocket"`.
     #[serde(default)]
     pub websocket_path: Option<String>,
+}
+
+impl fmt::Debug for BrokerTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrokerTarget")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("protocol", &self.protocol)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("transport", &self.transport)
+            .field("websocket_path", &self.websocket_path)
+            .finish()
+    }
 }
 
 /// The request path of a WebSocket connection unless the spec names one (Mosquitto serves

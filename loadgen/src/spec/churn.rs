@@ -31,20 +31,23 @@ pub struct Churn {
 }
 
 impl Churn {
-    /// When arrival `n` (from 0) is due, after the churn's start.
+    /// When arrival `n` (from 0) is due, after the churn's start; saturates (instead of
+    /// panicking) for a rate so small that the time does not fit a `Duration`, which
+    /// validation then refuses by its span.
     pub fn arrival(&self, n: u64) -> Duration {
-        Duration::from_secs_f64(n as f64 / self.rate)
+        Duration::try_from_secs_f64(n as f64 / self.rate).unwrap_or(Duration::MAX)
     }
 
     /// How many churn connections can be open at once: arrivals within one hold (plus
     /// one), and at most all of them; what the open-file limit must allow for.
     pub fn most_open_at_once(&self) -> u64 {
-        let within_hold = (self.rate * self.hold.as_secs_f64()).ceil() as u64 + 1;
+        let within_hold = ((self.rate * self.hold.as_secs_f64()).ceil() as u64).saturating_add(1);
         within_hold.min(self.connections)
     }
 
     /// Time from the first arrival to the last one's DISCONNECT.
     pub fn span(&self) -> Duration {
-        self.arrival(self.connections.saturating_sub(1)) + self.hold
+        self.arrival(self.connections.saturating_sub(1))
+            .saturating_add(self.hold)
     }
 }

@@ -159,6 +159,11 @@ mod tests {
             toml::from_str("host = \"h\"\nport = 1\nusername = \"bob\"\npassword = \"hunter2\"\n")
                 .expect("parses");
         assert_eq!(read.password.as_deref(), Some("hunter2"));
+        let debug = format!("{spec:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("<redacted>"),
+            "{debug}"
+        );
     }
 
     pub(crate) fn example() -> WorkloadSpec {

@@ -44,9 +44,22 @@ fn invalid(path: &str, value: impl fmt::Display, problem: impl Into<String>) -> 
     }
 }
 
+/// The bound of one duration field: refused above `bound`, naming the field and the value.
+fn at_most(path: &str, value: Duration, bound: Duration) -> Result<(), SpecError> {
+    if value > bound {
+        return Err(invalid(
+            path,
+            humantime::format_duration(value),
+            format!("at most {}", humantime::format_duration(bound)),
+        ));
+    }
+    Ok(())
+}
+
 impl WorkloadSpec {
     /// Checks every field; the first problem found is returned with its TOML path.
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.validate_duration_bounds()?;
         if self.broker.host.trim().is_empty() {
             return Err(invalid("broker.host", "\"\"", "a broker host is required"));
         }
@@ -216,6 +229,54 @@ impl WorkloadSpec {
         Ok(())
     }
 
+    /// Every duration that schedules work is bounded above before anything else is checked,
+    /// so a value such as `18446744073709551615s` is refused naming its own path (not a
+    /// combination it spoils), and the engine's deadline arithmetic stays far from overflow.
+    /// [`MAX_DURATION`] (an hour, the longest timed run) bounds them all, except:
+    /// `connection.keep_alive`, which MQTT carries in 16 bits (65535 s), and
+    /// `engine.coalescing`, a read cadence of at most [`MAX_COALESCING`].
+    fn validate_duration_bounds(&self) -> Result<(), SpecError> {
+        let connection = &self.connection;
+        let mut bounded: Vec<(&str, Duration)> = vec![
+            ("connection.connect_timeout", connection.connect_timeout),
+            ("drain.timeout", self.drain.timeout),
+            ("drain.idle", self.drain.idle),
+        ];
+        if let Pacing::OpenLoop { interval } = self.pacing {
+            bounded.push(("pacing.interval", interval));
+        }
+        bounded.extend(self.duration.map(|d| ("duration", d)));
+        bounded.extend(self.warmup.map(|d| ("warmup", d)));
+        if let Some(offline) = connection.offline {
+            bounded.push(("connection.offline.after", offline.after));
+            bounded.push(("connection.offline.gap", offline.gap));
+        }
+        if let Some(reconnect) = &connection.reconnect {
+            bounded.push(("connection.reconnect.within", reconnect.within));
+            bounded.push(("connection.reconnect.retry", reconnect.retry));
+            bounded.extend(
+                reconnect
+                    .cut_all_at
+                    .map(|at| ("connection.reconnect.cut_all_at", at)),
+            );
+        }
+        bounded.extend(self.churn.as_ref().map(|churn| ("churn.hold", churn.hold)));
+        for (path, value) in bounded {
+            at_most(path, value, MAX_DURATION)?;
+        }
+        if connection.keep_alive.as_secs() > u64::from(u16::MAX) {
+            return Err(invalid(
+                "connection.keep_alive",
+                humantime::format_duration(connection.keep_alive),
+                "MQTT allows at most 65535 s",
+            ));
+        }
+        if let Coalescing::Sleep(sleep) = self.engine.coalescing {
+            at_most("engine.coalescing", sleep, MAX_COALESCING)?;
+        }
+        Ok(())
+    }
+
     /// Counted or timed, and a pacing that fits: the combinations a run can honestly carry out.
     fn validate_length(&self, encoding: HeaderEncoding) -> Result<(), SpecError> {
         let payload = self.payload.bytes();
@@ -278,23 +339,8 @@ impl WorkloadSpec {
                 }
             }
             Some(duration) => {
-                let shown = humantime::format_duration(duration);
                 if duration.is_zero() {
                     return Err(invalid("duration", "0s", "must be above zero"));
-                }
-                if duration > MAX_DURATION {
-                    return Err(invalid(
-                        "duration",
-                        shown,
-                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
-                    ));
-                }
-                if self.warmup.unwrap_or_default() > MAX_DURATION {
-                    return Err(invalid(
-                        "warmup",
-                        humantime::format_duration(self.warmup.unwrap_or_default()),
-                        format!("at most {}", humantime::format_duration(MAX_DURATION)),
-                    ));
                 }
                 if self.pacing == Pacing::Burst {
                     return Err(invalid(
@@ -417,13 +463,6 @@ impl WorkloadSpec {
 
     fn validate_connection(&self) -> Result<(), SpecError> {
         let connection = &self.connection;
-        if connection.keep_alive.as_secs() > u64::from(u16::MAX) {
-            return Err(invalid(
-                "connection.keep_alive",
-                humantime::format_duration(connection.keep_alive),
-                "MQTT allows at most 65535 s",
-            ));
-        }
         if connection.connect_timeout.is_zero() {
             return Err(invalid(
                 "connection.connect_timeout",
@@ -446,14 +485,11 @@ impl WorkloadSpec {
                     "needs connection.clean_session = false: a clean session is gone when its client leaves",
                 ));
             }
-            if offline.gap.is_zero() || offline.gap > MAX_DURATION || offline.after > MAX_DURATION {
+            if offline.gap.is_zero() {
                 return Err(invalid(
                     "connection.offline.gap",
-                    humantime::format_duration(offline.gap),
-                    format!(
-                        "above 0, and gap and after at most {}",
-                        humantime::format_duration(MAX_DURATION)
-                    ),
+                    "0s",
+                    "must be above zero",
                 ));
             }
             if self.subscribers == 0 {
@@ -696,6 +732,116 @@ mod tests {
                 "{error} should start with {expected}"
             );
         }
+    }
+
+    /// Every duration that schedules work, set to u64::MAX seconds in a spec that is valid
+    /// otherwise (and read from TOML, as a spec file or a plan's workload table gives it), is
+    /// refused naming its own path and the value, without a panic.
+    #[test]
+    fn every_duration_at_u64_max_seconds_is_refused_naming_its_path() {
+        const MAX: &str = "\"18446744073709551615s\"";
+        // Top-level keys first, then each case's fields (keys, then tables), the broker last.
+        let base = "publishers = 1\nsubscribers = 1\nqos = 1\npayload = \"16B\"\n";
+        let broker = "[broker]\nhost = \"127.0.0.1\"\nport = 1883\n";
+        let counted = "messages_per_publisher = 10\n";
+        let timed = "duration = \"1s\"\n";
+        let open_loop = "[pacing]\nmode = \"open-loop\"\ninterval = \"1s\"\n";
+        let rate = "[pacing]\nmode = \"rate\"\nrate = 10\n";
+        let cases: Vec<(&str, String)> = vec![
+            (
+                "pacing.interval",
+                format!("{counted}[pacing]\nmode = \"open-loop\"\ninterval = {MAX}\n"),
+            ),
+            ("duration", format!("duration = {MAX}\n{rate}")),
+            ("warmup", format!("{timed}warmup = {MAX}\n{rate}")),
+            (
+                "drain.timeout",
+                format!("{counted}{open_loop}[drain]\ntimeout = {MAX}\n"),
+            ),
+            (
+                "drain.idle",
+                format!("{counted}{open_loop}[drain]\nidle = {MAX}\n"),
+            ),
+            (
+                "connection.keep_alive",
+                format!("{counted}{open_loop}[connection]\nkeep_alive = {MAX}\n"),
+            ),
+            (
+                "connection.connect_timeout",
+                format!("{counted}{open_loop}[connection]\nconnect_timeout = {MAX}\n"),
+            ),
+            (
+                "connection.offline.after",
+                format!(
+                    "{counted}{open_loop}[connection]\nclean_session = false\noffline = {{ after = {MAX}, gap = \"1s\" }}\n"
+                ),
+            ),
+            (
+                "connection.offline.gap",
+                format!(
+                    "{counted}{open_loop}[connection]\nclean_session = false\noffline = {{ after = \"1s\", gap = {MAX} }}\n"
+                ),
+            ),
+            (
+                "connection.reconnect.within",
+                format!(
+                    "{counted}{open_loop}[connection]\nreconnect = {{ within = {MAX}, retry = \"1ms\" }}\n"
+                ),
+            ),
+            (
+                "connection.reconnect.retry",
+                format!(
+                    "{counted}{open_loop}[connection]\nreconnect = {{ within = \"5s\", retry = {MAX} }}\n"
+                ),
+            ),
+            (
+                "connection.reconnect.cut_all_at",
+                format!(
+                    "{counted}{open_loop}[connection]\nreconnect = {{ within = \"5s\", cut_all_at = {MAX} }}\n"
+                ),
+            ),
+            (
+                "engine.coalescing",
+                format!("{counted}{open_loop}[engine]\ncoalescing = {MAX}\n"),
+            ),
+            (
+                "churn.hold",
+                format!(
+                    "{counted}{open_loop}[churn]\nrate = 10.0\nconnections = 10\nhold = {MAX}\n"
+                ),
+            ),
+        ];
+        for (path, fields) in cases {
+            let text = format!("{base}{fields}{broker}");
+            // The same spec with the field at a millisecond is valid: the bound is what refuses.
+            let sane = text.replace("18446744073709551615s", "1ms");
+            WorkloadSpec::from_toml(&sane).unwrap_or_else(|e| panic!("{path}: {e}\n{sane}"));
+            let spec: WorkloadSpec = toml::from_str(&text).expect(path);
+            let error = spec.validate().expect_err(path);
+            assert_eq!(error.path, path, "{error}");
+            assert!(
+                error.to_string().starts_with(&format!("{path} = ")),
+                "{error}"
+            );
+            assert!(
+                error.value.contains("584542046090y")
+                    || error.value.contains("18446744073709551615"),
+                "the value is named: {error}"
+            );
+        }
+    }
+
+    /// A churn so slow that its arrivals do not fit a `Duration` is refused, not a panic.
+    #[test]
+    fn a_churn_rate_near_zero_is_refused_without_a_panic() {
+        let mut spec = example();
+        spec.churn = Some(Churn {
+            rate: 1e-300,
+            connections: 10,
+            hold: Duration::from_secs(1),
+        });
+        let error = spec.validate().expect_err("too slow");
+        assert_eq!(error.path, "churn.connections", "{error}");
     }
 
     #[test]
