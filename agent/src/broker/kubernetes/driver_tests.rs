@@ -75,10 +75,102 @@ async fn a_broker_is_applied_rolled_out_probed_sampled_and_deleted() {
         assert_eq!(calls[6], format!("get pods -n continuum -l {SELECTOR} -o name"));
 
         // kubectl read exactly the manifests: all of them to apply, all but the namespace
-        // to delete.
-        let manifests = Manifests::of(&spec).unwrap();
+        // to delete. Mosquitto has no Secret, so no drawn value is in them.
+        let manifests = Manifests::of(&spec, &DeploymentSecrets::given("-", "-")).unwrap();
         assert_eq!(fake.stdin_of(2), manifests.apply_yaml().unwrap());
         assert_eq!(fake.stdin_of(6), manifests.delete_yaml().unwrap());
+        pod.stop().await.unwrap();
+    })
+    .await;
+}
+
+/// The `kind`s of a multi-document YAML text, in order, and the Secret in it if any.
+fn kinds_and_secret(text: &str) -> (Vec<String>, Option<k8s_openapi::api::core::v1::Secret>) {
+    let mut kinds = Vec::new();
+    let mut secret = None;
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(document).unwrap();
+        let kind = value["kind"].as_str().unwrap().to_owned();
+        if kind == "Secret" {
+            secret = Some(serde_yaml_ng::from_value(value).unwrap());
+        }
+        kinds.push(kind);
+    }
+    (kinds, secret)
+}
+
+/// The Erlang cookie in a Secret.
+fn cookie_in(secret: &k8s_openapi::api::core::v1::Secret) -> String {
+    let data = secret.data.as_ref().expect("the Secret has data");
+    String::from_utf8(data["erlang-cookie"].0.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn an_erlang_broker_gets_its_own_cookie_applied_first_and_deleted_with_it() {
+    bounded(async {
+        let fake = FakeK3s::new();
+        let (pod, port) = broker_on_a_node_port().await;
+        let mut spec = spec("worker-1", port);
+        spec.kind = BrokerKind::Kubernetes {
+            product: Product::Emqx,
+            node: "worker-1".into(),
+            namespace: "continuum".into(),
+            node_port: Some(port),
+            on_every_node: false,
+        };
+        let driver = KubernetesDriver::new(fake.kubectl());
+        let mut cookies = Vec::new();
+        for round in 0..2 {
+            let broker = driver.start(&spec).await.unwrap();
+            broker.stop().await.unwrap();
+            // This round's apply and delete, as `stdin_of` counts calls (from 1).
+            let calls = fake.calls();
+            let nth = |verb: &str| {
+                let found: Vec<usize> = (1..=calls.len())
+                    .filter(|n| calls[n - 1].starts_with(verb))
+                    .collect();
+                assert_eq!(found.len(), round + 1, "{calls:#?}");
+                found[round]
+            };
+            let (apply, delete) = (nth("apply -f -"), nth("delete -f -"));
+            // The policy and the Secret go to the cluster before the Deployment.
+            let (kinds, secret) = kinds_and_secret(&fake.stdin_of(apply));
+            assert_eq!(
+                kinds,
+                [
+                    "Namespace",
+                    "NetworkPolicy",
+                    "Secret",
+                    "ConfigMap",
+                    "Deployment",
+                    "Service"
+                ]
+            );
+            let cookie = cookie_in(&secret.unwrap());
+            assert_ne!(cookie, recipes::emqx::IMAGE_COOKIE);
+            assert_eq!(cookie.len(), 64);
+            // Stopped, the Secret and the policy are deleted with the broker; the delete's
+            // text holds no secret value.
+            let delete = fake.stdin_of(delete);
+            let (kinds, secret) = kinds_and_secret(&delete);
+            assert_eq!(
+                kinds,
+                [
+                    "Service",
+                    "Deployment",
+                    "ConfigMap",
+                    "Secret",
+                    "NetworkPolicy"
+                ]
+            );
+            assert_eq!(
+                secret.unwrap().metadata.name.as_deref(),
+                Some("bench-secrets")
+            );
+            assert!(!delete.contains(&cookie), "{delete}");
+            cookies.push(cookie);
+        }
+        assert_ne!(cookies[0], cookies[1], "two deployments share a cookie");
         pod.stop().await.unwrap();
     })
     .await;
@@ -232,6 +324,13 @@ async fn an_abandoned_start_deletes_what_it_applied() {
         if let Err(calls) = deleted {
             panic!("{calls:#?}");
         }
+        let calls = fake.calls();
+        let delete = calls
+            .iter()
+            .position(|call| call.starts_with("delete -f -"))
+            .unwrap();
+        let (kinds, _) = kinds_and_secret(&fake.stdin_of(delete + 1));
+        assert!(kinds.contains(&"NetworkPolicy".to_owned()), "{kinds:?}");
     })
     .await;
 }
@@ -307,6 +406,43 @@ async fn the_registry_runs_kubernetes_brokers_and_offers_their_sampler() {
         );
         assert!(brokers.stop_all().await.is_empty());
         assert!(brokers.usage_sampler("bench").is_none());
+        pod.stop().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_registry_stop_deletes_the_secret_and_the_policy() {
+    bounded(async {
+        // Brokers::stop is what a broker lease that ran out calls (service/broker_leases.rs).
+        let fake = FakeK3s::new();
+        let (pod, port) = broker_on_a_node_port().await;
+        let brokers = Brokers::new(BrokersConfig {
+            state_dir: fake.dir().join("state"),
+            kubectl: fake.kubectl(),
+            ..BrokersConfig::default()
+        });
+        let mut spec = spec("worker-1", port);
+        spec.kind = BrokerKind::Kubernetes {
+            product: Product::VerneMq,
+            node: "worker-1".into(),
+            namespace: "continuum".into(),
+            node_port: Some(port),
+            on_every_node: false,
+        };
+        brokers.start(spec).await.unwrap();
+        brokers.stop("bench").await.unwrap();
+        let calls = fake.calls();
+        let delete = calls
+            .iter()
+            .position(|call| call.starts_with("delete -f -"))
+            .unwrap_or_else(|| panic!("no delete: {calls:#?}"));
+        let (kinds, secret) = kinds_and_secret(&fake.stdin_of(delete + 1));
+        assert!(kinds.contains(&"NetworkPolicy".to_owned()), "{kinds:?}");
+        assert_eq!(
+            secret.unwrap().metadata.name.as_deref(),
+            Some("bench-secrets")
+        );
         pod.stop().await.unwrap();
     })
     .await;

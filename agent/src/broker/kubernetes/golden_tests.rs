@@ -1,14 +1,17 @@
-//! The golden manifests (`golden/<product>.yaml`, for instance `bench` on node `worker-1`):
-//! generated output must match them byte for byte (`UPDATE_GOLDEN=1` rewrites them after a
-//! deliberate change; review the diff), and every document in them must deserialize into
-//! the typed Kubernetes object of its kind and carry what a benchmark needs.
+//! The golden manifests (`golden/<product>.yaml`, for instance `bench` on node `worker-1`,
+//! with the fixed secrets of [`golden_secrets`]): generated output must match them byte for
+//! byte (`UPDATE_GOLDEN=1` rewrites them after a deliberate change; review the diff), and
+//! every document in them must deserialize into the typed Kubernetes object of its kind and
+//! carry what a benchmark needs, and no more: cookies from a Secret, no dashboard in reach,
+//! a NetworkPolicy admitting MQTT and WebSocket only.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde::Deserialize;
 
 use super::*;
@@ -16,6 +19,20 @@ use domain::broker::NODE_PORTS;
 use domain::{BrokerOptions, Product};
 
 const NODE: &str = "worker-1";
+
+/// The cookie in the golden files: fixed, so they stay byte for byte the same.
+const GOLDEN_COOKIE: &str = "golden-erlang-cookie";
+/// The dashboard password in the golden files.
+const GOLDEN_PASSWORD: &str = "golden-dashboard-password";
+
+fn golden_secrets() -> DeploymentSecrets {
+    DeploymentSecrets::given(GOLDEN_COOKIE, GOLDEN_PASSWORD)
+}
+
+/// The manifests of `spec` with the golden secrets.
+fn manifests_of(spec: &BrokerSpec) -> Result<Manifests, BrokerError> {
+    Manifests::of(spec, &golden_secrets())
+}
 
 fn golden_path(product: Product) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -46,7 +63,7 @@ fn golden_files_match_the_generated_manifests() {
     for product in Product::ALL {
         let spec = golden_spec(product);
         spec.validate().unwrap();
-        let text = Manifests::of(&spec).unwrap().apply_yaml().unwrap();
+        let text = manifests_of(&spec).unwrap().apply_yaml().unwrap();
         let path = golden_path(product);
         if update {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -66,9 +83,13 @@ fn golden_files_match_the_generated_manifests() {
 #[derive(Default)]
 struct Objects {
     namespaces: Vec<Namespace>,
+    policies: Vec<NetworkPolicy>,
+    secrets: Vec<Secret>,
     configs: Vec<ConfigMap>,
     deployments: Vec<Deployment>,
     services: Vec<Service>,
+    /// Each document's `kind`, in order.
+    kinds: Vec<String>,
 }
 
 /// Plain scalars that YAML 1.1, which kubectl speaks, reads as booleans.
@@ -78,7 +99,13 @@ const YAML_1_1_BOOLEANS: [&str; 16] = [
 ];
 
 fn read_objects(product: Product) -> Objects {
-    let text = std::fs::read_to_string(golden_path(product)).unwrap();
+    parse_objects(
+        product,
+        &std::fs::read_to_string(golden_path(product)).unwrap(),
+    )
+}
+
+fn parse_objects(product: Product, text: &str) -> Objects {
     for line in text.lines() {
         let value = match line.rsplit_once(": ") {
             Some((_, value)) => value,
@@ -90,13 +117,20 @@ fn read_objects(product: Product) -> Objects {
         );
     }
     let mut objects = Objects::default();
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value = serde_yaml_ng::Value::deserialize(document).unwrap();
         let kind = value["kind"].as_str().unwrap().to_owned();
+        objects.kinds.push(kind.clone());
         // from_value checks apiVersion and kind against the type, and every field's type.
         match kind.as_str() {
             "Namespace" => objects
                 .namespaces
+                .push(serde_yaml_ng::from_value(value).unwrap()),
+            "NetworkPolicy" => objects
+                .policies
+                .push(serde_yaml_ng::from_value(value).unwrap()),
+            "Secret" => objects
+                .secrets
                 .push(serde_yaml_ng::from_value(value).unwrap()),
             "ConfigMap" => objects
                 .configs
@@ -117,18 +151,50 @@ fn read_objects(product: Product) -> Objects {
 fn every_golden_document_is_a_typed_object_with_what_a_benchmark_needs() {
     for product in Product::ALL {
         let objects = read_objects(product);
-        let ([namespace], [config], [deployment], [service]) = (
+        let ([namespace], [policy], [config], [deployment], [service]) = (
             &objects.namespaces[..],
+            &objects.policies[..],
             &objects.configs[..],
             &objects.deployments[..],
             &objects.services[..],
         ) else {
-            panic!("{product}: expected one Namespace, ConfigMap, Deployment and Service");
+            panic!(
+                "{product}: expected one Namespace, NetworkPolicy, ConfigMap, Deployment and \
+                 Service"
+            );
         };
         assert_eq!(namespace.metadata.name.as_deref(), Some("continuum"));
-        for meta in [&config.metadata, &deployment.metadata, &service.metadata] {
+        let metas = [
+            &policy.metadata,
+            &config.metadata,
+            &deployment.metadata,
+            &service.metadata,
+        ];
+        let secret_metas = objects.secrets.iter().map(|s| &s.metadata);
+        for meta in metas.into_iter().chain(secret_metas) {
             assert_eq!(meta.namespace.as_deref(), Some("continuum"), "{product}");
         }
+        // The policy and the Secret exist before the pod does.
+        let erlang = matches!(product, Product::Emqx | Product::VerneMq);
+        let expected: &[&str] = if erlang {
+            &[
+                "Namespace",
+                "NetworkPolicy",
+                "Secret",
+                "ConfigMap",
+                "Deployment",
+                "Service",
+            ]
+        } else {
+            &[
+                "Namespace",
+                "NetworkPolicy",
+                "ConfigMap",
+                "Deployment",
+                "Service",
+            ]
+        };
+        assert_eq!(objects.kinds, expected, "{product}");
 
         let spec = deployment.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(1), "{product}");
@@ -149,6 +215,12 @@ fn every_golden_document_is_a_typed_object_with_what_a_benchmark_needs() {
         assert_eq!(spec.selector.match_labels, template_labels, "{product}");
         let service_spec = service.spec.as_ref().unwrap();
         assert_eq!(service_spec.selector, template_labels, "{product}");
+        let policy_spec = policy.spec.as_ref().unwrap();
+        assert_eq!(
+            policy_spec.pod_selector.as_ref().unwrap().match_labels,
+            template_labels,
+            "{product}"
+        );
 
         let pod = spec.template.spec.as_ref().unwrap();
         assert_eq!(
@@ -165,6 +237,7 @@ fn every_golden_document_is_a_typed_object_with_what_a_benchmark_needs() {
         check_container(product, container);
 
         assert_eq!(service_spec.type_.as_deref(), Some("NodePort"));
+        // MQTT only: no dashboard, console or management port of any product.
         let [port] = &service_spec.ports.as_ref().unwrap()[..] else {
             panic!("{product}: one service port");
         };
@@ -186,6 +259,233 @@ fn every_golden_document_is_a_typed_object_with_what_a_benchmark_needs() {
             });
         assert!(by_volume || by_env, "{product}: the ConfigMap is not used");
         check_config(product, config.data.as_ref().unwrap(), container);
+        assert_eq!(
+            admitted_ports(policy),
+            [1883],
+            "{product}: the policy admits MQTT only"
+        );
+    }
+}
+
+/// The TCP ports a broker's NetworkPolicy admits, from anywhere; panics on anything else
+/// (an egress rule, a `from`, another protocol).
+fn admitted_ports(policy: &NetworkPolicy) -> Vec<i32> {
+    let spec = policy.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned()][..])
+    );
+    assert!(spec.egress.is_none());
+    let [rule] = &spec.ingress.as_ref().unwrap()[..] else {
+        panic!("one ingress rule: {spec:?}");
+    };
+    assert!(rule.from.is_none(), "clients come from anywhere: {rule:?}");
+    rule.ports
+        .iter()
+        .flatten()
+        .map(|port| {
+            assert_eq!(port.protocol.as_deref(), Some("TCP"));
+            assert!(port.end_port.is_none());
+            match port.port {
+                Some(IntOrString::Int(number)) => number,
+                ref other => panic!("ports by number: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+/// The Secret `variable` of `container` is read from, and the key, checked against `secret`;
+/// the value it holds there.
+fn value_from_secret(container: &Container, variable: &str, secret: &Secret) -> String {
+    let var = container
+        .env
+        .iter()
+        .flatten()
+        .find(|var| var.name == variable)
+        .unwrap_or_else(|| panic!("{variable} is not set: {:?}", container.env));
+    assert!(var.value.is_none(), "{variable} is set in plain text");
+    let from = var.value_from.as_ref().unwrap();
+    let selector = from.secret_key_ref.as_ref().unwrap();
+    assert_eq!(Some(&selector.name), secret.metadata.name.as_ref());
+    assert_eq!(selector.optional, Some(false));
+    let bytes = &secret.data.as_ref().unwrap()[&selector.key].0;
+    String::from_utf8(bytes.clone()).unwrap()
+}
+
+fn only_container(deployment: &Deployment) -> &Container {
+    let spec = deployment.spec.as_ref().unwrap();
+    &spec.template.spec.as_ref().unwrap().containers[0]
+}
+
+#[test]
+fn erlang_cookies_come_from_a_secret_and_never_are_the_images() {
+    for (product, variable, image_cookie) in [
+        (
+            Product::Emqx,
+            "EMQX_NODE__COOKIE",
+            recipes::emqx::IMAGE_COOKIE,
+        ),
+        (
+            Product::VerneMq,
+            "DOCKER_VERNEMQ_DISTRIBUTED_COOKIE",
+            recipes::vernemq::IMAGE_COOKIE,
+        ),
+    ] {
+        let objects = read_objects(product);
+        let [secret] = &objects.secrets[..] else {
+            panic!("{product}: one Secret");
+        };
+        assert_eq!(secret.metadata.name.as_deref(), Some("bench-secrets"));
+        assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+        let cookie = value_from_secret(only_container(&objects.deployments[0]), variable, secret);
+        assert_eq!(cookie, GOLDEN_COOKIE, "{product}");
+        assert_ne!(cookie, image_cookie, "{product}");
+        // Nowhere else: not in the ConfigMap the container reads as environment.
+        let config = objects.configs[0].data.as_ref().unwrap();
+        assert!(!config.contains_key(variable), "{product}");
+        assert!(
+            config.values().all(|value| value != image_cookie),
+            "{product}"
+        );
+    }
+    for product in [Product::Mosquitto, Product::RabbitMq, Product::HiveMq] {
+        assert!(read_objects(product).secrets.is_empty(), "{product}");
+    }
+}
+
+#[test]
+fn each_deployment_draws_its_own_cookie() {
+    let cookie_of = |product: Product, name: &str, secrets: &DeploymentSecrets| {
+        let mut spec = golden_spec(product);
+        spec.name = name.into();
+        let manifests = Manifests::of(&spec, secrets).unwrap();
+        let secret = manifests.secret.as_ref().unwrap();
+        let variable = match product {
+            Product::Emqx => "EMQX_NODE__COOKIE",
+            _ => "DOCKER_VERNEMQ_DISTRIBUTED_COOKIE",
+        };
+        value_from_secret(only_container(&manifests.deployment), variable, secret)
+    };
+    for (product, image_cookie) in [
+        (Product::Emqx, recipes::emqx::IMAGE_COOKIE),
+        (Product::VerneMq, recipes::vernemq::IMAGE_COOKIE),
+    ] {
+        let first = cookie_of(product, "bench-a", &DeploymentSecrets::draw().unwrap());
+        let second = cookie_of(product, "bench-b", &DeploymentSecrets::draw().unwrap());
+        assert_ne!(first, second, "{product}: two deployments share a cookie");
+        for cookie in [&first, &second] {
+            assert_ne!(cookie, image_cookie);
+            assert_eq!(cookie.len(), 64, "{product}: 256 bits as hex");
+            assert!(cookie.chars().all(|c| c.is_ascii_hexdigit()));
+        }
+    }
+    // Neither the drawn values nor the Secret's data show in Debug output (a log line).
+    let secrets = DeploymentSecrets::draw().unwrap();
+    let cookie = secrets.value(Generated::ErlangCookie).to_owned();
+    let manifests = Manifests::of(&golden_spec(Product::Emqx), &secrets).unwrap();
+    for debug in [format!("{secrets:?}"), format!("{manifests:?}")] {
+        assert!(!debug.contains(&cookie), "{debug}");
+    }
+}
+
+#[test]
+fn the_emqx_dashboard_is_out_of_reach_and_has_no_default_password() {
+    let objects = read_objects(Product::Emqx);
+    let container = only_container(&objects.deployments[0]);
+    let dashboard = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|port| port.name.as_deref() == Some("dashboard"))
+        .expect("the dashboard stays for the readiness probe");
+    // Not in the Service, not admitted by the policy: only the pod's node (its kubelet)
+    // reaches it.
+    let service_ports = objects.services[0].spec.as_ref().unwrap().ports.clone();
+    assert!(
+        service_ports
+            .iter()
+            .flatten()
+            .all(|port| port.port != dashboard.container_port
+                && port.target_port != Some(IntOrString::String("dashboard".into()))),
+        "{service_ports:?}"
+    );
+    let admitted = admitted_ports(&objects.policies[0]);
+    assert!(
+        !admitted.contains(&dashboard.container_port),
+        "{admitted:?}"
+    );
+    // And its admin's password is drawn, not the image's.
+    let password = value_from_secret(
+        container,
+        "EMQX_DASHBOARD__DEFAULT_PASSWORD",
+        &objects.secrets[0],
+    );
+    assert_eq!(password, GOLDEN_PASSWORD);
+    assert_ne!(password, recipes::emqx::IMAGE_DASHBOARD_PASSWORD);
+    let drawn = DeploymentSecrets::draw().unwrap();
+    assert_eq!(drawn.value(Generated::DashboardPassword).len(), 32);
+    assert_ne!(
+        drawn.value(Generated::DashboardPassword),
+        drawn.value(Generated::ErlangCookie)
+    );
+}
+
+#[test]
+fn network_policies_admit_the_websocket_port_when_there_is_one() {
+    for (product, ws) in [(Product::Mosquitto, 9001), (Product::RabbitMq, 15675)] {
+        let mut spec = golden_spec(product);
+        spec.options.websocket_port = Some(0);
+        let manifests = manifests_of(&spec).unwrap();
+        assert_eq!(
+            admitted_ports(&manifests.network_policy),
+            [1883, ws],
+            "{product}"
+        );
+    }
+    // Every product's extra ports (EMQX's dashboard, VerneMQ's HTTP listener) stay shut.
+    for product in Product::ALL {
+        let manifests = manifests_of(&golden_spec(product)).unwrap();
+        let admitted = admitted_ports(&manifests.network_policy);
+        for port in only_container(&manifests.deployment).ports.iter().flatten() {
+            let open = admitted.contains(&port.container_port);
+            assert_eq!(
+                open,
+                port.name.as_deref() == Some("mqtt"),
+                "{product}: {port:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_delete_names_every_object_but_the_namespace_and_no_secret_value() {
+    for product in Product::ALL {
+        let manifests = manifests_of(&golden_spec(product)).unwrap();
+        let applied = parse_objects(product, &manifests.apply_yaml().unwrap());
+        let deleted = parse_objects(product, &manifests.delete_yaml().unwrap());
+        let mut expected: Vec<String> = applied.kinds[1..].to_vec();
+        expected.reverse();
+        assert_eq!(deleted.kinds, expected, "{product}");
+        let secret_names = |objects: &Objects| -> Vec<Option<String>> {
+            objects
+                .secrets
+                .iter()
+                .map(|s| s.metadata.name.clone())
+                .collect()
+        };
+        let policy_names = |objects: &Objects| -> Vec<Option<String>> {
+            objects
+                .policies
+                .iter()
+                .map(|p| p.metadata.name.clone())
+                .collect()
+        };
+        assert_eq!(secret_names(&deleted), secret_names(&applied), "{product}");
+        assert_eq!(policy_names(&deleted), policy_names(&applied), "{product}");
+        assert!(
+            deleted.secrets.iter().all(|secret| secret.data.is_none()),
+            "{product}: the delete carries the Secret's data"
+        );
     }
 }
 
@@ -271,7 +571,7 @@ fn the_manifests_follow_the_spec() {
         on_every_node: true,
     };
     spec.options.max_inflight_messages = Some(7);
-    let manifests = Manifests::of(&spec).unwrap();
+    let manifests = manifests_of(&spec).unwrap();
     assert_eq!(manifests.node_port, 30001);
     assert_eq!(
         manifests.selector,
@@ -296,11 +596,10 @@ fn the_manifests_follow_the_spec() {
         !delete.contains("kind: Namespace"),
         "the namespace is never deleted"
     );
-    assert!(apply.ends_with(&delete));
 
     // A different config is a different checksum, so applying it restarts the pod.
     let checksum_of = |spec: &BrokerSpec| {
-        let manifests = Manifests::of(spec).unwrap();
+        let manifests = manifests_of(spec).unwrap();
         let template = manifests
             .deployment
             .spec
@@ -319,7 +618,7 @@ fn the_manifests_follow_the_spec() {
         kind: BrokerKind::Embedded,
         ..spec
     };
-    assert!(Manifests::of(&native).is_err());
+    assert!(manifests_of(&native).is_err());
 }
 
 #[test]
@@ -327,7 +626,7 @@ fn a_websocket_listener_is_a_second_container_and_service_port() {
     let mut spec = golden_spec(Product::Mosquitto);
     spec.options.websocket_port = Some(0);
     spec.validate().unwrap();
-    let manifests = Manifests::of(&spec).unwrap();
+    let manifests = manifests_of(&spec).unwrap();
     // 500 above the MQTT NodePort unless the spec names one.
     assert_eq!(manifests.websocket, Some((32383, "/mqtt")));
     let ports = manifests
@@ -365,12 +664,12 @@ fn a_websocket_listener_is_a_second_container_and_service_port() {
 
     let mut rabbit = golden_spec(Product::RabbitMq);
     rabbit.options.websocket_port = Some(30999);
-    let manifests = Manifests::of(&rabbit).unwrap();
+    let manifests = manifests_of(&rabbit).unwrap();
     assert_eq!(manifests.websocket, Some((30999, "/ws")));
 
     let mut emqx = golden_spec(Product::Emqx);
     emqx.options.websocket_port = Some(0);
-    let error = Manifests::of(&emqx).unwrap_err().to_string();
+    let error = manifests_of(&emqx).unwrap_err().to_string();
     assert!(
         error.starts_with("options.websocket_port: \"0\" emqx: "),
         "{error}"

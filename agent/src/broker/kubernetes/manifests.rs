@@ -1,6 +1,7 @@
-//! [`Manifests`]: one Kubernetes broker as typed API objects (Namespace, ConfigMap, Deployment,
-//! NodePort Service), written as the multi-document YAML that kubectl applies and deletes.
-//! What differs by product (image, config, probe, resources) is its recipe's [`Pod`].
+//! [`Manifests`]: one Kubernetes broker as typed API objects (Namespace, NetworkPolicy, Secret,
+//! ConfigMap, Deployment, NodePort Service), written as the multi-document YAML that kubectl
+//! applies and deletes. What differs by product (image, config, probe, resources, which
+//! variables are secrets) is its recipe's [`Pod`].
 //!
 //! The shape, the same for every product:
 //! - labels `app.kubernetes.io/{name,instance,managed-by}` = product, instance name,
@@ -18,17 +19,32 @@
 //! - a `checksum/config` annotation, so a changed config restarts the pod on apply;
 //! - `externalTrafficPolicy: Local`: clients reach the NodePort of the node that runs the
 //!   pod, and Local spares them kube-proxy's source NAT; `Cluster` when the spec asks for the
-//!   NodePort on every node (clients entering through another node, as the study's did).
+//!   NodePort on every node (clients entering through another node, as the study's did);
+//! - a NetworkPolicy admitting ingress, from anywhere, to the ports the Service exposes (MQTT,
+//!   and WebSocket when asked) and to nothing else: other pods cannot reach an Erlang
+//!   broker's epmd and distribution ports, EMQX's dashboard or gen_rpc. Traffic from the
+//!   pod's own node (the kubelet's probes) is always admitted by NetworkPolicy;
+//! - the variables a recipe marks [`Generated`] (Erlang cookies, EMQX's dashboard password)
+//!   drawn for each deployment ([`DeploymentSecrets`]) and kept in a Secret that the
+//!   container reads with `valueFrom.secretKeyRef`; products with none get no Secret.
 //!
-//! The Namespace is applied but never deleted: other brokers may live in it.
+//! Applied as Namespace, NetworkPolicy, Secret, ConfigMap, Deployment, Service: the policy and
+//! the Secret exist before the pod does. The Namespace is never deleted: other brokers may
+//! live in it; everything else is deleted with the broker, on a stop, a failed or abandoned
+//! start and a lease that ran out alike (the delete's YAML names the Secret without its data).
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
-    EnvVar, HTTPGetAction, Namespace, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    EnvVar, EnvVarSource, HTTPGetAction, Namespace, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec,
+    TCPSocketAction, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -36,7 +52,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::broker::error::BrokerError;
 use domain::{BrokerKind, BrokerSpec, Product};
-use recipes::{ConfigUse, MQTT_PORT, Pod, Readiness};
+use recipes::{ConfigUse, Generated, MQTT_PORT, Pod, Readiness};
 
 /// The `app.kubernetes.io/managed-by` value of everything the agent applies.
 pub const MANAGED_BY: &str = "continuum";
@@ -49,11 +65,62 @@ const WEBSOCKET_NODE_PORT_OFFSET: u16 = 500;
 /// cost nothing measurable during a test.
 const PROBE_PERIOD_SECONDS: i32 = 5;
 
+/// Random bytes in an Erlang cookie: 256 bits, written as 64 hex characters (an atom of
+/// letters and digits, as every start script takes it).
+const COOKIE_BYTES: usize = 32;
+
+/// Random bytes in a generated password: 128 bits, 32 hex characters.
+const PASSWORD_BYTES: usize = 16;
+
+/// The values drawn for one deployment, one per [`Generated`] kind. `Debug` shows none of
+/// them, so neither does a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeploymentSecrets {
+    erlang_cookie: String,
+    dashboard_password: String,
+}
+
+impl DeploymentSecrets {
+    /// Fresh values from the kernel's CSPRNG.
+    pub fn draw() -> std::io::Result<Self> {
+        Ok(Self {
+            erlang_cookie: host::secret::random_hex(COOKIE_BYTES)?,
+            dashboard_password: host::secret::random_hex(PASSWORD_BYTES)?,
+        })
+    }
+
+    /// Given values: the golden manifests are written with fixed ones.
+    pub fn given(erlang_cookie: &str, dashboard_password: &str) -> Self {
+        Self {
+            erlang_cookie: erlang_cookie.to_owned(),
+            dashboard_password: dashboard_password.to_owned(),
+        }
+    }
+
+    /// The value drawn for `kind`.
+    pub fn value(&self, kind: Generated) -> &str {
+        match kind {
+            Generated::ErlangCookie => &self.erlang_cookie,
+            Generated::DashboardPassword => &self.dashboard_password,
+        }
+    }
+}
+
+impl std::fmt::Debug for DeploymentSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeploymentSecrets(redacted)")
+    }
+}
+
 /// One broker's objects.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Manifests {
     /// The namespace (applied, never deleted).
     pub namespace: Namespace,
+    /// What may reach the broker's pod: its MQTT and WebSocket ports.
+    pub network_policy: NetworkPolicy,
+    /// The values drawn for this deployment, when the product has any ([`Generated`]).
+    pub secret: Option<Secret>,
     /// The product's config.
     pub config: ConfigMap,
     /// The broker's pod, pinned to its node.
@@ -71,9 +138,28 @@ pub struct Manifests {
     header: String,
 }
 
+impl std::fmt::Debug for Manifests {
+    /// Everything but the Secret's data.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manifests")
+            .field("namespace", &self.namespace)
+            .field("network_policy", &self.network_policy)
+            .field("secret", &self.secret.as_ref().map(|s| &s.metadata.name))
+            .field("config", &self.config)
+            .field("deployment", &self.deployment)
+            .field("service", &self.service)
+            .field("node_port", &self.node_port)
+            .field("websocket", &self.websocket)
+            .field("image", &self.image)
+            .field("selector", &self.selector)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Manifests {
-    /// The manifests of a Kubernetes `spec` (checked by `spec.validate()` before).
-    pub fn of(spec: &BrokerSpec) -> Result<Self, BrokerError> {
+    /// The manifests of a Kubernetes `spec` (checked by `spec.validate()` before), with the
+    /// values drawn for this deployment in `secrets`.
+    pub fn of(spec: &BrokerSpec, secrets: &DeploymentSecrets) -> Result<Self, BrokerError> {
         let BrokerKind::Kubernetes {
             product,
             node,
@@ -131,6 +217,22 @@ impl Manifests {
             data: Some(profile.config.clone()),
             ..ConfigMap::default()
         };
+        let secret_name = format!("{name}-secrets");
+        let secret = (!profile.secret_env.is_empty()).then(|| Secret {
+            metadata: meta(secret_name.clone()),
+            type_: Some("Opaque".into()),
+            data: Some(
+                profile
+                    .secret_env
+                    .iter()
+                    .map(|(_, kind)| {
+                        let value = secrets.value(*kind).as_bytes().to_vec();
+                        (kind.key().to_owned(), ByteString(value))
+                    })
+                    .collect(),
+            ),
+            ..Secret::default()
+        });
         let deployment = Deployment {
             metadata: meta(name.to_owned()),
             spec: Some(DeploymentSpec {
@@ -152,11 +254,46 @@ impl Manifests {
                         )])),
                         ..ObjectMeta::default()
                     }),
-                    spec: Some(pod_spec(*product, &profile, node, &config_name)),
+                    spec: Some(pod_spec(
+                        *product,
+                        &profile,
+                        node,
+                        &config_name,
+                        &secret_name,
+                    )),
                 },
                 ..DeploymentSpec::default()
             }),
             status: None,
+        };
+        let exposed: Vec<(&str, u16)> = std::iter::once(("mqtt", MQTT_PORT))
+            .chain(websocket.and(pod_websocket_port).map(|port| ("ws", port)))
+            .collect();
+        let network_policy = NetworkPolicy {
+            metadata: meta(name.to_owned()),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(pod_labels.clone()),
+                    ..LabelSelector::default()
+                }),
+                policy_types: Some(vec!["Ingress".into()]),
+                // No `from`: clients come from anywhere, kept source address and all
+                // (externalTrafficPolicy Local); only the ports are limited.
+                ingress: Some(vec![NetworkPolicyIngressRule {
+                    from: None,
+                    ports: Some(
+                        exposed
+                            .iter()
+                            .map(|(_, port)| NetworkPolicyPort {
+                                protocol: Some("TCP".into()),
+                                port: Some(IntOrString::Int(i32::from(*port))),
+                                end_port: None,
+                            })
+                            .collect(),
+                    ),
+                }]),
+                egress: None,
+            }),
         };
         let service = Service {
             metadata: meta(name.to_owned()),
@@ -212,6 +349,8 @@ impl Manifests {
                 },
                 ..Namespace::default()
             },
+            network_policy,
+            secret,
             config,
             deployment,
             service,
@@ -228,22 +367,38 @@ impl Manifests {
     }
 
     /// What `kubectl apply -f -` reads: a comment saying what this is, then the namespace,
-    /// config, deployment and service.
+    /// network policy, secret, config, deployment and service, in that order (kubectl
+    /// applies in order: the pod never runs unguarded or without its Secret).
     pub fn apply_yaml(&self) -> Result<String, BrokerError> {
         let mut text = wrap_comment(&self.header);
         text.push_str(&document(&self.namespace)?);
-        text.push_str(&self.delete_yaml()?);
+        text.push_str(&document(&self.network_policy)?);
+        if let Some(secret) = &self.secret {
+            text.push_str(&document(secret)?);
+        }
+        text.push_str(&document(&self.config)?);
+        text.push_str(&document(&self.deployment)?);
+        text.push_str(&document(&self.service)?);
         Ok(text)
     }
 
-    /// What `kubectl delete -f -` reads: everything but the namespace.
+    /// What `kubectl delete -f -` reads: everything but the namespace, in the reverse order,
+    /// the Secret named without its data (the delete's YAML is kept for the broker's life).
     pub fn delete_yaml(&self) -> Result<String, BrokerError> {
-        Ok([
-            document(&self.config)?,
-            document(&self.deployment)?,
+        let mut text = [
             document(&self.service)?,
+            document(&self.deployment)?,
+            document(&self.config)?,
         ]
-        .concat())
+        .concat();
+        if let Some(secret) = &self.secret {
+            text.push_str(&document(&Secret {
+                metadata: secret.metadata.clone(),
+                ..Secret::default()
+            })?);
+        }
+        text.push_str(&document(&self.network_policy)?);
+        Ok(text)
     }
 }
 
@@ -259,7 +414,13 @@ fn labels(product: Product, name: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn pod_spec(product: Product, profile: &Pod, node: &str, config_name: &str) -> PodSpec {
+fn pod_spec(
+    product: Product,
+    profile: &Pod,
+    node: &str,
+    config_name: &str,
+    secret_name: &str,
+) -> PodSpec {
     let (volumes, mounts, env_from) = match &profile.config_use {
         ConfigUse::Files(files) => (
             Some(vec![Volume {
@@ -329,17 +490,7 @@ fn pod_spec(product: Product, profile: &Pod, node: &str, config_name: &str) -> P
                 })
                 .collect(),
         ),
-        env: (!profile.env.is_empty()).then(|| {
-            profile
-                .env
-                .iter()
-                .map(|(name, value)| EnvVar {
-                    name: (*name).into(),
-                    value: Some(value.clone()),
-                    ..EnvVar::default()
-                })
-                .collect()
-        }),
+        env: env(profile, secret_name),
         env_from,
         volume_mounts: mounts,
         readiness_probe: Some(Probe {
@@ -377,6 +528,29 @@ fn pod_spec(product: Product, profile: &Pod, node: &str, config_name: &str) -> P
         volumes,
         ..PodSpec::default()
     }
+}
+
+/// The container's variables: the recipe's plain ones, then those read from the Secret.
+fn env(profile: &Pod, secret_name: &str) -> Option<Vec<EnvVar>> {
+    let plain = profile.env.iter().map(|(name, value)| EnvVar {
+        name: (*name).into(),
+        value: Some(value.clone()),
+        ..EnvVar::default()
+    });
+    let secret = profile.secret_env.iter().map(|(name, kind)| EnvVar {
+        name: (*name).into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret_name.to_owned(),
+                key: kind.key().to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    });
+    let env: Vec<EnvVar> = plain.chain(secret).collect();
+    (!env.is_empty()).then_some(env)
 }
 
 /// `Gi` where it divides evenly, `Mi` otherwise.

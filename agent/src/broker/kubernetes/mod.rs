@@ -1,8 +1,10 @@
 //! The kubernetes driver: a product's pinned official image on the k3s cluster, applied with
-//! kubectl as ConfigMap + Deployment + NodePort Service and deleted after.
+//! kubectl as NetworkPolicy + Secret + ConfigMap + Deployment + NodePort Service and deleted
+//! after.
 //!
 //! A start looks up the node's InternalIP (an unknown node is refused before anything is
-//! applied), applies the manifests, waits for the rollout, then for an MQTT CONNACK at
+//! applied), draws the deployment's secrets (an Erlang cookie of its own, never the image's),
+//! applies the manifests, waits for the rollout, then for an MQTT CONNACK at
 //! `InternalIP:NodePort`. Whatever fails after the apply, what was applied is deleted again
 //! before the error returns, and a start that is abandoned half-way (its RPC cancelled)
 //! deletes it from a guard. A stop deletes with foreground cascading and waits until no pod
@@ -12,7 +14,7 @@
 //! # Layout
 //! - this file: [`KubernetesDriver`], the running broker, the apply/delete guard.
 //! - (in `recipes`): per product the image and why that tag, config, probe, resources.
-//! - `manifests.rs`: [`Manifests`], the typed objects and their YAML.
+//! - `manifests.rs`: [`Manifests`], the typed objects and their YAML; [`DeploymentSecrets`].
 //! - `yaml.rs`: YAML that kubectl (YAML 1.1) and YAML 1.2 read alike.
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
 //! - `metrics.rs`: [`PodUsage`], pod CPU/memory from the metrics API, quantity parsing.
@@ -35,7 +37,7 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
 
 pub use kubectl::{Kubectl, KubectlError, Output};
-pub use manifests::{MANAGED_BY, Manifests};
+pub use manifests::{DeploymentSecrets, MANAGED_BY, Manifests};
 pub use metrics::{PodUsage, parse_quantity};
 
 use super::error::BrokerError;
@@ -88,7 +90,9 @@ impl KubernetesDriver {
             ));
         };
         let end = Instant::now() + spec.options.start_deadline_or(START_DEADLINE);
-        let manifests = Manifests::of(spec)?;
+        let secrets = DeploymentSecrets::draw()
+            .map_err(|e| BrokerError::io("drawing the deployment's secrets", e))?;
+        let manifests = Manifests::of(spec, &secrets)?;
         let address = SocketAddr::new(self.node_ip(&spec.name, node).await?, manifests.node_port);
         let applied = Applied {
             name: spec.name.clone(),
