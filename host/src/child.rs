@@ -233,7 +233,8 @@ rm -rf -- "$folder"
 const WATCHDOG_SHELL: &str = "/bin/sh";
 
 /// A process that outlives this one to clean up after it: when this process lets go of it
-/// ([`Watchdog::release`]) or exits in any way, SIGKILL included, it kills every process
+/// ([`Watchdog::release`], or dropping it, which does not wait) or exits in any way, SIGKILL
+/// included, it kills every process
 /// tagged with a marker recorded under its folder and removes the folder. So what an
 /// in-process agent started (a broker, its helpers, the run's keys on disk) does not outlive
 /// a controller that was killed. It runs in a session of its own, so a signal to this
@@ -306,15 +307,6 @@ impl Watchdog {
                 tracing::warn!(folder = %self.folder.display(), ?limit, "the watchdog did not finish in time");
                 false
             }
-        }
-    }
-
-    /// Leaves the watchdog armed until this process exits: for a caller that cannot wait for
-    /// its own cleanup (an abandoned run), so whatever that cleanup misses is swept then.
-    pub fn keep_until_exit(mut self) {
-        if let Some(stdin) = self.child.stdin.take() {
-            // The descriptor stays open, and so the pipe, until the kernel closes it at exit.
-            std::mem::forget(stdin);
         }
     }
 }

@@ -3,6 +3,13 @@
 //! controller has for the agent crate, so it sits behind the cargo feature `local-agent`
 //! (on by default): without it, `controller remote` and `controller serve` for remote
 //! testbeds link neither rtnetlink, rumqttd, k8s-openapi nor sysinfo.
+//!
+//! Nothing of an agent outlives its controller, even one killed with SIGKILL: each agent
+//! keeps its keys and its brokers' folders in a folder of its own, watched by a
+//! [`host::child::Watchdog`] that kills the brokers (every process carrying one of their
+//! markers) and removes the folder when the controller exits. The folders sit under one root
+//! with their controller's PID and start time, as the emulated nodes' do, so a run also
+//! sweeps what a killed controller's watchdog could not (it was killed too).
 
 use super::guard::Undo;
 
@@ -61,8 +68,11 @@ pub(super) use without_agent::start_local_agent;
 #[cfg(feature = "local-agent")]
 mod with_agent {
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::sync::Arc;
+    use std::time::Duration;
+
+    use host::child::Watchdog;
 
     use proto::agent::v1::agent_client::AgentClient;
     use proto::client::connect_agent;
@@ -74,6 +84,15 @@ mod with_agent {
 
     use crate::plan::NodeEntry;
     use crate::run::RunError;
+    use crate::run::namespaces::{remove_leftovers_in, run_folder_in};
+
+    /// Where root's in-process agents keep their folders: on tmpfs, which only root may write.
+    const ROOT_LOCAL_ROOT: &str = "/run/continuum/local";
+    /// The files under an agent's folder that hold its native brokers' markers.
+    const MARKER_FILES: &str = "state-*/brokers/*/marker";
+    /// How long the watchdog may take to sweep and remove the folder after an orderly stop
+    /// (nothing is left to kill then, unless a broker would not stop).
+    const WATCHDOG_LIMIT: Duration = Duration::from_secs(20);
 
     /// An agent running inside this process, stopped (netem cleared, brokers stopped) by
     /// [`LocalAgent::shutdown`].
@@ -82,7 +101,24 @@ mod with_agent {
         address: SocketAddr,
         stop: CancellationToken,
         task: JoinHandle<()>,
-        _files: tempfile::TempDir,
+        files: Cleanup,
+    }
+
+    /// An agent's folder and its watchdog, removed after the agent stopped.
+    #[derive(Debug)]
+    struct Cleanup {
+        files: tempfile::TempDir,
+        watchdog: Option<Watchdog>,
+    }
+
+    impl Cleanup {
+        /// Removes the folder, then lets the watchdog (which finds nothing left) go.
+        async fn run(self) {
+            drop(self.files);
+            if let Some(watchdog) = self.watchdog {
+                watchdog.release(WATCHDOG_LIMIT).await;
+            }
+        }
     }
 
     impl LocalAgent {
@@ -95,11 +131,19 @@ mod with_agent {
         pub async fn shutdown(self) {
             self.stop.cancel();
             let _ = self.task.await;
+            self.files.run().await;
         }
 
-        /// Tells the agent to stop without waiting for it.
+        /// Tells the agent to stop without waiting for it; its folder goes when it has. If
+        /// the runtime ends first, the folder goes at once and the watchdog kills what the
+        /// agent had not stopped yet.
         pub(in crate::run) fn abandon(self) {
             self.stop.cancel();
+            let (task, files) = (self.task, self.files);
+            tokio::spawn(async move {
+                let _ = task.await;
+                files.run().await;
+            });
         }
     }
 
@@ -108,8 +152,17 @@ mod with_agent {
         node: &NodeEntry,
     ) -> Result<(LocalAgent, AgentClient<Channel>), RunError> {
         let local = |e: &dyn std::fmt::Display| RunError::Local(e.to_string());
-        let files = tempfile::tempdir().map_err(|e| local(&e))?;
-        let credentials = local_pki(files.path()).map_err(|e| local(&e))?;
+        let files = agent_folder().await.map_err(|e| local(&e))?;
+        // Armed before anything is written into the folder, the keys first.
+        let watchdog = match Watchdog::spawn(files.path(), agent::MARKER_VAR, MARKER_FILES) {
+            Ok(watchdog) => Some(watchdog),
+            Err(error) => {
+                tracing::warn!(node = %node.name, %error, "no watchdog: if this controller is killed, its brokers run until the next run stops them");
+                None
+            }
+        };
+        let files = Cleanup { files, watchdog };
+        let credentials = local_pki(files.files.path()).map_err(|e| local(&e))?;
         let listener =
             tokio::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
                 .await
@@ -119,17 +172,19 @@ mod with_agent {
             name: node.name.clone(),
             listen: address,
             tls: domain::TlsFiles {
-                ca: files.path().join("ca.pem"),
-                cert: files.path().join("local.pem"),
-                key: files.path().join("local.key"),
+                ca: files.files.path().join("ca.pem"),
+                cert: files.files.path().join("local.pem"),
+                key: files.files.path().join("local.key"),
             },
             roles: node.roles.clone(),
             data_plane_interface: None,
-            state_dir: files.path().join("state"),
+            // `state-<node>`, as the emulated nodes' folders: what the sweep looks in.
+            state_dir: files.files.path().join(format!("state-{}", node.name)),
             nebula: None,
             k3s: Default::default(),
         };
-        let agent_credentials = Credentials::load(files.path(), "local").map_err(|e| local(&e))?;
+        let agent_credentials =
+            Credentials::load(files.files.path(), "local").map_err(|e| local(&e))?;
         let service = Arc::new(agent::service::AgentService::new(config).await);
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
@@ -151,6 +206,7 @@ mod with_agent {
                 // Not handed out yet, so stopped here: it must not stay listening.
                 stop.cancel();
                 let _ = task.await;
+                files.run().await;
                 return Err(local(&error));
             }
         };
@@ -159,10 +215,51 @@ mod with_agent {
                 address,
                 stop,
                 task,
-                _files: files,
+                files,
             },
             client,
         ))
+    }
+
+    /// A new folder for an agent under [`local_root`], after the folders of controllers that
+    /// are gone were swept; a plain temporary folder (the watchdog alone then guards it) when
+    /// there is no root to use.
+    async fn agent_folder() -> std::io::Result<tempfile::TempDir> {
+        match local_root() {
+            Ok(root) => {
+                remove_leftovers_in(&root).await;
+                run_folder_in(&root)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "in-process agents use a plain temporary folder, which a later run cannot sweep");
+                tempfile::tempdir()
+            }
+        }
+    }
+
+    /// The root of the in-process agents' folders: [`ROOT_LOCAL_ROOT`] for root; for anyone
+    /// else `continuum-<uid>` in the temporary folder, made private, and refused unless it is
+    /// this user's own private folder (another user could have made it first, or a link).
+    fn local_root() -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        // SAFETY: geteuid takes nothing and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        if uid == 0 {
+            return Ok(PathBuf::from(ROOT_LOCAL_ROOT));
+        }
+        let root = std::env::temp_dir().join(format!("continuum-{uid}"));
+        match std::fs::DirBuilder::new().mode(0o700).create(&root) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+            _ => {}
+        }
+        let meta = std::fs::symlink_metadata(&root)?;
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            return Err(std::io::Error::other(format!(
+                "{} is not a folder private to this user",
+                root.display()
+            )));
+        }
+        Ok(root)
     }
 
     /// A CA, the controller and one agent ("local", valid for 127.0.0.1), written into `dir`.

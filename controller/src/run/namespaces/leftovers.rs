@@ -8,7 +8,8 @@
 //! start time in it; the agents record there the marker every process of each broker carries
 //! (as every agent does, for its own restart). So a later run stops the brokers of every
 //! folder whose controller no longer runs, which ends their namespaces too, and removes the
-//! folder.
+//! folder. The in-process agents of `agent = "local"` keep their folders the same way under a
+//! root of their own (`local_agent.rs`), swept by the same functions.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,9 @@ use std::path::{Path, PathBuf};
 pub const EMULATED_ROOT: &str = "/run/continuum/emulated";
 /// The file naming a folder's controller: `<pid> <start time in clock ticks>`.
 const OWNER_FILE: &str = "owner";
+/// How long a folder without a readable owner is taken for one being made (its owner is
+/// written just after it is created) rather than one whose controller died making it.
+const MAKING_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a dead controller had left, and was removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,10 +33,14 @@ pub struct Leftover {
 
 /// A new folder for this run, its owner written before anything uses it.
 pub(super) fn run_folder() -> io::Result<tempfile::TempDir> {
-    std::fs::create_dir_all(EMULATED_ROOT)?;
-    let folder = tempfile::Builder::new()
-        .prefix("run-")
-        .tempdir_in(EMULATED_ROOT)?;
+    run_folder_in(Path::new(EMULATED_ROOT))
+}
+
+/// A new folder for a run under `root` (which must exist), its owner written before anything
+/// uses it.
+pub(in crate::run) fn run_folder_in(root: &Path) -> io::Result<tempfile::TempDir> {
+    std::fs::create_dir_all(root)?;
+    let folder = tempfile::Builder::new().prefix("run-").tempdir_in(root)?;
     let pid = std::process::id();
     let started = host::start_time(pid)
         .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
@@ -44,12 +52,17 @@ pub(super) fn run_folder() -> io::Result<tempfile::TempDir> {
 /// removes the folder; returns what it found. A folder it cannot read or remove is logged
 /// and left.
 pub async fn remove_leftovers() -> Vec<Leftover> {
+    remove_leftovers_in(Path::new(EMULATED_ROOT)).await
+}
+
+/// [`remove_leftovers`] for the run folders under `root`.
+pub(in crate::run) async fn remove_leftovers_in(root: &Path) -> Vec<Leftover> {
     let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(EMULATED_ROOT) else {
+    let Ok(entries) = std::fs::read_dir(root) else {
         return removed;
     };
     for folder in entries.flatten().map(|entry| entry.path()) {
-        if owner_alive(&folder) {
+        if owner_alive(&folder) || being_made(&folder) {
             continue;
         }
         let mut brokers = Vec::new();
@@ -77,6 +90,15 @@ pub async fn remove_leftovers() -> Vec<Leftover> {
         }
     }
     removed
+}
+
+/// Whether `folder` has no readable owner yet but was made moments ago: its controller may be
+/// about to write it.
+fn being_made(folder: &Path) -> bool {
+    std::fs::read_to_string(folder.join(OWNER_FILE)).is_err()
+        && std::fs::symlink_metadata(folder)
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|made| made.elapsed().is_ok_and(|age| age < MAKING_GRACE))
 }
 
 /// Whether the controller named in `folder` still runs (the same PID with the same start
@@ -117,5 +139,26 @@ mod tests {
         assert!(!owner_alive(folder.path()));
         std::fs::write(folder.path().join(OWNER_FILE), "garbage").expect("owner");
         assert!(!owner_alive(folder.path()));
+    }
+
+    #[tokio::test]
+    async fn a_dead_controllers_folder_is_removed_and_a_live_or_new_one_kept() {
+        let root = tempfile::tempdir().expect("root");
+        let mine = run_folder_in(root.path()).expect("a run folder");
+        let dead = root.path().join("run-dead");
+        std::fs::create_dir(&dead).expect("folder");
+        // PID 1 started at boot, long before this clock tick count: a controller gone.
+        std::fs::write(dead.join(OWNER_FILE), format!("1 {}\n", u64::MAX)).expect("owner");
+        let new = root.path().join("run-new");
+        std::fs::create_dir(&new).expect("folder");
+        let removed = remove_leftovers_in(root.path()).await;
+        assert_eq!(
+            removed,
+            vec![Leftover {
+                folder: dead.clone(),
+                brokers: Vec::new()
+            }]
+        );
+        assert!(mine.path().exists() && new.exists() && !dead.exists());
     }
 }

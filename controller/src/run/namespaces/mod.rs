@@ -37,6 +37,7 @@ mod leftovers;
 mod wiring;
 
 pub use leftovers::{EMULATED_ROOT, Leftover, remove_leftovers};
+pub(super) use leftovers::{remove_leftovers_in, run_folder_in};
 
 /// The port each agent listens on, on 127.0.0.1 of its own namespace.
 pub const AGENT_PORT: u16 = 7100;
