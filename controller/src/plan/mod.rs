@@ -11,6 +11,8 @@
 //!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path.
 
 mod cells;
+#[cfg(test)]
+mod limits_tests;
 mod path;
 mod presets;
 mod spread;

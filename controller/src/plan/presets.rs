@@ -173,7 +173,11 @@ pub fn overlay_workload(
 fn merge(base: &mut toml::Table, over: &toml::Table) {
     for (key, value) in over {
         match (base.get_mut(key), value) {
-            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner)) => {
+            // A table naming its `mode` (pacing) is another variant, whose fields are its
+            // own: the preset's (an open loop's interval) would be unknown to a rate.
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner))
+                if !over_inner.contains_key("mode") =>
+            {
                 merge(inner, over_inner);
             }
             _ => {

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use domain::Product;
+use loadgen::spec::MAX_DURATION;
 
 use super::presets::{scenario_preset, workload_for};
 use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Spread};
@@ -20,7 +21,9 @@ pub const MAX_REPETITIONS: u32 = 1_000;
 /// before the cell list is built.
 pub const MAX_CELLS: u64 = 100_000;
 /// Longest any of `[timeouts]` may be: beyond a day a timeout no longer protects anything, and
-/// deadlines computed from it stay far from overflowing.
+/// deadlines computed from it stay far from overflowing. A day, not loadgen's hour: a cell's
+/// deadline must hold a whole timed load (duration and warm-up, up to an hour each) or a
+/// saturation search (its budget, up to a day) with room to connect and drain.
 pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// What a custom test's workload table must set: the fields without a default in loadgen's
@@ -90,15 +93,18 @@ impl Plan {
 
     fn validate_timeouts(&self) -> Result<(), PlanError> {
         let timeouts = &self.timeouts;
+        // Installs are deadlines like these (k3s pulls its images on a first start), not
+        // loads, so they share the day's bound rather than loadgen's hour.
         for (field, value) in [
-            ("connect", timeouts.connect),
-            ("deploy", timeouts.deploy),
-            ("netem", timeouts.netem),
-            ("cell", timeouts.cell),
+            ("timeouts.connect", timeouts.connect),
+            ("timeouts.deploy", timeouts.deploy),
+            ("timeouts.netem", timeouts.netem),
+            ("timeouts.cell", timeouts.cell),
+            ("testbed.install_timeout", self.testbed.install_timeout),
         ] {
             if value.is_zero() || value > MAX_TIMEOUT {
                 return Err(invalid(
-                    format!("timeouts.{field}"),
+                    field,
                     quoted(&humantime::format_duration(value).to_string()),
                     format!(
                         "must lie between 1 ns and {}",
@@ -512,6 +518,27 @@ impl Plan {
     fn validate_timing(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
         let path = |field: &str| format!("tests[{i}].{field}");
         let kind = test.kind.name();
+        // Bounded first, so that a huge value is named by its own path rather than by the
+        // cell deadline it would overrun.
+        let warmup_time = match test.warmup {
+            Some(WarmupEntry::Time(time)) => Some(time),
+            _ => None,
+        };
+        for (field, value) in [
+            ("interval", test.interval),
+            ("duration", test.duration),
+            ("warmup", warmup_time),
+        ] {
+            if let Some(value) = value
+                && value > MAX_DURATION
+            {
+                return Err(invalid(
+                    path(field),
+                    quoted(&humantime::format_duration(value).to_string()),
+                    format!("at most {}", humantime::format_duration(MAX_DURATION)),
+                ));
+            }
+        }
         if test.kind.is_timed() && test.messages.is_some() {
             return Err(invalid(
                 path("messages"),
@@ -587,12 +614,16 @@ impl Plan {
                         .saturating_add(warmup),
                 )
             }
-            TestKind::Custom => workload_for(test, None, None).ok().and_then(|spec| {
-                Some(
-                    spec.duration?
-                        .saturating_add(spec.warmup.unwrap_or_default()),
-                )
-            }),
+            // A workload that is not valid is refused below with its own path.
+            TestKind::Custom => workload_for(test, None, None)
+                .ok()
+                .filter(|spec| spec.validate().is_ok())
+                .and_then(|spec| {
+                    Some(
+                        spec.duration?
+                            .saturating_add(spec.warmup.unwrap_or_default()),
+                    )
+                }),
             _ => None,
         };
         // Connecting, draining and reporting take time beyond the load itself.
@@ -652,6 +683,7 @@ impl Plan {
                     "only the throughput, burst and saturation tests sweep clients",
                 ));
             }
+            self.validate_points(i)?;
             if test.kind == TestKind::Custom {
                 self.validate_custom(i, test)?;
             }
@@ -716,6 +748,40 @@ impl Plan {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The sweep points of test `i` are distinct: each is one cell of the test, named by its
+    /// label in the cell id (lower-cased), so two equal points (`clients = [1, 1]`) or two
+    /// spellings of one size (`"1KB"` and `"1000B"`) would share an id, the second's result
+    /// overwriting the first's and a resumed run skipping it.
+    fn validate_points(&self, i: usize) -> Result<(), PlanError> {
+        // Each label's first index; a map, since a list may be long before the cell count is
+        // checked.
+        let mut seen = std::collections::HashMap::new();
+        for (at, point) in self.points(i).into_iter().enumerate() {
+            let Some(first) = seen.insert(point.label().to_lowercase(), at) else {
+                continue;
+            };
+            let (list, value, same) = match point {
+                super::CellPoint::Payload(size) => (
+                    "payloads",
+                    quoted(&size.to_string()),
+                    format!("the same size ({} B)", size.bytes()),
+                ),
+                super::CellPoint::Clients(pairs) => {
+                    ("clients", pairs.to_string(), "the same count".to_string())
+                }
+                super::CellPoint::Single => continue,
+            };
+            return Err(invalid(
+                format!("tests[{i}].{list}[{at}]"),
+                value,
+                format!(
+                    "{same} as tests[{i}].{list}[{first}]: each point is one cell, and two would share its id"
+                ),
+            ));
         }
         Ok(())
     }
