@@ -8,13 +8,15 @@
 //! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
 //!   `validate.rs`: the checks; `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
 //!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells;
-//!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path.
+//!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path;
+//!   `redact.rs`: the plan and its text without secrets, as a results folder holds them.
 
 mod cells;
 #[cfg(test)]
 mod limits_tests;
 mod path;
 mod presets;
+mod redact;
 mod spread;
 mod testbed;
 #[cfg(test)]
@@ -26,6 +28,7 @@ mod websocket;
 pub use cells::{Cell, CellPoint};
 pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};
+pub use redact::{REDACTED, is_secret_key, redact_plan_text};
 pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement, Spread};
 pub use types::*;
 pub use validate::PlanError;

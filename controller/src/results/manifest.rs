@@ -122,9 +122,11 @@ impl fmt::Display for NetemRecord {
 /// The run's manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// The plan as run (defaults filled in).
+    /// The plan as run (defaults filled in); written with its secrets redacted.
+    #[serde(serialize_with = "plan_without_secrets")]
     pub plan: Plan,
-    /// The plan file's text, verbatim.
+    /// The plan file's text, verbatim but for its secrets, which are redacted when written.
+    #[serde(serialize_with = "text_without_secrets")]
     pub plan_text: String,
     /// Controller version.
     pub controller_version: String,
@@ -177,18 +179,41 @@ impl PathRecord {
     }
 }
 
+/// A results folder is shared and published, so the manifest never holds a password: the
+/// run keeps the real plan in memory (its cells connect with it) and writes this one.
+fn plan_without_secrets<S: serde::Serializer>(
+    plan: &Plan,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    plan.redacted().serialize(serializer)
+}
+
+fn text_without_secrets<S: serde::Serializer>(
+    text: &str,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&crate::plan::redact_plan_text(text))
+}
+
 impl Manifest {
     /// Reads `manifest.json`; a field this version does not read (an older folder's) is
-    /// named by its path, e.g. `netem[0].asked`.
+    /// named by its path, e.g. `netem[0].asked`. A folder written before secrets were
+    /// redacted is read without them, so a report rebuilt from it does not print them.
     pub fn read(path: &Path) -> Result<Manifest, ResultsError> {
         let text = std::fs::read_to_string(path).map_err(|source| ResultsError::Io {
             path: path.display().to_string(),
             source,
         })?;
         let mut json = serde_json::Deserializer::from_str(&text);
-        serde_path_to_error::deserialize(&mut json).map_err(|error| ResultsError::Format {
-            path: path.display().to_string(),
-            problem: format!("{}: {}", error.path(), error.inner()),
+        let manifest: Manifest =
+            serde_path_to_error::deserialize(&mut json).map_err(|error| ResultsError::Format {
+                path: path.display().to_string(),
+                problem: format!("{}: {}", error.path(), error.inner()),
+            })?;
+        Ok(Manifest {
+            plan: manifest.plan.redacted(),
+            plan_text: crate::plan::redact_plan_text(&manifest.plan_text),
+            ..manifest
         })
     }
 }
