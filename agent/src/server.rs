@@ -49,6 +49,10 @@ pub async fn serve(
         undo.shutdown().await;
     };
     let served = Server::builder()
+        // A caller that vanished without closing its connection (frozen, cut off) is noticed
+        // by its unanswered pings: the connection closes, and with it its loads (issue 25).
+        .http2_keepalive_interval(Some(proto::client::KEEP_ALIVE))
+        .http2_keepalive_timeout(Some(proto::client::KEEP_ALIVE_TIMEOUT))
         .tls_config(tls)?
         .add_service(AgentServer::from_arc(Arc::clone(&service)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
