@@ -112,6 +112,9 @@ pub async fn run(
             Err(reason) => CellOutcome::Failed(reason),
         }
     };
+    // At the timeout or the cancel, `load` is dropped and with it its RunLoad streams: each
+    // agent sees its caller go away and cancels the load, which gives its load slot back
+    // (controller/tests/ended_loads.rs).
     let outcome = tokio::select! {
         outcome = tokio::time::timeout(plan.timeouts.cell, load) => match outcome {
             Ok(outcome) => outcome,
