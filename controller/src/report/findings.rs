@@ -34,7 +34,7 @@ pub fn section(data: &RunData) -> Section {
             let better = match best.get(metric) {
                 None => true,
                 Some((t, p, b)) => match metric {
-                    Metric::Latency => {
+                    Metric::Latency | Metric::OpenLoopLatency => {
                         (candidate.2.len(), std::cmp::Reverse((*test, *point)))
                             > (b.len(), std::cmp::Reverse((*t, *p)))
                     }
@@ -50,7 +50,12 @@ pub fn section(data: &RunData) -> Section {
                 continue;
             };
             let what = match metric {
-                Metric::Latency => format!("Latency ({})", super::test_label(plan, *test)),
+                Metric::Latency => {
+                    format!("Transit latency ({})", super::test_label(plan, *test))
+                }
+                Metric::OpenLoopLatency => {
+                    format!("Open-loop latency ({})", super::test_label(plan, *test))
+                }
                 Metric::SustainedRate => format!("Sustained throughput at {point} pairs"),
                 Metric::SaturationRate => format!("Saturation point at {point} pairs"),
             };
@@ -86,7 +91,7 @@ fn lead(metric: Metric, brokers: &[(usize, Vec<f64>)]) -> Option<Comparison> {
         .filter_map(|(b, v)| Some((*b, crate::stats::median(v)?, v)))
         .collect();
     ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
-    if metric != Metric::Latency {
+    if !metric.lower_is_better() {
         ranked.reverse();
     }
     let (first, second) = (ranked.first()?, ranked.get(1)?);

@@ -4,17 +4,27 @@
 use super::axes::{self, LegendItem, Scale};
 use super::estimate::{Estimate, INTERVAL_MEANING};
 use super::frame::Frame;
-use super::input::{GroupKey, LatencyGroup, RunData};
+use super::input::{CellFigures, GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Figure, Section, Table, ms, ms_like};
 use super::svg;
 use super::workload_line;
 use crate::plan::TestKind;
+use loadgen::tail::TailOwner;
 
 /// What box and whiskers mean, said the same way in every caption.
 pub const BOX_MEANING: &str = "Box: 25th to 75th percentile (the interquartile range) of the latency \
      histogram merged over all repetitions of that broker and scenario; line across the box: \
-     median; whiskers: 1st and 99th percentile (no outlier points are drawn). Latency is from \
-     the publisher's intended send time to arrival at the subscriber, in ms.";
+     median; whiskers: 1st and 99th percentile (no outlier points are drawn). Latency is the \
+     transit latency, from the moment loadgen handed the message to the socket to its arrival \
+     at the subscriber, in ms: the broker's and the network's part, without loadgen's own \
+     lateness (the open-loop latency, from the intended send time, is in the table).";
+
+/// The same for results that predate the transit latency.
+const OPEN_LOOP_BOX_MEANING: &str = "Box: 25th to 75th percentile (the interquartile range) of the \
+     latency histogram merged over all repetitions of that broker and scenario; line across the \
+     box: median; whiskers: 1st and 99th percentile (no outlier points are drawn). Latency is \
+     from the publisher's intended send time to arrival at the subscriber (open loop), in ms: \
+     these results predate the transit latency.";
 
 /// One section per latency test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
@@ -48,15 +58,34 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
     if let Some(line) = workload_line(data, test) {
         section.paragraph(line);
     }
-    let group = |broker: usize, scenario: usize| {
+    let key = |broker: usize, scenario: usize| GroupKey {
+        test,
+        broker,
+        scenario,
+        point: 0,
+    };
+    let open_loop = |broker: usize, scenario: usize| {
         data.latency
-            .get(&GroupKey {
-                test,
-                broker,
-                scenario,
-                point: 0,
-            })
+            .get(&key(broker, scenario))
             .filter(|g| g.count > 0)
+    };
+    let transit = |broker: usize, scenario: usize| {
+        data.transit_latency
+            .get(&key(broker, scenario))
+            .filter(|g| g.count > 0)
+    };
+    // Brokers are compared by transit latency; results that predate it show the open loop.
+    let by_transit = data
+        .latency
+        .keys()
+        .filter(|k| k.test == test)
+        .all(|k| data.transit_latency.contains_key(k));
+    let group = |broker: usize, scenario: usize| {
+        if by_transit {
+            transit(broker, scenario)
+        } else {
+            open_loop(broker, scenario)
+        }
     };
     let brokers: Vec<usize> = (0..plan.brokers.len())
         .filter(|&b| (0..plan.scenarios.len()).any(|s| group(b, s).is_some()))
@@ -71,16 +100,21 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         return section;
     }
     let mut boxes = Vec::new();
+    let kind = if by_transit { "Transit" } else { "Open-loop" };
     let mut table = Table::new(
         &[
             "Broker",
             "Scenario",
-            "Median (ms)",
+            &format!("{kind} median (ms)"),
             "IQR (ms)",
             "p25 (ms)",
             "p75 (ms)",
             "p1 (ms)",
             "p99 (ms)",
+            "Open-loop median (ms)",
+            "Open-loop p99 (ms)",
+            "Send delay p99 (ms, median of repetitions)",
+            "Tail",
             "Samples",
             "Repetitions",
             "Median of the repetitions' medians [95 % CI] (ms)",
@@ -97,6 +131,12 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 slot,
                 group: g,
             });
+            let cells: Vec<&CellFigures> = data
+                .cells
+                .iter()
+                .filter(|c| c.test == test && c.broker == broker && c.scenario == scenario)
+                .collect();
+            let open = open_loop(broker, scenario);
             table.row(vec![
                 plan.brokers[broker].name.clone(),
                 plan.scenarios[scenario].name.clone(),
@@ -106,14 +146,29 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 ms(g.p75),
                 ms(g.p1),
                 ms(g.p99),
+                open.map_or("-".to_string(), |o| ms(o.p50)),
+                open.map_or("-".to_string(), |o| ms(o.p99)),
+                crate::stats::median(
+                    &cells
+                        .iter()
+                        .filter(|c| c.summary.send_delay.count > 0)
+                        .map(|c| c.summary.send_delay.p99_us)
+                        .collect::<Vec<_>>(),
+                )
+                .map_or("-".to_string(), ms),
+                tail_owner(&cells),
                 g.count.to_string(),
                 g.repetitions.to_string(),
                 Estimate::of(
-                    &data
-                        .cells
+                    &cells
                         .iter()
-                        .filter(|c| c.test == test && c.broker == broker && c.scenario == scenario)
-                        .map(|c| c.summary.latency.p50_us)
+                        .map(|c| {
+                            if by_transit {
+                                c.summary.transit_latency.p50_us
+                            } else {
+                                c.summary.latency.p50_us
+                            }
+                        })
                         .collect::<Vec<_>>(),
                 )
                 .map_or("-".to_string(), |e| e.text(ms)),
@@ -131,19 +186,54 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
     section.blocks.push(Block::Figures(vec![Figure {
         file: format!("latency-{test}.svg"),
         svg: boxplot(
-            &format!("{title}: end-to-end latency per broker and scenario"),
+            &format!(
+                "{title}: {} latency per broker and scenario",
+                kind.to_lowercase()
+            ),
             &scenario_names,
             &broker_names,
             &boxes,
         ),
-        caption: format!("{title} per broker (colour) and network scenario. {BOX_MEANING}"),
+        caption: format!(
+            "{title} per broker (colour) and network scenario. {}",
+            if by_transit {
+                BOX_MEANING
+            } else {
+                OPEN_LOOP_BOX_MEANING
+            }
+        ),
     }]));
     section.blocks.push(Block::Table(table));
     section.paragraph(format!(
-        "Median, IQR and percentiles: of the histogram merged over all repetitions. The last \
-         column treats each repetition as one measurement: {INTERVAL_MEANING}"
+        "Median, IQR and percentiles: of the {} latency histogram merged over all repetitions; \
+         the open-loop columns: from each message's intended send time, merged the same way; \
+         send delay: how late messages left loadgen. Tail: whose the open-loop p99 is in each \
+         repetition, the broker's or loadgen's (its send delay p99 at least half the open-loop \
+         p99, or the transit p99 at most half of it, and the two p99s at least 0.1 ms apart); \
+         a tail that is loadgen's says nothing about the broker. The last column treats each \
+         repetition as one measurement: {INTERVAL_MEANING}",
+        kind.to_lowercase()
     ));
     section
+}
+
+/// Whose the open-loop tail was over a group's repetitions: "broker's", "loadgen's", or
+/// "loadgen's in 2 of 5"; "-" without a verdict (no schedule, or results that predate it).
+fn tail_owner(cells: &[&CellFigures]) -> String {
+    let verdicts: Vec<TailOwner> = cells
+        .iter()
+        .filter_map(|c| c.summary.latency_tail.as_ref().map(|t| t.owner))
+        .collect();
+    let loadgens = verdicts
+        .iter()
+        .filter(|o| **o == TailOwner::Loadgen)
+        .count();
+    match (verdicts.len(), loadgens) {
+        (0, _) => "-".to_string(),
+        (_, 0) => "broker's".to_string(),
+        (n, l) if l == n => "loadgen's".to_string(),
+        (n, l) => format!("loadgen's in {l} of {n}"),
+    }
 }
 
 /// Grouped boxplots: one group per scenario, one box per broker within it.
