@@ -41,6 +41,8 @@
 //! - [`fake_k3s`]: the scripted fake `k3s` and what it recorded.
 //! - [`workspace`]: a workspace binary built fresh for a test of another
 //!   package.
+//! - [`wire`]: a packet capture on loopback that times each PUBLISH into and out of a broker
+//!   (the referee of loadgen's latency figures).
 //! - [`vm`]: the real-kernel checks' driver: builds the one VM payload
 //!   (`examples/vm_check/`), boots it under qemu, reads its results.
 //! - this file: checks for installed components ([`require_binary`],
@@ -62,6 +64,7 @@ pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
 pub mod vm;
+pub mod wire;
 pub mod workspace;
 
 pub use cpu_quota::{CpuQuota, cpu_quota_unavailable};
