@@ -78,6 +78,53 @@ pub enum FolderError {
     },
 }
 
+impl FolderError {
+    /// What is wrong, without the path: for a caller that names the file itself.
+    pub fn problem(&self) -> String {
+        match self {
+            FolderError::Io { source, .. } => source.to_string(),
+            FolderError::Outside { folder, .. } => format!("not a path inside {folder}"),
+            FolderError::Link { .. } => {
+                "is a symbolic link, and links inside this folder are not followed".to_string()
+            }
+            FolderError::Kind {
+                found, expected, ..
+            } => format!("is {found}, not {expected}"),
+            FolderError::TooLarge { cap, .. } => format!("larger than {cap} bytes"),
+        }
+    }
+}
+
+/// For a caller whose errors are `io::Error`s and name the path themselves: the kind of the
+/// system's error where there is one, the problem's text otherwise.
+impl From<FolderError> for io::Error {
+    fn from(error: FolderError) -> io::Error {
+        match error {
+            FolderError::Io { source, .. } => source,
+            other => io::Error::new(io::ErrorKind::InvalidInput, other.problem()),
+        }
+    }
+}
+
+/// Replaces the file at `path` as [`Folder::replace`] does, in the folder above it (which the
+/// caller named, and may be reached through links): a link at `path` is replaced, never
+/// written through.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FolderError> {
+    let outside = || FolderError::Outside {
+        path: path.display().to_string(),
+        folder: "a folder".to_string(),
+    };
+    let name = path
+        .file_name()
+        .and_then(OsStr::to_str)
+        .ok_or_else(outside)?;
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    Folder::open(folder)?.replace(name, bytes)
+}
+
 /// A folder opened once; everything beneath it is reached through its descriptor.
 #[derive(Debug)]
 pub struct Folder {

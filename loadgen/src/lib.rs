@@ -22,7 +22,8 @@
 //!   and WebSocket (ws/wss) on top;
 //!   [`header`]: the measurement header; [`clock`]: the run clock.
 //! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
-//!   [`result`]: the raw mergeable result; [`summary`]: the figures derived from it;
+//!   [`result`]: the raw mergeable result, [`result_checks`]: what one read from a file must
+//!   satisfy before use; [`summary`]: the figures derived from it;
 //!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
 //!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
 //!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay;
@@ -47,6 +48,7 @@ pub mod presets;
 mod publisher;
 mod reconnect;
 pub mod result;
+pub mod result_checks;
 pub mod runtime;
 pub mod saturation;
 pub mod series;

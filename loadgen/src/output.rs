@@ -522,7 +522,9 @@ pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputErro
         ("connect_time", &result.connect_time),
     ] {
         let path = dir.join(format!("{name}.hgrm"));
-        fs::write(&path, percentile_distribution(histogram, 1e6)).map_err(io_error(&path))?;
+        // Replaced, not written through: a link planted at the name is not followed.
+        host::folder::replace_file(&path, percentile_distribution(histogram, 1e6).as_bytes())
+            .map_err(|e| io_error(&path)(e.into()))?;
     }
     write_result(&dir.join("result.json"), result)
 }
@@ -530,7 +532,7 @@ pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputErro
 /// Saves the raw result as JSON (histograms as V2+DEFLATE base64), for merging later.
 pub fn write_result(path: &Path, result: &RunResult) -> Result<(), OutputError> {
     let json = serde_json::to_string(result).map_err(|e| OutputError::Serialize(e.to_string()))?;
-    fs::write(path, json).map_err(io_error(path))
+    host::folder::replace_file(path, json.as_bytes()).map_err(|e| io_error(path)(e.into()))
 }
 
 /// HdrHistogram's standard percentile text, values divided by `unit_ratio` (1e6: ns -> ms).

@@ -364,6 +364,8 @@ impl RunResult {
 
     /// Adds `other`, a result of the same run (another shard or instance), into this one.
     pub fn merge(&mut self, other: &RunResult) -> Result<(), MergeError> {
+        // Either side may have been read from a file: nothing below indexes or sums unchecked.
+        crate::result_checks::check_merge(self, other).map_err(MergeError)?;
         if self.run_id != other.run_id || self.spec != other.spec {
             return Err(MergeError(format!(
                 "run {} and run {} differ in workload or id",

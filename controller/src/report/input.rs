@@ -4,13 +4,18 @@
 //!
 //! Results are read one cell at a time and only their figures and merged latency
 //! histograms are kept, so a study of thousands of cells fits in memory.
+//!
+//! The folder is untrusted input: cell files are read through [`host::Folder`] (never
+//! through a link, never above the folder, regular files only, each under a cap), and each
+//! `result.json` passes [`loadgen::result_checks::check`] before anything sums or indexes by
+//! it; a cell that fails is left out and named among the report's problems.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::io::ErrorKind;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use host::Folder;
+use loadgen::result_checks::{self, MAX_RESULT_FILE_BYTES};
 use loadgen::{RunResult, Summary};
 
 use super::ReportError;
@@ -27,6 +32,9 @@ pub struct RunData {
     pub cells: Vec<CellFigures>,
     /// Latency of the latency and payload tests, merged over repetitions.
     pub latency: BTreeMap<GroupKey, LatencyGroup>,
+    /// Their transit latency (from the actual send), merged the same way; absent for groups
+    /// whose results predate it.
+    pub transit_latency: BTreeMap<GroupKey, LatencyGroup>,
     /// Cells whose last recorded status is failed, by cell id.
     pub failed: Vec<CellNote>,
     /// Cells recorded as skipped, by cell id.
@@ -209,16 +217,19 @@ fn problem_in(name: &str, error: &ResultsError) -> String {
         } => format!("{name} line {line}: column {column} = {value:?}: {problem}; left out"),
         ResultsError::Format { problem, .. } => format!("{name}: {problem}; left out"),
         ResultsError::Io { source, .. } => format!("{name}: {source}; left out"),
+        ResultsError::Folder(error) => format!("{name}: {}; left out", error.problem()),
     }
 }
 
 /// Reads the folder.
 pub fn load(dir: &Path) -> Result<RunData, ReportError> {
+    let folder = Folder::open(dir).map_err(ResultsError::from)?;
     let manifest = Manifest::read(&dir.join("manifest.json"))?;
     let mut data = RunData {
         manifest,
         cells: Vec::new(),
         latency: BTreeMap::new(),
+        transit_latency: BTreeMap::new(),
         failed: Vec::new(),
         skipped: Vec::new(),
         retried: 0,
@@ -244,11 +255,16 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
             reason: row.reason.clone(),
         };
         match row.status {
-            CellStatus::Ok => read_cell(dir, row, &mut data, &mut merged),
+            CellStatus::Ok => read_cell(&folder, row, &mut data, &mut merged),
             CellStatus::Failed => data.failed.push(note()),
             CellStatus::Skipped => data.skipped.push(note()),
         }
     }
+    data.transit_latency = merged
+        .iter()
+        .filter(|(_, m)| !m.transit.is_empty())
+        .map(|(key, m)| (*key, LatencyGroup::of(&m.transit, m.repetitions)))
+        .collect();
     data.latency = merged
         .into_iter()
         .map(|(key, m)| (key, LatencyGroup::of(&m.histogram, m.repetitions)))
@@ -281,6 +297,7 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
 /// Latency histograms of one group, merged over repetitions.
 struct Merged {
     histogram: Histogram<u64>,
+    transit: Histogram<u64>,
     repetitions: u32,
 }
 
@@ -323,8 +340,11 @@ fn test_index(data: &RunData, row: &SummaryRow) -> Option<usize> {
     from_id.or_else(|| tests.iter().position(|t| t.kind == row.test))
 }
 
+/// Largest `saturation.json` read: a search of hundreds of probes fits many times over.
+const MAX_SEARCH_FILE_BYTES: u64 = 16 << 20;
+
 fn read_cell(
-    dir: &Path,
+    folder: &Folder,
     row: &SummaryRow,
     data: &mut RunData,
     merged: &mut BTreeMap<GroupKey, Merged>,
@@ -344,12 +364,15 @@ fn read_cell(
         .insert(row.cell.clone(), CellPlace { broker, test });
     let kind = plan.tests[test].kind;
     let extras = CellExtras::of(row);
-    let cell_dir = dir.join("cells").join(&row.cell);
-    let read_json = |name: &str| -> Result<Option<String>, String> {
-        match fs::read_to_string(cell_dir.join(name)) {
-            Ok(text) => Ok(Some(text)),
-            Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(error.to_string()),
+    // A cell id that is absolute or has `..` is refused by the folder, as are links in it.
+    let read_json = |name: &str, cap: u64| -> Result<Option<String>, String> {
+        let relative = Path::new("cells").join(&row.cell).join(name);
+        match folder.read(&relative, cap) {
+            Ok(Some(bytes)) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| "not UTF-8 text".to_string()),
+            Ok(None) => Ok(None),
+            Err(error) => Err(error.problem()),
         }
     };
     let left_out = |data: &mut RunData, name: &str, problem: String| {
@@ -359,7 +382,7 @@ fn read_cell(
         ));
     };
     if kind == TestKind::Saturation {
-        let report = match read_json("saturation.json") {
+        let report = match read_json("saturation.json", MAX_SEARCH_FILE_BYTES) {
             Ok(Some(text)) => serde_json::from_str(&text).map_err(|e| e.to_string()),
             Ok(None) => Err("missing".to_string()),
             Err(problem) => Err(problem),
@@ -381,8 +404,14 @@ fn read_cell(
         }
         return;
     }
-    let result = match read_json("result.json") {
-        Ok(Some(text)) => serde_json::from_str::<RunResult>(&text).map_err(|e| e.to_string()),
+    let result = match read_json("result.json", MAX_RESULT_FILE_BYTES) {
+        Ok(Some(text)) => serde_json::from_str::<RunResult>(&text)
+            .map_err(|e| e.to_string())
+            .and_then(|result| {
+                result_checks::check(&result)
+                    .map(|()| result)
+                    .map_err(|e| e.to_string())
+            }),
         Ok(None) => Err("missing".to_string()),
         Err(problem) => Err(problem),
     };
@@ -414,7 +443,11 @@ fn read_cell(
             point,
         };
         match merged.get_mut(&key) {
-            Some(group) => match group.histogram.add(&result.latency) {
+            Some(group) => match group
+                .histogram
+                .add(&result.latency)
+                .and_then(|()| group.transit.add(&result.transit_latency))
+            {
                 Ok(()) => group.repetitions += 1,
                 Err(error) => data.problems.push(format!(
                     "cells/{}/result.json: its latency histogram does not merge ({error:?}); left out",
@@ -426,6 +459,7 @@ fn read_cell(
                     key,
                     Merged {
                         histogram: result.latency,
+                        transit: result.transit_latency,
                         repetitions: 1,
                     },
                 );

@@ -29,6 +29,10 @@
 //! Sections for tests the plan does not have are left out; failed cells are counted and
 //! excluded. The same folder always gives the same bytes.
 //!
+//! The folder is untrusted: every file is written through [`host::Folder`], as a new file
+//! renamed over the old one, so a link planted as `report.md`, `figures` or a temporary name
+//! is never written through, and stale figures are unlinked, never followed.
+//!
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
 //! `throughput.rs`, `saturation.rs`, `burst.rs`, `custom.rs`, `comparison.rs`, `resources.rs`,
 //! `emulation.rs`, `study.rs` build one section each; `estimate.rs` gives medians with intervals;
@@ -64,8 +68,11 @@ mod svg;
 mod throughput;
 mod timeseries;
 
-use std::fs;
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+
+use host::Folder;
 
 use crate::plan::{Plan, TestKind};
 use crate::results::ResultsError;
@@ -78,22 +85,9 @@ pub enum ReportError {
     /// A file of the results folder could not be read, or is not what this version writes.
     #[error(transparent)]
     Results(#[from] ResultsError),
-    /// A folder of the results could not be listed.
-    #[error("{path}: {source}")]
-    Read {
-        /// The folder.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A report file could not be written.
-    #[error("{path}: {source}")]
-    Write {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// A report file could not be written (or its folder is a link, or not a folder).
+    #[error(transparent)]
+    Write(#[from] host::FolderError),
 }
 
 /// The files a report consists of.
@@ -122,29 +116,30 @@ pub fn write_report(dir: &Path) -> Result<ReportFiles, ReportError> {
         data.manifest.controller_version
     );
     let appendix = &data.manifest.plan_text;
-    let figures_dir = dir.join("figures");
-    fs::create_dir_all(&figures_dir).map_err(write_error(&figures_dir))?;
+    let folder = Folder::open(dir)?;
+    let figures_folder = folder.create_folder(Path::new("figures"))?;
     let mut figures = Vec::new();
+    let mut written = BTreeSet::new();
     for section in &sections {
         for block in &section.blocks {
             if let Block::Figures(list) = block {
                 for figure in list {
-                    let path = figures_dir.join(&figure.file);
-                    write_file(&path, figure.svg.as_bytes())?;
-                    figures.push(path);
+                    figures_folder.replace(&figure.file, figure.svg.as_bytes())?;
+                    written.insert(figure.file.clone());
+                    figures.push(dir.join("figures").join(&figure.file));
                 }
             }
         }
     }
-    remove_stale_figures(&figures_dir, &figures)?;
+    remove_stale_figures(&figures_folder, &written)?;
     let markdown = dir.join("report.md");
-    write_file(
-        &markdown,
+    folder.replace(
+        "report.md",
         markdown::render(&title, &intro, &sections, appendix).as_bytes(),
     )?;
     let html = dir.join("report.html");
-    write_file(
-        &html,
+    folder.replace(
+        "report.html",
         html::render(&title, &intro, &sections, appendix).as_bytes(),
     )?;
     Ok(ReportFiles {
@@ -226,30 +221,14 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
     ))
 }
 
-fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Write {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-/// Writes through a temporary file, so a reader never sees half a report.
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let temporary = path.with_extension("partial");
-    fs::write(&temporary, bytes).map_err(write_error(&temporary))?;
-    fs::rename(&temporary, path).map_err(write_error(path))
-}
-
-/// Removes `.svg` files of an earlier report that this one did not write.
-fn remove_stale_figures(dir: &Path, keep: &[PathBuf]) -> Result<(), ReportError> {
-    let entries = fs::read_dir(dir).map_err(|source| ReportError::Read {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "svg") && !keep.contains(&path) {
-            fs::remove_file(&path).map_err(write_error(&path))?;
+/// Removes `.svg` files of an earlier report that this one did not write (an entry itself:
+/// a link is removed, not followed).
+fn remove_stale_figures(folder: &Folder, keep: &BTreeSet<String>) -> Result<(), ReportError> {
+    for name in folder.names()? {
+        let stale = Path::new(&name).extension() == Some(OsStr::new("svg"))
+            && !name.to_str().is_some_and(|name| keep.contains(name));
+        if stale {
+            folder.remove(&name)?;
         }
     }
     Ok(())

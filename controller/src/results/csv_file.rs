@@ -1,15 +1,25 @@
 //! The one place the controller writes and reads CSV: rows of a serde row type appended to a
 //! file whose header is that type's field names, and read back typed, each row that does not
 //! parse named by line, column and value.
+//!
+//! Both go through [`host::Folder`]: a CSV file that is a link, a device or a pipe is refused,
+//! and one larger than [`MAX_CSV_BYTES`] is not read.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
+
+use host::Folder;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::ResultsError;
+
+/// Largest CSV file read, 256 MiB: `summary.csv` of the planner's largest study (100,000
+/// cells, about 1 KiB a row) with retries, or hours of metrics samples.
+pub const MAX_CSV_BYTES: u64 = 256 << 20;
+/// Longest header line read to check an existing file's columns.
+const MAX_HEADER_BYTES: u64 = 64 << 10;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
     move |source| ResultsError::Io {
@@ -43,24 +53,25 @@ fn header_of<R: Serialize>(path: &Path, row: &R) -> Result<String, ResultsError>
     Ok(text.lines().next().unwrap_or_default().to_string())
 }
 
-/// Appends `rows` to the CSV file at `path`, the header first when the file is new or empty,
-/// in a single write and synced: a process killed mid-row must not leave half a line for the
-/// next row to be glued to. A file whose header is not this row type's (another version's
-/// folder) is refused rather than extended with rows that do not line up.
-pub fn append<R: Serialize>(path: &Path, rows: &[R]) -> Result<(), ResultsError> {
+/// Appends `rows` to the CSV file `name` of `folder`, the header first when the file is new or
+/// empty, in a single write and synced: a process killed mid-row must not leave half a line
+/// for the next row to be glued to. A file whose header is not this row type's (another
+/// version's folder) is refused rather than extended with rows that do not line up.
+pub fn append<R: Serialize>(folder: &Folder, name: &str, rows: &[R]) -> Result<(), ResultsError> {
     let Some(first) = rows.first() else {
         return Ok(());
     };
-    let existing = match File::open(path) {
-        Ok(file) => {
+    let path = folder.path().join(name);
+    let path = path.as_path();
+    let existing = match folder.open_file(Path::new(name))? {
+        Some((file, _)) => {
             let mut line = String::new();
-            BufReader::new(file)
+            BufReader::new(file.take(MAX_HEADER_BYTES))
                 .read_line(&mut line)
                 .map_err(io(path))?;
             Some(line.trim_end_matches(['\r', '\n']).to_string())
         }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-        Err(error) => return Err(io(path)(error)),
+        None => None,
     };
     let new = existing.as_deref().is_none_or(str::is_empty);
     if let Some(found) = existing.filter(|line| !line.is_empty()) {
@@ -76,28 +87,21 @@ pub fn append<R: Serialize>(path: &Path, rows: &[R]) -> Result<(), ResultsError>
         }
     }
     let text = encode(path, rows, new)?;
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io(path))?;
-    file.write_all(&text).map_err(io(path))?;
-    file.sync_data().map_err(io(path))
+    Ok(folder.append(name, &text)?)
 }
 
 /// Every row of the CSV file at `path`, each typed or the reason it is not (naming the line,
 /// the column and its value); `None` when there is no such file. The header must name every
-/// column of `required`; other columns may be missing (older folders) or extra.
+/// column of `required`; other columns may be missing (older folders) or extra. The file
+/// must be a regular file of at most [`MAX_CSV_BYTES`], not a link.
 pub fn read<R: DeserializeOwned>(
     path: &Path,
     required: &[&str],
 ) -> Result<Option<Vec<Result<R, ResultsError>>>, ResultsError> {
-    let text = match fs::read(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(io(path)(error)),
+    let Some(file) = super::folder::open_in_place(path, MAX_CSV_BYTES)? else {
+        return Ok(None);
     };
-    let mut reader = csv::Reader::from_reader(text.as_slice());
+    let mut reader = csv::Reader::from_reader(BufReader::new(file));
     let header = reader.headers().map_err(|e| format(path, e))?.clone();
     if let Some(missing) = required.iter().find(|c| !header.iter().any(|h| h == **c)) {
         return Err(format(
@@ -167,9 +171,10 @@ mod tests {
     fn rows_append_under_one_header_and_quote_what_needs_it() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("t.csv");
-        append(&path, &[row("a, \"quoted\"", 1)]).expect("first");
-        append(&path, &[row("b", 2), row("c\nd", 3)]).expect("second");
-        let text = fs::read_to_string(&path).expect("read");
+        let folder = Folder::open(dir.path()).expect("open");
+        append(&folder, "t.csv", &[row("a, \"quoted\"", 1)]).expect("first");
+        append(&folder, "t.csv", &[row("b", 2), row("c\nd", 3)]).expect("second");
+        let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(
             text,
             "name,count,note\n\"a, \"\"quoted\"\"\",1,\nb,2,\n\"c\nd\",3,\n"
@@ -192,7 +197,7 @@ mod tests {
     fn a_bad_field_is_named_by_line_column_and_value() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("t.csv");
-        fs::write(&path, "name,count\na,1\nb,many\n").expect("write");
+        std::fs::write(&path, "name,count\na,1\nb,many\n").expect("write");
         let rows = read::<Row>(&path, &["name", "count"])
             .expect("read")
             .expect("present");
@@ -210,8 +215,9 @@ mod tests {
     fn a_file_of_another_header_is_not_extended() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("t.csv");
-        fs::write(&path, "name,total\na,1\n").expect("write");
-        let error = append(&path, &[row("b", 2)]).expect_err("another header");
+        std::fs::write(&path, "name,total\na,1\n").expect("write");
+        let folder = Folder::open(dir.path()).expect("open");
+        let error = append(&folder, "t.csv", &[row("b", 2)]).expect_err("another header");
         assert!(error.to_string().contains("header"), "{error}");
     }
 }

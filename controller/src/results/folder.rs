@@ -1,25 +1,27 @@
-//! [`ResultsDir`]: a run's results folder, written as each cell ends.
+//! [`ResultsDir`]: a run's results folder, written as each cell ends, through
+//! [`host::Folder`] (no link inside it followed, files replaced by rename).
 
 use std::collections::HashSet;
-use std::fs;
+use std::fs::File;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use host::{Folder, FolderError};
 use loadgen::RunResult;
 
 use super::summary::read_each_row;
 use super::{CellRecord, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow, csv_file};
 
+/// Largest `manifest.json` read, 16 MiB: a plan, its text and the records of a testbed of
+/// hundreds of nodes fit many times over.
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// A run's results folder.
 #[derive(Debug, Clone)]
 pub struct ResultsDir {
     dir: PathBuf,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
-    move |source| ResultsError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    folder: Arc<Folder>,
 }
 
 fn json_error(path: &Path) -> impl FnOnce(serde_json::Error) -> ResultsError + '_ {
@@ -30,11 +32,14 @@ fn json_error(path: &Path) -> impl FnOnce(serde_json::Error) -> ResultsError + '
 }
 
 impl ResultsDir {
-    /// Creates (or reopens, for `--resume`) the folder.
+    /// Creates (or reopens, for `--resume`) the folder. A new folder is private (`0700`, its
+    /// files `0600`) when the folder it is created in is.
     pub fn open(dir: &Path) -> Result<Self, ResultsError> {
-        fs::create_dir_all(dir.join("cells")).map_err(io(dir))?;
+        let folder = Folder::create(dir)?;
+        folder.create_folder(Path::new("cells"))?;
         Ok(ResultsDir {
             dir: dir.to_path_buf(),
+            folder: Arc::new(folder),
         })
     }
 
@@ -46,18 +51,7 @@ impl ResultsDir {
     /// The folder of one cell's files, refused unless it lies inside `cells/`: a cell id is
     /// made of plan names, and a name that slipped past validation must not write elsewhere.
     pub fn cell_dir(&self, cell: &str) -> Result<PathBuf, ResultsError> {
-        let relative = Path::new(cell);
-        let inside = !cell.is_empty()
-            && relative
-                .components()
-                .all(|step| matches!(step, std::path::Component::Normal(_)));
-        if !inside {
-            return Err(ResultsError::Format {
-                path: self.dir.join("cells").display().to_string(),
-                problem: format!("cell id {cell:?} is not a path inside the run's cells folder"),
-            });
-        }
-        Ok(self.dir.join("cells").join(relative))
+        Ok(self.dir.join(cell_path(&self.dir, cell)?))
     }
 
     /// `summary.csv`.
@@ -69,7 +63,7 @@ impl ResultsDir {
     pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), ResultsError> {
         let path = self.dir.join("manifest.json");
         let json = serde_json::to_string_pretty(manifest).map_err(json_error(&path))?;
-        write_atomically(&path, json.as_bytes())
+        Ok(self.folder.replace("manifest.json", json.as_bytes())?)
     }
 
     /// Reads the manifest.
@@ -78,35 +72,37 @@ impl ResultsDir {
     }
 
     /// Records a finished cell: its raw result and histogram first, then its summary row, so
-    /// a row never points at files that are not there.
+    /// a row never points at files that are not there. Each file is written whole and synced
+    /// before the rename, and the folder after it, so a power loss cannot leave a summary row
+    /// (synced on append) naming an empty result that resume would then skip.
     pub fn record(
         &self,
         record: &CellRecord,
         result: Option<&RunResult>,
         search: Option<&loadgen::saturation::SaturationReport>,
     ) -> Result<(), ResultsError> {
-        let cell_dir = self.cell_dir(&record.cell)?;
+        let relative = cell_path(&self.dir, &record.cell)?;
         if search.is_some() || result.is_some() {
-            fs::create_dir_all(&cell_dir).map_err(io(&cell_dir))?;
+            let cell = self.folder.create_folder(&relative)?;
+            if let Some(search) = search {
+                let path = cell.path().join("saturation.json");
+                let json = serde_json::to_string_pretty(search).map_err(json_error(&path))?;
+                cell.replace("saturation.json", json.as_bytes())?;
+            }
+            if let Some(result) = result {
+                let path = cell.path().join("result.json");
+                let json = serde_json::to_string(result).map_err(json_error(&path))?;
+                cell.replace("result.json", json.as_bytes())?;
+                let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
+                cell.replace("latency.hgrm", hgrm.as_bytes())?;
+            }
         }
-        if let Some(search) = search {
-            let path = cell_dir.join("saturation.json");
-            let json = serde_json::to_string_pretty(search).map_err(json_error(&path))?;
-            write_atomically(&path, json.as_bytes())?;
-        }
-        if let Some(result) = result {
-            let path = cell_dir.join("result.json");
-            let json = serde_json::to_string(result).map_err(json_error(&path))?;
-            write_atomically(&path, json.as_bytes())?;
-            let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
-            write_atomically(&cell_dir.join("latency.hgrm"), hgrm.as_bytes())?;
-        }
-        csv_file::append(&self.summary_path(), &[SummaryRow::of(record)])
+        csv_file::append(&self.folder, "summary.csv", &[SummaryRow::of(record)])
     }
 
     /// Appends metrics samples.
     pub fn record_metrics(&self, rows: &[MetricsRow]) -> Result<(), ResultsError> {
-        csv_file::append(&self.dir.join("metrics.csv"), rows)
+        csv_file::append(&self.folder, "metrics.csv", rows)
     }
 
     /// Cells already in `summary.csv` with status ok or skipped: a resumed run skips them
@@ -127,22 +123,87 @@ impl ResultsDir {
     }
 }
 
-/// Writes `path` whole or not at all, and durably before anything may point at it: the file
-/// is synced before the rename and the folder after it, so a power loss cannot leave a
-/// summary row (synced on append) naming an empty result that resume would then skip.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
-    use std::io::Write;
-    let temporary = path.with_extension("partial");
-    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    file.write_all(bytes).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, path).map_err(io(path))?;
-    if let Some(folder) = path.parent() {
-        fs::File::open(folder)
-            .and_then(|folder| folder.sync_all())
-            .map_err(io(folder))?;
+/// Closes `dir` (created when missing) to group and others (`0700`): a results folder
+/// created in it is private too, and so is every folder and file written in that
+/// (`0700`, `0600`). `controller serve` keeps its runs' root so: results are the submitter's.
+pub fn close_to_others(dir: &Path) -> Result<(), ResultsError> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let io = |source| ResultsError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)
+}
+
+/// `cells/<cell>`, refused unless every step of the id is a plain name.
+pub(crate) fn cell_path(dir: &Path, cell: &str) -> Result<PathBuf, ResultsError> {
+    let relative = Path::new(cell);
+    let inside = !cell.is_empty()
+        && relative
+            .components()
+            .all(|step| matches!(step, std::path::Component::Normal(_)));
+    if !inside {
+        return Err(ResultsError::Format {
+            path: dir.join("cells").display().to_string(),
+            problem: format!("cell id {cell:?} is not a path inside the run's cells folder"),
+        });
     }
-    Ok(())
+    Ok(Path::new("cells").join(relative))
+}
+
+/// The folder holding `path` (`.` for a bare name) and the name in it.
+fn split(path: &Path) -> Result<(&Path, &Path), ResultsError> {
+    let name = path.file_name().ok_or_else(|| ResultsError::Format {
+        path: path.display().to_string(),
+        problem: "not a file name".to_string(),
+    })?;
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    Ok((folder, Path::new(name)))
+}
+
+/// The file at `path`, opened for reading if it is a regular file (not a link) of at most
+/// `cap` bytes, limited to `cap` bytes; `None` when it is missing. The folder above it is
+/// the caller's and may be reached through links; the file itself may not.
+pub(crate) fn open_in_place(
+    path: &Path,
+    cap: u64,
+) -> Result<Option<std::io::Take<File>>, ResultsError> {
+    let (folder, name) = split(path)?;
+    let Some((file, size)) = Folder::open(folder)?.open_file(name)? else {
+        return Ok(None);
+    };
+    if size > cap {
+        return Err(FolderError::TooLarge {
+            path: path.display().to_string(),
+            cap,
+        }
+        .into());
+    }
+    Ok(Some(file.take(cap)))
+}
+
+/// The file at `path` whole, as [`open_in_place`] opens it; a missing file is an error.
+pub(crate) fn read_in_place(path: &Path, cap: u64) -> Result<String, ResultsError> {
+    let mut text = String::new();
+    open_in_place(path, cap)?
+        .ok_or_else(|| ResultsError::Io {
+            path: path.display().to_string(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?
+        .read_to_string(&mut text)
+        .map_err(|source| ResultsError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -229,7 +290,7 @@ mod tests {
         let text = format!(
             "{header}\na/l/0-latency/-/1,a,l,latency,-,1,ok,\na/l/0-latency/-/2,a,l,latency,-,two,ok,\n"
         );
-        fs::write(results.summary_path(), text).expect("write");
+        std::fs::write(results.summary_path(), text).expect("write");
         let done = results.finished_cells().expect("finished");
         assert_eq!(done, HashSet::from(["a/l/0-latency/-/1".to_string()]));
         let error = super::super::read_rows(&results.summary_path()).expect_err("bad row");

@@ -15,6 +15,12 @@
 //! ```
 //! A cell id is `broker/scenario/<test index>-<kind>/<point>/<repetition>`, lower case.
 //!
+//! A results folder is untrusted input (it may come from anywhere, and the controller runs as
+//! root): every file in it is read and written through [`host::Folder`], so no link inside it
+//! is followed, only regular files are read and each only up to a cap, and files are replaced
+//! by renaming a new file over them. A folder closed to others (`0700`, as `serve` keeps its
+//! runs) gets `0700` folders and `0600` files.
+//!
 //! Each CSV file is written and read through one serde row type: [`SummaryRow`] for
 //! `summary.csv`, [`MetricsRow`] for `metrics.csv`.
 //!
@@ -37,7 +43,7 @@ pub mod summary;
 pub mod usage;
 
 pub use fields::{ErrorCounts, TextList};
-pub use folder::ResultsDir;
+pub use folder::{ResultsDir, close_to_others};
 pub use manifest::{
     AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
     OverlayPeer, OverlayRecord, PathRecord, TestbedRecord,
@@ -65,6 +71,10 @@ pub enum ResultsError {
         /// What is wrong.
         problem: String,
     },
+    /// A file or folder inside the results folder is a link, not a regular file, too large,
+    /// or could not be opened beneath it.
+    #[error(transparent)]
+    Folder(#[from] host::FolderError),
     /// A field of a CSV row is not what this version writes.
     #[error("{path} line {line}: column {column} = {value:?}: {problem}")]
     Row {

@@ -488,6 +488,14 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
         let Some(job) = runs.begin(&id) else {
             continue;
         };
+        // Results are the submitter's: the runs' root is closed to other users of the
+        // machine, and each run's folder and files, created in it, are 0700 and 0600.
+        if let Some(root) = job.folder.parent()
+            && let Err(error) = crate::results::close_to_others(root)
+        {
+            runs.finish(&id, Outcome::Error(error.to_string()));
+            continue;
+        }
         // A run's folder is named after the plan and the second it starts: two runs of one
         // plan must not start within the same second, or the second would find the first's
         // cells "finished".
