@@ -24,7 +24,9 @@ Then loadgen alone: --spread consecutive runs of `loadgen throughput --clients 1
 reports them (a burst is as fast as the
 broker, so a slower run shows a broker that spent more per message), and --latency-runs runs of
 the latency preset at the study's rate and at ten times it, each with loadgen's own send delay
-(how late its messages left against their schedule) and the host's steal beside the latency.
+(how late its messages left against their schedule), the transit latency (from the actual send:
+the broker's part when loadgen itself left late), the host's steal and CPU pressure and whose the
+open-loop tail was beside the latency.
 This machine is shared and noisy: read the ratios within pairs and the medians.
 """
 import argparse
@@ -255,18 +257,27 @@ def main():
                                   (1000, "ten times it: 1000 publishers every 250 ms")]:
             print(f"\nlatency preset at {label}, {options.latency_runs} runs (targets: p50 < 200 us, p99 < 1 ms;"
                   " at ten times the rate p99 < 2 ms)")
-            print("   run  p50(us)  p99(us)  p99.9(us)  send delay p50(us)  send delay p99(us)  measured  host steal(%)")
-            p99s = []
+            print("   run  open loop p50(us)  p99(us)  p99.9(us)  transit p50(us)  p99(us)"
+                  "  send delay p50(us)  p99(us)  measured  host steal(%)  host CPU pressure(%)  tail")
+            p99s, transit_p99s = [], []
             for n in range(1, options.latency_runs + 1):
                 out, *_ = timed([LOADGEN, "--no-progress", "--json", "latency", "--broker", f"127.0.0.1:{port}",
                                  "--publishers", str(publishers)], broker.pid)
                 result = json.loads(out)
                 latency, send = result["latency"], result["send_delay"]
+                transit = result.get("transit_latency", latency)
+                pressure = result["generator"].get("host_cpu_pressure_percent")
+                tail = (result.get("latency_tail") or {}).get("owner", "-")
                 p99s.append(latency["p99_us"])
-                print(f"  {n:>4}  {latency['p50_us']:>7.1f}  {latency['p99_us']:>7.1f}  {latency['p999_us']:>9.1f}"
-                      f"  {send['p50_us']:>18.1f}  {send['p99_us']:>18.1f}  {latency['count']:>8}"
-                      f"  {result['generator'].get('host_steal_percent', 0.0):>13.1f}")
-            print(f"  p99 over the runs: {min(p99s):.1f}-{max(p99s):.1f} us")
+                transit_p99s.append(transit["p99_us"])
+                print(f"  {n:>4}  {latency['p50_us']:>17.1f}  {latency['p99_us']:>7.1f}  {latency['p999_us']:>9.1f}"
+                      f"  {transit['p50_us']:>15.1f}  {transit['p99_us']:>7.1f}"
+                      f"  {send['p50_us']:>18.1f}  {send['p99_us']:>7.1f}  {latency['count']:>8}"
+                      f"  {result['generator'].get('host_steal_percent', 0.0):>13.1f}"
+                      f"  {'-' if pressure is None else f'{pressure:.1f}':>20}  {tail}")
+            print(f"  p99 over the runs: open loop {min(p99s):.1f}-{max(p99s):.1f} us,"
+                  f" transit {min(transit_p99s):.1f}-{max(transit_p99s):.1f} us"
+                  " (open loop: from the intended send time; transit: from the actual send, the broker's part)")
     finally:
         broker.terminate()
         broker.wait(timeout=10)
