@@ -241,25 +241,30 @@ mod with_agent {
     /// else `continuum-<uid>` in the temporary folder, made private, and refused unless it is
     /// this user's own private folder (another user could have made it first, or a link).
     fn local_root() -> std::io::Result<PathBuf> {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
         // SAFETY: geteuid takes nothing and cannot fail.
         let uid = unsafe { libc::geteuid() };
         if uid == 0 {
             return Ok(PathBuf::from(ROOT_LOCAL_ROOT));
         }
-        let root = std::env::temp_dir().join(format!("continuum-{uid}"));
-        match std::fs::DirBuilder::new().mode(0o700).create(&root) {
+        private_folder(&std::env::temp_dir().join(format!("continuum-{uid}")), uid)
+    }
+
+    /// `path` made (0700) if missing; Err unless it is then a folder, not a link, owned by
+    /// `uid` and closed to everyone else.
+    fn private_folder(path: &Path, uid: u32) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        match std::fs::DirBuilder::new().mode(0o700).create(path) {
             Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
             _ => {}
         }
-        let meta = std::fs::symlink_metadata(&root)?;
+        let meta = std::fs::symlink_metadata(path)?;
         if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
             return Err(std::io::Error::other(format!(
-                "{} is not a folder private to this user",
-                root.display()
+                "{} is not a folder private to user {uid}",
+                path.display()
             )));
         }
-        Ok(root)
+        Ok(path.to_owned())
     }
 
     /// A CA, the controller and one agent ("local", valid for 127.0.0.1), written into `dir`.
@@ -272,6 +277,37 @@ mod with_agent {
         )?;
         write_pki(dir, &ca, &[controller, agent], Overwrite::Refuse)?;
         Ok(Credentials::load(dir, "controller")?)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::os::unix::fs::PermissionsExt;
+
+        #[test]
+        fn the_root_of_a_user_who_is_not_root_is_a_private_folder_of_its_own() {
+            let temp = tempfile::tempdir().expect("temp dir");
+            // SAFETY: geteuid takes nothing and cannot fail.
+            let me = unsafe { libc::geteuid() };
+            let made = temp.path().join("made");
+            assert_eq!(private_folder(&made, me).expect("made"), made);
+            let mode = std::fs::metadata(&made).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+            assert!(private_folder(&made, me).is_ok(), "found again");
+            // Someone else's, open to others, or a link: another user may have made it first.
+            let error = private_folder(&made, me + 1).expect_err("not this user's");
+            assert!(
+                error.to_string().contains("not a folder private"),
+                "{error}"
+            );
+            let open = temp.path().join("open");
+            std::fs::create_dir(&open).expect("dir");
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            assert!(private_folder(&open, me).is_err());
+            let link = temp.path().join("link");
+            std::os::unix::fs::symlink(&made, &link).expect("link");
+            assert!(private_folder(&link, me).is_err());
+        }
     }
 }
 
