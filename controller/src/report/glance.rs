@@ -55,6 +55,9 @@ pub fn table(dir: &Path) -> Option<String> {
         "reps",
         "latency p50 ms",
         "p99 ms",
+        "transit p50 ms",
+        "p99 ms",
+        "tail",
         "receive msg/s",
         "lost",
     ];
@@ -79,11 +82,30 @@ pub fn table(dir: &Path) -> Option<String> {
             rows.len().to_string(),
             ms(median_of(|r| r.latency_p50_us)),
             ms(median_of(|r| r.latency_p99_us)),
+            ms(median_of(|r| r.transit_latency_p50_us)),
+            ms(median_of(|r| r.transit_latency_p99_us)),
+            tail(rows),
             rate,
             lost.to_string(),
         ]);
     }
     Some(aligned(&lines))
+}
+
+/// Whose the open-loop tail was: "loadgen" in every repetition, "loadgen 1/3" in some,
+/// "broker" in none, "-" without a schedule.
+fn tail(rows: &[&SummaryRow]) -> String {
+    let owners: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.latency_tail.as_deref())
+        .collect();
+    let loadgen = owners.iter().filter(|o| **o == "loadgen").count();
+    match (owners.len(), loadgen) {
+        (0, _) => "-".to_string(),
+        (_, 0) => "broker".to_string(),
+        (n, l) if l == n => "loadgen".to_string(),
+        (n, l) => format!("loadgen {l}/{n}"),
+    }
 }
 
 fn median(values: impl Iterator<Item = f64>) -> Option<f64> {

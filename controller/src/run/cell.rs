@@ -266,8 +266,21 @@ pub fn one_line(summary: &Summary) -> String {
     let lost = summary
         .lost
         .map_or_else(|| "?".to_string(), |l| l.to_string());
+    let transit = match &summary.latency_tail {
+        Some(tail) => format!(
+            " (transit p50 {:.3} ms p99 {:.3} ms{})",
+            summary.transit_latency.p50_us / 1e3,
+            summary.transit_latency.p99_us / 1e3,
+            if tail.owner == loadgen::tail::TailOwner::Loadgen {
+                ", tail is loadgen's send delay"
+            } else {
+                ""
+            }
+        ),
+        None => String::new(),
+    };
     format!(
-        "latency p50 {:.3} ms p99 {:.3} ms, receive {:.0} msg/s {} (per-client median {:.0}), lost {lost}{}{}",
+        "latency p50 {:.3} ms p99 {:.3} ms{transit}, receive {:.0} msg/s {} (per-client median {:.0}), lost {lost}{}{}",
         summary.latency.p50_us / 1e3,
         summary.latency.p99_us / 1e3,
         summary.receive_rate.msgs_per_s,
