@@ -107,16 +107,32 @@ mod with_agent {
     /// An agent's folder and its watchdog, removed after the agent stopped.
     #[derive(Debug)]
     struct Cleanup {
-        files: tempfile::TempDir,
+        folder: PathBuf,
         watchdog: Option<Watchdog>,
     }
 
     impl Cleanup {
-        /// Removes the folder, then lets the watchdog (which finds nothing left) go.
-        async fn run(self) {
-            drop(self.files);
-            if let Some(watchdog) = self.watchdog {
+        /// Lets the watchdog kill whatever still carries a broker's marker (a broker that
+        /// would not stop) and remove the folder, and waits for it.
+        async fn run(mut self) {
+            if let Some(watchdog) = self.watchdog.take() {
                 watchdog.release(WATCHDOG_LIMIT).await;
+            }
+        }
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            // Without `run` (an abandoned run, a runtime that ended), the watchdog let go now
+            // does the same without being waited for; the folder is its to remove then, as it
+            // needs the markers in it. What is left is removed here.
+            if self.watchdog.take().is_none() {
+                match std::fs::remove_dir_all(&self.folder) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(folder = %self.folder.display(), %error, "removing an in-process agent's folder");
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -140,10 +156,14 @@ mod with_agent {
         pub(in crate::run) fn abandon(self) {
             self.stop.cancel();
             let (task, files) = (self.task, self.files);
-            tokio::spawn(async move {
-                let _ = task.await;
-                files.run().await;
-            });
+            // Dropped outside any runtime, there is no one to wait for the agent: the watchdog
+            // kills now what the agent had not stopped, and removes the folder.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = task.await;
+                    files.run().await;
+                });
+            }
         }
     }
 
@@ -161,8 +181,11 @@ mod with_agent {
                 None
             }
         };
-        let files = Cleanup { files, watchdog };
-        let credentials = local_pki(files.files.path()).map_err(|e| local(&e))?;
+        let files = Cleanup {
+            folder: files.keep(),
+            watchdog,
+        };
+        let credentials = local_pki(&files.folder).map_err(|e| local(&e))?;
         let listener =
             tokio::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))
                 .await
@@ -172,19 +195,18 @@ mod with_agent {
             name: node.name.clone(),
             listen: address,
             tls: domain::TlsFiles {
-                ca: files.files.path().join("ca.pem"),
-                cert: files.files.path().join("local.pem"),
-                key: files.files.path().join("local.key"),
+                ca: files.folder.join("ca.pem"),
+                cert: files.folder.join("local.pem"),
+                key: files.folder.join("local.key"),
             },
             roles: node.roles.clone(),
             data_plane_interface: None,
             // `state-<node>`, as the emulated nodes' folders: what the sweep looks in.
-            state_dir: files.files.path().join(format!("state-{}", node.name)),
+            state_dir: files.folder.join(format!("state-{}", node.name)),
             nebula: None,
             k3s: Default::default(),
         };
-        let agent_credentials =
-            Credentials::load(files.files.path(), "local").map_err(|e| local(&e))?;
+        let agent_credentials = Credentials::load(&files.folder, "local").map_err(|e| local(&e))?;
         let service = Arc::new(agent::service::AgentService::new(config).await);
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
@@ -283,6 +305,39 @@ mod with_agent {
     mod tests {
         use super::*;
         use std::os::unix::fs::PermissionsExt;
+
+        #[tokio::test]
+        async fn an_agent_folder_dropped_without_its_cleanup_is_swept_by_its_watchdog() {
+            let folder = tempfile::tempdir().expect("folder").keep();
+            let instance = folder.join("state-worker/brokers/b");
+            std::fs::create_dir_all(&instance).expect("instance");
+            let marker = host::Marker::unique(agent::MARKER_VAR, "b");
+            std::fs::write(instance.join("marker"), marker.value()).expect("marker");
+            let mut line = host::CommandLine::new("/bin/sleep");
+            line.args = vec!["30".into()];
+            // A broker the agent had not stopped when its run was abandoned.
+            let _broker =
+                host::GroupChild::spawn("b", &line, &marker, &instance, &instance.join("log"))
+                    .expect("spawns");
+            let watchdog = Watchdog::spawn(&folder, agent::MARKER_VAR, MARKER_FILES)
+                .expect("the watchdog starts");
+            drop(Cleanup {
+                folder: folder.clone(),
+                watchdog: Some(watchdog),
+            });
+            let swept = host::poll_until(
+                Duration::from_secs(20),
+                Duration::from_millis(25),
+                || async {
+                    match (marker.live_processes(), folder.exists()) {
+                        (alive, false) if alive.is_empty() => host::Attempt::Done(()),
+                        left => host::Attempt::Retry(left),
+                    }
+                },
+            )
+            .await;
+            assert_eq!(swept, Ok(()), "{}", folder.display());
+        }
 
         #[test]
         fn the_root_of_a_user_who_is_not_root_is_a_private_folder_of_its_own() {
