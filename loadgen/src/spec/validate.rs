@@ -510,6 +510,26 @@ impl WorkloadSpec {
                 "must be above zero when set (omit it for no ramp-up)",
             ));
         }
+        // The ramp schedules connections as a duration does: this instance's clients at this
+        // rate must connect within the longest run.
+        if let Some(rate) = connection.ramp_up_per_second {
+            let clients = match &self.shard {
+                Some(shard) => shard.publishers.len() as u64 + shard.subscribers.len() as u64,
+                None => u64::from(self.publishers) + u64::from(self.subscribers),
+            };
+            let seconds = clients.div_ceil(u64::from(rate));
+            if seconds > MAX_DURATION.as_secs() {
+                return Err(invalid(
+                    "connection.ramp_up_per_second",
+                    rate,
+                    format!(
+                        "{clients} clients would take {} to connect, over {}",
+                        humantime::format_duration(Duration::from_secs(seconds)),
+                        humantime::format_duration(MAX_DURATION)
+                    ),
+                ));
+            }
+        }
         if let Some(limit) = connection.max_packet_size
             && limit.bytes() < self.payload.bytes()
         {
@@ -710,6 +730,16 @@ mod tests {
                     })
                 }),
                 "churn.rate = 0: new connections per second",
+            ),
+            (
+                Box::new(|s| {
+                    s.topology = Topology::Shared;
+                    s.publishers = 10_000;
+                    s.subscribers = 1;
+                    s.payload = ByteSize(16);
+                    s.connection.ramp_up_per_second = Some(2);
+                }),
+                "connection.ramp_up_per_second = 2: 10001 clients would take 1h 23m 21s to connect",
             ),
             (
                 Box::new(|s| s.broker.websocket_path = Some("/mqtt".into())),
