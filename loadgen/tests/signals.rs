@@ -102,3 +102,68 @@ fn sigterm_and_sigint_stop_an_hour_apart_run_within_a_second_with_its_figures() 
         );
     }
 }
+
+/// The most bytes loadgen's sockets to `port` hold that the peer has not taken
+/// (`/proc/net/tcp`'s tx_queue).
+fn most_unsent_to(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = u16::from_str_radix(fields.get(2)?.rsplit(':').next()?, 16).ok()?;
+            let unsent = fields.get(4)?.split(':').next()?;
+            (remote_port == port).then(|| u64::from_str_radix(unsent, 16).ok())?
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn signal_broker(broker: &Mosquitto, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(broker.pid()).expect("a pid");
+    // SAFETY: kill(2) on the harness's own broker; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+}
+
+#[test]
+fn sigterm_stops_loadgen_within_a_second_while_its_broker_takes_nothing() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    // 100 MB/s offered: a frozen broker's socket is full within a second.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["throughput", "--broker", &broker.addr().to_string()])
+        .args(["--clients", "1", "--payload", "1MB", "--rate", "100"])
+        .args(["--duration", "60s", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("loadgen starts");
+    wait_until_publishing(&broker, &mut child);
+    // Frozen, as a broker that hangs or is cut off: its sockets stay open and take nothing.
+    signal_broker(&broker, libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let unsent = most_unsent_to(broker.port());
+        std::thread::sleep(Duration::from_millis(200));
+        // Bytes waiting and none taken meanwhile: the publisher's write waits.
+        if unsent > 0 && most_unsent_to(broker.port()) == unsent {
+            break;
+        }
+        if Instant::now() > deadline {
+            signal_broker(&broker, libc::SIGCONT);
+            panic!("loadgen's socket never filled ({unsent} bytes unsent)");
+        }
+    }
+    let took = stop_with(&mut child, libc::SIGTERM);
+    signal_broker(&broker, libc::SIGCONT);
+    let output = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("frozen broker: loadgen exited {took:?} after SIGTERM");
+    assert!(
+        took < STOPPED_WITHIN,
+        "exited {took:?} after SIGTERM; stderr: {stderr}"
+    );
+    // The run itself stopped (its figures printed), not the one-second bound behind it.
+    assert!(output.status.success(), "{}; {stderr}", output.status);
+}

@@ -15,8 +15,11 @@ use crate::codec::{AckKind, Codec, Incoming};
 use crate::spec::Qos;
 use crate::transport::ReadHalf;
 
-/// After DISCONNECT, how long to wait for the broker to close the socket.
+/// After DISCONNECT, how long to wait for the broker to close the socket...
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// ...and after the run's stop, when nothing more is owed: a broker that does not close
+/// (frozen, cut off) must not hold the run past its stop.
+const CLOSE_GRACE_STOPPED: Duration = Duration::from_millis(100);
 
 /// Drain: waits until the broker acknowledged every QoS 1/2 message, or the deadline.
 pub(super) async fn await_acknowledgements(
@@ -67,9 +70,10 @@ pub(super) async fn read_loop(
     codec: Codec,
     pubrel_tx: mpsc::Sender<u16>,
     links: &Links<'_>,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Vec<(&'static str, u64)> {
     let mut errors = Vec::new();
-    let mut closing_since: Option<Instant> = None;
+    let mut close_by: Option<Instant> = None;
     let lost = async {
         match links.lost {
             Some(lost) => lost.cancelled().await,
@@ -82,11 +86,12 @@ pub(super) async fn read_loop(
         let read = tokio::select! {
             read = source.read_buf(&mut buffer) => read,
             () = &mut lost => break,
-            _ = links.writer_done.cancelled(), if closing_since.is_none() => {
-                closing_since = Some(Instant::now());
+            _ = links.writer_done.cancelled(), if close_by.is_none() => {
+                let grace = if cancel.is_cancelled() { CLOSE_GRACE_STOPPED } else { CLOSE_GRACE };
+                close_by = Some(Instant::now() + grace);
                 continue;
             }
-            _ = tokio::time::sleep_until(closing_since.unwrap_or_else(Instant::now) + CLOSE_GRACE), if closing_since.is_some() => break,
+            _ = tokio::time::sleep_until(close_by.unwrap_or_else(Instant::now)), if close_by.is_some() => break,
         };
         let writer_finished = links.writer_done.is_cancelled();
         match read {

@@ -197,7 +197,7 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
         };
         let ((), read_errors, ()) = tokio::join!(
             write_loop(&job, writer, codec, pubrel_rx, &links, &mut written, resend),
-            acks::read_loop(reader, read_buffer, codec, pubrel_tx, &links),
+            acks::read_loop(reader, read_buffer, codec, pubrel_tx, &links, &job.cancel),
             cutter,
         );
         written.errors.extend(read_errors);
@@ -294,6 +294,10 @@ struct Writer<'a> {
     live: &'a Live,
     written: &'a mut Written,
     lost: Option<&'a CancellationToken>,
+    /// The run's stop: after it, a write the broker does not take is given up.
+    cancel: &'a CancellationToken,
+    /// A write was given up after the stop; later ones are not tried.
+    stuck: bool,
 }
 
 impl Writer<'_> {
@@ -303,10 +307,20 @@ impl Writer<'_> {
         }
         // Flushed too: the waits that follow expect the broker to have it all (a WebSocket
         // or TLS writer may keep the last bytes when the socket is full; a no-op on TCP).
-        let written = match self.sink.write_all(&self.out).await {
-            Ok(()) => self.sink.flush().await,
-            Err(error) => Err(error),
+        let (sink, out) = (&mut self.sink, &self.out);
+        let written = match self.stuck {
+            true => Err(wait::STUCK.into()),
+            false => {
+                let write = async move {
+                    match sink.write_all(out).await {
+                        Ok(()) => sink.flush().await,
+                        Err(error) => Err(error),
+                    }
+                };
+                wait::unless_stuck_after_stop(write, self.cancel).await
+            }
         };
+        self.stuck |= written.as_ref().is_err_and(|e| e.kind() == wait::STUCK);
         if let Err(error) = written {
             tracing::debug!(%error, "publisher write failed");
             match self.lost {
@@ -366,6 +380,8 @@ async fn write_loop(
         live: &job.live,
         written,
         lost: links.lost,
+        cancel: &job.cancel,
+        stuck: false,
     };
     if !resend || send_again(job, &mut writer, links).await.is_ok() {
         let mut waits = Waits::new(job, links);

@@ -208,6 +208,29 @@ fn after(from: Instant, duration: Duration) -> Instant {
     Instant::from_std(crate::clock::deadline_after(from.into_std(), duration))
 }
 
+/// After the run's stop, a write the broker does not take (its socket full: a broker frozen
+/// or cut off) is given up this long after the stop, so that every run ends.
+pub(super) const WRITE_GRACE_AFTER_STOP: Duration = Duration::from_millis(250);
+/// What a write given up after the stop fails with.
+pub(super) const STUCK: std::io::ErrorKind = std::io::ErrorKind::TimedOut;
+
+/// `write`, or [`STUCK`] once `cancel` fired and [`WRITE_GRACE_AFTER_STOP`] passed. A write
+/// that completes at once (the common case) never looks at `cancel`.
+pub(super) async fn unless_stuck_after_stop(
+    write: impl Future<Output = std::io::Result<()>>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    let overdue = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(WRITE_GRACE_AFTER_STOP).await;
+    };
+    tokio::select! {
+        biased;
+        written = write => written,
+        () = overdue => Err(STUCK.into()),
+    }
+}
+
 /// The end of a timed run, or never.
 async fn until_end(end: &mut Option<Pin<Box<Sleep>>>) {
     match end {
