@@ -223,8 +223,8 @@ fn problem_in(name: &str, error: &ResultsError) -> String {
 
 /// Reads the folder.
 pub fn load(dir: &Path) -> Result<RunData, ReportError> {
-    let folder = Folder::open(dir).map_err(ResultsError::from)?;
     let manifest = Manifest::read(&dir.join("manifest.json"))?;
+    let folder = Folder::open(dir).map_err(ResultsError::from)?;
     let mut data = RunData {
         manifest,
         cells: Vec::new(),

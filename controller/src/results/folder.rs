@@ -177,7 +177,12 @@ pub(crate) fn open_in_place(
     cap: u64,
 ) -> Result<Option<std::io::Take<File>>, ResultsError> {
     let (folder, name) = split(path)?;
-    let Some((file, size)) = Folder::open(folder)?.open_file(name)? else {
+    // A folder that cannot be opened is named by the file looked for in it.
+    let folder = Folder::open(folder).map_err(|error| ResultsError::Io {
+        path: path.display().to_string(),
+        source: error.into(),
+    })?;
+    let Some((file, size)) = folder.open_file(name)? else {
         return Ok(None);
     };
     if size > cap {
