@@ -53,7 +53,7 @@ pub enum FolderError {
         folder: String,
     },
     /// A step of the path is a symbolic link, which is never followed here.
-    #[error("{path}: is a symbolic link, and links inside this folder are not followed")]
+    #[error("{path}: is a symbolic link, which is not followed")]
     Link {
         /// The link.
         path: String,
@@ -84,9 +84,7 @@ impl FolderError {
         match self {
             FolderError::Io { source, .. } => source.to_string(),
             FolderError::Outside { folder, .. } => format!("not a path inside {folder}"),
-            FolderError::Link { .. } => {
-                "is a symbolic link, and links inside this folder are not followed".to_string()
-            }
+            FolderError::Link { .. } => "is a symbolic link, which is not followed".to_string(),
             FolderError::Kind {
                 found, expected, ..
             } => format!("is {found}, not {expected}"),
