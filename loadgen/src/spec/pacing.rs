@@ -68,7 +68,9 @@ pub enum RunLength {
     },
 }
 
-/// The longest timed run: its rate series (10 ms buckets) stay a few MB.
+/// The longest timed run: its rate series (10 ms buckets) stay a few MB. Also the bound of every
+/// other duration that schedules work (interval, warm-up, drain, hold, gap...), so that every
+/// load ends and no deadline computed from a spec comes near overflowing.
 pub const MAX_DURATION: Duration = Duration::from_secs(3_600);
 /// The highest offered rate: one message per 100 ns over all publishers.
 pub const MAX_RATE: u64 = 10_000_000;
