@@ -109,6 +109,7 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
     check_series("receive_series", &result.receive_series)?;
     for (name, histogram) in [
         ("latency", &result.latency),
+        ("transit_latency", &result.transit_latency),
         ("send_delay", &result.send_delay),
         ("connect_time", &result.connect_time),
     ] {
