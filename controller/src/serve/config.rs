@@ -1,9 +1,9 @@
 //! What the service decides, never a submitted plan: where results go, which PKI reaches the
 //! agents, which nodes (and local agents) exist, which external brokers and CA files plans
-//! may use, and how much each client may queue and keep. A submitted plan only chooses among
-//! these: one that sets a path, names a node, an external broker or a CA the server does not
-//! have (or describes one differently), sets a WebSocket path or installs a testbed is
-//! refused before anything is created.
+//! may use, which testbed (Nebula, k3s) its nodes have, and how much each client may queue
+//! and keep. A submitted plan only chooses among these: one that sets a path, names a node,
+//! an external broker, a CA or a testbed the server does not have (or describes one
+//! differently) or sets a WebSocket path is refused before anything is created.
 //!
 //! Admission only compares text with the configuration: it never resolves or dials an
 //! address and never opens a file a plan names, and its refusals do not echo a plan's
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use loadgen::spec::DEFAULT_WEBSOCKET_PATH;
 
-use crate::plan::{BrokerEntry, BrokerKind, NodeEntry, Orchestrator, Overlay, Plan};
+use crate::plan::{BrokerEntry, BrokerKind, NodeEntry, Orchestrator, Overlay, Plan, TestbedEntry};
 
 /// Runs one client may have queued or running at once.
 pub const MAX_ACTIVE_PER_CLIENT: usize = 4;
@@ -38,6 +38,9 @@ pub struct ServeConfig {
     pub external_brokers: Vec<ServedBroker>,
     /// The CA files plans may name, by name (`[ca_files]`, name = path).
     pub ca_files: BTreeMap<String, PathBuf>,
+    /// The testbed (Nebula, k3s) the operator set up on the nodes (`[testbed]` as in a
+    /// plan); a plan that installs one must describe exactly this one. None: no plan may.
+    pub testbed: Option<TestbedEntry>,
 }
 
 /// An external broker the service offers (`[[external_brokers]]` in the nodes file). A plan
@@ -67,8 +70,9 @@ impl ServedBroker {
     }
 }
 
-/// The nodes file: `[[nodes]]` tables as in a plan, and optionally `[[external_brokers]]`
-/// and `[ca_files]` (other keys are ignored, so a plan file itself can serve as one).
+/// The nodes file: `[[nodes]]` tables as in a plan, and optionally `[[external_brokers]]`,
+/// `[ca_files]` and `[testbed]` (other keys are ignored, so a plan file itself can serve as
+/// one).
 #[derive(Debug, serde::Deserialize)]
 struct NodesFile {
     #[serde(default)]
@@ -77,6 +81,8 @@ struct NodesFile {
     external_brokers: Vec<ServedBroker>,
     #[serde(default)]
     ca_files: BTreeMap<String, PathBuf>,
+    #[serde(default)]
+    testbed: Option<TestbedEntry>,
 }
 
 impl ServeConfig {
@@ -113,13 +119,14 @@ impl ServeConfig {
             nodes: parsed.nodes,
             external_brokers: parsed.external_brokers,
             ca_files: parsed.ca_files,
+            testbed: parsed.testbed,
         })
     }
 
     /// `plan` as the service runs it, or why it is refused (one line naming the TOML path):
     /// paths are the server's; every node and external broker the plan names must be one of
     /// the server's, described exactly as the server has it; CA files are named from the
-    /// server's `ca_files`; WebSocket paths and testbed installs are the server's.
+    /// server's `ca_files`; WebSocket paths are the server's, and so is the testbed.
     pub fn admit(&self, mut plan: Plan, text: &str) -> Result<Plan, String> {
         let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in SERVER_PATHS {
@@ -129,18 +136,37 @@ impl ServeConfig {
                 ));
             }
         }
-        if plan.testbed.overlay != Overlay::None {
-            return Err(TESTBED_REFUSAL.replace("{key}", "overlay"));
-        }
-        if plan.testbed.orchestrator != Orchestrator::None {
-            return Err(TESTBED_REFUSAL.replace("{key}", "orchestrator"));
-        }
+        self.admit_testbed(&plan)?;
         self.admit_nodes(&plan)?;
         self.admit_external_brokers(&plan)?;
         self.admit_workloads(&mut plan)?;
         plan.results_dir = self.results_dir.clone();
         plan.pki_dir = Some(self.pki_dir.clone());
         Ok(plan)
+    }
+
+    /// A plan installs Nebula or k3s only as the operator set them up (then the installs
+    /// find them in place); none at all on a service without a `[testbed]`.
+    fn admit_testbed(&self, plan: &Plan) -> Result<(), String> {
+        let installs = plan.testbed.overlay != Overlay::None
+            || plan.testbed.orchestrator != Orchestrator::None;
+        if !installs || self.testbed.as_ref() == Some(&plan.testbed) {
+            return Ok(());
+        }
+        let key = if plan.testbed.overlay != Overlay::None {
+            "overlay"
+        } else {
+            "orchestrator"
+        };
+        Err(match &self.testbed {
+            None => format!(
+                "testbed.{key}: the service's testbed (Nebula, k3s) is installed by its \
+                 operator, never by a submitted plan, and this service has none (remove it)"
+            ),
+            Some(_) => "testbed: differs from the service's [testbed], which its operator \
+                 set up; use it as the service describes it or remove it"
+                .to_string(),
+        })
     }
 
     fn admit_nodes(&self, plan: &Plan) -> Result<(), String> {
@@ -303,10 +329,6 @@ impl ServeConfig {
         Ok(Some(chosen.websocket_path().to_string()))
     }
 }
-
-/// The refusal of a plan's `[testbed]` install; `{key}` is the field.
-const TESTBED_REFUSAL: &str = "testbed.{key}: the service's testbed (Nebula, k3s) is installed \
-     by its operator, never by a submitted plan (remove it)";
 
 fn set_websocket_path(workload: &mut toml::Table, path: &str) {
     let broker = workload
@@ -547,7 +569,13 @@ websocket_address = "127.0.0.1:8080""#;
                 assert!(!refused.contains(echoed), "{refused}");
             }
         }
-        let testbed = r#"name = "p"
+        let testbed = TESTBED_PLAN;
+        let refused = admit(&config, testbed).expect_err("a testbed install");
+        assert!(refused.starts_with("testbed.overlay: "), "{refused}");
+    }
+
+    /// A plan on two remote nodes over Nebula, `h` its headnode.
+    const TESTBED_PLAN: &str = r#"name = "p"
 [testbed]
 overlay = "nebula"
 headnode = "h"
@@ -571,8 +599,22 @@ name = "local"
 kind = "latency"
 loadgen = ["w"]
 "#;
-        let refused = admit(&config, testbed).expect_err("a testbed install");
-        assert!(refused.starts_with("testbed.overlay: "), "{refused}");
+
+    #[test]
+    fn a_testbed_is_admitted_only_as_the_service_has_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("nodes.toml");
+        // The plan itself as the nodes file: its nodes and its [testbed] are the service's.
+        std::fs::write(&file, TESTBED_PLAN).expect("written");
+        let config = ServeConfig::with_nodes_file("r".into(), "p".into(), &file).expect("config");
+        admit(&config, TESTBED_PLAN).expect("the service's own testbed");
+        let other =
+            TESTBED_PLAN.replace("headnode = \"h\"", "headnode = \"h\"\nnebula_port = 4343");
+        let refused = admit(&config, &other).expect_err("another testbed");
+        assert!(
+            refused.starts_with("testbed: differs from the service's [testbed]"),
+            "{refused}"
+        );
     }
 
     #[test]

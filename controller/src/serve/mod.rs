@@ -6,17 +6,17 @@
 //! `controller plan.toml` does (netem and brokers undone at the end), observed through
 //! [`crate::run::run_plan_observed`], with what only the server may decide taken from its
 //! [`ServeConfig`]: results in `<results_dir>/<run id>`, its PKI, its nodes, its external
-//! brokers (addresses and WebSocket paths) and its CA files by name. A plan that sets a path,
-//! names another node or external broker, names a CA file by path, sets a WebSocket path or
-//! installs a testbed (Nebula, k3s) is refused in one line before anything is created, and
-//! admission never resolves, dials or opens what a plan names. Each run belongs to the
-//! identity that submitted it: only that client, or the controller identity as
-//! administrator, may watch, fetch or cancel it, and List shows a client its own runs;
-//! agents get PermissionDenied. A client may
-//! have 4 runs queued or running and the service remembers its last 32. On shutdown
-//! (SIGTERM or SIGINT for [`run`], the `shutdown` future for [`serve`]) queued runs are
-//! cancelled, the running one stops after its undo, followers receive its end, and then the
-//! server exits. Runs are kept in memory: a restarted service lists none (their folders stay).
+//! brokers (addresses and WebSocket paths), its CA files by name and its testbed. A plan
+//! that sets a path, names another node or external broker, names a CA file by path, sets a
+//! WebSocket path or installs a testbed (Nebula, k3s) other than the server's is refused in
+//! one line before anything is created, and admission never resolves, dials or opens what a
+//! plan names. Each run belongs to the identity that submitted it: only that client, or the
+//! controller identity as administrator, may watch, fetch or cancel it, and List shows a
+//! client its own runs; agents get PermissionDenied. A client may have 4 runs queued or
+//! running and the service remembers its last 32. On shutdown (SIGTERM or SIGINT for
+//! [`run`], the `shutdown` future for [`serve`]) queued runs are cancelled, the running one
+//! stops after its undo, followers receive its end, and then the server exits. Runs are
+//! kept in memory: a restarted service lists none (their folders stay).
 //!
 //! # Layout
 //! - this file: [`serve`] on a bound listener, [`run`] for the binary, [`ServeError`].
