@@ -646,4 +646,20 @@ loadgen = ["w"]
             "{error}"
         );
     }
+
+    #[test]
+    fn the_readmes_study_served_by_its_own_file_is_admitted() {
+        // README: `controller serve --nodes examples/study.toml`, then the study submitted
+        // without its pki_dir: its nodes, kubernetes brokers and [testbed] are the service's.
+        let study = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/study.toml");
+        let config = ServeConfig::with_nodes_file("r".into(), "p".into(), &study).expect("config");
+        let text = std::fs::read_to_string(&study).expect("the study");
+        let submitted: String = text
+            .lines()
+            .filter(|line| !line.starts_with("pki_dir"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let plan = admit(&config, &submitted).expect("admitted");
+        assert_eq!(plan.testbed.orchestrator, Orchestrator::K3s);
+    }
 }
