@@ -25,8 +25,8 @@
 //!   [`result`]: the raw mergeable result, [`result_checks`]: what one read from a file must
 //!   satisfy before use; [`summary`]: the figures derived from it;
 //!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
-//!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
 //!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay;
+//!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
 //!   search).
 //! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command
 //!   (flags, applying them, one file per command).
@@ -58,9 +58,9 @@ pub mod spec;
 pub mod steadiness;
 mod subscriber;
 pub mod summary;
+pub mod tail;
 pub mod transport;
 pub mod usage;
-pub mod tail;
 
 pub use engine::{Phase, Role, StartBarrier, Status, run, run_at};
 pub use live::Progress;

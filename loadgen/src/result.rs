@@ -388,9 +388,9 @@ impl RunResult {
         }
         for histogram in [
             (&mut self.latency, &other.latency),
+            (&mut self.transit_latency, &other.transit_latency),
             (&mut self.send_delay, &other.send_delay),
             (&mut self.connect_time, &other.connect_time),
-            (&mut self.transit_latency, &other.transit_latency),
         ] {
             histogram
                 .0
