@@ -65,7 +65,8 @@ enum Command {
         /// The service's identity (a controller identity) in that folder.
         #[arg(long, default_value = "controller")]
         identity: String,
-        /// The nodes plans may use: a TOML file of `[[nodes]]` tables, as in a plan.
+        /// What plans may use: a TOML file of `[[nodes]]` tables as in a plan, and optionally
+        /// `[[external_brokers]]`, `[ca_files]` (name = path) and the nodes' `[testbed]`.
         #[arg(long, value_name = "FILE")]
         nodes: PathBuf,
         /// Every run writes into DIR/<run id>; submitted plans may not set results_dir.
