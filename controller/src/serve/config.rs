@@ -36,7 +36,10 @@ pub struct ServeConfig {
     pub nodes: Vec<NodeEntry>,
     /// The external brokers plans may measure (`[[external_brokers]]`).
     pub external_brokers: Vec<ServedBroker>,
-    /// The CA files plans may name, by name (`[ca_files]`, name = path).
+    /// The CA files plans may name, by name (`[ca_files]`, name = path): a test's
+    /// `broker.tls_ca_file = "<name>"` becomes the path, which the loadgen nodes read (this
+    /// machine for local and namespace nodes, where it is checked at start; a remote
+    /// agent's own disk otherwise).
     pub ca_files: BTreeMap<String, PathBuf>,
     /// The testbed (Nebula, k3s) the operator set up on the nodes (`[testbed]` as in a
     /// plan); a plan that installs one must describe exactly this one. None: no plan may.
