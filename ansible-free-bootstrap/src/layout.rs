@@ -43,6 +43,98 @@ pub const DIRS: [&str; 7] = [
     STATE_DIR,
 ];
 
+/// Bootstrap's own folders: any file directly in one of them may be bootstrap's.
+const OWN_DIRS: [&str; 4] = [
+    "/etc/continuum",
+    "/etc/continuum/tls",
+    "/etc/continuum/nebula",
+    STATE_DIR,
+];
+
+/// The files bootstrap writes into folders other software shares: nothing else there is its.
+const SHARED_FILES: [&str; 3] = [AGENT_BINARY, K3S_BINARY, AGENT_UNIT];
+
+/// A path in a node's install record that bootstrap did not install and so never removes:
+/// the record lives on the node, and whoever can edit it must not get bootstrap to delete
+/// (or run) something else as root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused {path:?} from the node's install record: {reason}; left in place")]
+pub struct ForeignPath {
+    /// The path as the record has it.
+    pub path: String,
+    /// Why it is not bootstrap's.
+    pub reason: &'static str,
+}
+
+/// Checks a `file` entry of a node's record: one of the files bootstrap writes in shared
+/// folders, or a plain name directly in one of bootstrap's own folders. Judged by name
+/// only: `.`/`..` components, doubled or trailing slashes and relative paths are refused,
+/// so a name cannot walk out of the folder; links along the way are the removal script's
+/// to check (see [`own_dirs_above`]).
+pub fn recorded_file(path: &str) -> Result<(), ForeignPath> {
+    if SHARED_FILES.contains(&path) {
+        return Ok(());
+    }
+    let refuse = |reason| {
+        Err(ForeignPath {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    if let Some(reason) = malformed(path) {
+        return refuse(reason);
+    }
+    match path.rsplit_once('/') {
+        Some((parent, _)) if OWN_DIRS.contains(&parent) => Ok(()),
+        _ => refuse(
+            "not a file bootstrap installs (those are directly in /etc/continuum, its tls and \
+             nebula folders or /var/lib/continuum-agent, and the agent binary, the k3s binary \
+             and the agent's unit)",
+        ),
+    }
+}
+
+/// Checks a `dir` entry of a node's record: only the folders in [`DIRS`] are bootstrap's.
+pub fn recorded_dir(path: &str) -> Result<(), ForeignPath> {
+    if DIRS.contains(&path) {
+        return Ok(());
+    }
+    Err(ForeignPath {
+        path: path.to_string(),
+        reason: malformed(path).unwrap_or("not a folder bootstrap creates"),
+    })
+}
+
+/// Bootstrap's own folders that `path` lies in, outermost first: if one of them is a link,
+/// removing `path` would reach outside them.
+pub fn own_dirs_above(path: &str) -> Vec<&'static str> {
+    OWN_DIRS
+        .iter()
+        .copied()
+        .filter(|dir| {
+            path.strip_prefix(dir)
+                .is_some_and(|rest| rest.starts_with('/'))
+        })
+        .collect()
+}
+
+/// Why `path` is not a plain absolute path, if it is not.
+fn malformed(path: &str) -> Option<&'static str> {
+    let Some(relative) = path.strip_prefix('/') else {
+        return Some("not an absolute path");
+    };
+    if path.chars().any(char::is_control) {
+        return Some("it holds control characters");
+    }
+    if relative
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Some("it has an empty, `.` or `..` component");
+    }
+    None
+}
+
 const UNIT_TEXT: &str = include_str!("../../agent/systemd/continuum-agent.service");
 
 /// One file to have on a node.
@@ -328,5 +420,61 @@ mod missing_binary_tests {
         ] {
             assert!(error.contains(expected), "{expected:?} not in: {error}");
         }
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    #[test]
+    fn only_bootstraps_own_paths_pass_by_name() {
+        for path in [
+            AGENT_BINARY,
+            K3S_BINARY,
+            AGENT_UNIT,
+            AGENT_CONFIG,
+            RECORD,
+            PID_FILE,
+            "/etc/continuum/tls/agent.key",
+            "/etc/continuum/nebula/host.key",
+        ] {
+            assert_eq!(recorded_file(path), Ok(()), "{path}");
+        }
+        for (path, reason) in [
+            ("/etc/shadow", "not a file bootstrap installs"),
+            ("/usr/local/bin/sudo", "not a file bootstrap installs"),
+            ("/etc/continuum/tls/x/y", "not a file bootstrap installs"),
+            ("etc/continuum/agent.toml", "not an absolute path"),
+            ("../../etc/shadow", "not an absolute path"),
+            ("/etc/continuum/../shadow", "`..`"),
+            ("/etc/continuum/..", "`..`"),
+            ("/etc/continuum/./agent.toml", "`.`"),
+            ("/etc/continuum//agent.toml", "empty"),
+            ("/etc/continuum/", "empty"),
+            ("/etc/continuum/a\nb", "control characters"),
+        ] {
+            let refused = recorded_file(path).expect_err(path);
+            assert!(refused.reason.contains(reason), "{path}: {refused}");
+        }
+        for dir in DIRS {
+            assert_eq!(recorded_dir(dir), Ok(()), "{dir}");
+        }
+        for dir in [
+            "/",
+            "/etc",
+            "/etc/continuum/tls/..",
+            "/var/lib",
+            "etc/continuum",
+        ] {
+            assert!(recorded_dir(dir).is_err(), "{dir}");
+        }
+        assert_eq!(
+            own_dirs_above("/etc/continuum/tls/ca.pem"),
+            ["/etc/continuum", "/etc/continuum/tls"]
+        );
+        assert_eq!(own_dirs_above(PID_FILE), [STATE_DIR]);
+        assert!(own_dirs_above(AGENT_BINARY).is_empty());
+        assert!(own_dirs_above("/etc/continuumx/a").is_empty());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::layout::{self, RemoteFile};
+use crate::layout::{self, ForeignPath, RemoteFile};
 use crate::ssh::{Ssh, SshError, quote};
 
 /// What a node has now.
@@ -19,8 +19,11 @@ pub struct Facts {
     pub hashes: HashMap<String, String>,
     /// Managed folders that exist.
     pub dirs: BTreeSet<String>,
-    /// The record of a previous install: what bootstrap put there.
+    /// The record of a previous install: what bootstrap put there (only paths bootstrap
+    /// installs; see [`layout::recorded_file`]).
     pub record: Record,
+    /// Entries of the record that name something bootstrap never installs: left alone.
+    pub refused: Vec<ForeignPath>,
     /// The agent runs (unit active, or the PID file's process is the agent).
     pub agent_running: bool,
 }
@@ -69,9 +72,11 @@ if [ -n "$pid" ] && [ "$(readlink /proc/$pid/exe 2>/dev/null)" = {binary} ]; the
         pid = layout::PID_FILE,
         binary = layout::AGENT_BINARY,
     );
-    Ok(parse_facts(
-        &ssh.run("reading the node", &script, b"").await?,
-    ))
+    let facts = parse_facts(&ssh.run("reading the node", &script, b"").await?);
+    for refused in &facts.refused {
+        tracing::warn!("{refused}");
+    }
+    Ok(facts)
 }
 
 /// Parses the output of the facts script.
@@ -90,13 +95,21 @@ pub fn parse_facts(output: &str) -> Facts {
             "dir" => {
                 facts.dirs.insert(rest.to_string());
             }
+            // The record is on the node: a path in it that is not bootstrap's is kept out
+            // of the record, so no later step removes or re-records it.
             "record" => match rest.split_once(' ') {
-                Some(("file", path)) => {
-                    facts.record.files.insert(path.to_string());
-                }
-                Some(("dir", path)) => {
-                    facts.record.dirs.insert(path.to_string());
-                }
+                Some(("file", path)) => match layout::recorded_file(path) {
+                    Ok(()) => {
+                        facts.record.files.insert(path.to_string());
+                    }
+                    Err(refused) => facts.refused.push(refused),
+                },
+                Some(("dir", path)) => match layout::recorded_dir(path) {
+                    Ok(()) => {
+                        facts.record.dirs.insert(path.to_string());
+                    }
+                    Err(refused) => facts.refused.push(refused),
+                },
                 _ => {}
             },
             "running" => facts.agent_running = true,
@@ -146,13 +159,20 @@ pub async fn upload(ssh: &Ssh, file: &RemoteFile) -> Result<(), SshError> {
         .map(drop)
 }
 
-/// Removes files an earlier run wrote that are no longer wanted.
+/// Removes files an earlier run wrote that are no longer wanted; only files bootstrap
+/// installs (a path that is not one is named in a warning and left in place).
 pub async fn remove_files(ssh: &Ssh, paths: &[&String]) -> Result<(), SshError> {
-    if paths.is_empty() {
+    let mut words = Vec::new();
+    for path in paths {
+        match layout::recorded_file(path) {
+            Ok(()) => words.push(quote(path)),
+            Err(refused) => tracing::warn!("{refused}"),
+        }
+    }
+    if words.is_empty() {
         return Ok(());
     }
-    let words: Vec<String> = paths.iter().map(|p| quote(p)).collect();
-    let script = format!("rm -f {}\n", words.join(" "));
+    let script = format!("rm -f -- {}\n", words.join(" "));
     ssh.run("removing files no longer wanted", &script, b"")
         .await
         .map(drop)
@@ -234,6 +254,35 @@ mod tests {
             )
             .record,
             facts.record
+        );
+    }
+
+    /// The record is read from the node: what it lists beyond bootstrap's files and folders
+    /// stays out of the record (so neither install nor uninstall touches it) and is named.
+    #[test]
+    fn foreign_record_entries_are_refused_when_read() {
+        let facts = parse_facts(
+            "record file /etc/continuum/agent.toml\nrecord file /etc/shadow\n\
+             record file /etc/continuum/../shadow\nrecord file relative\n\
+             record dir /etc/continuum\nrecord dir /etc\n",
+        );
+        assert_eq!(
+            facts.record.files.iter().collect::<Vec<_>>(),
+            ["/etc/continuum/agent.toml"]
+        );
+        assert_eq!(
+            facts.record.dirs.iter().collect::<Vec<_>>(),
+            ["/etc/continuum"]
+        );
+        let refused: Vec<&str> = facts.refused.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(
+            refused,
+            [
+                "/etc/shadow",
+                "/etc/continuum/../shadow",
+                "relative",
+                "/etc"
+            ]
         );
     }
 }

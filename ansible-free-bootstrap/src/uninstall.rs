@@ -7,8 +7,8 @@
 use futures_util::future::join_all;
 
 use crate::inventory::{Loaded, Node};
-use crate::layout;
-use crate::remote;
+use crate::layout::{self, ForeignPath};
+use crate::remote::{self, Record};
 use crate::ssh::{Ssh, SshError, quote};
 use crate::state::State;
 use crate::{BootstrapError, Options};
@@ -25,7 +25,8 @@ pub enum Removal {
     Removed {
         /// Files and folders removed.
         removed: usize,
-        /// The agent's uninstall output (Nebula, k3s).
+        /// Warnings on recorded paths left in place (not bootstrap's), then what the node's
+        /// uninstall said (the agent's, for Nebula and k3s), one line each.
         installers: String,
     },
     /// Could not reach or clean the node.
@@ -77,11 +78,72 @@ async fn remove(ssh: &Ssh) -> Result<Removal, SshError> {
     if facts.record.files.is_empty() && facts.record.dirs.is_empty() {
         return Ok(Removal::NothingInstalled);
     }
+    let plan = removal_script(&facts.record, facts.systemd);
+    // Stopping the agent and k3s may take minutes on a small node.
+    let output = ssh
+        .run_within("removing the agent", &plan.script, b"", UNINSTALL_LIMIT)
+        .await?;
+    // `facts` already kept foreign paths out of the record (and warned); they are named
+    // again here so the report says what was left in place.
+    let mut said: Vec<String> = facts
+        .refused
+        .iter()
+        .chain(&plan.refused)
+        .map(|refused| format!("warning: {refused}"))
+        .collect();
+    if !output.trim().is_empty() {
+        said.push(output.trim().to_string());
+    }
+    Ok(Removal::Removed {
+        removed: plan.removed,
+        installers: said.join("\n"),
+    })
+}
+
+/// The root shell script that removes what `record` lists, and what it leaves alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RemovalScript {
+    /// The script: every value in it is a constant of [`layout`] or a quoted word.
+    script: String,
+    /// Recorded paths bootstrap never installs: not in the script.
+    refused: Vec<ForeignPath>,
+    /// Recorded files and folders the script removes.
+    removed: usize,
+}
+
+/// Builds the removal script for a node's record. The record comes from the node, so each
+/// path in it is checked against what bootstrap installs ([`layout::recorded_file`],
+/// [`layout::recorded_dir`]) and quoted; a file is removed only while none of bootstrap's
+/// folders above it is a link.
+fn removal_script(record: &Record, systemd: bool) -> RemovalScript {
+    let mut refused = Vec::new();
+    let files: Vec<&String> = record
+        .files
+        .iter()
+        .filter(|file| match layout::recorded_file(file) {
+            Ok(()) => true,
+            Err(foreign) => {
+                refused.push(foreign);
+                false
+            }
+        })
+        .collect();
+    let mut dirs: Vec<&String> = record
+        .dirs
+        .iter()
+        .filter(|dir| match layout::recorded_dir(dir) {
+            Ok(()) => true,
+            Err(foreign) => {
+                refused.push(foreign);
+                false
+            }
+        })
+        .collect();
     let mut script = String::new();
-    if facts.systemd {
+    if systemd {
         script.push_str(&format!(
             "systemctl disable --now {} 2>/dev/null || true\n",
-            layout::UNIT_NAME
+            quote(layout::UNIT_NAME)
         ));
     }
     script.push_str(&remote::stop_detached_script());
@@ -92,34 +154,219 @@ async fn remove(ssh: &Ssh) -> Result<Removal, SshError> {
          if ! RUST_LOG=warn {binary} --config {config} uninstall 2>&1; then\n\
          echo 'the agent could not remove Nebula/k3s (above); nothing else was removed and the agent is stopped: fix it and run bootstrap uninstall again'\n\
          exit 3\nfi\nfi\n",
-        binary = layout::AGENT_BINARY,
-        config = layout::AGENT_CONFIG,
+        binary = quote(layout::AGENT_BINARY),
+        config = quote(layout::AGENT_CONFIG),
     ));
-    for file in &facts.record.files {
-        script.push_str(&format!("rm -f {}\n", quote(file)));
+    for file in &files {
+        let above = layout::own_dirs_above(file);
+        if above.is_empty() {
+            script.push_str(&format!("rm -f -- {}\n", quote(file)));
+        } else {
+            let links: Vec<String> = above
+                .iter()
+                .map(|dir| format!("[ -L {} ]", quote(dir)))
+                .collect();
+            script.push_str(&format!(
+                "if {links}; then echo {kept}; else rm -f -- {file}; fi\n",
+                links = links.join(" || "),
+                kept = quote(&format!("kept {file}: a folder above it is a link")),
+                file = quote(file),
+            ));
+        }
     }
-    script.push_str(&format!("rm -f {}\n", quote(layout::RECORD)));
-    if facts.record.dirs.contains(layout::STATE_DIR) {
-        script.push_str(&format!("rm -rf {}\n", quote(layout::STATE_DIR)));
+    script.push_str(&format!("rm -f -- {}\n", quote(layout::RECORD)));
+    if record.dirs.contains(layout::STATE_DIR) {
+        script.push_str(&format!("rm -rf -- {}\n", quote(layout::STATE_DIR)));
     }
     // Deepest first; a folder someone else put files in stays, and is named.
-    let mut dirs: Vec<&String> = facts.record.dirs.iter().collect();
     dirs.sort_by_key(|dir| std::cmp::Reverse(dir.len()));
     for dir in &dirs {
         script.push_str(&format!(
-            "if [ -d {d} ]; then rmdir {d} 2>/dev/null || echo 'kept {dir}: it holds files bootstrap did not write'; fi\n",
+            "if [ -d {d} ]; then rmdir -- {d} 2>/dev/null || echo {kept}; fi\n",
             d = quote(dir),
+            kept = quote(&format!(
+                "kept {dir}: it holds files bootstrap did not write"
+            )),
         ));
     }
-    if facts.systemd {
+    if systemd {
         script.push_str("systemctl daemon-reload\n");
     }
-    // Stopping the agent and k3s may take minutes on a small node.
-    let output = ssh
-        .run_within("removing the agent", &script, b"", UNINSTALL_LIMIT)
-        .await?;
-    Ok(Removal::Removed {
-        removed: facts.record.files.len() + facts.record.dirs.len(),
-        installers: output.trim().to_string(),
-    })
+    RemovalScript {
+        script,
+        refused,
+        removed: files.len() + dirs.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `printf %s WORD` through `sh`: what the shell makes of the quoted word.
+    fn through_sh(word: &str) -> String {
+        let output = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {word}"))
+            .output()
+            .expect("sh runs");
+        assert!(output.status.success(), "sh refused {word}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    }
+
+    #[test]
+    fn hostile_values_are_one_inert_shell_word() {
+        for (value, quoted) in [
+            ("a b", "'a b'"),
+            ("it's", r"'it'\''s'"),
+            ("'", r"''\'''"),
+            ("$(touch /tmp/x)", "'$(touch /tmp/x)'"),
+            ("`id`", "'`id`'"),
+            ("a\nrm -rf /", "'a\nrm -rf /'"),
+            ("-rf", "'-rf'"),
+            ("--no-preserve-root", "'--no-preserve-root'"),
+            ("x'; reboot; '", r"'x'\''; reboot; '\'''"),
+            ("$HOME \\ \" *", "'$HOME \\ \" *'"),
+        ] {
+            assert_eq!(quote(value), quoted, "quoting {value:?}");
+            assert_eq!(through_sh(&quote(value)), value, "sh reading {quoted}");
+        }
+    }
+
+    fn record(files: &[&str], dirs: &[&str]) -> Record {
+        Record {
+            files: files.iter().map(|file| file.to_string()).collect(),
+            dirs: dirs.iter().map(|dir| dir.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_hostile_record_gets_quoted_words_and_no_foreign_path() {
+        let foreign_files = [
+            "/etc/shadow",
+            "../../etc/shadow",
+            "etc/continuum/agent.toml",
+            "/etc/continuum/../shadow",
+            "/etc/continuum/tls/../../shadow",
+            "/etc/continuum/./agent.toml",
+            "/etc/continuum//agent.toml",
+            "/etc/continuum/",
+            "/etc/continuum/a\nrm -rf /",
+            "/usr/local/bin/sudo",
+            "/etc/systemd/system/sshd.service",
+            "/var/lib/continuum-agent/../../../etc/shadow",
+            "/proc/self/root/etc/shadow",
+            "-rf",
+        ];
+        let foreign_dirs = [
+            "/etc",
+            "/",
+            "/etc/continuum/..",
+            "/etc/continuum/tls/x",
+            "tmp",
+        ];
+        let hostile_name = "/etc/continuum/x'$(reboot)`id`; rm -rf ~ #";
+        let mut files = vec![
+            layout::AGENT_BINARY,
+            layout::AGENT_CONFIG,
+            "/etc/continuum/tls/agent.key",
+            hostile_name,
+        ];
+        files.extend(foreign_files);
+        let mut dirs = vec!["/etc/continuum", "/etc/continuum/tls", layout::STATE_DIR];
+        dirs.extend(foreign_dirs);
+        let plan = removal_script(&record(&files, &dirs), true);
+
+        let mut refused: Vec<&str> = plan.refused.iter().map(|r| r.path.as_str()).collect();
+        refused.sort_unstable();
+        let mut expected: Vec<&str> = foreign_files.iter().chain(&foreign_dirs).copied().collect();
+        expected.sort_unstable();
+        assert_eq!(refused, expected);
+        assert_eq!(plan.removed, 4 + 3);
+        for refused in &plan.refused {
+            let warning = refused.to_string();
+            assert!(
+                warning.contains(&format!("{:?}", refused.path)),
+                "the warning names the path: {warning}"
+            );
+        }
+
+        let lines: Vec<&str> = plan.script.lines().collect();
+        for line in [
+            "rm -f -- '/usr/local/bin/continuum-agent'",
+            "if [ -L '/etc/continuum' ]; then echo 'kept /etc/continuum/agent.toml: a folder \
+             above it is a link'; else rm -f -- '/etc/continuum/agent.toml'; fi",
+            "if [ -L '/etc/continuum' ] || [ -L '/etc/continuum/tls' ]; then echo 'kept \
+             /etc/continuum/tls/agent.key: a folder above it is a link'; else rm -f -- \
+             '/etc/continuum/tls/agent.key'; fi",
+            r"if [ -L '/etc/continuum' ]; then echo 'kept /etc/continuum/x'\''$(reboot)`id`; rm -rf ~ #: a folder above it is a link'; else rm -f -- '/etc/continuum/x'\''$(reboot)`id`; rm -rf ~ #'; fi",
+            "rm -f -- '/var/lib/continuum-agent/bootstrap.record'",
+            "rm -rf -- '/var/lib/continuum-agent'",
+            "if [ -d '/etc/continuum/tls' ]; then rmdir -- '/etc/continuum/tls' 2>/dev/null || \
+             echo 'kept /etc/continuum/tls: it holds files bootstrap did not write'; fi",
+            "if [ -d '/etc/continuum' ]; then rmdir -- '/etc/continuum' 2>/dev/null || \
+             echo 'kept /etc/continuum: it holds files bootstrap did not write'; fi",
+        ] {
+            assert!(lines.contains(&line), "{line}\nnot in:\n{}", plan.script);
+        }
+        let removing: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|line| line.contains("rm ") || line.contains("rmdir"))
+            .collect();
+        for path in [
+            "/etc/shadow",
+            "sudo",
+            "sshd",
+            "/proc",
+            "'/etc'",
+            "'/'",
+            "'tmp'",
+            "-rf'",
+        ] {
+            assert!(
+                removing.iter().all(|line| !line.contains(path)),
+                "{path} reaches the script:\n{}",
+                plan.script
+            );
+        }
+        // The whole script parses: no quote left open by a hostile value.
+        let status = std::process::Command::new("sh")
+            .arg("-n")
+            .arg("-c")
+            .arg(&plan.script)
+            .status()
+            .expect("sh runs");
+        assert!(status.success(), "sh -n refused:\n{}", plan.script);
+    }
+
+    /// The files bootstrap writes on a node are all removed, with nothing refused.
+    #[test]
+    fn an_honest_record_is_removed_whole() {
+        let files = [
+            "/etc/continuum/tls/ca.pem",
+            "/etc/continuum/tls/agent.pem",
+            "/etc/continuum/tls/agent.key",
+            "/etc/continuum/nebula/ca.crt",
+            "/etc/continuum/nebula/host.crt",
+            "/etc/continuum/nebula/host.key",
+            layout::K3S_BINARY,
+            layout::AGENT_CONFIG,
+            layout::AGENT_UNIT,
+            layout::AGENT_BINARY,
+            layout::PID_FILE,
+            layout::LOG_FILE,
+        ];
+        let plan = removal_script(&record(&files, &layout::DIRS), false);
+        assert_eq!(plan.refused, Vec::new());
+        assert_eq!(plan.removed, files.len() + layout::DIRS.len());
+        for file in files {
+            assert!(
+                plan.script.contains(&format!("rm -f -- {}", quote(file))),
+                "{file} is not removed:\n{}",
+                plan.script
+            );
+        }
+        assert!(!plan.script.contains("systemctl"));
+    }
 }
