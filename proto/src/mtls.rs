@@ -158,6 +158,24 @@ pub fn peer_identity<T>(request: &Request<T>) -> Result<PeerIdentity, Status> {
     })
 }
 
+/// Whether the caller's certificate (the leaf rustls verified) ends within `within` of
+/// `now`: `Some` with the caller's identity in place of a file, for the server to warn about
+/// a peer before its certificate lapses. `None` too when there is no readable certificate:
+/// [`peer_identity`] refuses those.
+pub fn peer_expiry<T>(
+    request: &Request<T>,
+    within: Duration,
+    now: std::time::SystemTime,
+) -> Option<pki::Expiring> {
+    let certs = request.peer_certs()?;
+    let leaf = certs.first()?;
+    let who = PeerIdentity::from_der(leaf)
+        .map(|identity| identity.to_string())
+        .unwrap_or_else(|_| "of an unnamed peer".to_owned());
+    let not_after = pki::der_not_after(leaf, &who).ok()?;
+    pki::expiry(who.into(), not_after, within, now)
+}
+
 /// The caller's identity if its role is one of `allowed`; otherwise `PERMISSION_DENIED`
 /// naming the caller and the roles the RPC requires, or `UNAUTHENTICATED` as in
 /// [`peer_identity`].

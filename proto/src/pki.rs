@@ -44,7 +44,9 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 use x509_parser::time::ASN1Time;
 
-pub use expiry::{EXPIRY_WARNING, Expiring, expiring_within, not_after};
+pub use expiry::{
+    EXPIRY_WARNING, Expiring, der_not_after, expiring_among, expiring_within, expiry, not_after,
+};
 pub(crate) use files::read_pem;
 pub use files::{CA_CERT_FILE, CA_KEY_FILE, Overwrite, cert_path, key_path, write_pki};
 pub use identity::{IdentityError, PeerIdentity, Role, validate_name};
