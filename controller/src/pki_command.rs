@@ -1,5 +1,7 @@
 //! `controller pki`: the project's CA and identities for users who do not use `bootstrap`
 //! (and for tests). Keys are written 0600 into a 0700 folder, never over existing keys.
+//! Everything the command reads (the CA, every certificate it checks for expiry) is read and
+//! checked before it writes anything, so a stray file fails it with the folder untouched.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -72,6 +74,15 @@ fn spec(role: Role, arg: &IdentityArg) -> IdentitySpec {
 /// Creates the CA (or loads the one in `dir` when only adding identities) and issues every
 /// identity; returns the files' folder.
 pub fn create(request: &PkiRequest) -> Result<Vec<String>, PkiError> {
+    // The expiry check below reads every `.pem` in the folder: read them all now, so a
+    // stray non-certificate fails the command before it has written a single file.
+    if request.dir.exists() {
+        proto::pki::expiring_within(
+            &request.dir,
+            proto::pki::EXPIRY_WARNING,
+            std::time::SystemTime::now(),
+        )?;
+    }
     let ca = match CertificateAuthority::load(&request.dir) {
         Ok(ca) => ca,
         Err(_) if !request.dir.join(proto::pki::CA_KEY_FILE).exists() => {
@@ -106,6 +117,26 @@ pub fn create(request: &PkiRequest) -> Result<Vec<String>, PkiError> {
     )?;
     lines.extend(ending.iter().map(|expiring| format!("warning: {expiring}")));
     Ok(lines)
+}
+
+/// Logs a warning for every certificate in the PKI folder `dir` (the CA's, the controller's,
+/// the agents' beside them) that has ended or ends within [`proto::pki::EXPIRY_WARNING`], in
+/// the words `controller pki` uses; when a plan runs and when `controller serve` starts, so a
+/// lapse is announced before it is a handshake error on a node. A folder that cannot be
+/// checked is a warning too: the handshakes will say more.
+pub fn warn_expiring(dir: &Path) {
+    match proto::pki::expiring_within(
+        dir,
+        proto::pki::EXPIRY_WARNING,
+        std::time::SystemTime::now(),
+    ) {
+        Ok(ending) => {
+            for expiring in ending {
+                tracing::warn!("{expiring}");
+            }
+        }
+        Err(error) => tracing::warn!("certificate expiry not checked: {error}"),
+    }
 }
 
 fn describe(dir: &Path, identity: &IssuedIdentity) -> String {
@@ -156,5 +187,61 @@ mod tests {
             create(&request).is_err(),
             "existing keys are not overwritten"
         );
+    }
+
+    /// Every file's name and bytes, sorted by name.
+    fn listing(dir: &Path) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("listed")
+            .map(|entry| {
+                let entry = entry.expect("entry");
+                let bytes = std::fs::read(entry.path()).expect("read");
+                (entry.file_name(), bytes)
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// A stray `.pem` that is no certificate fails the command in one line naming it, before
+    /// anything is written: adding an identity to a PKI, and creating one in a folder that
+    /// holds only the stray file, with and without --replace.
+    #[test]
+    fn a_stray_non_certificate_pem_fails_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pki = dir.path().join("pki");
+        let mut request = PkiRequest {
+            dir: pki.clone(),
+            controller: "controller".parse().expect("arg"),
+            agents: vec!["worker-1=127.0.0.1".parse().expect("arg")],
+            clients: Vec::new(),
+            replace: false,
+        };
+        create(&request).expect("written");
+        std::fs::write(pki.join("stray.pem"), "not a certificate\n").expect("stray");
+        for replace in [false, true] {
+            request.replace = replace;
+            request.agents = vec!["worker-2".parse().expect("arg")];
+            request.clients = vec!["laptop".parse().expect("arg")];
+            let before = listing(&pki);
+            let error = create(&request).expect_err("a stray file").to_string();
+            assert!(error.contains("stray.pem"), "{error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+            assert_eq!(
+                listing(&pki),
+                before,
+                "the folder is unchanged (replace {replace})"
+            );
+        }
+
+        let fresh = dir.path().join("fresh");
+        std::fs::create_dir(&fresh).expect("folder");
+        std::fs::write(fresh.join("stray.pem"), [0xff, 0x00, 0x42]).expect("stray");
+        request.dir = fresh.clone();
+        request.replace = false;
+        let before = listing(&fresh);
+        let error = create(&request).expect_err("a stray file").to_string();
+        assert!(error.contains("stray.pem"), "{error}");
+        assert_eq!(listing(&fresh), before, "nothing written beside it");
     }
 }
