@@ -3,6 +3,9 @@
 //! Every run keeps its whole event history (a few events per cell), so a Watch that starts
 //! late replays it and then follows; a per-run `watch` channel carries a version number that
 //! wakes followers whenever the history or state changes.
+//!
+//! Run ids are 128 random bits in hex, not a sequence, and a run that is not the caller's
+//! is answered exactly like a missing one (NotFound, naming no one).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,9 +39,11 @@ pub(crate) struct Runs {
 
 #[derive(Debug, Default)]
 struct Inner {
-    next: u64,
     runs: Vec<Run>,
 }
+
+/// Random bytes in a run id: 128 bits, so a client cannot guess another's run.
+const RUN_ID_BYTES: usize = 16;
 
 #[derive(Debug)]
 struct Run {
@@ -140,22 +145,6 @@ pub(crate) struct Followed {
 #[error("no run {0:?} on this controller")]
 pub(crate) struct UnknownRun(pub(crate) String);
 
-/// Why a caller may not act on a run.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Denied {
-    /// No such run.
-    #[error(transparent)]
-    Unknown(#[from] UnknownRun),
-    /// Someone else's.
-    #[error("run {id} belongs to {owner}")]
-    NotYours {
-        /// The run.
-        id: String,
-        /// Its owner.
-        owner: PeerIdentity,
-    },
-}
-
 /// Why a submission was not queued.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Refused {
@@ -167,6 +156,9 @@ pub(crate) enum Refused {
         "{0} of your runs are queued or running, at most {MAX_ACTIVE_PER_CLIENT}: wait for one to end or cancel one"
     )]
     TooMany(usize),
+    /// No random run id could be drawn (`/dev/urandom` unreadable).
+    #[error("cannot draw a run id from /dev/urandom: {0}")]
+    NoRunId(#[source] std::io::Error),
 }
 
 /// Forgets `owner`'s oldest ended runs until fewer than [`MAX_HISTORY_PER_CLIENT`] remain.
@@ -233,9 +225,10 @@ impl Runs {
         if active >= MAX_ACTIVE_PER_CLIENT {
             return Err(Refused::TooMany(active));
         }
+        // Random, not sequential: an id says nothing about other runs, and guessing one
+        // of someone else's is hopeless (authorize() answers it like a missing one anyway).
+        let id = host::secret::random_hex(RUN_ID_BYTES).map_err(Refused::NoRunId)?;
         forget_oldest_ended(&mut inner.runs, &owner);
-        inner.next += 1;
-        let id = format!("r{}", inner.next);
         let mut run = Run {
             id: id.clone(),
             owner,
@@ -273,17 +266,17 @@ impl Runs {
     }
 
     /// Whether `caller` may see and act on run `id`: its owner, or the controller identity.
-    pub(crate) fn authorize(&self, id: &str, caller: &PeerIdentity) -> Result<(), Denied> {
+    /// Someone else's run is answered exactly like a missing one, so a client learns neither
+    /// that it exists nor whose it is; the service's log keeps the attempt.
+    pub(crate) fn authorize(&self, id: &str, caller: &PeerIdentity) -> Result<(), UnknownRun> {
         let owner = self
             .with_run(id, |run| run.owner.clone())
-            .ok_or_else(|| Denied::Unknown(UnknownRun(id.to_string())))?;
+            .ok_or_else(|| UnknownRun(id.to_string()))?;
         if owner == *caller || caller.role == Role::Controller {
             Ok(())
         } else {
-            Err(Denied::NotYours {
-                id: id.to_string(),
-                owner,
-            })
+            tracing::warn!(%caller, %owner, run = id, "refused: another identity's run");
+            Err(UnknownRun(id.to_string()))
         }
     }
 
@@ -557,4 +550,80 @@ fn saturate(n: usize) -> u32 {
 /// Unix ms now, on this machine's clock.
 pub(crate) fn now_ms() -> u64 {
     loadgen::clock::unix_now_ns() / 1_000_000
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const PLAN: &str = r#"name = "p"
+[[nodes]]
+name = "local"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[brokers]]
+name = "embedded"
+kind = "embedded"
+node = "local"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["local"]
+"#;
+
+    fn client(name: &str) -> PeerIdentity {
+        PeerIdentity {
+            role: Role::Client,
+            name: name.into(),
+        }
+    }
+
+    fn submit(runs: &Runs, owner: &PeerIdentity) -> String {
+        let plan = Plan::parse(PLAN, "p.toml").expect("a valid plan");
+        runs.submit(plan, PLAN.into(), owner.clone(), Path::new("/srv/results"))
+            .expect("queued")
+    }
+
+    #[test]
+    fn run_ids_are_random_128_bit_hex_not_a_sequence() {
+        let (runs, _queue) = Runs::new();
+        let laptop = client("laptop");
+        let first = submit(&runs, &laptop);
+        let second = submit(&runs, &laptop);
+        for id in [&first, &second] {
+            assert_eq!(id.len(), 2 * RUN_ID_BYTES, "{id}");
+            assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+        assert_ne!(first, second);
+        assert_ne!(first, "r1");
+    }
+
+    #[test]
+    fn another_clients_run_is_answered_like_a_missing_one_naming_no_one() {
+        let (runs, _queue) = Runs::new();
+        let laptop = client("laptop");
+        let id = submit(&runs, &laptop);
+        assert!(runs.authorize(&id, &laptop).is_ok());
+        let admin = PeerIdentity {
+            role: Role::Controller,
+            name: "controller".into(),
+        };
+        assert!(runs.authorize(&id, &admin).is_ok());
+
+        let foreign = runs
+            .authorize(&id, &client("tablet"))
+            .expect_err("not the tablet's run")
+            .to_string();
+        assert!(!foreign.contains("laptop"), "{foreign}");
+        let missing = "0".repeat(2 * RUN_ID_BYTES);
+        let unknown = runs
+            .authorize(&missing, &client("tablet"))
+            .expect_err("no such run")
+            .to_string();
+        // The same sentence but for the id the caller itself sent.
+        assert_eq!(foreign.replace(&id, "ID"), unknown.replace(&missing, "ID"));
+    }
 }

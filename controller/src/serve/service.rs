@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::ServeConfig;
 use super::files;
-use super::runs::{CANCEL_WAIT, Denied, Refused, Runs, UnknownRun};
+use super::runs::{CANCEL_WAIT, Refused, Runs, UnknownRun};
 use crate::plan::Plan;
 
 /// Roles that may drive the controller: itself and remote clients (the laptop).
@@ -29,9 +29,26 @@ pub(crate) struct ControllerService {
 }
 
 impl ControllerService {
+    /// The service at `serve`'s start, which warns of certificates in its PKI folder that end
+    /// soon (as `controller pki` words it).
     pub(crate) fn new(runs: Arc<Runs>, config: Arc<ServeConfig>) -> Self {
+        crate::pki_command::warn_expiring(&config.pki_dir);
         ControllerService { runs, config }
     }
+}
+
+/// The caller's identity if its role is `ALLOWED`; a caller whose certificate ends soon is
+/// warned about in the service's log, where the operator who renews it looks.
+fn caller<T>(request: &Request<T>) -> Result<proto::pki::PeerIdentity, Status> {
+    let caller = proto::mtls::require_role(request, &ALLOWED)?;
+    if let Some(expiring) = proto::mtls::peer_expiry(
+        request,
+        proto::pki::EXPIRY_WARNING,
+        std::time::SystemTime::now(),
+    ) {
+        tracing::warn!(%caller, "{expiring}");
+    }
+    Ok(caller)
 }
 
 impl From<UnknownRun> for Status {
@@ -40,20 +57,12 @@ impl From<UnknownRun> for Status {
     }
 }
 
-impl From<Denied> for Status {
-    fn from(error: Denied) -> Self {
-        match error {
-            Denied::Unknown(unknown) => unknown.into(),
-            not_yours @ Denied::NotYours { .. } => Status::permission_denied(not_yours.to_string()),
-        }
-    }
-}
-
 impl From<Refused> for Status {
     fn from(error: Refused) -> Self {
         match error {
             Refused::ShuttingDown => Status::unavailable(error.to_string()),
             Refused::TooMany(_) => Status::resource_exhausted(error.to_string()),
+            Refused::NoRunId(_) => Status::internal(error.to_string()),
         }
     }
 }
@@ -64,7 +73,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::RunId>, Status> {
-        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = caller(&request)?;
         let pb::SubmitRequest { plan: text, name } = request.into_inner();
         if name.len() > MAX_NAME || name.chars().any(char::is_control) {
             return Err(Status::invalid_argument(format!(
@@ -92,7 +101,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::RunId>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = caller(&request)?;
         let id = request.into_inner().id;
         self.runs.authorize(&id, &caller)?;
         let mut version = self.runs.subscribe(&id)?;
@@ -128,7 +137,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListReply>, Status> {
-        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = caller(&request)?;
         Ok(Response::new(pb::ListReply {
             runs: self.runs.list(&caller),
         }))
@@ -140,7 +149,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<pb::RunId>,
     ) -> Result<Response<Self::FetchStream>, Status> {
-        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = caller(&request)?;
         let id = request.into_inner().id;
         self.runs.authorize(&id, &caller)?;
         let dir = self.runs.results_dir(&id)?.ok_or_else(|| {
@@ -153,7 +162,7 @@ impl Controller for ControllerService {
     }
 
     async fn cancel(&self, request: Request<pb::RunId>) -> Result<Response<pb::RunInfo>, Status> {
-        let caller = proto::mtls::require_role(&request, &ALLOWED)?;
+        let caller = caller(&request)?;
         let id = request.into_inner().id;
         self.runs.authorize(&id, &caller)?;
         tracing::info!(%caller, run = %id, "cancel");
