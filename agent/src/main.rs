@@ -47,6 +47,17 @@ fn main() -> ExitCode {
     if let Some(Command::Uninstall) = args.command {
         return runtime.block_on(uninstall(&config));
     }
+    // Its own certificate and CA, in the words `controller pki` uses: a lapse stops every run.
+    match proto::pki::expiring_among(
+        &[&config.tls.ca, &config.tls.cert],
+        proto::pki::EXPIRY_WARNING,
+        std::time::SystemTime::now(),
+    ) {
+        Ok(ending) => ending
+            .iter()
+            .for_each(|expiring| tracing::warn!("{expiring}")),
+        Err(error) => tracing::warn!("certificate expiry not checked: {error}"),
+    }
     program::exit_code(PROGRAM, runtime.block_on(agent::server::run(config)))
 }
 

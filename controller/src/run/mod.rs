@@ -138,6 +138,9 @@ pub async fn run_plan_observed(
     events: Option<RunEvents>,
 ) -> Result<RunSummary, RunError> {
     let dir = results_folder(plan, &options)?;
+    if let Some(pki) = plan.pki_dir.as_deref() {
+        crate::pki_command::warn_expiring(pki);
+    }
     let events = Events::new(events);
     let faults = options.faults();
     let setting = Setting {
