@@ -1,8 +1,13 @@
 //! The Metrics stream: node CPU and memory, and CPU/RSS of watched processes (the broker),
 //! sampled with sysinfo at the requested interval. A broker with no process on this node (a
 //! pod on Kubernetes) is sampled by its driver instead; its samples carry PID 0.
+//!
+//! Streams are bounded so that no reader can keep the controller's cells from recording their
+//! broker's usage: in number (the agent's, each client identity's, and client identities'
+//! together, which leaves the controller some), in length, and in interval.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -11,19 +16,126 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::slots::Slots;
+use proto::pki::{PeerIdentity, Role};
+
+use super::slots::{Slot, Slots};
 use super::status::{invalid, missing};
 use crate::broker::{Usage, UsageSampler};
 
 /// Shortest interval: below it, CPU percentages are mostly noise.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest interval: an hour, the longest a timed load runs (`loadgen::spec::MAX_DURATION`);
+/// a sample less often than that describes no cell.
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(3_600);
+/// Longest a stream runs: a day, the longest cell timeout a plan may set (the controller's
+/// `MAX_TIMEOUT`), since the controller watches a cell's broker until the cell ends and asks
+/// with `samples = 0`. That now means as many samples as fit in this at the interval.
+pub(crate) const MAX_LENGTH: Duration = Duration::from_secs(24 * 3_600);
 /// Most processes and brokers one request may watch.
 pub(crate) const MAX_WATCHED: usize = 64;
 /// Most metrics streams an agent serves at once (a run needs one per broker node).
 pub(crate) const MAX_STREAMS: usize = 16;
 
+/// Most streams one client identity holds at once.
+pub(crate) const MAX_STREAMS_PER_CLIENT: usize = 4;
+/// Most streams client identities hold together: the other `MAX_STREAMS - MAX_CLIENT_STREAMS`
+/// are the controller's, so its cells record their broker's usage whoever else reads.
+pub(crate) const MAX_CLIENT_STREAMS: usize = 12;
+
 /// Streams being served now.
 static STREAMS: Slots = Slots::new(MAX_STREAMS, "metrics streams");
+/// Streams being served to client identities now.
+static CLIENT_STREAMS: Slots = Slots::new(MAX_CLIENT_STREAMS, "metrics streams to clients");
+/// Streams each client identity holds now, by name (an identity holding none has no entry).
+static PER_CLIENT: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+/// Who asked for a stream: the controller, or a client identity, whose streams are bounded
+/// per identity and together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// The controller, bounded only by [`MAX_STREAMS`].
+    Controller,
+    /// A client identity, by name.
+    Client(String),
+}
+
+impl Reader {
+    /// The reader of a call whose caller was authorized (controller or client role).
+    pub(crate) fn of<T>(request: &tonic::Request<T>) -> Result<Self, Status> {
+        Ok(Self::from(proto::mtls::peer_identity(request)?))
+    }
+}
+
+impl From<PeerIdentity> for Reader {
+    fn from(identity: PeerIdentity) -> Self {
+        match identity.role {
+            Role::Controller => Reader::Controller,
+            // Only the controller and clients may read; should another role get here, it is
+            // bounded like a client rather than like the controller.
+            _ => Reader::Client(identity.name),
+        }
+    }
+}
+
+/// The slots a stream holds while it runs, given back when dropped.
+#[derive(Debug)]
+struct Held {
+    _stream: Slot,
+    _client: Option<(Slot, ClientShare)>,
+}
+
+/// One stream of a client identity, counted in [`PER_CLIENT`] until dropped.
+#[derive(Debug)]
+struct ClientShare(String);
+
+impl ClientShare {
+    fn take(name: &str) -> Result<Self, Status> {
+        let mut held = PER_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held
+            .get_or_insert_with(HashMap::new)
+            .entry(name.to_owned())
+            .or_insert(0);
+        if *count >= MAX_STREAMS_PER_CLIENT {
+            // Not named: the caller knows who it is, and a log reader has the trace.
+            return Err(Status::resource_exhausted(format!(
+                "this identity already holds {MAX_STREAMS_PER_CLIENT} metrics streams on this \
+                 agent, the most one client may"
+            )));
+        }
+        *count += 1;
+        Ok(ClientShare(name.to_owned()))
+    }
+}
+
+impl Drop for ClientShare {
+    fn drop(&mut self) {
+        let mut held = PER_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(counts) = held.as_mut()
+            && let Some(count) = counts.get_mut(&self.0)
+        {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.0);
+            }
+        }
+    }
+}
+
+/// The slots for one more stream of `reader`, or ResourceExhausted naming the bound reached.
+fn take_slots(reader: &Reader) -> Result<Held, Status> {
+    let stream = STREAMS.take()?;
+    let client = match reader {
+        Reader::Controller => None,
+        Reader::Client(name) => {
+            let share = ClientShare::take(name)?;
+            Some((CLIENT_STREAMS.take()?, share))
+        }
+    };
+    Ok(Held {
+        _stream: stream,
+        _client: client,
+    })
+}
 
 /// Refuses a request watching more than [`MAX_WATCHED`] processes and brokers.
 pub(crate) fn check_watched(request: &pb::MetricsRequest) -> Result<(), Status> {
@@ -84,16 +196,52 @@ pub(crate) fn interval_of(request: &pb::MetricsRequest) -> Result<Duration, Stat
             format!("{interval:?} is below the minimum of {MIN_INTERVAL:?}"),
         ));
     }
+    if interval > MAX_INTERVAL {
+        return Err(invalid(
+            "interval",
+            format!("{interval:?} is above the maximum of {MAX_INTERVAL:?}"),
+        ));
+    }
     Ok(interval)
 }
 
-/// Streams samples until `samples` were sent (0 = forever) or the caller goes away.
+/// How many samples a request's stream sends, checked: `samples` as asked, or for 0 as many as
+/// fit in [`MAX_LENGTH`] at `interval`; more than fit is refused naming the field.
+pub(crate) fn samples_of(request: &pb::MetricsRequest, interval: Duration) -> Result<u32, Status> {
+    let most = most_samples(interval);
+    match request.samples {
+        0 => Ok(most),
+        samples if samples <= most => Ok(samples),
+        samples => Err(invalid(
+            "samples",
+            format!(
+                "{samples} samples every {interval:?} run longer than {MAX_LENGTH:?}, \
+                 at most {most} at that interval"
+            ),
+        )),
+    }
+}
+
+/// The samples that fit in [`MAX_LENGTH`] at `interval` (at least one).
+fn most_samples(interval: Duration) -> u32 {
+    let most = MAX_LENGTH.as_nanos() / interval.as_nanos().max(1);
+    u32::try_from(most).unwrap_or(u32::MAX).max(1)
+}
+
+/// Streams `samples` samples (see [`samples_of`]) or until the caller goes away, holding one
+/// of `reader`'s slots meanwhile.
 pub(crate) fn stream(
+    reader: &Reader,
     interval: Duration,
     samples: u32,
     watched: Vec<Watched>,
 ) -> Result<ReceiverStream<Result<pb::MetricsSample, Status>>, Status> {
-    let slot = STREAMS.take()?;
+    // Checked by `samples_of` for a request; bounded here too for any other caller.
+    let samples = match samples {
+        0 => most_samples(interval),
+        samples => samples.min(most_samples(interval)),
+    };
+    let slot = take_slots(reader)?;
     let mut system = System::new().map_err(|e| Status::unavailable(format!("sysinfo: {e}")))?;
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {
@@ -125,7 +273,7 @@ pub(crate) fn stream(
                 break;
             }
             sent += 1;
-            if samples != 0 && sent >= samples {
+            if sent >= samples {
                 break;
             }
         }
@@ -227,6 +375,14 @@ fn gone(pid: u32, label: &str) -> pb::ProcessSample {
     }
 }
 
+/// The tests that count the agent's process-wide stream slots: one at a time.
+#[cfg(test)]
+static STREAMS_COUNTED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod served_tests;
+
 #[cfg(test)]
 mod tests {
     use tokio_stream::StreamExt;
@@ -236,6 +392,7 @@ mod tests {
 
     #[tokio::test]
     async fn samples_the_node_and_a_busy_process() {
+        let _alone = STREAMS_COUNTED.lock().await;
         // This test process spins one thread; its CPU must show up.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let spinner = {
@@ -248,10 +405,15 @@ mod tests {
         };
         let me = Watched::process(std::process::id(), "self");
         let gone = Watched::process(u32::MAX - 1, "gone");
-        let samples: Vec<_> = stream(Duration::from_millis(200), 2, vec![me, gone])
-            .expect("stream")
-            .collect()
-            .await;
+        let samples: Vec<_> = stream(
+            &Reader::Controller,
+            Duration::from_millis(200),
+            2,
+            vec![me, gone],
+        )
+        .expect("stream")
+        .collect()
+        .await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().expect("spinner");
         assert_eq!(samples.len(), 2);
@@ -281,6 +443,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sampled_broker_reports_what_its_sampler_says() {
+        let _alone = STREAMS_COUNTED.lock().await;
         let usage = Usage {
             cpu_percent: 137.5,
             memory_bytes: 42 << 20,
@@ -291,7 +454,7 @@ mod tests {
             Watched::sampled(sampler, "pod"),
             Watched::process(std::process::id(), "self"),
         ];
-        let samples: Vec<_> = stream(Duration::from_millis(100), 3, watched)
+        let samples: Vec<_> = stream(&Reader::Controller, Duration::from_millis(100), 3, watched)
             .expect("stream")
             .collect()
             .await;
@@ -358,6 +521,49 @@ mod tests {
     }
 
     #[test]
+    fn samples_are_bounded_by_the_longest_stream() {
+        let at = |interval: Duration, samples: u32| {
+            let request = pb::MetricsRequest {
+                samples,
+                ..Default::default()
+            };
+            samples_of(&request, interval)
+        };
+        // The controller's request (0, every 500 ms) gets a day of samples.
+        assert_eq!(at(Duration::from_millis(500), 0).expect("0"), 172_800);
+        assert_eq!(at(MAX_INTERVAL, 0).expect("0"), 24);
+        assert_eq!(at(MAX_INTERVAL, 24).expect("a day"), 24);
+        let refused = at(MAX_INTERVAL, 25).expect_err("over a day");
+        assert!(
+            refused
+                .message()
+                .starts_with("samples: 25 samples every 3600s")
+                && refused.message().contains("at most 24"),
+            "{}",
+            refused.message()
+        );
+        assert!(at(MIN_INTERVAL, u32::MAX).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_asked_for_0_samples_ends_after_the_longest_length() {
+        let _alone = STREAMS_COUNTED.lock().await;
+        let started = tokio::time::Instant::now();
+        // Paused time: the hours pass as soon as the stream waits.
+        let samples: Vec<_> = stream(&Reader::Controller, MAX_INTERVAL, 0, Vec::new())
+            .expect("stream")
+            .collect()
+            .await;
+        assert_eq!(samples.len(), 24);
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= MAX_LENGTH && elapsed < MAX_LENGTH + MAX_INTERVAL,
+            "{elapsed:?}"
+        );
+        assert_eq!(STREAMS.in_use(), 0, "the ended stream gave its slot back");
+    }
+
+    #[test]
     fn a_request_watching_too_much_is_refused() {
         let mut request = pb::MetricsRequest {
             pids: (0..MAX_WATCHED as u32).collect(),
@@ -375,14 +581,18 @@ mod tests {
 
     #[tokio::test]
     async fn streams_beyond_the_bound_are_refused_and_their_slots_come_back() {
+        let _alone = STREAMS_COUNTED.lock().await;
         let open: Vec<_> = (0..MAX_STREAMS)
-            .map(|_| stream(MIN_INTERVAL, 0, Vec::new()).expect("within the bound"))
+            .map(|_| {
+                stream(&Reader::Controller, MIN_INTERVAL, 0, Vec::new()).expect("within the bound")
+            })
             .collect();
-        let refused = stream(MIN_INTERVAL, 0, Vec::new()).expect_err("one too many");
+        let refused =
+            stream(&Reader::Controller, MIN_INTERVAL, 0, Vec::new()).expect_err("one too many");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         drop(open); // the callers go away: each stream's task ends and frees its slot
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while stream(MIN_INTERVAL, 1, Vec::new()).is_err() {
+        while stream(&Reader::Controller, MIN_INTERVAL, 1, Vec::new()).is_err() {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "no slot came back within 5 s"

@@ -147,8 +147,10 @@ impl pb::agent_server::Agent for AgentService {
         request: Request<pb::MetricsRequest>,
     ) -> Result<Response<Self::MetricsStream>, Status> {
         authorize(&request, Access::Read)?;
+        let reader = metrics::Reader::of(&request)?;
         let request = request.into_inner();
         let interval = metrics::interval_of(&request)?;
+        let samples = metrics::samples_of(&request, interval)?;
         metrics::check_watched(&request)?;
         let mut watched: Vec<metrics::Watched> = request
             .pids
@@ -159,9 +161,7 @@ impl pb::agent_server::Agent for AgentService {
             watched.push(self.brokers.watched(name).await?);
         }
         Ok(Response::new(Box::pin(metrics::stream(
-            interval,
-            request.samples,
-            watched,
+            &reader, interval, samples, watched,
         )?)))
     }
 
