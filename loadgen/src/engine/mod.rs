@@ -108,7 +108,7 @@ pub(crate) async fn run_scoped(
     spec.validate()?;
     let run_id = spec.run_id.clone().unwrap_or_else(generate_run_id);
     let shard = spec.effective_shard();
-    let dialer = Dialer::new(&spec.broker)?;
+    let dialer = Dialer::new(&spec.broker)?.with_max_packet(spec.max_packet_bytes());
     let codec = Codec::new(spec.broker.protocol, spec.max_packet_bytes());
     let clock = barrier
         .origin_unix_ns

@@ -91,6 +91,13 @@ impl Dialer {
         })
     }
 
+    /// Caps what the broker may send in one WebSocket frame or message at `bytes`, the
+    /// largest packet the clients accept (TCP connections are capped by the codec).
+    pub fn with_max_packet(mut self, bytes: usize) -> Self {
+        self.websocket = self.websocket.map(|ws| ws.with_largest_packet(bytes));
+        self
+    }
+
     /// The `host:port` dialled.
     pub fn address(&self) -> &str {
         &self.address

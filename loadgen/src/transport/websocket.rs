@@ -18,7 +18,7 @@ use futures_util::{Sink, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::error::ProtocolError;
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, Request};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -32,7 +32,8 @@ const SUBPROTOCOL_HEADER: &str = "Sec-WebSocket-Protocol";
 
 /// The largest MQTT packet: fixed header byte, 4 length bytes, the largest remaining length.
 /// Brokers frame packet by packet, so no frame or message needs to be larger; tungstenite's
-/// own defaults (16 MiB frames) would refuse payloads loadgen sends over TCP.
+/// own defaults (16 MiB frames) would refuse payloads loadgen sends over TCP. A run caps
+/// frames lower, at the spec's largest packet ([`Upgrade::with_largest_packet`]).
 const LARGEST_FRAME: usize = 1 + 4 + MQTT_MAX_REMAINING_LENGTH as usize;
 
 /// What the WebSocket runs over: a TCP stream or a TLS stream on one.
@@ -44,6 +45,9 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Carrier for T {}
 pub(super) struct Upgrade {
     /// `ws://host:port/path` or `wss://...`: the request line and the Host header.
     url: String,
+    /// The largest frame and message read: larger ones are refused at the frame header,
+    /// before tungstenite reserves room for them (it reserves what the header announces).
+    largest: usize,
 }
 
 impl Upgrade {
@@ -71,11 +75,21 @@ impl Upgrade {
         };
         let upgrade = Upgrade {
             url: format!("{scheme}://{host}:{}{path}", target.port),
+            largest: LARGEST_FRAME,
         };
         upgrade
             .request()
             .map_err(|e| invalid(format!("{}: {e}", upgrade.url)))?;
         Ok(upgrade)
+    }
+
+    /// Caps frames and messages read at `bytes`, the largest MQTT packet the clients accept
+    /// (`max_packet_size`), as the codec caps packets over TCP at their header: one frame
+    /// holds at most one packet, so a larger frame is the broker's error, refused before its
+    /// payload is read or room is reserved for it.
+    pub(super) fn with_largest_packet(mut self, bytes: usize) -> Self {
+        self.largest = bytes.clamp(1, LARGEST_FRAME);
+        self
     }
 
     /// The URL requested.
@@ -99,8 +113,8 @@ impl Upgrade {
             .request()
             .map_err(|e| io::Error::other(failed(e.to_string())))?;
         let config = WebSocketConfig::default()
-            .max_frame_size(Some(LARGEST_FRAME))
-            .max_message_size(Some(LARGEST_FRAME));
+            .max_frame_size(Some(self.largest))
+            .max_message_size(Some(self.largest));
         let (socket, response) =
             tokio_tungstenite::client_async_with_config(request, stream, Some(config))
                 .await
@@ -156,6 +170,13 @@ fn frame_error(error: WsError) -> io::Error {
         WsError::ConnectionClosed | WsError::AlreadyClosed => io::Error::new(
             io::ErrorKind::BrokenPipe,
             "WebSocket connection already closed",
+        ),
+        WsError::Capacity(CapacityError::MessageTooLong { size, max_size }) => io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the broker announced a WebSocket frame or message of {size} bytes, over the \
+                 largest MQTT packet accepted ({max_size} bytes, connection.max_packet_size)"
+            ),
         ),
         other => io::Error::new(io::ErrorKind::InvalidData, format!("WebSocket: {other}")),
     }
@@ -254,6 +275,8 @@ impl<S: Carrier> AsyncWrite for FrameWriter<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use futures_util::SinkExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
     use tokio_tungstenite::tungstenite::handshake::server::{
@@ -372,6 +395,81 @@ mod tests {
                 shown.contains("ws://127.0.0.1:9001/mqtt") && shown.contains("subprotocol"),
                 "{shown}"
             );
+        }
+    }
+
+    /// A hostile broker on loopback: it completes the upgrade, sends one binary frame of
+    /// `first` bytes, then only the header of a frame announcing `announced` bytes, and
+    /// holds the connection open without sending its payload.
+    // tungstenite's callback type fixes the (large) error response type.
+    #[allow(clippy::result_large_err)]
+    async fn hostile_broker(
+        listener: tokio::net::TcpListener,
+        first: usize,
+        announced: u64,
+    ) -> tokio::net::TcpStream {
+        let (stream, _) = listener.accept().await.expect("accept");
+        let answer = |_: &ServerRequest, mut response: Response| {
+            response
+                .headers_mut()
+                .insert(SUBPROTOCOL_HEADER, HeaderValue::from_static(SUBPROTOCOL));
+            Ok::<_, ErrorResponse>(response)
+        };
+        let mut socket = tokio_tungstenite::accept_hdr_async(stream, answer)
+            .await
+            .expect("server handshake");
+        socket
+            .send(Message::binary(vec![0x30; first]))
+            .await
+            .expect("server sends");
+        let mut stream = socket.into_inner();
+        // FIN + binary, then the 64-bit length form (servers send unmasked frames).
+        let mut header = vec![0x82, 127];
+        header.extend_from_slice(&announced.to_be_bytes());
+        stream.write_all(&header).await.expect("header sent");
+        stream.flush().await.expect("flushed");
+        stream
+    }
+
+    /// Over TCP the codec refuses a packet over `max_packet_size` at its header; over
+    /// WebSocket a frame announcing more is refused at the frame header, before its payload
+    /// arrives (the broker never sends it) and before tungstenite reserves room for it.
+    #[tokio::test]
+    async fn a_frame_over_the_largest_packet_is_refused_at_its_header() {
+        const CAP: usize = 4096;
+        for announced in [CAP as u64 + 1, 200 << 20, 1 << 40] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let mut target = target();
+            target.port = listener.local_addr().expect("address").port();
+            let dialer = super::super::Dialer::new(&target)
+                .expect("valid target")
+                .with_max_packet(CAP);
+            let broker = tokio::spawn(hostile_broker(listener, CAP, announced));
+            let (mut reader, _writer) = dialer.dial().await.expect("upgrade");
+            // A frame of exactly the largest packet passes.
+            let mut first = vec![0u8; CAP];
+            reader
+                .read_exact(&mut first)
+                .await
+                .expect("frame at the cap");
+            assert!(first.iter().all(|&byte| byte == 0x30));
+            // The announced frame is refused without waiting for bytes that never come; the
+            // bound only catches a hang, it measures nothing.
+            let refused = tokio::time::timeout(Duration::from_secs(30), reader.read_u8())
+                .await
+                .expect("refused at the header, not waiting for the payload")
+                .expect_err("refused");
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+            let shown = refused.to_string();
+            assert!(
+                shown.contains(&format!("{announced} bytes"))
+                    && shown.contains(&format!("({CAP} bytes, connection.max_packet_size)")),
+                "{shown}"
+            );
+            // The broker held its end open: the refusal is not an end of stream.
+            drop(broker.await.expect("broker task"));
         }
     }
 
