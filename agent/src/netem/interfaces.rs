@@ -1,9 +1,23 @@
 //! Which interface holds an address: the agent's control plane is the interface its gRPC
 //! listener's address is on, and netem must not impair it unless the operator made it the
-//! data-plane interface too (a node with one NIC).
+//! data-plane interface too (a node with one NIC). And which names can name an interface.
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Whether `name` can name an interface, by the kernel's own rule (`dev_valid_name`): 1 to
+/// 15 bytes, not `.` or `..`, no `/`, `:` or whitespace. A longer name (an altname may have
+/// up to 127 bytes) is refused rather than looked up: rtnetlink cuts a looked-up name to 15
+/// bytes, so a long one could reach another interface than the one it was checked as.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < libc::IFNAMSIZ
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
+}
 
 /// The interface that has `ip` assigned, if any (`None` for an unspecified address).
 pub fn holding(ip: IpAddr) -> Option<String> {
@@ -65,5 +79,24 @@ mod tests {
         );
         assert_eq!(holding("192.0.2.77".parse().expect("an address")), None);
         assert_eq!(holding(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), None);
+    }
+
+    #[test]
+    fn interface_names_follow_the_kernels_rule() {
+        for good in ["lo", "eth0", "nebula1", "a", "fifteen-bytes-x"] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "eth0:1",
+            "a b",
+            "a\0b",
+            "sixteen-bytes-xx",
+        ] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
     }
 }

@@ -11,7 +11,8 @@
 //! - `lease`: [`Lease`], the self-clearing hold on an applied qdisc ([`LeaseError`]).
 //! - `probe`: [`netem_available`], whether this kernel can do netem at all.
 //! - `record`: [`Records`], what is applied, on disk, for the agent after a crash.
-//! - `interfaces`: which interface holds an address (the control plane's).
+//! - `interfaces`: which interface holds an address (the control plane's), which names can
+//!   name an interface.
 
 mod encode;
 pub mod interfaces;
@@ -24,6 +25,8 @@ mod vectors;
 
 pub use encode::{DecodeError, NetemOptions};
 pub use lease::{CLEAR_ATTEMPTS, Lease, LeaseEnd, LeaseError};
+#[cfg(test)]
+pub(crate) use probe::in_throwaway_netns;
 pub use probe::{NetemCapability, netem_available};
 pub use qdisc::{Netem, NetemError};
 pub use record::Records;

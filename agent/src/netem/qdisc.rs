@@ -5,6 +5,7 @@
 //! `tc qdisc replace dev IFACE root netem ...` (checked against captured `tc` requests).
 
 use std::io;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use netlink_packet_core::{
     NetlinkPayload, Nla,
 };
 use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption};
 use rtnetlink::Handle;
 use thiserror::Error;
@@ -221,6 +223,40 @@ impl Netem {
         Ok(true)
     }
 
+    /// The kernel's index of the interface called `name` (its name or any of its altnames),
+    /// in this connection's network namespace; `None` when no interface is called so, or
+    /// when `name` cannot name one ([`valid_name`](super::interfaces::valid_name)).
+    pub async fn index_of(&self, name: &str) -> Result<Option<u32>, NetemError> {
+        if !super::interfaces::valid_name(name) {
+            return Ok(None);
+        }
+        let _turn = self.turn.lock().await;
+        match self.index(name).await {
+            Ok(index) => Ok(Some(index)),
+            Err(NetemError::UnknownInterface { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The index of the interface that has `ip` assigned, in this connection's network
+    /// namespace; `None` when none has it.
+    pub async fn index_holding(&self, ip: IpAddr) -> Result<Option<u32>, NetemError> {
+        let _turn = self.turn.lock().await;
+        let mut addresses = self.handle.address().get().execute();
+        let mut found = None;
+        // The whole dump is read, so that the socket is free for the next request.
+        while let Some(message) = addresses
+            .try_next()
+            .await
+            .map_err(|e| classify("list addresses", &ip.to_string(), e))?
+        {
+            if found.is_none() && local_address(&message) == Some(ip) {
+                found = Some(message.header.index);
+            }
+        }
+        Ok(found)
+    }
+
     async fn index(&self, iface: &str) -> Result<u32, NetemError> {
         let mut links = self
             .handle
@@ -312,6 +348,21 @@ pub(crate) fn replace_request(
     let mut message = NetlinkMessage::from(RouteNetlinkMessage::NewQueueDiscipline(tc));
     message.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE | NLM_F_CREATE;
     message
+}
+
+/// The address an interface holds: `IFA_LOCAL` where there is one (on a point-to-point link
+/// `IFA_ADDRESS` is the peer's), else `IFA_ADDRESS`.
+fn local_address(message: &AddressMessage) -> Option<IpAddr> {
+    let local = message.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    });
+    local.or_else(|| {
+        message.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Address(ip) => Some(*ip),
+            _ => None,
+        })
+    })
 }
 
 /// Decodes the options of a dumped qdisc; `None` if it is not netem.

@@ -73,7 +73,7 @@ impl AgentService {
         };
         let config = Arc::new(config);
         let netem = NetemControl::new(netem, config.data_plane_interface.clone())
-            .with_control_interface(crate::netem::interfaces::holding(config.listen.ip()))
+            .with_listen_address(config.listen.ip())
             .with_records(crate::netem::Records::new(&config.state_dir));
         netem.clear_stale().await;
         let brokers = BrokerControl::new(&config);

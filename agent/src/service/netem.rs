@@ -1,7 +1,12 @@
 //! The Netem RPCs: apply under a lease, renew, read back, clear; and the clean-up on
 //! shutdown. Every request is checked in full before anything touches the kernel.
+//!
+//! The interface asked for is compared with the loopback and the control plane's interface
+//! by the kernel's index, so no other name of theirs (an altname) reaches them. Each renewal
+//! reads the qdisc back: netem that went or changed fails the renewal and ends its lease.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use proto::agent::v1 as pb;
@@ -15,12 +20,39 @@ use domain::NetemParams;
 /// Longest lease a controller may ask for: a dead controller's netem goes within this.
 pub const MAX_LEASE: Duration = Duration::from_secs(600);
 
+/// The index the kernel gives the loopback of every network namespace (`LOOPBACK_IFINDEX`),
+/// whatever it is called.
+const LOOPBACK_INDEX: u32 = 1;
+
+/// Where the agent's control plane (its gRPC listener) is, as the interface check sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlPlane {
+    /// Not known: no listen address was given.
+    Unknown,
+    /// On the interface of this index (`None`: no interface holds the listen address).
+    On(Option<u32>),
+    /// On every interface: the agent listens on this unspecified address.
+    Everywhere(IpAddr),
+}
+
+/// What the interface check compares, as kernel indices: every name of an interface (its
+/// altnames too) resolves to the same one.
+#[derive(Debug, Clone, Copy)]
+struct Indices {
+    /// The interface asked for (`None`: no interface by that name).
+    requested: Option<u32>,
+    control: ControlPlane,
+    /// The configured data_plane_interface (`None`: not set, or no interface by that name).
+    data_plane: Option<u32>,
+}
+
 /// netem on this node's interfaces and the leases that hold it.
 pub(crate) struct NetemControl {
     netem: Option<Netem>,
     default_interface: Option<String>,
-    /// The interface the agent's gRPC listener is on, when its address is a specific one.
-    control_interface: Option<String>,
+    /// The agent's gRPC listener's address (`None`: not known), which says where its
+    /// control plane is.
+    listen: Option<IpAddr>,
     /// What is applied, on disk, for the agent after a crash (`None`: kept in memory only).
     records: Option<Records>,
     held: Mutex<HashMap<String, Held>>,
@@ -38,7 +70,7 @@ impl NetemControl {
         NetemControl {
             netem,
             default_interface,
-            control_interface: None,
+            listen: None,
             records: None,
             held: Mutex::new(HashMap::new()),
         }
@@ -74,10 +106,12 @@ impl NetemControl {
         }
     }
 
-    /// Refuses netem on `interface`, the one the agent's control plane uses, unless it is
-    /// also the configured data-plane interface (a node with one NIC).
-    pub(crate) fn with_control_interface(mut self, interface: Option<String>) -> Self {
-        self.control_interface = interface;
+    /// Refuses netem on the interface that holds `listen`, the agent's control plane, unless
+    /// it is also the configured data-plane interface (a node with one NIC). An unspecified
+    /// `listen` (0.0.0.0, ::) puts the control plane on every interface: netem is then
+    /// refused unless the data-plane interface is configured, and goes only there.
+    pub(crate) fn with_listen_address(mut self, listen: IpAddr) -> Self {
+        self.listen = Some(listen);
         self
     }
 
@@ -87,41 +121,77 @@ impl NetemControl {
             .ok_or_else(|| Status::failed_precondition("rtnetlink is not available to the agent"))
     }
 
-    fn interface(&self, requested: &str) -> Result<String, Status> {
-        match (requested, &self.default_interface) {
-            ("", Some(default)) => Ok(default.clone()),
-            ("", None) => Err(invalid(
+    /// The interface a request names (its own or the default), checked by name: what needs
+    /// no kernel.
+    fn name(&self, requested: &str) -> Result<String, Status> {
+        if let Some(ip) = self.listen
+            && ip.is_unspecified()
+            && self.default_interface.is_none()
+        {
+            return Err(Status::failed_precondition(format!(
+                "netem refused: the agent listens on {ip}, every interface, so none is free of \
+                 its control plane; set data_plane_interface in its agent.toml to allow netem \
+                 on that interface (and only there)"
+            )));
+        }
+        let name = match (requested, &self.default_interface) {
+            ("", Some(default)) => default.clone(),
+            ("", None) => {
+                return Err(invalid(
+                    "interface",
+                    "empty, and the agent has no data_plane_interface",
+                ));
+            }
+            (name, _) => name.to_string(),
+        };
+        if !crate::netem::interfaces::valid_name(&name) {
+            return Err(invalid(
                 "interface",
-                "empty, and the agent has no data_plane_interface",
-            )),
+                format!(
+                    "{name:?} is not an interface name (1 to 15 bytes, no '/', ':' or \
+                     whitespace)"
+                ),
+            ));
+        }
+        if name == "lo" {
             // Loopback carries the agent's own local traffic (an embedded broker, a local
             // controller): impairing it would distort more than the emulated link.
-            ("lo", _) => Err(invalid(
+            return Err(invalid(
                 "interface",
                 "\"lo\" is the loopback; netem belongs on the data-plane interface",
-            )),
-            (name, default)
-                if self.control_interface.as_deref() == Some(name)
-                    && default.as_deref() != Some(name) =>
-            {
-                Err(invalid(
-                    "interface",
-                    format!(
-                        "{name:?} carries the agent's control plane (its gRPC listener) and is not \
-                         the configured data_plane_interface; impairing it would cut the \
-                         controller off, not emulate the broker's link"
-                    ),
-                ))
-            }
-            (name, _) => Ok(name.to_string()),
+            ));
         }
+        Ok(name)
+    }
+
+    /// The interface a request names, checked by the kernel's indices against the loopback
+    /// and the control plane's interface under any of their names.
+    async fn interface(&self, requested: &str) -> Result<String, Status> {
+        let name = self.name(requested)?;
+        let netem = self.netem()?;
+        let control = match self.listen {
+            None => ControlPlane::Unknown,
+            Some(ip) if ip.is_unspecified() => ControlPlane::Everywhere(ip),
+            Some(ip) => ControlPlane::On(netem.index_holding(ip).await.map_err(from_netem)?),
+        };
+        let data_plane = match &self.default_interface {
+            Some(data_plane) => netem.index_of(data_plane).await.map_err(from_netem)?,
+            None => None,
+        };
+        let indices = Indices {
+            requested: netem.index_of(&name).await.map_err(from_netem)?,
+            control,
+            data_plane,
+        };
+        admit(&name, &indices, self.default_interface.as_deref())?;
+        Ok(name)
     }
 
     pub(crate) async fn apply(
         &self,
         request: pb::ApplyNetemRequest,
     ) -> Result<pb::NetemState, Status> {
-        let interface = self.interface(&request.interface)?;
+        let interface = self.interface(&request.interface).await?;
         let params =
             NetemParams::try_from(request.netem.as_ref().ok_or_else(|| missing("netem"))?)?;
         let ttl = lease_from(request.lease.as_ref())?;
@@ -144,7 +214,13 @@ impl NetemControl {
                 .note(&interface, &format!("{params:?}"))
                 .map_err(|e| Status::internal(format!("recording netem on {interface}: {e}")))?;
         }
-        let applied = netem.apply(&interface, &params).await.map_err(from_netem)?;
+        let applied = match netem.apply(&interface, &params).await {
+            Ok(applied) => applied,
+            Err(error) => {
+                self.failed_reapply(netem, &interface, &mut held).await;
+                return Err(from_netem(error));
+            }
+        };
         let lease = {
             let (netem, interface) = (netem.clone(), interface.clone());
             let records = self.records.clone();
@@ -170,11 +246,32 @@ impl NetemControl {
         self.state(&interface, held.get(&interface)).await
     }
 
+    /// After an apply on `interface` failed: the lease of what was there before ends (its
+    /// settings are not what the controller now asks for, and the failed replace or its
+    /// rollback may have taken them), and the record goes once nothing is left.
+    async fn failed_reapply(
+        &self,
+        netem: &Netem,
+        interface: &str,
+        held: &mut HashMap<String, Held>,
+    ) {
+        if let Some(old) = held.remove(interface) {
+            // Clears the old settings if the kernel still holds them; already ended is fine.
+            let _ = old.lease.release().await;
+        }
+        if let Some(records) = &self.records
+            && let Ok(None) = netem.read(interface).await
+        {
+            records.forget(interface);
+        }
+    }
+
     pub(crate) async fn renew(
         &self,
         request: pb::RenewNetemRequest,
     ) -> Result<pb::NetemState, Status> {
-        let interface = self.interface(&request.interface)?;
+        let interface = self.interface(&request.interface).await?;
+        let netem = self.netem()?;
         let mut held = self.held.lock().await;
         let current = held.get_mut(&interface).ok_or_else(|| {
             Status::failed_precondition(format!("no netem lease is held on {interface}"))
@@ -197,15 +294,36 @@ impl NetemControl {
                 "{interface}: {ended}; apply again"
             )));
         }
-        current.expires_unix_ns = expiry(current.lease.ttl());
-        self.state(&interface, held.get(&interface)).await
+        // What the kernel holds, at each renewal: netem that went (a restarted agent's
+        // clear, a recreated interface, someone's `tc qdisc del`) or changed fails the renewal
+        // now, so the controller fails the cell, and the lease ends.
+        let checked = match netem.read(&interface).await {
+            Ok(now) => lapsed(&current.applied, now.as_ref()),
+            Err(error) => Err(format!("reading it back failed: {error}")),
+        };
+        match checked {
+            Ok(now) => {
+                current.expires_unix_ns = expiry(current.lease.ttl());
+                Ok(state_of(&interface, Some(now), Some(current)))
+            }
+            Err(problem) => {
+                if let Some(lapsed) = held.remove(&interface) {
+                    // Clears what it applied if the kernel still holds it.
+                    let _ = lapsed.lease.release().await;
+                }
+                Err(Status::failed_precondition(format!(
+                    "{interface}: {problem}; the link is no longer emulated as applied, and \
+                     its lease has ended: apply again"
+                )))
+            }
+        }
     }
 
     pub(crate) async fn read(
         &self,
         request: pb::ReadNetemRequest,
     ) -> Result<pb::NetemState, Status> {
-        let interface = self.interface(&request.interface)?;
+        let interface = self.interface(&request.interface).await?;
         let held = self.held.lock().await;
         self.state(
             &interface,
@@ -218,7 +336,7 @@ impl NetemControl {
         &self,
         request: pb::ClearNetemRequest,
     ) -> Result<pb::NetemState, Status> {
-        let interface = self.interface(&request.interface)?;
+        let interface = self.interface(&request.interface).await?;
         let netem = self.netem()?;
         let mut held = self.held.lock().await;
         if let Some(current) = held.remove(&interface) {
@@ -244,12 +362,73 @@ impl NetemControl {
 
     async fn state(&self, interface: &str, held: Option<&Held>) -> Result<pb::NetemState, Status> {
         let read = self.netem()?.read(interface).await.map_err(from_netem)?;
-        Ok(pb::NetemState {
-            interface: interface.to_string(),
-            present: read.is_some(),
-            netem: read.map(|options| pb::NetemSpec::from(&options.to_params())),
-            lease_expires_unix_ns: held.map_or(0, |h| h.expires_unix_ns),
-        })
+        Ok(state_of(interface, read, held))
+    }
+}
+
+/// The state of `interface` as read from the kernel (`read`) and held under a lease.
+fn state_of(interface: &str, read: Option<NetemOptions>, held: Option<&Held>) -> pb::NetemState {
+    pb::NetemState {
+        interface: interface.to_string(),
+        present: read.is_some(),
+        netem: read.map(|options| pb::NetemSpec::from(&options.to_params())),
+        lease_expires_unix_ns: held.map_or(0, |h| h.expires_unix_ns),
+    }
+}
+
+/// What the kernel holds (`now`) if it is what a lease `applied`; else why it lapsed.
+fn lapsed(applied: &NetemOptions, now: Option<&NetemOptions>) -> Result<NetemOptions, String> {
+    match now {
+        Some(now) if now == applied => Ok(*now),
+        Some(now) => Err(format!(
+            "netem reads back as {:?}, not the {:?} applied",
+            now.to_params(),
+            applied.to_params()
+        )),
+        None => Err(format!(
+            "the netem applied ({:?}) is gone: the root qdisc is no longer netem",
+            applied.to_params()
+        )),
+    }
+}
+
+/// Whether netem may go on the interface `name`, which resolves to `at.requested`: never on
+/// the loopback, nor on the control plane's interface unless it is also the data plane's
+/// (`data_plane` names it). A name no interface has passes: nothing is there to protect, and
+/// the netem operation reports the interface unknown.
+fn admit(name: &str, at: &Indices, data_plane: Option<&str>) -> Result<(), Status> {
+    let Some(index) = at.requested else {
+        return Ok(());
+    };
+    if index == LOOPBACK_INDEX {
+        return Err(invalid(
+            "interface",
+            format!(
+                "{name:?} is the loopback (lo) under another name; netem belongs on the \
+                 data-plane interface"
+            ),
+        ));
+    }
+    match at.control {
+        ControlPlane::Everywhere(ip) if at.data_plane != Some(index) => Err(invalid(
+            "interface",
+            format!(
+                "{name:?} is not the data_plane_interface ({}): the agent listens on {ip}, \
+                 every interface, so netem goes only on the data-plane interface",
+                data_plane.unwrap_or("not set")
+            ),
+        )),
+        ControlPlane::On(Some(control)) if control == index && at.data_plane != Some(index) => {
+            Err(invalid(
+                "interface",
+                format!(
+                    "{name:?} carries the agent's control plane (its gRPC listener) and is not \
+                     the configured data_plane_interface; impairing it would cut the \
+                     controller off, not emulate the broker's link"
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -339,33 +518,286 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn the_control_plane_interface_is_refused_unless_it_is_the_data_plane_too() {
-        let request = |interface: &str| pb::ApplyNetemRequest {
+    fn apply_request(interface: &str, delay_ms: i32) -> pb::ApplyNetemRequest {
+        pb::ApplyNetemRequest {
             interface: interface.into(),
-            netem: Some(spec(1, 0.0)),
+            netem: Some(spec(delay_ms, 0.0)),
             lease: Some(prost_types::Duration {
                 seconds: 5,
                 nanos: 0,
             }),
+        }
+    }
+
+    fn renew_request(interface: &str) -> pb::RenewNetemRequest {
+        pb::RenewNetemRequest {
+            interface: interface.into(),
+            lease: None,
+        }
+    }
+
+    fn indices(requested: u32, control: ControlPlane, data_plane: Option<u32>) -> Indices {
+        Indices {
+            requested: Some(requested),
+            control,
+            data_plane,
+        }
+    }
+
+    #[test]
+    fn the_loopback_and_the_control_plane_are_refused_by_index_under_any_name() {
+        let refused = |name, at: Indices, data_plane| {
+            admit(name, &at, data_plane)
+                .expect_err(name)
+                .message()
+                .to_string()
         };
-        let two_nics = NetemControl::new(None, Some("eth1".into()))
-            .with_control_interface(Some("eth0".into()));
-        let error = two_nics
-            .apply(request("eth0"))
-            .await
-            .expect_err("the control plane");
+        // An altname of lo is index 1 whatever it is called.
+        let message = refused("foo", indices(1, ControlPlane::On(Some(3)), Some(4)), None);
+        assert!(message.contains("\"foo\" is the loopback"), "{message}");
+        // The control plane's interface (index 3) under another name.
+        let message = refused("ctl", indices(3, ControlPlane::On(Some(3)), Some(4)), None);
+        assert!(message.contains("control plane"), "{message}");
+        // One NIC named as the data plane: netem there is what the operator asked for.
+        admit("ctl", &indices(3, ControlPlane::On(Some(3)), Some(3)), None)
+            .expect("the data plane");
+        admit(
+            "eth1",
+            &indices(4, ControlPlane::On(Some(3)), Some(4)),
+            None,
+        )
+        .expect("another NIC");
+        admit("eth1", &indices(4, ControlPlane::Unknown, None), None).expect("nothing known");
+        // Listening on every interface: only the data plane.
+        let everywhere = ControlPlane::Everywhere(IpAddr::from([0, 0, 0, 0]));
+        admit("d", &indices(4, everywhere, Some(4)), Some("eth1")).expect("the data plane");
+        let message = refused("eth0", indices(3, everywhere, Some(4)), Some("eth1"));
         assert!(
-            error.message().contains("control plane"),
+            message.contains("not the data_plane_interface (eth1)") && message.contains("0.0.0.0"),
+            "{message}"
+        );
+        // A name no interface has: the netem operation says it is unknown.
+        let absent = Indices {
+            requested: None,
+            control: everywhere,
+            data_plane: None,
+        };
+        admit("nope0", &absent, None).expect("nothing to protect");
+    }
+
+    #[tokio::test]
+    async fn an_agent_on_every_interface_refuses_netem_without_a_data_plane_interface() {
+        for listen in ["0.0.0.0", "::"] {
+            let control = NetemControl::new(None, None)
+                .with_listen_address(listen.parse().expect("an address"));
+            for interface in ["", "eth0"] {
+                let error = control
+                    .apply(apply_request(interface, 1))
+                    .await
+                    .expect_err("no data plane");
+                assert_eq!(error.code(), tonic::Code::FailedPrecondition);
+                assert!(
+                    error.message().contains(listen)
+                        && error.message().contains("data_plane_interface"),
+                    "{}",
+                    error.message()
+                );
+            }
+        }
+        // With one configured, the check goes on (to the missing rtnetlink here).
+        let control = NetemControl::new(None, Some("eth1".into()))
+            .with_listen_address("0.0.0.0".parse().expect("an address"));
+        let error = control
+            .apply(apply_request("", 1))
+            .await
+            .expect_err("no rtnetlink");
+        assert!(error.message().contains("rtnetlink"), "{}", error.message());
+    }
+
+    #[test]
+    fn a_renewal_finds_netem_gone_or_changed() {
+        let options = |delay| {
+            NetemOptions::from_params(&NetemParams::from_millis(delay, 0.0, 0.0).expect("valid"))
+                .expect("valid")
+        };
+        assert_eq!(lapsed(&options(5.0), Some(&options(5.0))), Ok(options(5.0)));
+        let gone = lapsed(&options(5.0), None).expect_err("gone");
+        assert!(gone.contains("is gone"), "{gone}");
+        let changed = lapsed(&options(5.0), Some(&options(7.0))).expect_err("changed");
+        assert!(changed.contains("reads back as"), "{changed}");
+    }
+
+    /// A lease held on `interface` for `applied`, whose clear action says it ran.
+    fn held_lease(applied: NetemOptions) -> (Held, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let lease = Lease::start(Duration::from_secs(60), move || {
+            let _ = tx.send(());
+            async { Ok(()) }
+        });
+        let held = Held {
+            lease,
+            applied,
+            expires_unix_ns: 0,
+        };
+        (held, rx)
+    }
+
+    fn options(delay_ms: f64) -> NetemOptions {
+        NetemOptions::from_params(&NetemParams::from_millis(delay_ms, 0.0, 0.0).expect("valid"))
+            .expect("valid")
+    }
+
+    #[tokio::test]
+    async fn a_failed_reapply_ends_the_old_lease() {
+        let Ok(netem) = Netem::connect() else {
+            eprintln!("skipped: no route netlink socket");
+            return;
+        };
+        // No interface "nope0": the apply fails in the kernel's lookup, past every check.
+        let control = NetemControl::new(Some(netem), None);
+        let (held, mut cleared) = held_lease(options(5.0));
+        control.held.lock().await.insert("nope0".into(), held);
+        let error = control
+            .apply(apply_request("nope0", 7))
+            .await
+            .expect_err("no such interface");
+        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+        cleared.recv().await.expect("the old lease cleared");
+        assert!(
+            control.held.lock().await.is_empty(),
+            "the old lease is held"
+        );
+        let error = control
+            .renew(renew_request("nope0"))
+            .await
+            .expect_err("no lease");
+        assert!(
+            error.message().contains("no netem lease"),
             "{}",
             error.message()
         );
-        // One NIC named as the data plane: netem there is what the operator asked for (it
-        // gets as far as the missing rtnetlink here, past the interface check).
-        let one_nic = NetemControl::new(None, Some("eth0".into()))
-            .with_control_interface(Some("eth0".into()));
-        let error = one_nic.apply(request("")).await.expect_err("no rtnetlink");
-        assert!(error.message().contains("rtnetlink"), "{}", error.message());
+    }
+
+    #[tokio::test]
+    async fn a_renewal_that_cannot_read_netem_back_fails_and_ends_the_lease() {
+        let Ok(netem) = Netem::connect() else {
+            eprintln!("skipped: no route netlink socket");
+            return;
+        };
+        // The interface went away under the lease.
+        let control = NetemControl::new(Some(netem), None);
+        let (held, mut cleared) = held_lease(options(5.0));
+        control.held.lock().await.insert("nope0".into(), held);
+        let error = control
+            .renew(renew_request("nope0"))
+            .await
+            .expect_err("gone");
+        assert_eq!(error.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            error.message().contains("nope0") && error.message().contains("apply again"),
+            "{}",
+            error.message()
+        );
+        cleared.recv().await.expect("the lease ended and cleared");
+        assert!(control.held.lock().await.is_empty());
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    /// In a throwaway namespace: a veth pair `va` (the control plane's, 198.18.5.1, also
+    /// called `ctl0`) and `vb` (the data plane), and lo also called `lo-alias`.
+    async fn testbed(handle: &rtnetlink::Handle) -> Result<(), rtnetlink::Error> {
+        use futures_util::TryStreamExt;
+        handle
+            .link()
+            .add(rtnetlink::LinkVeth::new("va", "vb").build())
+            .execute()
+            .await?;
+        let index = |name: &'static str| async move {
+            let link = handle.link().get().match_name(name).execute();
+            futures_util::pin_mut!(link);
+            Ok::<_, rtnetlink::Error>(link.try_next().await?.map_or(0, |l| l.header.index))
+        };
+        let va = index("va").await?;
+        handle
+            .address()
+            .add(va, IpAddr::from([198, 18, 5, 1]), 24)
+            .execute()
+            .await?;
+        handle
+            .link()
+            .property_add(va)
+            .alt_ifname(&["ctl0"])
+            .execute()
+            .await?;
+        handle
+            .link()
+            .property_add(LOOPBACK_INDEX)
+            .alt_ifname(&["lo-alias"])
+            .execute()
+            .await
+    }
+
+    #[tokio::test]
+    async fn altnames_of_lo_and_of_the_control_interface_are_refused_in_a_namespace() {
+        if !is_root() {
+            eprintln!("skipped: needs root for a throwaway network namespace");
+            return;
+        }
+        let outcome = crate::netem::in_throwaway_netns(|| async {
+            let (connection, handle, _) = rtnetlink::new_connection().expect("netlink");
+            tokio::spawn(connection);
+            testbed(&handle).await.expect("the testbed");
+            let netem = Netem::with_handle(handle);
+            let control = NetemControl::new(Some(netem.clone()), Some("vb".into()))
+                .with_listen_address(IpAddr::from([198, 18, 5, 1]));
+            let mut messages = Vec::new();
+            for name in ["lo-alias", "ctl0", "va"] {
+                let refused = control.apply(apply_request(name, 1)).await;
+                messages.push(refused.map(|_| ()).map_err(|s| s.message().to_string()));
+            }
+            // The data plane passes the check: no lease there yet.
+            let renewal = control.renew(renew_request("vb")).await;
+            messages.push(renewal.map(|_| ()).map_err(|s| s.message().to_string()));
+            // On every interface: only the data plane.
+            let everywhere = NetemControl::new(Some(netem.clone()), Some("vb".into()))
+                .with_listen_address(IpAddr::from([0, 0, 0, 0]));
+            let refused = everywhere.apply(apply_request("va", 1)).await;
+            messages.push(refused.map(|_| ()).map_err(|s| s.message().to_string()));
+            // A lease on the data plane whose netem is not there: the renewal says so.
+            let (held, _cleared) = held_lease(options(5.0));
+            control.held.lock().await.insert("vb".into(), held);
+            let renewal = control.renew(renew_request("vb")).await;
+            messages.push(renewal.map(|_| ()).map_err(|s| s.message().to_string()));
+            (
+                messages,
+                netem.read("va").await.ok(),
+                netem.read("vb").await.ok(),
+            )
+        })
+        .await
+        .expect("namespace");
+        let (messages, va, vb) = outcome;
+        let expect = [
+            "\"lo-alias\" is the loopback",
+            "\"ctl0\" carries the agent's control plane",
+            "\"va\" carries the agent's control plane",
+            "no netem lease is held on vb",
+            "\"va\" is not the data_plane_interface (vb)",
+            "is gone",
+        ];
+        for (message, expected) in messages.iter().zip(expect) {
+            assert!(
+                message.as_ref().is_err_and(|m| m.contains(expected)),
+                "{message:?} does not say {expected:?}"
+            );
+        }
+        assert_eq!(messages.len(), expect.len());
+        // Nothing was applied anywhere.
+        assert_eq!((va, vb), (Some(None), Some(None)));
     }
 
     #[tokio::test]
