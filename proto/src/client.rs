@@ -34,6 +34,17 @@ pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
 /// A PING unanswered this long closes the channel.
 pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// `endpoint` with HTTP/2 keep-alive: a PING every [`KEEP_ALIVE`], idle or not, and the
+/// connection closed (every call on it failing) when one goes unanswered for
+/// [`KEEP_ALIVE_TIMEOUT`]. A peer that stops answering (a frozen or unplugged machine) is then
+/// noticed even mid-stream, instead of waiting forever on a TCP connection that looks alive.
+pub fn with_keep_alive(endpoint: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
+    endpoint
+        .http2_keep_alive_interval(KEEP_ALIVE)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+}
+
 /// Opens an mTLS channel to the agent at `address` (`host:port`); `server_name` is the name
 /// its certificate carries when `address` is not among its certificate's names. A server
 /// whose certificate is not an agent's (a controller's, say) is refused in the handshake.
@@ -59,15 +70,9 @@ pub async fn connect_agent_via(
             server_name,
             Role::Agent,
             |endpoint| {
-                endpoint
-                    .connect_timeout(std::time::Duration::from_secs(5))
-                    // An agent that stops answering (a frozen or unplugged node) is noticed within
-                    // KEEP_ALIVE + KEEP_ALIVE_TIMEOUT even mid-stream: the connection is closed and
-                    // every call on it fails, instead of waiting forever on a TCP connection that
-                    // looks alive.
-                    .http2_keep_alive_interval(KEEP_ALIVE)
-                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-                    .keep_alive_while_idle(true)
+                // An agent that stops answering is noticed within KEEP_ALIVE +
+                // KEEP_ALIVE_TIMEOUT even mid-stream.
+                with_keep_alive(endpoint.connect_timeout(std::time::Duration::from_secs(5)))
             },
             dial,
         )

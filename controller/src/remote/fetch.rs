@@ -1,6 +1,7 @@
 //! Writing fetched files under a folder, trusting nothing the server sends: every path must
 //! be relative and made of plain names (no `..`, no `.`, no root, no empty parts), may not
-//! go through or onto a symbolic link, and each file's chunks must arrive in order.
+//! go through or onto a symbolic link, and each file's chunks must arrive in order. What is
+//! written is capped ([`FetchLimits`]): a server cannot fill the client's disk.
 
 use std::fs;
 use std::io::Write;
@@ -27,6 +28,18 @@ pub enum FetchError {
         offset: u64,
         /// Bytes of that file received so far.
         expected: u64,
+    },
+    /// The server sent more than a [`FetchLimits`] allows; nothing more is written.
+    #[error(
+        "{what}: the server sent more than the fetch cap of {limit} {unit}; fetch stopped (copy a folder this large from the server by other means)"
+    )]
+    OverLimit {
+        /// What went over: a file's path, or "the run's folder".
+        what: String,
+        /// The cap.
+        limit: u64,
+        /// "bytes" or "files".
+        unit: &'static str,
     },
     /// Writing failed.
     #[error("{path}: {source}")]
@@ -71,10 +84,35 @@ pub fn safe_join(root: &Path, relative: &str) -> Result<PathBuf, FetchError> {
     Ok(root.join(path))
 }
 
+/// How much one fetch may write: a results folder is far below these, a server that sends
+/// more is refused rather than trusted with the client's disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLimits {
+    /// Bytes over all files.
+    pub total_bytes: u64,
+    /// Bytes of one file.
+    pub file_bytes: u64,
+    /// Files (each costs an inode even when empty).
+    pub files: usize,
+}
+
+impl Default for FetchLimits {
+    /// 1 GiB in all, 256 MiB a file, 1,000,000 files (the planner's 100,000 cells with a
+    /// few files each).
+    fn default() -> Self {
+        FetchLimits {
+            total_bytes: 1 << 30,
+            file_bytes: 256 << 20,
+            files: 1_000_000,
+        }
+    }
+}
+
 /// Writes a stream of chunks under a root folder.
 #[derive(Debug)]
 pub struct FetchWriter {
     root: PathBuf,
+    limits: FetchLimits,
     current: Option<Current>,
     files: usize,
     bytes: u64,
@@ -88,14 +126,20 @@ struct Current {
 }
 
 impl FetchWriter {
-    /// Writes under `root`, creating it if needed.
+    /// Writes under `root`, creating it if needed, within the default [`FetchLimits`].
     pub fn new(root: &Path) -> Result<Self, FetchError> {
+        Self::with_limits(root, FetchLimits::default())
+    }
+
+    /// Writes under `root`, creating it if needed, within `limits`.
+    pub fn with_limits(root: &Path, limits: FetchLimits) -> Result<Self, FetchError> {
         fs::create_dir_all(root).map_err(|source| FetchError::Io {
             path: root.display().to_string(),
             source,
         })?;
         Ok(FetchWriter {
             root: root.to_path_buf(),
+            limits,
             current: None,
             files: 0,
             bytes: 0,
@@ -106,7 +150,27 @@ impl FetchWriter {
     /// continue the file being written.
     pub fn chunk(&mut self, relative: &str, offset: u64, data: &[u8]) -> Result<(), FetchError> {
         let target = safe_join(&self.root, relative)?;
+        let over = |what: String, limit: u64, unit| FetchError::OverLimit { what, limit, unit };
+        let len = data.len() as u64;
+        if self.bytes.saturating_add(len) > self.limits.total_bytes {
+            return Err(over(
+                "the run's folder".to_string(),
+                self.limits.total_bytes,
+                "bytes",
+            ));
+        }
         if offset == 0 {
+            if self.files >= self.limits.files {
+                return Err(over(
+                    "the run's folder".to_string(),
+                    self.limits.files as u64,
+                    "files",
+                ));
+            }
+            // Checked again below for later chunks; here so that no empty file is left.
+            if len > self.limits.file_bytes {
+                return Err(over(relative.to_string(), self.limits.file_bytes, "bytes"));
+            }
             self.current = Some(Current {
                 relative: relative.to_string(),
                 file: self.create(relative, &target)?,
@@ -131,6 +195,9 @@ impl FetchWriter {
                 });
             }
         };
+        if current.written.saturating_add(len) > self.limits.file_bytes {
+            return Err(over(relative.to_string(), self.limits.file_bytes, "bytes"));
+        }
         current
             .file
             .write_all(data)
@@ -138,8 +205,8 @@ impl FetchWriter {
                 path: target.display().to_string(),
                 source,
             })?;
-        current.written += data.len() as u64;
-        self.bytes += data.len() as u64;
+        current.written += len;
+        self.bytes += len;
         Ok(())
     }
 
@@ -231,6 +298,69 @@ mod tests {
                 "{bad:?} was accepted"
             );
         }
+    }
+
+    /// Caps small enough to reach: each refusal is one line, comes before the chunk that
+    /// would go over is written, and what was within the caps stays written.
+    #[test]
+    fn writer_stops_at_each_cap_before_writing_over_it() -> Result<(), Box<dyn std::error::Error>> {
+        let limits = FetchLimits {
+            total_bytes: 10,
+            file_bytes: 6,
+            files: 3,
+        };
+        let root = tempfile::tempdir()?;
+
+        // One file over its cap: the chunk that would cross it is not written.
+        let mut writer = FetchWriter::with_limits(root.path(), limits)?;
+        writer.chunk("a", 0, b"1234")?;
+        writer.chunk("a", 4, b"56")?;
+        let error = writer.chunk("a", 6, b"7").expect_err("over the file cap");
+        assert_eq!(
+            error.to_string(),
+            "a: the server sent more than the fetch cap of 6 bytes; fetch stopped (copy a folder this large from the server by other means)"
+        );
+        assert_eq!(fs::read(root.path().join("a"))?, b"123456");
+
+        // Over the total, each file within its cap.
+        writer.chunk("b", 0, b"1234")?;
+        let error = writer.chunk("b", 4, b"x").expect_err("over the total cap");
+        assert!(
+            error.to_string().starts_with(
+                "the run's folder: the server sent more than the fetch cap of 10 bytes"
+            ),
+            "{error}"
+        );
+        assert_eq!(fs::read(root.path().join("b"))?, b"1234");
+        assert_eq!(writer.totals(), (2, 10));
+
+        // Too many files, even empty ones: the one over the cap is not created.
+        let mut writer = FetchWriter::with_limits(root.path(), limits)?;
+        for name in ["e1", "e2", "e3"] {
+            writer.chunk(name, 0, b"")?;
+        }
+        let error = writer.chunk("e4", 0, b"").expect_err("over the file count");
+        assert!(
+            error.to_string().contains("fetch cap of 3 files"),
+            "{error}"
+        );
+        assert!(!root.path().join("e4").exists());
+
+        // A chunk larger than any cap is refused without overflow.
+        let huge = vec![0u8; 11];
+        let mut writer = FetchWriter::with_limits(root.path(), limits)?;
+        assert!(matches!(
+            writer.chunk("c", 0, &huge),
+            Err(FetchError::OverLimit { .. })
+        ));
+        assert!(!root.path().join("c").exists());
+        let mut writer = FetchWriter::with_limits(root.path(), limits)?;
+        assert!(matches!(
+            writer.chunk("d", 0, &huge[..7]),
+            Err(FetchError::OverLimit { .. })
+        ));
+        assert!(!root.path().join("d").exists());
+        Ok(())
     }
 
     #[test]

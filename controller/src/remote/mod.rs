@@ -9,8 +9,12 @@
 //! # Layout
 //! - this file: [`connect`], the operations, [`execute`], [`RemoteError`].
 //! - `fetch.rs`: writing fetched files under a folder, refusing paths that leave it
-//!   ([`safe_join`], [`FetchWriter`]).
+//!   ([`safe_join`], [`FetchWriter`]) and what goes over its caps ([`FetchLimits`]).
 //! - `print.rs`: one-line descriptions of runs and events.
+//!
+//! The server is trusted no more than any peer: the connection must be up within
+//! [`CONNECT_DEADLINE`], HTTP/2 keep-alive notices a server gone silent mid-stream (`watch`,
+//! `fetch`), each message is capped at [`MAX_MESSAGE`] and a fetch at [`FetchLimits`].
 
 mod fetch;
 mod print;
@@ -24,7 +28,7 @@ use proto::mtls::{Credentials, PinnedConnectError};
 use proto::pki::Role;
 use tonic::transport::Channel;
 
-pub use self::fetch::{FetchError, FetchWriter, safe_join};
+pub use self::fetch::{FetchError, FetchLimits, FetchWriter, safe_join};
 pub use self::print::{describe_event, describe_run, state_name};
 
 /// A remote operation failed.
@@ -47,6 +51,17 @@ pub enum RemoteError {
         /// Why.
         source: tonic::transport::Error,
     },
+    /// The connection (TCP, TLS, HTTP/2) was not up within the deadline.
+    #[error(
+        "controller {address}: no connection within {}s (TCP connect, TLS and HTTP/2 handshakes)",
+        deadline.as_secs_f32()
+    )]
+    ConnectTimeout {
+        /// `host:port`.
+        address: String,
+        /// The deadline.
+        deadline: Duration,
+    },
     /// The controller answered with an error.
     #[error("{:?}: {}", .0.code(), .0.message())]
     Rpc(#[from] tonic::Status),
@@ -66,20 +81,49 @@ pub enum RemoteError {
     StreamEnded(String),
 }
 
+/// How long connecting may take, TCP connect, TLS and HTTP/2 handshakes together: a server
+/// that accepts and then says nothing is given up on.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The largest message taken from the controller. Fetch chunks are 256 KiB and a list of
+/// runs a few hundred bytes a run; tonic's own default (4 MiB) could cut a long list short.
+pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
 /// Opens an mTLS channel to the controller service at `address` (`host:port`);
 /// `server_name` is the name its certificate carries when `address` is not among them. A
 /// server whose certificate is not the controller's (an agent's) is refused in the handshake.
+/// The connection must be up within [`CONNECT_DEADLINE`]; it sends HTTP/2 keep-alive pings
+/// as agent channels do, and messages over [`MAX_MESSAGE`] are refused.
 pub async fn connect(
     address: &str,
     server_name: Option<&str>,
     credentials: &Credentials,
 ) -> Result<ControllerClient<Channel>, RemoteError> {
-    let channel = credentials
-        .connect_pinned(address, server_name, Role::Controller, |endpoint| {
-            endpoint.connect_timeout(Duration::from_secs(10))
-        })
+    connect_within(address, server_name, credentials, CONNECT_DEADLINE).await
+}
+
+/// [`connect`] with another connect deadline than [`CONNECT_DEADLINE`].
+pub async fn connect_within(
+    address: &str,
+    server_name: Option<&str>,
+    credentials: &Credentials,
+    deadline: Duration,
+) -> Result<ControllerClient<Channel>, RemoteError> {
+    let connecting =
+        credentials.connect_pinned(address, server_name, Role::Controller, |endpoint| {
+            proto::client::with_keep_alive(endpoint.connect_timeout(deadline))
+        });
+    let too_late = || RemoteError::ConnectTimeout {
+        address: address.to_string(),
+        deadline,
+    };
+    // The endpoint's timeout bounds each (re)connection's TCP and TLS, and the outer one the
+    // HTTP/2 handshake too; either firing is the same deadline.
+    let channel = tokio::time::timeout(deadline, connecting)
         .await
+        .map_err(|_| too_late())?
         .map_err(|error| match error {
+            PinnedConnectError::Transport(source) if timed_out(&source) => too_late(),
             PinnedConnectError::Transport(source) => RemoteError::Connect {
                 address: address.to_string(),
                 source,
@@ -89,7 +133,22 @@ pub async fn connect(
                 reason: other.to_string(),
             },
         })?;
-    Ok(ControllerClient::new(channel))
+    Ok(ControllerClient::new(channel).max_decoding_message_size(MAX_MESSAGE))
+}
+
+/// Whether a transport error is a connect timeout (an I/O `TimedOut` among its causes).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Submits plan text; `name` names it in the controller's errors. Returns the run id.
@@ -160,11 +219,21 @@ pub struct Fetched {
 }
 
 /// Copies a run's results folder into `dir` (created if needed), refusing any path that
-/// would leave it.
+/// would leave it and stopping at the default [`FetchLimits`].
 pub async fn fetch(
     client: &mut ControllerClient<Channel>,
     run: &str,
     dir: &Path,
+) -> Result<Fetched, RemoteError> {
+    fetch_within(client, run, dir, FetchLimits::default()).await
+}
+
+/// [`fetch`], stopping at `limits`.
+pub async fn fetch_within(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+    dir: &Path,
+    limits: FetchLimits,
 ) -> Result<Fetched, RemoteError> {
     let mut stream = client
         .fetch(pb::RunId {
@@ -172,7 +241,7 @@ pub async fn fetch(
         })
         .await?
         .into_inner();
-    let mut writer = FetchWriter::new(dir)?;
+    let mut writer = FetchWriter::with_limits(dir, limits)?;
     while let Some(chunk) = stream.message().await? {
         writer.chunk(&chunk.path, chunk.offset, &chunk.data)?;
     }
