@@ -18,11 +18,13 @@ use crate::results::{AppliedNetem, NetemRecord};
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
 const LEASE: Duration = Duration::from_secs(30);
-/// Leases are renewed this often (the undo tests renew faster, to see a failed renewal soon).
+/// Leases are renewed this often, and each renewal has the agent read its qdisc back: a
+/// netem lapse (an agent restarted, an interface recreated) fails the cell within about a
+/// second. (The undo tests renew faster, to see a failed renewal soon.)
 const RENEW_EVERY: Duration = if cfg!(test) {
     Duration::from_millis(100)
 } else {
-    Duration::from_secs(10)
+    Duration::from_secs(1)
 };
 /// A renewal that takes longer has failed: the agent is silent.
 const RENEW_WITHIN: Duration = Duration::from_secs(5);
