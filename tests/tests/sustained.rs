@@ -45,7 +45,10 @@ async fn a_sustained_mosquitto_run_is_steady_and_matches_the_brokers_counters_an
     skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
     let before = broker.counters_settled().expect("counters before");
-    let (result, summary) = run(timed(broker.port(), 20, 20_000, 10, 2)).await;
+    // 10,000 msg/s: at 20,000 this unoptimised test build of loadgen needed 76-100 % of its one
+    // CPU on 2026-12-03 (the same code had passed at 20,000 that morning) and rightly called its
+    // figures generator-limited; how fast loadgen goes is bench/'s question, not this test's.
+    let (result, summary) = run(timed(broker.port(), 20, 10_000, 10, 2)).await;
     let after = broker.counters_settled().expect("counters after");
     assert_steady(&summary);
     assert_eq!(summary.lost, Some(0));
