@@ -119,9 +119,12 @@ pub const DEFAULT_MAX_QUEUED_MESSAGES: u32 = 1_000_000;
 pub const MAX_START_DEADLINE: Duration = Duration::from_secs(600);
 
 impl BrokerOptions {
-    /// The start deadline, or `default` if none was given.
+    /// The start deadline, or `default` if none was given; never over [`MAX_START_DEADLINE`],
+    /// so a deadline computed from it (`Instant::now() + ...`) cannot overflow.
     pub fn start_deadline_or(&self, default: Duration) -> Duration {
-        self.start_deadline.unwrap_or(default)
+        self.start_deadline
+            .unwrap_or(default)
+            .min(MAX_START_DEADLINE)
     }
 
     /// [`Self::max_queued_messages`] or its default.

@@ -162,6 +162,12 @@ fn options(
             "start_deadline" => {
                 let deadline: Duration =
                     humantime::parse_duration(value).map_err(|e| invalid(e.to_string()))?;
+                if deadline > domain::broker::MAX_START_DEADLINE {
+                    return Err(invalid(format!(
+                        "longer than {}",
+                        humantime::format_duration(domain::broker::MAX_START_DEADLINE)
+                    )));
+                }
                 options.start_deadline = Some(deadline);
             }
             "websocket_port" => {
@@ -300,6 +306,15 @@ mod tests {
                 m.options.insert("colour".into(), "blue".into());
             })
             .starts_with("spec.options.colour")
+        );
+        // A deadline the agent would add to `Instant::now()` must not overflow it.
+        let too_long = message(|m| {
+            m.options
+                .insert("start_deadline".into(), "18446744073709551615s".into());
+        });
+        assert!(
+            too_long.starts_with("spec.options.start_deadline") && too_long.contains("longer than"),
+            "{too_long}"
         );
     }
 
