@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use controller::clock;
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::client::connect_agent;
+use proto::clock;
 use proto::mtls::Credentials;
 use proto::pki::{CertificateAuthority, IdentitySpec, Role};
 use tests::agent_bed::{AGENTS, AgentBed, connect_when_ready, duration, run_load, workload};

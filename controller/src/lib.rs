@@ -14,8 +14,10 @@
 //! - [`remote`]: `controller remote`, driving that service from a laptop.
 //! - `main.rs`: the `controller` binary.
 
+mod agent_client;
 pub mod civil;
-pub mod clock;
+/// The clock-offset estimate lives in `proto`, beside the agent client it measures with.
+pub use proto::clock;
 pub mod pki_command;
 pub mod plan;
 pub mod remote;

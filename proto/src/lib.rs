@@ -31,12 +31,15 @@
 //!   clients), with role and name in each certificate, and their files on disk.
 //! - [`client`]: dialling an agent over mTLS ([`client::connect_agent`]), and errors and
 //!   statuses as one line with their causes.
+//! - [`clock`]: an agent's clock offset from 4-timestamp `Clock` exchanges, with its error
+//!   bound (the controller's run origin and the agent tests use it).
 //! - [`mtls`]: tonic server and client TLS configs from those identities, and the callers'
 //!   identity and role checks for gRPC handlers.
 //! - `proto/continuum/testing/v1/ping.proto` and [`testing::v1`]: the mTLS conformance service
 //!   (one reading, one mutating RPC) that `tests/mtls.rs` runs over real TLS.
 
 pub mod client;
+pub mod clock;
 pub mod convert;
 pub mod mtls;
 pub mod pki;

@@ -1,4 +1,6 @@
-//! Clock offsets of agents, from 4-timestamp exchanges (as NTP does).
+//! Clock offsets of agents, from 4-timestamp exchanges (as NTP does) over the agent's `Clock`
+//! RPC. It lives beside the client, not in the controller, so whoever talks to agents (the
+//! controller, the agent's own tests) measures offsets the same way.
 //!
 //! For one exchange, t1 is when the controller sent, t2 when the agent received, t3 when the
 //! agent answered (agent clock) and t4 when the answer arrived (controller clock). The offset
@@ -6,8 +8,8 @@
 //! were, the true offset lies within half the round trip (t4 - t1) - (t3 - t2) of it. The
 //! exchange with the shortest round trip gives the tightest bound, so that one is kept.
 
-use proto::agent::v1 as pb;
-use proto::agent::v1::agent_client::AgentClient;
+use crate::agent::v1 as pb;
+use crate::agent::v1::agent_client::AgentClient;
 use tonic::transport::Channel;
 
 /// One clock exchange.
