@@ -14,7 +14,8 @@
 //! # Layout
 //! - (in `domain::broker`): the [`BrokerSpec`] a request carries, and its validation.
 //! - `ports.rs`: checking, choosing and reserving a broker's port.
-//! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to ([`ErrorCode`]).
+//! - `error.rs`: [`BrokerError`] and the gRPC code each variant maps to; `error_code.rs`:
+//!   [`ErrorCode`], apart so that kubectl's errors name codes too.
 //! - `readiness.rs`: the CONNECT/CONNACK probe and the wait with a deadline;
 //!   `websocket_probe.rs` the same inside a WebSocket upgrade.
 //! - `registry.rs`: [`Brokers`], instances by name, idempotent start and stop.
@@ -33,6 +34,7 @@
 
 mod embedded;
 mod error;
+mod error_code;
 mod external;
 mod forward;
 mod install;
@@ -52,7 +54,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use embedded::EmbeddedDriver;
-pub use error::{BrokerError, ErrorCode};
+pub use error::BrokerError;
+pub use error_code::ErrorCode;
 pub use external::ExternalDriver;
 pub use forward::ForwardDriver;
 pub use install::InstallPaths;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::broker::error::ErrorCode;
+use crate::broker::error_code::ErrorCode;
 
 /// How to run kubectl against the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@
 //!   checked by `golden_tests.rs`; `driver_tests.rs`: the driver against the fake `k3s` of
 //!   `fake_k3s.rs` (tests only).
 
-mod kubectl;
+pub(super) mod kubectl;
 mod manifests;
 mod metrics;
 mod yaml;
