@@ -1,5 +1,5 @@
-//! The end of a run: waiting for the deliveries still in flight, then folding every task's
-//! outcome into the result.
+//! Draining: waiting for the deliveries still in flight, then for every subscriber and the
+//! churn fleet to end.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,15 +7,69 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Phase;
+use super::prepare::Run;
+use super::start::Started;
+use crate::LoadgenError;
 use crate::clock::{RunClock, deadline_after, saturating_nanos};
 use crate::live::Live;
 use crate::publisher::PublisherOutcome;
-use crate::result::RunResult;
+use crate::result::ChurnOutcome;
 use crate::spec::WorkloadSpec;
 use crate::subscriber::SubscriberOutcome;
 
+/// What every task of a run did, once all have ended.
+pub(super) struct Drained {
+    /// One per publisher of this instance.
+    pub(super) publishers: Vec<PublisherOutcome>,
+    /// One per subscriber of this instance.
+    pub(super) subscribers: Vec<SubscriberOutcome>,
+    /// The churn fleet's, on the instance that ran it.
+    pub(super) churn: Option<ChurnOutcome>,
+}
+
+/// Waits for what is in flight, then stops the subscribers and collects every outcome.
+pub(super) async fn drain(
+    run: &Run<'_>,
+    started: &mut Started,
+    publishers: Vec<PublisherOutcome>,
+) -> Result<Drained, LoadgenError> {
+    run.status.update(|s| s.phase = Phase::Draining);
+    let published: u64 = publishers.iter().map(|o| o.published).sum();
+    let expected = expected_local_deliveries(run.spec, &run.shard, &publishers);
+    wait_for_deliveries(
+        run.spec,
+        run.clock,
+        &run.live,
+        expected,
+        published,
+        started.timing.publishing_ends_ns,
+        &run.cancel,
+    )
+    .await;
+    started.subscribers.stop.cancel();
+    let mut subscribers = Vec::new();
+    while let Some(joined) = started.subscribers.tasks.join_next().await {
+        subscribers
+            .push(joined.map_err(|e| LoadgenError::Internal(format!("subscriber task: {e}")))?);
+    }
+    let churn = match started.churn.take() {
+        Some(churn) => Some(
+            churn
+                .await
+                .map_err(|e| LoadgenError::Internal(format!("churn task: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Drained {
+        publishers,
+        subscribers,
+        churn,
+    })
+}
+
 /// Deliveries the local subscribers should see, when every publisher is local (else unknown).
-pub(super) fn expected_local_deliveries(
+fn expected_local_deliveries(
     spec: &WorkloadSpec,
     shard: &crate::spec::Shard,
     outcomes: &[PublisherOutcome],
@@ -43,7 +97,7 @@ pub(super) fn expected_local_deliveries(
 
 /// Waits until every expected delivery arrived, nothing arrived for `drain.idle` after the
 /// last message was due, the deadline passed, or the run was cancelled.
-pub(super) async fn drain(
+async fn wait_for_deliveries(
     spec: &WorkloadSpec,
     clock: RunClock,
     live: &Live,
@@ -77,47 +131,6 @@ pub(super) async fn drain(
     }
 }
 
-/// Adds every publisher's and subscriber's counts, windows and series to `result`.
-pub(super) fn fill_result(
-    result: &mut RunResult,
-    publishers: Vec<PublisherOutcome>,
-    subscribers: Vec<SubscriberOutcome>,
-    live: &Live,
-) {
-    for outcome in publishers {
-        let slot = outcome.id as usize;
-        result.published[slot] += outcome.published;
-        result.sent_late_after_end += outcome.sent_late_after_end;
-        result.acknowledged[slot] += outcome.acknowledged;
-        result.publisher_windows.extend(outcome.window);
-        outcome.series.fold_into(&mut result.publish_series);
-        for (kind, count) in outcome.errors {
-            result.count_error(kind, count);
-        }
-    }
-    for outcome in subscribers {
-        for (publisher, unique) in outcome.tracker.unique_by_publisher() {
-            result.delivered_unique[publisher as usize] += unique;
-        }
-        result.received += outcome.received;
-        result.duplicates += outcome.tracker.duplicates();
-        result.out_of_order += outcome.tracker.out_of_order();
-        result.subscriber_windows.extend(outcome.window);
-        outcome.series.fold_into(&mut result.receive_series);
-        for (kind, count) in outcome.errors {
-            result.count_error(kind, count);
-        }
-    }
-    result.publisher_windows.sort_by_key(|w| w.client);
-    result.subscriber_windows.sort_by_key(|w| w.client);
-    let lock = |h: &std::sync::Mutex<hdrhistogram::Histogram<u64>>| {
-        h.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    };
-    result.latency = lock(&live.latency);
-    result.transit_latency = lock(&live.transit_latency);
-    result.send_delay = lock(&live.send_delay);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,7 +148,7 @@ mod tests {
         // arithmetic that overflowed.
         tokio::time::timeout(
             Duration::from_secs(5),
-            drain(&spec, clock, &live, None, 1, clock.now_ns(), &cancel),
+            wait_for_deliveries(&spec, clock, &live, None, 1, clock.now_ns(), &cancel),
         )
         .await
         .expect("a cancelled drain returns");

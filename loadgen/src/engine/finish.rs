@@ -1,0 +1,121 @@
+//! Finishing: the measurement stops, every outcome is folded into the result, and the
+//! instance's load over the measured window is added.
+
+use std::sync::atomic::Ordering;
+
+use super::Phase;
+use super::drain::Drained;
+use super::prepare::Run;
+use super::start::{Started, Timing};
+use crate::live::Live;
+use crate::publisher::{PublisherOutcome, Warmup};
+use crate::result::{MeasuredWindow, RunResult};
+use crate::subscriber::SubscriberOutcome;
+use crate::usage::Reading;
+
+/// Stops measuring at once, then completes `result` with every outcome and the load.
+pub(super) async fn finish(
+    run: &Run<'_>,
+    mut result: RunResult,
+    started: Started,
+    drained: Drained,
+) -> RunResult {
+    result.churn = drained.churn;
+    let start_ns = started.timing.start_ns();
+    let load_wall_ns = run.clock.now_ns().saturating_sub(start_ns);
+    let usage_after = Reading::now(&run.scope);
+    let samples = started.meter.monitor.finish().await;
+
+    fill_result(
+        &mut result,
+        drained.publishers,
+        drained.subscribers,
+        &run.live,
+    );
+    result.reconnect = started.reconnector.map(|reconnector| reconnector.outcome());
+    result.load_wall_ns = load_wall_ns;
+    let threads = crate::runtime::threads_for(run.spec);
+    result.resources = started.meter.usage_before.until(usage_after, threads);
+    let (from_ns, until_ns) = load_window(&mut result, &started.timing, &run.live);
+    result.instances.push(crate::usage::instance_load(
+        &samples,
+        from_ns,
+        until_ns,
+        crate::usage::capacity_milli(threads),
+        run.shard.clone(),
+        started.meter.local_broker.as_ref(),
+    ));
+    result.interrupted = run.cancel.is_cancelled();
+    run.status.update(|s| {
+        s.phase = Phase::Done;
+        s.progress = run.live.progress();
+    });
+    result
+}
+
+/// The span (from, until) on the run clock the instance's load is taken over: a timed run's
+/// measured window (recorded in `result`), else from the start to the last message seen.
+fn load_window(result: &mut RunResult, timing: &Timing, live: &Live) -> (u64, u64) {
+    let start_ns = timing.start_ns();
+    match timing.end_ns {
+        Some(end_ns) => {
+            let from_ns = match timing.warmup {
+                Warmup::Until(from_ns) => from_ns,
+                Warmup::Messages(_) => start_ns,
+            };
+            result.measured_window = Some(MeasuredWindow {
+                start_ns,
+                from_ns,
+                until_ns: end_ns,
+            });
+            (from_ns, end_ns)
+        }
+        None => {
+            let last_publish = result.publisher_windows.iter().map(|w| w.last_ns).max();
+            let last_receive = live.last_receive_ns.load(Ordering::Relaxed);
+            let last = last_publish.unwrap_or(start_ns).max(last_receive);
+            (start_ns, last.max(start_ns + 1))
+        }
+    }
+}
+
+/// Adds every publisher's and subscriber's counts, windows and series to `result`.
+fn fill_result(
+    result: &mut RunResult,
+    publishers: Vec<PublisherOutcome>,
+    subscribers: Vec<SubscriberOutcome>,
+    live: &Live,
+) {
+    for outcome in publishers {
+        let slot = outcome.id as usize;
+        result.published[slot] += outcome.published;
+        result.sent_late_after_end += outcome.sent_late_after_end;
+        result.acknowledged[slot] += outcome.acknowledged;
+        result.publisher_windows.extend(outcome.window);
+        outcome.series.fold_into(&mut result.publish_series);
+        for (kind, count) in outcome.errors {
+            result.count_error(kind, count);
+        }
+    }
+    for outcome in subscribers {
+        for (publisher, unique) in outcome.tracker.unique_by_publisher() {
+            result.delivered_unique[publisher as usize] += unique;
+        }
+        result.received += outcome.received;
+        result.duplicates += outcome.tracker.duplicates();
+        result.out_of_order += outcome.tracker.out_of_order();
+        result.subscriber_windows.extend(outcome.window);
+        outcome.series.fold_into(&mut result.receive_series);
+        for (kind, count) in outcome.errors {
+            result.count_error(kind, count);
+        }
+    }
+    result.publisher_windows.sort_by_key(|w| w.client);
+    result.subscriber_windows.sort_by_key(|w| w.client);
+    let lock = |h: &std::sync::Mutex<hdrhistogram::Histogram<u64>>| {
+        h.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    };
+    result.latency = lock(&live.latency);
+    result.transit_latency = lock(&live.transit_latency);
+    result.send_delay = lock(&live.send_delay);
+}
