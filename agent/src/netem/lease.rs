@@ -14,7 +14,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::qdisc::NetemError;
+use super::error::NetemError;
 
 /// How often the clear action is tried before the lease gives up.
 pub const CLEAR_ATTEMPTS: u32 = 3;

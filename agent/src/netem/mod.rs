@@ -7,7 +7,8 @@
 //! - (in `domain::netem`): [`NetemParams`] and its validation.
 //! - `encode`: [`NetemOptions`], netem's `TCA_OPTIONS` bytes exactly as iproute2's `tc` sends
 //!   them, and their decoding ([`DecodeError`]).
-//! - `qdisc`: [`Netem`], which applies, reads back and clears ([`NetemError`]).
+//! - `qdisc`: [`Netem`], which applies, reads back and clears.
+//! - `error`: [`NetemError`], why it could not (the lease's clear fails with it too).
 //! - `lease`: [`Lease`], the self-clearing hold on an applied qdisc ([`LeaseError`]).
 //! - `probe`: [`netem_available`], whether this kernel can do netem at all.
 //! - `record`: [`Records`], what is applied, on disk, for the agent after a crash.
@@ -15,6 +16,7 @@
 //!   name an interface.
 
 mod encode;
+mod error;
 pub mod interfaces;
 mod lease;
 mod probe;
@@ -24,9 +26,10 @@ mod record;
 mod vectors;
 
 pub use encode::{DecodeError, NetemOptions};
+pub use error::NetemError;
 pub use lease::{CLEAR_ATTEMPTS, Lease, LeaseEnd, LeaseError};
 #[cfg(test)]
 pub(crate) use probe::in_throwaway_netns;
 pub use probe::{NetemCapability, netem_available};
-pub use qdisc::{Netem, NetemError};
+pub use qdisc::Netem;
 pub use record::Records;

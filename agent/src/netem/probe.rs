@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::qdisc::{Netem, NetemError};
+use super::error::NetemError;
+use super::qdisc::Netem;
 use domain::netem::NetemParams;
 
 /// What [`netem_available`] found.

@@ -4,7 +4,6 @@
 //! `TCA_OPTIONS` as a raw attribute, sent through rtnetlink's [`Handle`]: the same bytes as
 //! `tc qdisc replace dev IFACE root netem ...` (checked against captured `tc` requests).
 
-use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,78 +17,16 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption};
 use rtnetlink::Handle;
-use thiserror::Error;
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
 use super::encode::{DecodeError, NetemOptions};
+use super::error::NetemError;
 use super::lease::Lease;
-use domain::netem::{NetemParams, ParamsError};
+use domain::netem::NetemParams;
 
 const TCA_OPTIONS: u16 = 2;
 const KIND: &str = "netem";
-
-/// Why a netem operation failed. Nothing was changed unless the variant says so.
-#[derive(Debug, Error)]
-pub enum NetemError {
-    /// The settings cannot be applied as asked.
-    #[error("invalid netem settings: {0}")]
-    InvalidParams(#[from] ParamsError),
-    /// No interface by that name in this network namespace.
-    #[error("unknown interface {iface:?}")]
-    UnknownInterface {
-        /// The name asked for.
-        iface: String,
-    },
-    /// The kernel has no netem qdisc (`sch_netem` neither built in nor loadable).
-    #[error("netem is not available in this kernel (applying on {iface:?}: {source})")]
-    CapabilityMissing {
-        /// The interface the apply was for.
-        iface: String,
-        /// The kernel's answer.
-        source: rtnetlink::Error,
-    },
-    /// The kernel refused for lack of privilege (CAP_NET_ADMIN).
-    #[error("not permitted to {op} on {iface:?} (needs CAP_NET_ADMIN)")]
-    PermissionDenied {
-        /// What was attempted.
-        op: &'static str,
-        /// The interface.
-        iface: String,
-    },
-    /// The route netlink socket could not be opened.
-    #[error("cannot open a route netlink socket: {0}")]
-    Connect(#[source] io::Error),
-    /// Any other netlink failure.
-    #[error("netlink request to {op} on {iface:?} failed: {source}")]
-    Netlink {
-        /// What was attempted.
-        op: &'static str,
-        /// The interface.
-        iface: String,
-        /// The failure.
-        source: rtnetlink::Error,
-    },
-    /// The kernel holds a netem qdisc whose options cannot be read.
-    #[error("cannot read the netem qdisc on {iface:?}: {source}")]
-    Decode {
-        /// The interface.
-        iface: String,
-        /// Why.
-        source: DecodeError,
-    },
-    /// After an apply, the kernel holds something else than asked. The qdisc is left as the
-    /// kernel holds it (the caller decides whether to clear).
-    #[error("netem on {iface:?} reads back as {held:?}, not the {asked:?} applied")]
-    ReadBackMismatch {
-        /// The interface.
-        iface: String,
-        /// What was sent.
-        asked: NetemOptions,
-        /// What the kernel reports (none: no netem root qdisc).
-        held: Option<NetemOptions>,
-    },
-}
 
 /// Applies, reads back and clears netem root qdiscs, in the network namespace its netlink
 /// connection was opened in.
