@@ -6,7 +6,8 @@
 //! - [`role`]: [`NodeRole`], what a node may be asked to do.
 //! - [`product`]: [`Product`], the brokers of the study by name.
 //! - [`broker`]: [`BrokerSpec`], one broker instance to run (kind, address, limits) and its
-//!   checks ([`InvalidSpec`] names the field).
+//!   checks.
+//! - [`invalid_spec`]: [`InvalidSpec`], a bad field of a request, named by its path.
 //! - [`netem`]: [`NetemParams`], what netem is asked to do on one interface, and its checks.
 //! - [`agent_config`]: [`AgentConfig`], the agent's `agent.toml` (written by bootstrap).
 //! - [`overlay`]: overlay addresses as `198.19.0.2/24`.
@@ -16,6 +17,7 @@
 pub mod agent_config;
 pub mod broker;
 pub mod file;
+pub mod invalid_spec;
 pub mod name;
 pub mod netem;
 pub mod overlay;
@@ -23,8 +25,9 @@ pub mod product;
 pub mod role;
 
 pub use agent_config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
-pub use broker::{BrokerKind, BrokerOptions, BrokerSpec, InvalidSpec};
+pub use broker::{BrokerKind, BrokerOptions, BrokerSpec};
 pub use file::{FileError, parse_toml, read_toml};
+pub use invalid_spec::InvalidSpec;
 pub use name::{MAX_NAME_LEN, NameError, check_identity_name, check_name};
 pub use netem::{NetemParams, ParamsError};
 pub use product::Product;

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::broker::InvalidSpec;
+use crate::invalid_spec::InvalidSpec;
 
 /// The brokers of the study (PAPER.md, Table I), as the native and kubernetes drivers run them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
