@@ -156,3 +156,113 @@ broker.password = "{password}"
     );
     Ok(())
 }
+
+/// The same with the password read from a file (`password_file`) and from the controller's
+/// environment (`password_env`): it reaches the broker, and neither it nor the file's
+/// contents land in the results folder.
+#[test]
+fn a_password_read_from_a_file_or_the_environment_reaches_the_broker_and_no_file_of_the_results()
+-> Result<()> {
+    if !tests::components_available(&[MOSQUITTO_BINARY, PASSWD_TOOL]) {
+        return Ok(());
+    }
+    let work = tempfile::tempdir()?;
+    let passwords = work.path().join("passwords");
+    let made = std::process::Command::new(PASSWD_TOOL)
+        .arg("-c")
+        .arg("-b")
+        .arg(&passwords)
+        .args([USERNAME, PASSWORD])
+        .output()?;
+    ensure!(made.status.success(), "mosquitto_passwd: {made:?}");
+    let mosquitto = Mosquitto::start(MosquittoOptions {
+        extra_config: vec![format!("password_file {}", passwords.display())],
+        ..MosquittoOptions::default()
+    })?;
+    let password_file = work.path().join("broker-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n"))?;
+    let results = work.path().join("results");
+    let text = format!(
+        r#"name = "secrets"
+repetitions = 1
+results_dir = {results:?}
+[timeouts]
+cell = "60s"
+[[nodes]]
+name = "n"
+agent = "local"
+roles = ["loadgen"]
+[[brokers]]
+name = "mosquitto"
+kind = "external"
+address = "{address}"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["n"]
+publishers = 2
+messages = 5
+warmup = 1
+interval = "10ms"
+[tests.workload]
+broker = {{ username = "{USERNAME}", password_file = {password_file:?} }}
+[[tests]]
+kind = "latency"
+loadgen = ["n"]
+messages = 5
+warmup = 1
+interval = "10ms"
+[tests.workload]
+broker.username = "{USERNAME}"
+broker.password_env = "CONTINUUM_BROKER_PASSWORD"
+"#,
+        results = results.display().to_string(),
+        address = mosquitto.addr(),
+        password_file = password_file.display().to_string(),
+    );
+    // The environment is given as a function, not set: tests share the process's environment.
+    let environment = |name: &str| (name == "CONTINUUM_BROKER_PASSWORD").then(|| PASSWORD.into());
+    let plan = Plan::parse(&text, "secrets.toml")?.read_credentials_with(&environment)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let summary = runtime.block_on(run_plan(
+        &plan,
+        &text,
+        RunOptions::default(),
+        CancellationToken::new(),
+    ))?;
+    assert_eq!(
+        (summary.measured, summary.failed),
+        (2, 0),
+        "the password reached the broker: {summary:?}"
+    );
+    let files = files_under(&results)?;
+    for expected in ["manifest.json", "summary.csv", "report.md", "report.html"] {
+        assert!(
+            files.iter().any(|f| f.ends_with(expected)),
+            "{expected} written: {files:?}"
+        );
+    }
+    for file in &files {
+        let bytes = std::fs::read(file)?;
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(PASSWORD),
+            "{} holds the password",
+            file.display()
+        );
+    }
+    // The plan's text still says where the password came from; its parsed plan redacts it.
+    let manifest = std::fs::read_to_string(summary.dir.join("manifest.json"))?;
+    assert!(manifest.contains("password_file"), "{manifest}");
+    assert!(manifest.contains("CONTINUUM_BROKER_PASSWORD"), "{manifest}");
+    assert_eq!(
+        manifest.matches("<redacted>").count(),
+        2,
+        "one per test in the plan, none in its text: {manifest}"
+    );
+    Ok(())
+}

@@ -1,6 +1,10 @@
 //! The study's scenarios (Table II), its tests (Table III) as loadgen defines them
-//! ([`loadgen::presets`]), and the plan's overrides of a test's workload.
+//! ([`loadgen::presets`]), the plan's overrides of a test's workload, and the broker
+//! password a workload reads from a file or the environment (`broker.password_file`,
+//! `broker.password_env`).
 
+use std::ffi::OsString;
+use std::path::Path;
 use std::time::Duration;
 
 use loadgen::WorkloadSpec;
@@ -8,7 +12,8 @@ use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos};
 
-use super::types::{TestEntry, TestKind, WarmupEntry};
+use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
+use super::validate::{PlanError, invalid, quoted};
 
 /// Measured time of a sustained throughput cell unless the plan says otherwise.
 pub const DEFAULT_DURATION: Duration = loadgen::presets::SUSTAINED_DURATION;
@@ -145,7 +150,7 @@ pub fn overlay_workload(
         value: "(preset)".to_string(),
         problem: format!("the preset does not serialize: {error}"),
     })?;
-    merge(&mut merged, table);
+    merge(&mut merged, &without_password_sources(table));
     let password = spec.broker.password.clone();
     let mut overlaid: WorkloadSpec = serde_path_to_error::deserialize(toml::Value::Table(merged))
         .map_err(|error| {
@@ -168,6 +173,118 @@ pub fn overlay_workload(
         overlaid.broker.password = password;
     }
     Ok(overlaid)
+}
+
+/// The keys of `[tests.workload] broker` that say where the broker's password comes from: at
+/// most one of them. `password_file` and `password_env` are the controller's, not loadgen's:
+/// [`Plan::read_credentials`] turns either into `password` before a run.
+pub const PASSWORD_SOURCES: [&str; 3] = ["password", "password_file", "password_env"];
+/// Largest password file read: a password, not a document.
+pub const MAX_PASSWORD_FILE: u64 = 4096;
+
+/// `table` without `broker.password_file` and `broker.password_env`, which loadgen's spec does
+/// not know (before [`Plan::read_credentials`], the spec has no password).
+fn without_password_sources(table: &toml::Table) -> std::borrow::Cow<'_, toml::Table> {
+    let names_source = |broker: &toml::Table| {
+        PASSWORD_SOURCES[1..]
+            .iter()
+            .any(|key| broker.contains_key(*key))
+    };
+    match table.get("broker").and_then(toml::Value::as_table) {
+        Some(broker) if names_source(broker) => {
+            let mut owned = table.clone();
+            if let Some(broker) = owned.get_mut("broker").and_then(toml::Value::as_table_mut) {
+                for key in &PASSWORD_SOURCES[1..] {
+                    broker.remove(*key);
+                }
+            }
+            std::borrow::Cow::Owned(owned)
+        }
+        _ => std::borrow::Cow::Borrowed(table),
+    }
+}
+
+impl Plan {
+    /// The plan with each test's `broker.password_file` read (a regular file of at most
+    /// [`MAX_PASSWORD_FILE`] bytes, one trailing newline dropped) and each `broker.password_env`
+    /// looked up in this process's environment, each becoming `broker.password`. For the
+    /// operator's own plans only: a plan submitted to `controller serve` naming either is
+    /// refused at admission, since they would read the server's files and environment.
+    pub fn read_credentials(self) -> Result<Plan, PlanError> {
+        self.read_credentials_with(&|name| std::env::var_os(name))
+    }
+
+    /// [`Plan::read_credentials`] with `env` as the environment.
+    pub fn read_credentials_with(
+        mut self,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Plan, PlanError> {
+        for (i, test) in self.tests.iter_mut().enumerate() {
+            let Some(broker) = test
+                .workload
+                .as_mut()
+                .and_then(|table| table.get_mut("broker"))
+                .and_then(toml::Value::as_table_mut)
+            else {
+                continue;
+            };
+            let path = |key: &str| format!("tests[{i}].workload.broker.{key}");
+            let password = if let Some(value) = broker.remove("password_file") {
+                let file = value.as_str().unwrap_or_default();
+                read_password_file(Path::new(file))
+                    .ok_or_else(|| invalid(path("password_file"), quoted(file), unreadable()))?
+            } else if let Some(value) = broker.remove("password_env") {
+                let name = value.as_str().unwrap_or_default();
+                env(name)
+                    .and_then(|value| value.into_string().ok())
+                    .filter(|value| !value.is_empty())
+                    .ok_or_else(|| {
+                        invalid(
+                            path("password_env"),
+                            quoted(name),
+                            "not set (or empty, or not UTF-8) in the controller's environment",
+                        )
+                    })?
+            } else {
+                continue;
+            };
+            broker.insert("password".to_string(), toml::Value::String(password));
+        }
+        Ok(self)
+    }
+
+    /// Parses and validates the text of the operator's own plan, then reads the passwords it
+    /// names from files and the environment ([`Plan::read_credentials`]).
+    pub fn parse_local(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        Plan::parse(text, origin)?
+            .read_credentials()
+            .map_err(|error| error.in_file(origin))
+    }
+}
+
+/// One message for every way a password file fails (missing, not permitted, not a regular
+/// file, too large, not UTF-8, empty), so an error never tells which paths exist.
+fn unreadable() -> String {
+    format!(
+        "cannot be read as a password: it must be a regular file of at most \
+         {MAX_PASSWORD_FILE} bytes, readable by the controller, holding a non-empty UTF-8 \
+         password (one trailing newline is dropped)"
+    )
+}
+
+/// The password in `file`: the whole file but one trailing newline, or None if the file is
+/// not a small regular file holding a non-empty UTF-8 password.
+fn read_password_file(file: &Path) -> Option<String> {
+    let bytes =
+        host::capped::read_capped(file, MAX_PASSWORD_FILE, host::capped::Links::Follow).ok()?;
+    let mut text = String::from_utf8(bytes).ok()?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    (!text.is_empty()).then_some(text)
 }
 
 fn merge(base: &mut toml::Table, over: &toml::Table) {

@@ -579,3 +579,161 @@ fn emulated_nodes_are_all_or_none_and_take_no_addresses() {
         );
     }
 }
+
+/// BASE with an embedded broker and `fields` in the latency test's `[tests.workload.broker]`.
+fn with_broker_fields(fields: &str) -> String {
+    format!(
+        "{BASE}[tests.workload.broker]\n{fields}\n\
+         [[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n"
+    )
+}
+
+#[test]
+fn a_password_comes_from_a_file_or_the_environment_read_only_when_asked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("password");
+    let password_of = |plan: &Plan| {
+        workload_for(&plan.tests[0], None, None)
+            .expect("a workload")
+            .broker
+            .password
+    };
+    for (written, read) in [
+        ("s3cret\n", "s3cret"),
+        ("s3cret\r\n", "s3cret"),
+        ("s3cret", "s3cret"),
+        ("two lines\n\n", "two lines\n"),
+    ] {
+        std::fs::write(&file, written).expect("written");
+        let text = with_broker_fields(&format!("username = \"u\"\npassword_file = {file:?}"));
+        // Validation does not read the file: a plan submitted to `serve` is validated too.
+        let plan = Plan::parse(&text, "plan.toml").expect("valid");
+        assert_eq!(password_of(&plan), None);
+        let plan = plan.read_credentials().expect("read");
+        assert_eq!(password_of(&plan).as_deref(), Some(read), "{written:?}");
+        let local = Plan::parse_local(&text, "plan.toml").expect("parsed and read");
+        assert_eq!(password_of(&local).as_deref(), Some(read));
+    }
+    let text = with_broker_fields("username = \"u\"\npassword_env = \"BROKER_PASSWORD\"");
+    let plan = Plan::parse(&text, "plan.toml").expect("valid");
+    assert_eq!(password_of(&plan), None);
+    let env = |name: &str| (name == "BROKER_PASSWORD").then(|| "from-env".into());
+    let read = plan.clone().read_credentials_with(&env).expect("read");
+    assert_eq!(password_of(&read).as_deref(), Some("from-env"));
+    // The controller's own environment by default.
+    if let Ok(path) = std::env::var("PATH").map(|p| p.chars().take(1000).collect::<String>())
+        && !path.is_empty()
+        && path.len() < 1000
+    {
+        let text = with_broker_fields("username = \"u\"\npassword_env = \"PATH\"");
+        let plan = Plan::parse_local(&text, "plan.toml").expect("PATH is set");
+        assert_eq!(password_of(&plan), Some(path));
+    }
+    // The results folder's copy of the plan holds neither the password nor a way to it.
+    let redacted = read.redacted();
+    let broker = &redacted.tests[0].workload.as_ref().expect("a workload")["broker"];
+    assert_eq!(broker["password"].as_str(), Some(REDACTED));
+}
+
+#[test]
+fn a_password_file_or_variable_that_cannot_be_read_is_one_error_naming_the_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let large = dir.path().join("large");
+    std::fs::write(&large, "x".repeat(5000)).expect("written");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").expect("written");
+    let binary = dir.path().join("binary");
+    std::fs::write(&binary, [0xff, 0xfe, b'\n']).expect("written");
+    let missing = dir.path().join("missing");
+    let candidates = [
+        missing,
+        dir.path().to_path_buf(),
+        large,
+        empty,
+        binary,
+        "/dev/zero".into(),
+    ];
+    let mut problems = std::collections::BTreeSet::new();
+    for file in candidates {
+        let text = with_broker_fields(&format!("username = \"u\"\npassword_file = {file:?}"));
+        let error = Plan::parse_local(&text, "plan.toml")
+            .expect_err("unreadable")
+            .to_string();
+        let named = format!(
+            "plan.toml: tests[0].workload.broker.password_file = {:?}: ",
+            file.display().to_string()
+        );
+        assert!(error.starts_with(&named), "{error}");
+        assert_eq!(error.lines().count(), 1, "{error}");
+        problems.insert(error[named.len()..].to_string());
+    }
+    assert_eq!(
+        problems.len(),
+        1,
+        "one message for every failure: {problems:?}"
+    );
+    let problem = problems.first().expect("one");
+    assert!(
+        problem.contains("regular file of at most 4096 bytes"),
+        "{problem}"
+    );
+
+    let text = with_broker_fields("username = \"u\"\npassword_env = \"CONTINUUM_UNSET_7f3a\"");
+    let error = Plan::parse(&text, "plan.toml")
+        .expect("valid")
+        .read_credentials_with(&|_| None)
+        .expect_err("unset")
+        .to_string();
+    assert!(
+        error.contains(
+            "tests[0].workload.broker.password_env = \"CONTINUUM_UNSET_7f3a\": not set"
+        ),
+        "{error}"
+    );
+    let error = Plan::parse_local(&text, "plan.toml")
+        .expect_err("unset")
+        .to_string();
+    assert!(
+        error.starts_with("plan.toml: tests[0].workload.broker.password_env"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_password_is_given_one_way_and_with_a_username() {
+    let cases = [
+        (
+            "username = \"u\"\npassword = \"p\"\npassword_file = \"/run/p\"",
+            "plan.toml: tests[0].workload.broker.password_file = (set): give the password one \
+             way: password and password_file are both set",
+        ),
+        (
+            "username = \"u\"\npassword_file = \"/run/p\"\npassword_env = \"P\"",
+            "tests[0].workload.broker.password_env = (set): give the password one way",
+        ),
+        (
+            "password_file = \"/run/p\"",
+            "tests[0].workload.broker.password_file = \"/run/p\": a password needs broker.username",
+        ),
+        (
+            "username = \"u\"\npassword_env = \"\"",
+            "tests[0].workload.broker.password_env = \"\": the name of an environment variable",
+        ),
+        (
+            "username = \"u\"\npassword_env = \"A=B\"",
+            "tests[0].workload.broker.password_env = \"A=B\": the name of an environment variable",
+        ),
+        (
+            "username = \"u\"\npassword_file = 5",
+            "tests[0].workload.broker.password_file = (not a string): the path of a file",
+        ),
+    ];
+    for (fields, expected) in cases {
+        let error = error_of(&with_broker_fields(fields));
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+}

@@ -64,6 +64,59 @@ pub(super) fn quoted(text: &str) -> String {
     format!("{text:?}")
 }
 
+/// A workload's broker password comes from at most one place (`password`, `password_file`,
+/// `password_env`), each a non-empty string, and goes with a username. The file and the
+/// variable are not read here: validation never reads what a plan names (a plan submitted to
+/// `controller serve` is validated before it is admitted); [`Plan::read_credentials`] does.
+fn validate_password_source(i: usize, table: &toml::Table) -> Result<(), PlanError> {
+    let Some(broker) = table.get("broker").and_then(toml::Value::as_table) else {
+        return Ok(());
+    };
+    let path = |key: &str| format!("tests[{i}].workload.broker.{key}");
+    let named: Vec<&str> = super::presets::PASSWORD_SOURCES
+        .into_iter()
+        .filter(|key| broker.contains_key(*key))
+        .collect();
+    if let [_, second, ..] = named.as_slice() {
+        return Err(invalid(
+            path(second),
+            "(set)",
+            format!(
+                "give the password one way: {} are both set",
+                named.join(" and ")
+            ),
+        ));
+    }
+    let Some(key) = named.first() else {
+        return Ok(());
+    };
+    // An inline password's type and its username are loadgen's checks, made on the spec.
+    if *key == "password" {
+        return Ok(());
+    }
+    let value = broker.get(*key).and_then(toml::Value::as_str);
+    match value {
+        Some(value) if !value.is_empty() && !value.contains(['=', '\0']) => {}
+        _ => {
+            let shown = value.map_or("(not a string)".to_string(), quoted);
+            let problem = if *key == "password_file" {
+                "the path of a file holding the password"
+            } else {
+                "the name of an environment variable holding the password"
+            };
+            return Err(invalid(path(key), shown, problem));
+        }
+    }
+    if !broker.contains_key("username") {
+        return Err(invalid(
+            path(key),
+            quoted(value.unwrap_or_default()),
+            "a password needs broker.username",
+        ));
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Checks every field and cross-reference.
     pub fn validate(&self) -> Result<(), PlanError> {
@@ -697,6 +750,7 @@ impl Plan {
                         error.problem,
                     )
                 })?;
+                validate_password_source(i, table)?;
             }
             for point in self.points(i) {
                 let (payload, clients) = match point {

@@ -139,6 +139,7 @@ impl ServeConfig {
                 ));
             }
         }
+        admit_password_sources(&plan)?;
         self.admit_testbed(&plan)?;
         self.admit_nodes(&plan)?;
         self.admit_external_brokers(&plan)?;
@@ -331,6 +332,32 @@ impl ServeConfig {
         }
         Ok(Some(chosen.websocket_path().to_string()))
     }
+}
+
+/// A submitted plan gives a broker password inline or not at all: `password_file` and
+/// `password_env` would read the server's files and environment (the plan's validation does
+/// not read them; the operator's own runs do, see [`Plan::read_credentials`]).
+fn admit_password_sources(plan: &Plan) -> Result<(), String> {
+    for (i, test) in plan.tests.iter().enumerate() {
+        let Some(broker) = test
+            .workload
+            .as_ref()
+            .and_then(|table| table.get("broker"))
+            .and_then(toml::Value::as_table)
+        else {
+            continue;
+        };
+        if let Some(key) = ["password_file", "password_env"]
+            .into_iter()
+            .find(|key| broker.contains_key(*key))
+        {
+            return Err(format!(
+                "tests[{i}].workload.broker.{key}: would read the server's files or \
+                 environment; a submitted plan gives the password inline (remove it)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn set_websocket_path(workload: &mut toml::Table, path: &str) {
@@ -575,6 +602,43 @@ websocket_address = "127.0.0.1:8080""#;
         let testbed = TESTBED_PLAN;
         let refused = admit(&config, testbed).expect_err("a testbed install");
         assert!(refused.starts_with("testbed.overlay: "), "{refused}");
+    }
+
+    #[test]
+    fn password_files_and_variables_are_refused_in_one_line_that_reads_the_same_either_way() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = config_with_extras(dir.path());
+        let existing = dir.path().join("password");
+        std::fs::write(&existing, "hunter2\n").expect("written");
+        let refusal = |source: String| {
+            let text = external_plan(LAB, &format!("username = \"bob\"\n{source}"));
+            let refused = admit(&config, &text).expect_err(&source);
+            assert!(!refused.contains('\n'), "{refused}");
+            assert!(!refused.contains("hunter2"), "{refused}");
+            refused
+        };
+        let file = refusal(format!("password_file = {existing:?}"));
+        assert!(
+            file.starts_with("tests[0].workload.broker.password_file: would read the server's"),
+            "{file}"
+        );
+        assert!(!file.contains(&existing.display().to_string()), "{file}");
+        let missing = refusal("password_file = \"/nonexistent/password\"".to_string());
+        assert_eq!(missing, file, "a missing file reads like an existing one");
+        let variable = refusal("password_env = \"HOME\"".to_string());
+        assert!(
+            variable.starts_with("tests[0].workload.broker.password_env: would read the server's"),
+            "{variable}"
+        );
+        assert_eq!(
+            refusal("password_env = \"CONTINUUM_SURELY_UNSET_7f3a\"".to_string()),
+            variable,
+            "an unset variable reads like a set one"
+        );
+        let inline = external_plan(LAB, "username = \"bob\"\npassword = \"hunter2\"");
+        let plan = admit(&config, &inline).expect("an inline password is the client's own");
+        let spec = crate::plan::workload_for(&plan.tests[0], None, None).expect("a workload");
+        assert_eq!(spec.broker.password.as_deref(), Some("hunter2"));
     }
 
     /// A plan on two remote nodes over Nebula, `h` its headnode.
