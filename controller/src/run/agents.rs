@@ -2,35 +2,30 @@
 //! local one the controller starts itself (on loopback, with a throwaway PKI) when a node
 //! says `agent = "local"` — so the quickstart needs nothing installed and nothing set up.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use proto::agent::v1 as pb;
-use proto::agent::v1::agent_client::AgentClient;
-use proto::client::connect_agent;
 use proto::mtls::Credentials;
-use tonic::transport::Channel;
 
 use super::RunError;
 use super::events::{Events, RunEvent};
 use super::local_agent::{LocalAgents, start_local_agent};
+use super::testbed::{Agent, NodeInfo};
+use crate::clock::ClockOffset;
+use crate::plan::{NodeEntry, Plan};
 
 /// An agent that does not describe itself within this is not used.
 const INFO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
-use crate::clock::{ClockOffset, measure};
-use crate::plan::{Fallback, NodeEntry, Plan};
-use domain::NodeRole;
-use serde::Deserialize;
 
 /// One node's agent, connected.
 #[derive(Debug, Clone)]
 pub struct AgentHandle {
     /// Node name.
     pub name: String,
-    /// The gRPC client (cheap to clone).
-    pub client: AgentClient<Channel>,
+    /// Its agent.
+    pub agent: Agent,
     /// What the node reported.
-    pub info: pb::NodeInfo,
+    pub info: NodeInfo,
     /// Its clock against ours.
     pub clock: ClockOffset,
     /// Address brokers on this node listen on and clients dial.
@@ -43,19 +38,14 @@ pub struct AgentHandle {
 impl AgentHandle {
     /// Whether netem can be applied on this node.
     pub fn netem_available(&self) -> bool {
-        self.info
-            .capabilities
-            .as_ref()
-            .and_then(|c| c.netem.as_ref())
-            .is_some_and(|c| c.available)
+        self.info.netem.as_ref().is_some_and(|c| c.available)
     }
 
     /// Why netem is not available, as the agent said.
     pub fn netem_detail(&self) -> String {
         self.info
-            .capabilities
+            .netem
             .as_ref()
-            .and_then(|c| c.netem.as_ref())
             .map_or_else(|| "not reported".to_string(), |c| c.detail.clone())
     }
 }
@@ -82,10 +72,10 @@ pub(super) async fn connect_all(
     };
     let unlinked = emulate_nodes(plan, locals, events).await?;
     for node in &plan.nodes {
-        let (client, data_address) = if node.is_namespace() && unlinked.is_none() {
+        let (agent, data_address) = if node.is_namespace() && unlinked.is_none() {
             start_emulated(node, locals).await?
         } else if node.is_local() || node.is_namespace() {
-            let (local, client) = start_local_agent(node).await?;
+            let (local, agent) = start_local_agent(node).await?;
             let address = local.address();
             locals.agents.push(local);
             let name = node.name.clone();
@@ -96,15 +86,15 @@ pub(super) async fn connect_all(
                 })
                 .await;
             (
-                client,
+                agent,
                 node_data_address(node, IpAddr::V4(Ipv4Addr::LOCALHOST))?,
             )
         } else {
             let credentials = remote_credentials
                 .as_ref()
                 .ok_or_else(|| RunError::Plan("pki_dir missing".to_string()))?;
-            let connect = connect_agent(&node.agent, None, credentials);
-            let client = tokio::time::timeout(plan.timeouts.connect, connect)
+            let connect = crate::agent_client::connect(&node.agent, credentials, None);
+            let agent = tokio::time::timeout(plan.timeouts.connect, connect)
                 .await
                 .map_err(|_| RunError::Agent {
                     node: node.name.clone(),
@@ -126,9 +116,9 @@ pub(super) async fn connect_all(
                 .trim_matches(['[', ']'])
                 .parse()
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-            (client, node_data_address(node, fallback)?)
+            (agent, node_data_address(node, fallback)?)
         };
-        let mut handle = describe(node, client, data_address).await?;
+        let mut handle = describe(node, agent, data_address).await?;
         if node.is_namespace() {
             handle.unlinked.clone_from(&unlinked);
         }
@@ -151,7 +141,7 @@ async fn emulate_nodes(
         return Ok(None);
     }
     if let Some(missing) = super::namespaces::emulation_lacks(plan).await {
-        if plan.testbed.fallback == Fallback::None {
+        if plan.testbed.fallback == crate::plan::Fallback::None {
             return Err(RunError::Plan(missing.stop_line()));
         }
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
@@ -173,7 +163,7 @@ async fn emulate_nodes(
 async fn start_emulated(
     node: &NodeEntry,
     locals: &mut LocalAgents,
-) -> Result<(AgentClient<Channel>, IpAddr), RunError> {
+) -> Result<(Agent, IpAddr), RunError> {
     match locals.emulated.as_mut() {
         Some(emulated) => emulated.start_agent(node).await,
         None => Err(RunError::Local(format!(
@@ -203,7 +193,7 @@ async fn emulate_nodes(
 async fn start_emulated(
     node: &NodeEntry,
     _locals: &mut LocalAgents,
-) -> Result<(AgentClient<Channel>, IpAddr), RunError> {
+) -> Result<(Agent, IpAddr), RunError> {
     Err(RunError::Plan(format!(
         "node {}: agent = \"namespace\" needs the local-agent feature",
         node.name
@@ -229,47 +219,39 @@ fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> Result<IpAddr, RunEr
     }
 }
 
-/// A role as the agent names it (the names `NodeRole` is configured with); None for one
-/// this controller does not know (a newer agent's).
-fn role(name: &str) -> Option<NodeRole> {
-    use serde::de::IntoDeserializer;
-    let name: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
-        name.into_deserializer();
-    NodeRole::deserialize(name).ok()
-}
-
+/// Reads the agent's Info and measures its clock; the agent must be the node the plan
+/// names (a local one answers to any name) with every role the plan uses it as.
 async fn describe(
     node: &NodeEntry,
-    mut client: AgentClient<Channel>,
+    agent: Agent,
     data_address: IpAddr,
 ) -> Result<AgentHandle, RunError> {
     let failed = |problem: String| RunError::Agent {
         node: node.name.clone(),
         problem,
     };
-    let info = tokio::time::timeout(INFO_WITHIN, client.info(pb::InfoRequest {}))
+    let info = tokio::time::timeout(INFO_WITHIN, agent.info())
         .await
         .map_err(|_| failed(format!("no answer to Info within {INFO_WITHIN:?}")))?
-        .map_err(|s| failed(s.message().to_string()))?
-        .into_inner();
+        .map_err(|e| failed(e.message().to_string()))?;
     if !node.is_local() && info.name != node.name {
         return Err(failed(format!(
             "the agent at {} is {:?}, not {:?}",
             node.agent, info.name, node.name
         )));
     }
-    let granted: BTreeSet<NodeRole> = info.roles.iter().filter_map(|r| role(r)).collect();
-    if let Some(missing) = node.roles.iter().find(|r| !granted.contains(r)) {
+    if let Some(missing) = node.roles.iter().find(|r| !info.roles.contains(r)) {
         return Err(failed(format!(
             "the plan uses it as {missing}, but its agent does not have that role"
         )));
     }
-    let clock = measure(&mut client, 16)
+    let clock: ClockOffset = agent
+        .clock(16)
         .await
-        .map_err(|s| failed(s.message().to_string()))?;
+        .map_err(|e| failed(e.message().to_string()))?;
     Ok(AgentHandle {
         name: node.name.clone(),
-        client,
+        agent,
         info,
         clock,
         data_address,

@@ -7,22 +7,18 @@ use std::time::Duration;
 
 use loadgen::spec::Transport;
 use loadgen::{RunResult, Summary, WorkloadSpec};
-use proto::agent::v1 as pb;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
 use super::deploy::Endpoints;
+use super::load::run_load;
 use crate::plan::{Cell, CellPoint, Plan, TestKind, workload_for};
 use crate::results::MetricsRow;
 
-/// Time from the barrier's announcement to the first message: enough for agents to connect.
-const START_AFTER: Duration = Duration::from_secs(3);
 /// Metrics sampling interval during a cell: a 10 s window holds 20 samples of the broker
 /// (sampling costs the node CPU: more often would show in its own figures).
 const METRICS_INTERVAL: Duration = Duration::from_millis(500);
-/// An agent takes this long at most to accept a RunLoad (connecting included).
-const RUN_LOAD_ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// How a cell ended.
 #[derive(Debug)]
@@ -105,7 +101,10 @@ pub async fn run(
     let load = async {
         if test.kind == TestKind::Saturation {
             let settings = test.search.clone().unwrap_or_default();
-            return super::search::run(plan, cell, &spec, settings, agents).await;
+            return match super::search::run(plan, cell, &spec, settings, agents).await {
+                Ok((report, at_rate)) => CellOutcome::Searched(report, at_rate),
+                Err(reason) => CellOutcome::Failed(reason),
+            };
         }
         match run_load(plan, cell, spec, agents).await {
             Ok(result) => CellOutcome::Measured(Box::new(result)),
@@ -130,110 +129,18 @@ pub async fn run(
     (outcome, rows)
 }
 
-pub(super) async fn run_load(
-    plan: &Plan,
-    cell: &Cell,
-    spec: WorkloadSpec,
-    agents: &HashMap<String, AgentHandle>,
-) -> Result<RunResult, String> {
-    let test = &plan.tests[cell.test];
-    let agent = |name: &str| {
-        agents
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("node {name} has no agent"))
-    };
-    let placements = test.placements(spec.publishers, spec.subscribers);
-    if let [only] = placements.as_slice()
-        && only.shard == spec.effective_shard()
-    {
-        let request = pb::RunLoadRequest {
-            spec: Some((&spec).into()),
-            origin_unix_ns: 0,
-            start_at_ns: 0,
-        };
-        return stream_result(agent(&only.node)?, request).await;
-    }
-    // One timeline: the origin is now on our clock, mapped onto each agent's, and every
-    // shard starts at the same barrier on it.
-    let origin = loadgen::clock::unix_now_ns();
-    let mut parts = Vec::with_capacity(placements.len());
-    for placement in placements {
-        let node = agent(&placement.node)?;
-        let mut spec = spec.clone();
-        spec.shard = Some(placement.shard);
-        let request = pb::RunLoadRequest {
-            spec: Some((&spec).into()),
-            origin_unix_ns: node.clock.to_agent_clock(origin),
-            start_at_ns: START_AFTER.as_nanos() as u64,
-        };
-        parts.push(stream_result(node, request));
-    }
-    // The first part to fail ends the cell, naming its node: dropping the others' streams
-    // cancels their load.
-    let mut results = futures_util::future::try_join_all(parts).await?.into_iter();
-    let mut merged = results
-        .next()
-        .ok_or_else(|| "no loadgen node has a client to run".to_string())?;
-    for part in results {
-        merged.merge(&part).map_err(|e| e.to_string())?;
-    }
-    Ok(merged)
-}
-
-async fn stream_result(
-    mut agent: AgentHandle,
-    request: pb::RunLoadRequest,
-) -> Result<RunResult, String> {
-    // The agent answers at once (the load itself waits for the barrier): an agent that does
-    // not is frozen or gone, and the cell fails naming it rather than at the cell's deadline.
-    let answered = tokio::time::timeout(RUN_LOAD_ANSWER_WITHIN, agent.client.run_load(request))
-        .await
-        .map_err(|_| {
-            format!(
-                "{}: no answer to RunLoad within {RUN_LOAD_ANSWER_WITHIN:?}",
-                agent.name
-            )
-        })?;
-    let mut events = answered
-        .map_err(|status| format!("{}: {}", agent.name, proto::client::status_text(&status)))?
-        .into_inner();
-    while let Some(event) = events.next().await {
-        match event
-            .map_err(|status| format!("{}: {}", agent.name, proto::client::status_text(&status)))?
-            .event
-        {
-            Some(pb::run_load_event::Event::Result(result)) => {
-                let mut result =
-                    RunResult::try_from(*result).map_err(|e| format!("{}: {e}", agent.name))?;
-                for instance in &mut result.instances {
-                    instance.node = Some(agent.name.clone());
-                }
-                return Ok(result);
-            }
-            Some(pb::run_load_event::Event::Progress(_)) | None => {}
-        }
-    }
-    Err(format!("{}: the load ended without a result", agent.name))
-}
-
+/// The broker's and its node's samples until `stop`, as rows of `cell`.
 async fn collect_metrics(
-    mut agent: AgentHandle,
+    agent: AgentHandle,
     broker: String,
     cell: String,
     stop: CancellationToken,
 ) -> Vec<MetricsRow> {
-    let request = pb::MetricsRequest {
-        interval: prost_types::Duration::try_from(METRICS_INTERVAL).ok(),
-        pids: Vec::new(),
-        brokers: vec![broker.clone()],
-        samples: 0,
-    };
     let mut rows = Vec::new();
-    let mut stream = match agent.client.metrics(request).await {
-        Ok(stream) => stream.into_inner(),
-        Err(status) => {
-            tracing::warn!(node = %agent.name, %status, "no metrics for this cell");
+    let mut stream = match agent.agent.metrics(&broker, METRICS_INTERVAL).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(node = %agent.name, %error, "no metrics for this cell");
             return rows;
         }
     };

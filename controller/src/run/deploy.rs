@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use domain::broker::DEFAULT_NAMESPACE;
 use domain::{BrokerKind, BrokerOptions, BrokerSpec};
-use proto::agent::v1 as pb;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::guard::{Undo, spawn_detached};
+use super::testbed::{AgentError, Started};
 use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
 
 /// A broker that does not stop within this is left to its agent (which stops its brokers
@@ -50,6 +50,16 @@ pub(super) struct Deployed {
     pub detail: String,
 }
 
+impl From<Started> for Deployed {
+    fn from(started: Started) -> Self {
+        Deployed {
+            address: started.address,
+            websocket: started.websocket,
+            detail: started.detail,
+        }
+    }
+}
+
 impl Deployed {
     /// Where a cell's clients dial it.
     pub fn endpoints(&self) -> Endpoints {
@@ -77,84 +87,117 @@ async fn resolve(address: &str) -> Option<SocketAddr> {
         .and_then(|mut addresses| addresses.next())
 }
 
-/// Starts the broker on its node (or records an external one). Err carries the reason and
-/// whether its cells are skipped (an optional broker that is not installed) or failed.
+/// Why a broker could not be deployed, which says what becomes of its cells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum DeployError {
+    /// An optional broker whose product is not installed on its node: its cells are skipped.
+    NotInstalled(String),
+    /// Deploying failed: its cells fail.
+    Failed(String),
+}
+
+impl DeployError {
+    /// Why.
+    pub(super) fn reason(&self) -> &str {
+        match self {
+            DeployError::NotInstalled(reason) | DeployError::Failed(reason) => reason,
+        }
+    }
+}
+
+/// Starts the broker on its node (or records an external one).
 pub(super) async fn deploy(
     plan: &Plan,
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
-) -> Result<Deployed, (String, bool)> {
+) -> Result<Deployed, DeployError> {
     if broker.kind == PlanKind::External {
-        let address = broker.address.as_deref().unwrap_or_default();
-        let resolved = resolve(address).await.ok_or_else(|| {
-            (
-                format!("external address {address:?} does not resolve"),
-                false,
-            )
-        })?;
-        let websocket = match broker.websocket_address.as_deref() {
-            None => None,
-            Some(ws) => Some(resolve(ws).await.ok_or_else(|| {
-                (
-                    format!("external WebSocket address {ws:?} does not resolve"),
-                    false,
-                )
-            })?),
-        };
-        return Ok(Deployed {
-            address: resolved,
-            websocket,
-            detail: "external: run by someone else".to_string(),
-        });
+        return external(broker).await;
     }
     let node = deploying_node(plan, broker).unwrap_or_default();
-    let mut agent = agents
+    let agent = agents
         .get(node)
-        .cloned()
-        .ok_or_else(|| (format!("node {node} has no agent"), false))?;
+        .ok_or_else(|| DeployError::Failed(format!("node {node} has no agent")))?;
     let spec = broker_spec(plan, broker, agent.data_address)?;
-    let (address, websocket, detail) = start_on(plan, &mut agent, &spec, broker.optional).await?;
+    let started = start_on(plan, agent, &spec, broker.optional).await?;
     let Some(entry) = entered_elsewhere(broker) else {
-        return Ok(Deployed {
-            address,
-            websocket,
-            detail,
-        });
+        return Ok(Deployed::from(started));
     };
-    let mut via = agents
+    let via = agents
         .get(entry)
-        .cloned()
-        .ok_or_else(|| (format!("entry node {entry} has no agent"), false))?;
+        .ok_or_else(|| DeployError::Failed(format!("entry node {entry} has no agent")))?;
     if hop_node(broker).is_none() {
         // kube-proxy forwards the same NodePort on the entry node (the Service is asked to
         // answer on every node).
-        let address = SocketAddr::new(via.data_address, address.port());
-        let websocket = websocket.map(|ws| SocketAddr::new(via.data_address, ws.port()));
         return Ok(Deployed {
-            address,
-            websocket,
-            detail,
+            address: SocketAddr::new(via.data_address, started.address.port()),
+            websocket: started
+                .websocket
+                .map(|ws| SocketAddr::new(via.data_address, ws.port())),
+            detail: started.detail,
         });
     }
+    enter_through(plan, broker, agent, via, entry, started).await
+}
+
+/// An external broker: only its addresses resolved.
+async fn external(broker: &BrokerEntry) -> Result<Deployed, DeployError> {
+    let address = broker.address.as_deref().unwrap_or_default();
+    let resolved = resolve(address).await.ok_or_else(|| {
+        DeployError::Failed(format!("external address {address:?} does not resolve"))
+    })?;
+    let websocket = match broker.websocket_address.as_deref() {
+        None => None,
+        Some(ws) => Some(resolve(ws).await.ok_or_else(|| {
+            DeployError::Failed(format!(
+                "external WebSocket address {ws:?} does not resolve"
+            ))
+        })?),
+    };
+    Ok(Deployed {
+        address: resolved,
+        websocket,
+        detail: "external: run by someone else".to_string(),
+    })
+}
+
+/// The forwarding hop to the `started` broker (on `agent`) on its entry node `entry`
+/// (`via`); the broker is stopped again when the hop cannot start.
+async fn enter_through(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    agent: &AgentHandle,
+    via: &AgentHandle,
+    entry: &str,
+    started: Started,
+) -> Result<Deployed, DeployError> {
     let hop = BrokerSpec {
         name: entry_hop_name(broker),
-        kind: BrokerKind::Forward { target: address },
+        kind: BrokerKind::Forward {
+            target: started.address,
+        },
         bind: via.data_address,
         port: 0,
         options: BrokerOptions::default(),
     };
-    match start_on(plan, &mut via, &hop, false).await {
+    match start_on(plan, via, &hop, false).await {
         // The hop relays the MQTT port only (a plan with WebSocket tests refuses such an
         // entry at validation).
-        Ok((hop_address, _, hop_detail)) => Ok(Deployed {
-            address: hop_address,
+        Ok(hop_started) => Ok(Deployed {
+            address: hop_started.address,
             websocket: None,
-            detail: format!("{detail}; entered through {entry}: {hop_detail}"),
+            detail: format!(
+                "{}; entered through {entry}: {}",
+                started.detail, hop_started.detail
+            ),
         }),
-        Err((reason, _)) => {
+        Err(error) => {
             // Not guarded yet: stopped here, so the broker does not wait for its lease.
-            stop_broker(agent, broker.name.clone()).await;
-            Err((format!("the entry hop on {entry}: {reason}"), false))
+            stop_broker(agent.clone(), broker.name.clone()).await;
+            Err(DeployError::Failed(format!(
+                "the entry hop on {entry}: {}",
+                error.reason()
+            )))
         }
     }
 }
@@ -164,56 +207,27 @@ pub(super) fn entry_hop_name(broker: &BrokerEntry) -> String {
     format!("{}-entry", broker.name)
 }
 
-/// StartBroker of `spec` on `agent` under a lease: its address, its WebSocket address (when
-/// it has one) and the agent's description.
-/// Err carries the reason and whether the cells are skipped (an optional broker's product
-/// is not installed) rather than failed.
+/// StartBroker of `spec` on `agent` under a lease. A product that is not installed skips an
+/// `optional` broker's cells; every other error fails them.
 async fn start_on(
     plan: &Plan,
-    agent: &mut AgentHandle,
+    agent: &AgentHandle,
     spec: &BrokerSpec,
     optional: bool,
-) -> Result<(SocketAddr, Option<SocketAddr>, String), (String, bool)> {
+) -> Result<Started, DeployError> {
     let started = tokio::time::timeout(
         // Saturating: a plan's timeout may be as long as a Duration holds.
         plan.timeouts
             .deploy
             .saturating_add(std::time::Duration::from_secs(5)),
-        agent.client.start_broker(pb::StartBrokerRequest {
-            spec: Some(pb::BrokerSpec::from(spec)),
-            lease: prost_types::Duration::try_from(BROKER_LEASE).ok(),
-        }),
+        agent.agent.start_broker(spec, BROKER_LEASE),
     )
     .await
-    .map_err(|_| {
-        (
-            format!("not ready within {:?}", plan.timeouts.deploy),
-            false,
-        )
-    })?;
-    match started {
-        Ok(status) => {
-            let status = status.into_inner();
-            let address = status
-                .address
-                .parse()
-                .map_err(|_| ("the agent reported no address".to_string(), false))?;
-            let websocket = match status.websocket_address.as_str() {
-                "" => None,
-                ws => Some(ws.parse().map_err(|_| {
-                    (
-                        format!("the agent reported WebSocket address {ws:?}, not host:port"),
-                        false,
-                    )
-                })?),
-            };
-            Ok((address, websocket, status.detail))
-        }
-        Err(status) if status.code() == tonic::Code::FailedPrecondition && optional => {
-            Err((status.message().to_string(), true))
-        }
-        Err(status) => Err((status.message().to_string(), false)),
-    }
+    .map_err(|_| DeployError::Failed(format!("not ready within {:?}", plan.timeouts.deploy)))?;
+    started.map_err(|error| match error {
+        AgentError::Unmet(reason) if optional => DeployError::NotInstalled(reason),
+        error => DeployError::Failed(error.message().to_string()),
+    })
 }
 
 /// A deployed broker, its lease renewed until it is removed when undone: the run's deploy
@@ -274,19 +288,16 @@ impl Deployment {
 
 /// Renews `broker`'s lease on `agent` until `stop`; a failed renewal is logged (the agent
 /// stops the broker when its lease runs out, and the cells then fail on their own).
-async fn renew(mut agent: AgentHandle, broker: String, stop: CancellationToken) {
+async fn renew(agent: AgentHandle, broker: String, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(RENEW_EVERY) => {}
         }
-        let request = pb::RenewBrokerRequest {
-            name: broker.clone(),
-        };
-        match tokio::time::timeout(RENEW_WITHIN, agent.client.renew_broker(request)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(status)) => {
-                tracing::error!(broker = %broker, %status, "renewing the broker's lease failed")
+        match tokio::time::timeout(RENEW_WITHIN, agent.agent.renew_broker(&broker)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::error!(broker = %broker, %error, "renewing the broker's lease failed")
             }
             Err(_) => tracing::error!(broker = %broker, "renewing the broker's lease timed out"),
         }
@@ -330,13 +341,10 @@ impl Undo for Deployment {
 
 /// StopBroker on `agent`; false when it failed (logged: there is nobody left to return the
 /// error to).
-async fn stop_broker(mut agent: AgentHandle, broker: String) -> bool {
-    let request = pb::StopBrokerRequest {
-        name: broker.clone(),
-    };
-    match tokio::time::timeout(UNDO_WITHIN, agent.client.stop_broker(request)).await {
-        Ok(Ok(_)) => return true,
-        Ok(Err(status)) => tracing::warn!(broker = %broker, %status, "stopping the broker"),
+async fn stop_broker(agent: AgentHandle, broker: String) -> bool {
+    match tokio::time::timeout(UNDO_WITHIN, agent.agent.stop_broker(&broker)).await {
+        Ok(Ok(())) => return true,
+        Ok(Err(error)) => tracing::warn!(broker = %broker, %error, "stopping the broker"),
         Err(_) => tracing::warn!(broker = %broker, "stopping the broker timed out"),
     }
     false
@@ -357,15 +365,11 @@ fn hop_node(broker: &BrokerEntry) -> Option<&str> {
 }
 
 /// What the agent is asked to run for `broker`, listening on its node's `bind` address.
-fn broker_spec(
-    plan: &Plan,
-    broker: &BrokerEntry,
-    bind: IpAddr,
-) -> Result<BrokerSpec, (String, bool)> {
+fn broker_spec(plan: &Plan, broker: &BrokerEntry, bind: IpAddr) -> Result<BrokerSpec, DeployError> {
     let product = || {
         broker
             .product()
-            .ok_or_else(|| (format!("broker {}: no known product", broker.name), false))
+            .ok_or_else(|| DeployError::Failed(format!("broker {}: no known product", broker.name)))
     };
     let kind = match broker.kind {
         PlanKind::Embedded => BrokerKind::Embedded,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
-use super::deploy::{self, Deployment, Endpoints};
+use super::deploy::{self, DeployError, Deployment, Endpoints};
 use super::events::{Events, RunCounts, RunEvent};
 use super::faults::{Faults, Phase};
 use super::guard::{Guard, catching};
@@ -186,7 +186,7 @@ impl<'p> Run<'p> {
         }
         let deployed = match deploy::deploy(plan, broker, &self.agents).await {
             Ok(deployed) => deployed,
-            Err((reason, skip)) => return self.unavailable(broker, &pending, &reason, skip).await,
+            Err(error) => return self.unavailable(broker, &pending, &error).await,
         };
         let deployment = Deployment::new(plan, broker, &self.agents, self.events());
         let flow = Guard::new(deployment)
@@ -207,9 +207,10 @@ impl<'p> Run<'p> {
         &mut self,
         broker: &BrokerEntry,
         pending: &[Cell],
-        reason: &str,
-        skip: bool,
+        error: &DeployError,
     ) -> Result<Flow, RunError> {
+        let reason = error.reason();
+        let skip = matches!(error, DeployError::NotInstalled(_));
         let unavailable = RunEvent::BrokerUnavailable {
             broker: broker.name.clone(),
             reason: reason.to_string(),

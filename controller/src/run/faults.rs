@@ -58,7 +58,9 @@ pub(crate) mod fake {
     use std::collections::BTreeSet;
     use std::sync::Mutex;
 
-    use proto::agent::v1 as pb;
+    use domain::NetemParams;
+
+    use crate::run::testbed::InForce;
 
     /// Which nodes hold netem, and what was done to them; the apply on `fail_on` fails.
     #[derive(Debug, Default)]
@@ -78,11 +80,7 @@ pub(crate) mod fake {
                 .push(line);
         }
 
-        pub(crate) fn apply(
-            &self,
-            node: &str,
-            spec: &pb::NetemSpec,
-        ) -> Result<pb::NetemState, String> {
+        pub(crate) fn apply(&self, node: &str, params: &NetemParams) -> Result<InForce, String> {
             self.note(format!("apply {node}"));
             if self.fail_on.as_deref() == Some(node) {
                 return Err(format!("node {node}: injected netem failure"));
@@ -91,10 +89,9 @@ pub(crate) mod fake {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(node.to_string());
-            Ok(pb::NetemState {
+            Ok(InForce {
                 interface: "fake0".into(),
-                netem: Some(*spec),
-                ..Default::default()
+                read_back: Some(super::super::scenario::asked_record(params)),
             })
         }
 

@@ -74,17 +74,15 @@ mod with_agent {
 
     use host::child::Watchdog;
 
-    use proto::agent::v1::agent_client::AgentClient;
-    use proto::client::connect_agent;
     use proto::mtls::Credentials;
     use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki};
     use tokio::task::JoinHandle;
     use tokio_util::sync::CancellationToken;
-    use tonic::transport::Channel;
 
     use crate::plan::NodeEntry;
     use crate::run::RunError;
     use crate::run::namespaces::{remove_leftovers_in, run_folder_in};
+    use crate::run::testbed::Agent;
 
     /// Where root's in-process agents keep their folders: on tmpfs, which only root may write.
     const ROOT_LOCAL_ROOT: &str = "/run/continuum/local";
@@ -168,9 +166,7 @@ mod with_agent {
     }
 
     /// Starts an agent in this process on 127.0.0.1 with a PKI of its own.
-    pub async fn start_local_agent(
-        node: &NodeEntry,
-    ) -> Result<(LocalAgent, AgentClient<Channel>), RunError> {
+    pub async fn start_local_agent(node: &NodeEntry) -> Result<(LocalAgent, Agent), RunError> {
         let local = |e: &dyn std::fmt::Display| RunError::Local(e.to_string());
         let files = agent_folder().await.map_err(|e| local(&e))?;
         // Armed before anything is written into the folder, the keys first.
@@ -222,16 +218,17 @@ mod with_agent {
                 tracing::error!(%error, "local agent");
             }
         });
-        let client = match connect_agent(&address.to_string(), None, &credentials).await {
-            Ok(client) => client,
-            Err(error) => {
-                // Not handed out yet, so stopped here: it must not stay listening.
-                stop.cancel();
-                let _ = task.await;
-                files.run().await;
-                return Err(local(&error));
-            }
-        };
+        let client =
+            match crate::agent_client::connect(&address.to_string(), &credentials, None).await {
+                Ok(client) => client,
+                Err(error) => {
+                    // Not handed out yet, so stopped here: it must not stay listening.
+                    stop.cancel();
+                    let _ = task.await;
+                    files.run().await;
+                    return Err(local(&error));
+                }
+            };
         Ok((
             LocalAgent {
                 address,
@@ -368,11 +365,9 @@ mod with_agent {
 
 #[cfg(not(feature = "local-agent"))]
 mod without_agent {
-    use proto::agent::v1::agent_client::AgentClient;
-    use tonic::transport::Channel;
-
     use crate::plan::NodeEntry;
     use crate::run::RunError;
+    use crate::run::testbed::Agent;
 
     /// No in-process agent in this build: there is never one to stop.
     #[derive(Debug)]
@@ -396,9 +391,7 @@ mod without_agent {
     }
 
     /// Refuses: this controller was built without the in-process agent.
-    pub async fn start_local_agent(
-        node: &NodeEntry,
-    ) -> Result<(LocalAgent, AgentClient<Channel>), RunError> {
+    pub async fn start_local_agent(node: &NodeEntry) -> Result<(LocalAgent, Agent), RunError> {
         Err(RunError::Local(format!(
             "node {}: agent = \"local\" needs the in-process agent, and this controller was \
              built without it (cargo feature local-agent); give the node a remote agent \

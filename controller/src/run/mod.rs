@@ -23,6 +23,7 @@ mod events;
 mod execute;
 mod faults;
 mod guard;
+mod load;
 mod local_agent;
 #[cfg(feature = "local-agent")]
 mod namespaces;
@@ -30,6 +31,7 @@ mod phases;
 mod record;
 mod scenario;
 mod search;
+pub mod testbed;
 #[cfg(test)]
 mod undo_tests;
 

@@ -11,17 +11,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use proto::agent::v1 as pb;
-
-use proto::agent::v1::agent_client::AgentClient;
-use tonic::transport::Channel;
-
 use super::events::{Events, RunEvent};
+use super::testbed::{
+    Agent, AgentError, ClusterInstall, ClusterRole, Lighthouse, OverlayInstall, OverlayInstalled,
+};
 use super::{AgentHandle, RunError};
 use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
 use crate::results::{ClusterNode, ClusterRecord, OverlayPeer, OverlayRecord, TestbedRecord};
 use domain::overlay::parse_overlay_cidr;
-use proto::client::status_text;
 
 /// The k3s API port on the server.
 const K3S_API_PORT: u16 = 6443;
@@ -55,11 +52,14 @@ fn headnode(plan: &Plan) -> Result<&NodeEntry, RunError> {
         .ok_or_else(|| RunError::Plan(format!("testbed.headnode = {name:?}: no such node")))
 }
 
-fn agent(agents: &HashMap<String, AgentHandle>, node: &str) -> Result<AgentHandle, RunError> {
-    agents.get(node).cloned().ok_or_else(|| RunError::Agent {
-        node: node.to_string(),
-        problem: "no agent".into(),
-    })
+fn agent(agents: &HashMap<String, AgentHandle>, node: &str) -> Result<Agent, RunError> {
+    agents
+        .get(node)
+        .map(|a| a.agent.clone())
+        .ok_or_else(|| RunError::Agent {
+            node: node.to_string(),
+            problem: "no agent".into(),
+        })
 }
 
 fn overlay_ip(node: &NodeEntry) -> String {
@@ -79,11 +79,11 @@ async fn bounded<T>(
     node: &str,
     what: &str,
     limit: Duration,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    call: impl std::future::Future<Output = Result<T, AgentError>>,
 ) -> Result<T, RunError> {
     let deadline = limit.saturating_add(ANSWER_MARGIN);
     match tokio::time::timeout(deadline, call).await {
-        Ok(answer) => Ok(answer.map_err(|s| failed(node, what, &s))?.into_inner()),
+        Ok(answer) => answer.map_err(|e| failed(node, what, &e)),
         Err(_) => Err(RunError::Agent {
             node: node.to_string(),
             problem: format!("{what}: no answer within {deadline:?}"),
@@ -91,10 +91,10 @@ async fn bounded<T>(
     }
 }
 
-fn failed(node: &str, what: &str, status: &tonic::Status) -> RunError {
+fn failed(node: &str, what: &str, error: &AgentError) -> RunError {
     RunError::Agent {
         node: node.to_string(),
-        problem: format!("{what}: {}", status_text(status)),
+        problem: format!("{what}: {error}"),
     }
 }
 
@@ -109,12 +109,11 @@ async fn overlay(
         .agent
         .rsplit_once(':')
         .map_or(head.agent.as_str(), |(h, _)| h);
-    let lighthouse = pb::OverlayLighthouse {
+    let lighthouse = Lighthouse {
         overlay_ip: overlay_ip(head),
         underlay_address: format!("{head_host}:{}", testbed.nebula_port),
     };
-    let timeout = Some(proto_duration(testbed.install_timeout));
-    let request = |node: &NodeEntry, check: Vec<String>| pb::InstallOverlayRequest {
+    let request = |node: &NodeEntry, check: Vec<String>| OverlayInstall {
         lighthouse: node.name == head.name,
         overlay_cidr: node.overlay_ip.clone().unwrap_or_default(),
         lighthouses: if node.name == head.name {
@@ -122,10 +121,10 @@ async fn overlay(
         } else {
             vec![lighthouse.clone()]
         },
-        listen_port: u32::from(testbed.nebula_port),
+        listen_port: testbed.nebula_port,
         interface: testbed.overlay_interface.clone(),
         check_reachable: check,
-        timeout,
+        timeout: testbed.install_timeout,
     };
     let mut order: Vec<&NodeEntry> = vec![head];
     order.extend(plan.nodes.iter().filter(|n| n.name != head.name));
@@ -143,18 +142,18 @@ async fn overlay(
                     .to_string()
             })
             .collect();
-        let mut client = agent(agents, &node.name)?.client;
+        let client = agent(agents, &node.name)?;
+        let install = request(node, check);
         let step = format!(
             "overlay: Nebula on {} ({})",
-            node.name,
-            request(node, Vec::new()).overlay_cidr
+            node.name, install.overlay_cidr
         );
         events.emit(RunEvent::Testbed(step)).await;
         let status = bounded(
             &node.name,
             "installing Nebula",
             testbed.install_timeout,
-            client.install_overlay(request(node, check)),
+            client.install_overlay(&install),
         )
         .await?;
         if let Some(peer) = status.peers.iter().find(|p| !p.reachable) {
@@ -173,7 +172,7 @@ async fn overlay(
     Ok(records)
 }
 
-fn overlay_record(node: &NodeEntry, lighthouse: bool, status: pb::OverlayStatus) -> OverlayRecord {
+fn overlay_record(node: &NodeEntry, lighthouse: bool, status: OverlayInstalled) -> OverlayRecord {
     OverlayRecord {
         node: node.name.clone(),
         lighthouse,
@@ -199,26 +198,24 @@ async fn cluster(
     let testbed = &plan.testbed;
     let head = headnode(plan)?;
     let token = cluster_token(plan.pki_dir.as_deref())?;
-    let timeout = Some(proto_duration(testbed.install_timeout));
-    let server_request = pb::InstallClusterRequest {
-        role: Some(pb::install_cluster_request::Role::Server(pb::K3sServer {
+    let server_request = ClusterInstall {
+        role: ClusterRole::Server {
             schedule_workloads: false,
-        })),
+        },
         token: token.clone(),
         node_ip: overlay_ip(head),
         flannel_interface: testbed.overlay_interface.clone(),
         node_name: head.name.clone(),
-        labels: Default::default(),
-        timeout,
+        timeout: testbed.install_timeout,
     };
-    let mut server = agent(agents, &head.name)?.client;
+    let server = agent(agents, &head.name)?;
     let step = format!("cluster: k3s server on {}", head.name);
     events.emit(RunEvent::Testbed(step)).await;
     let status = bounded(
         &head.name,
         "installing the k3s server",
         testbed.install_timeout,
-        server.install_cluster(server_request.clone()),
+        server.install_cluster(&server_request),
     )
     .await?;
     let step = format!("cluster: {}: {}", head.name, status.detail);
@@ -229,25 +226,24 @@ async fn cluster(
         .filter(|n| n.name != head.name && n.roles.contains(&NodeRole::Broker))
         .collect();
     for node in &workers {
-        let request = pb::InstallClusterRequest {
-            role: Some(pb::install_cluster_request::Role::Agent(pb::K3sAgent {
+        let request = ClusterInstall {
+            role: ClusterRole::Agent {
                 server_url: format!("https://{}:{K3S_API_PORT}", overlay_ip(head)),
-            })),
+            },
             token: token.clone(),
             node_ip: overlay_ip(node),
             flannel_interface: testbed.overlay_interface.clone(),
             node_name: node.name.clone(),
-            labels: Default::default(),
-            timeout,
+            timeout: testbed.install_timeout,
         };
         let step = format!("cluster: k3s agent on {}", node.name);
         events.emit(RunEvent::Testbed(step)).await;
-        let mut client = agent(agents, &node.name)?.client;
+        let client = agent(agents, &node.name)?;
         let status = bounded(
             &node.name,
             "installing the k3s agent",
             testbed.install_timeout,
-            client.install_cluster(request),
+            client.install_cluster(&request),
         )
         .await?;
         let step = format!("cluster: {}: {}", node.name, status.detail);
@@ -260,8 +256,8 @@ async fn cluster(
 async fn all_ready(
     plan: &Plan,
     head: &str,
-    mut server: AgentClient<Channel>,
-    server_request: pb::InstallClusterRequest,
+    server: Agent,
+    server_request: ClusterInstall,
     workers: &[&NodeEntry],
 ) -> Result<ClusterRecord, RunError> {
     let testbed = &plan.testbed;
@@ -271,7 +267,7 @@ async fn all_ready(
             head,
             "listing the cluster's nodes",
             testbed.install_timeout,
-            server.install_cluster(server_request.clone()),
+            server.install_cluster(&server_request),
         )
         .await?;
         let missing: Vec<&str> = workers
@@ -340,13 +336,6 @@ fn cluster_token(pki_dir: Option<&Path>) -> Result<String, RunError> {
         .and_then(|()| std::fs::rename(&temporary, &path))
         .map_err(|e| RunError::Plan(format!("writing {}: {e}", path.display())))?;
     Ok(token)
-}
-
-fn proto_duration(value: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(value.subsec_nanos()).unwrap_or(0),
-    }
 }
 
 #[cfg(test)]

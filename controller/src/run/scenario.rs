@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use proto::agent::v1 as pb;
+use domain::NetemParams;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -13,6 +13,7 @@ use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::faults::Faults;
 use super::guard::{Undo, spawn_detached};
+use super::testbed::InForce;
 use crate::plan::{BrokerEntry, DelaySplit, Plan, ScenarioEntry, scenario_preset};
 use crate::results::{AppliedNetem, NetemRecord};
 
@@ -154,14 +155,26 @@ pub fn totals(scenario: &ScenarioEntry) -> (Duration, Duration, f64) {
     )
 }
 
-fn netem_spec(delay: Duration, jitter: Duration, loss: f64) -> pb::NetemSpec {
-    let duration = |d: Duration| prost_types::Duration::try_from(d).unwrap_or_default();
-    pb::NetemSpec {
-        delay: Some(duration(delay)),
-        jitter: Some(duration(jitter)),
+/// netem of `delay`, `jitter` and `loss` percent on one node's link.
+fn netem_params(delay: Duration, jitter: Duration, loss: f64) -> NetemParams {
+    NetemParams {
+        delay,
+        jitter,
         loss_percent: loss,
         rate_bytes_per_sec: None,
         limit_packets: None,
+    }
+}
+
+/// The record of netem as asked (the kernel's read back is recorded beside it).
+pub(super) fn asked_record(params: &NetemParams) -> NetemRecord {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    NetemRecord {
+        delay_ns: ns(params.delay),
+        jitter_ns: ns(params.jitter),
+        loss_percent: params.loss_percent,
+        rate_bytes_per_sec: params.rate_bytes_per_sec,
+        limit_packets: params.limit_packets,
     }
 }
 
@@ -255,20 +268,22 @@ pub(super) async fn apply(
             .get(name)
             .cloned()
             .ok_or_else(|| format!("node {name} has no agent"))?;
-        let spec = match scenario.split {
-            DelaySplit::HalfEachEnd => netem_spec(delay / 2, jitter / 2, loss / 2.0),
-            DelaySplit::BrokerSide if Some(name) == broker_node => netem_spec(delay, jitter, loss),
+        let params = match scenario.split {
+            DelaySplit::HalfEachEnd => netem_params(delay / 2, jitter / 2, loss / 2.0),
+            DelaySplit::BrokerSide if Some(name) == broker_node => {
+                netem_params(delay, jitter, loss)
+            }
             DelaySplit::BrokerSide => continue,
         };
         netem.nodes.push(node.clone());
-        let state = apply_on(node, spec, plan.timeouts.netem, &netem.faults).await?;
+        let state = apply_on(node, &params, plan.timeouts.netem, &netem.faults).await?;
         applied.push(AppliedNetem {
             broker: broker.name.clone(),
             scenario: scenario.name.clone(),
             node: name.to_string(),
-            interface: state.interface.clone(),
-            asked: NetemRecord::of(&spec),
-            read_back: state.netem.as_ref().map(NetemRecord::of),
+            interface: state.interface,
+            asked: asked_record(&params),
+            read_back: state.read_back,
         });
     }
     let stop = CancellationToken::new();
@@ -284,45 +299,34 @@ pub(super) async fn apply(
 
 /// ApplyNetem on `node` under a lease, within `timeout`.
 async fn apply_on(
-    mut node: AgentHandle,
-    spec: pb::NetemSpec,
+    node: AgentHandle,
+    params: &NetemParams,
     timeout: Duration,
     faults: &Faults,
-) -> Result<pb::NetemState, String> {
+) -> Result<InForce, String> {
     #[cfg(test)]
     if let Some(fake) = &faults.netem {
-        return fake.apply(&node.name, &spec);
+        return fake.apply(&node.name, params);
     }
     let _ = faults;
-    let request = pb::ApplyNetemRequest {
-        interface: String::new(),
-        netem: Some(spec),
-        lease: prost_types::Duration::try_from(LEASE).ok(),
-    };
     let name = &node.name;
-    Ok(
-        tokio::time::timeout(timeout, node.client.apply_netem(request))
-            .await
-            .map_err(|_| format!("node {name}: applying netem took longer than {timeout:?}"))?
-            .map_err(|status| format!("node {name}: {}", status.message()))?
-            .into_inner(),
-    )
+    tokio::time::timeout(timeout, node.agent.apply_netem(params, LEASE))
+        .await
+        .map_err(|_| format!("node {name}: applying netem took longer than {timeout:?}"))?
+        .map_err(|error| format!("node {name}: {}", error.message()))
 }
 
 /// ClearNetem on `node` (errors logged: its lease clears it anyway within its time).
-async fn clear_on(mut node: AgentHandle, faults: &Faults) {
+async fn clear_on(node: AgentHandle, faults: &Faults) {
     #[cfg(test)]
     if let Some(fake) = &faults.netem {
         return fake.clear(&node.name);
     }
     let _ = faults;
-    let request = pb::ClearNetemRequest {
-        interface: String::new(),
-    };
-    match tokio::time::timeout(UNDO_WITHIN, node.client.clear_netem(request)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(status)) => {
-            tracing::warn!(node = %node.name, %status, "clearing netem; its lease will");
+    match tokio::time::timeout(UNDO_WITHIN, node.agent.clear_netem()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(node = %node.name, %error, "clearing netem; its lease will");
         }
         Err(_) => tracing::warn!(node = %node.name, "clearing netem timed out; its lease will"),
     }
@@ -357,13 +361,9 @@ async fn renew_on(node: &mut AgentHandle, faults: &Faults) -> Result<(), String>
         return fake.renew(&node.name);
     }
     let _ = faults;
-    let request = pb::RenewNetemRequest {
-        interface: String::new(),
-        lease: None,
-    };
-    match tokio::time::timeout(RENEW_WITHIN, node.client.renew_netem(request)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(status.message().to_string()),
+    match tokio::time::timeout(RENEW_WITHIN, node.agent.renew_netem()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.message().to_string()),
         Err(_) => Err(format!("no answer within {RENEW_WITHIN:?}")),
     }
 }
@@ -374,12 +374,12 @@ mod tests {
 
     #[test]
     fn described_netem_reads_back_in_the_report() {
-        let spec = netem_spec(
+        let params = netem_params(
             Duration::from_micros(1_250),
             Duration::from_micros(250),
             0.02,
         );
-        let record = NetemRecord::of(&spec);
+        let record = asked_record(&params);
         assert_eq!(record.to_string(), "delay 1.25ms jitter 0.25ms loss 0.02%");
         assert_eq!(record.delay(), Duration::from_micros(1_250));
     }

@@ -4,21 +4,25 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use loadgen::saturation::{ProbeOutcome, Search, SearchSettings, probe_spec};
-use loadgen::{Summary, WorkloadSpec};
+use loadgen::saturation::{ProbeOutcome, SaturationReport, Search, SearchSettings, probe_spec};
+use loadgen::{RunResult, Summary, WorkloadSpec};
 
 use super::agents::AgentHandle;
-use super::cell::{CellOutcome, run_load};
+use super::load::run_load;
 use crate::plan::{Cell, Plan};
 
-/// Runs the search; the outcome carries the probe result at the rate found.
+/// What a search found, and the result of the probe at the rate it found (none when nothing
+/// was sustained).
+pub(super) type Found = (Box<SaturationReport>, Option<Box<RunResult>>);
+
+/// Runs the search: what it found, or why every probe failed.
 pub(super) async fn run(
     plan: &Plan,
     cell: &Cell,
     base: &WorkloadSpec,
     settings: SearchSettings,
     agents: &HashMap<String, AgentHandle>,
-) -> CellOutcome {
+) -> Result<Found, String> {
     let mut search = Search::new(settings.clone());
     let mut best: Option<(u64, Box<loadgen::RunResult>)> = None;
     let base_id = base.run_id.clone().unwrap_or_else(|| "search".to_string());
@@ -63,7 +67,7 @@ pub(super) async fn run(
             .first()
             .and_then(|p| p.reasons.first().cloned())
             .unwrap_or_else(|| "no probe ran".to_string());
-        return CellOutcome::Failed(reason);
+        return Err(reason);
     }
-    CellOutcome::Searched(Box::new(report), best.map(|(_, result)| result))
+    Ok((Box::new(report), best.map(|(_, result)| result)))
 }

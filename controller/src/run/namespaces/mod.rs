@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::plan::{MAX_EMULATED_NODES, NodeEntry, Plan};
 use crate::run::RunError;
+use crate::run::testbed::Agent;
 
 mod leftovers;
 mod wiring;
@@ -192,16 +193,7 @@ impl NamespaceTestbed {
 
     /// Starts `node`'s agent inside its namespace and connects to it; returns the client and
     /// the node's data address.
-    pub async fn start_agent(
-        &mut self,
-        node: &NodeEntry,
-    ) -> Result<
-        (
-            proto::agent::v1::agent_client::AgentClient<tonic::transport::Channel>,
-            IpAddr,
-        ),
-        RunError,
-    > {
+    pub async fn start_agent(&mut self, node: &NodeEntry) -> Result<(Agent, IpAddr), RunError> {
         let dir = self.files.path().to_path_buf();
         let Some(emulated) = self.nodes.iter_mut().find(|n| n.name == node.name) else {
             return Err(RunError::Local(format!(
@@ -246,11 +238,10 @@ impl NamespaceTestbed {
         }
         let dial = dial_inside(emulated.netns.clone());
         let address = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), AGENT_PORT).to_string();
-        let client =
-            proto::client::connect_agent_via(&address, None, &self.credentials, Some(dial))
-                .await
-                .map_err(|e| failed(&e))?;
-        Ok((client, IpAddr::V4(emulated.address)))
+        let agent = crate::agent_client::connect(&address, &self.credentials, Some(dial))
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok((agent, IpAddr::V4(emulated.address)))
     }
 
     /// Stops every agent (each stops its brokers and clears its netem) and waits for them;
