@@ -23,11 +23,13 @@
 //! - `config.rs`: [`ServeConfig`], what the server decides (nodes, [`ServedBroker`]s, CA
 //!   files), and the admission of plans.
 //! - `service.rs`: the `Controller` RPCs, their role check and run ownership.
-//! - `runs.rs`: the run registry (state, counts, event history) and the worker that runs
-//!   queued plans one at a time.
+//! - `runs.rs`: the run registry (state, counts, event history, all Rust types) and the
+//!   worker that runs queued plans one at a time.
+//! - `convert.rs`: the registry's runs and history as the protocol's messages.
 //! - `files.rs`: a results folder as a stream of file chunks (Fetch).
 
 mod config;
+mod convert;
 mod files;
 mod runs;
 mod service;

@@ -1,17 +1,20 @@
 //! The runs a service knows and the queue that runs them one at a time.
 //!
-//! Every run keeps its whole event history (a few events per cell), so a Watch that starts
+//! A run's state is Rust: [`RunState`] (queued, running, ended with an [`Outcome`]), times
+//! as [`SystemTime`], a folder as `Option<PathBuf>`; `convert.rs` turns it into the
+//! protocol's messages only where the service answers.
+//!
+//! Every run keeps its whole history of [`Update`]s (a few per cell), so a Watch that starts
 //! late replays it and then follows; a per-run `watch` channel carries a version number that
 //! wakes followers whenever the history or state changes.
 //!
 //! Run ids are 128 random bits in hex, not a sequence, and a run that is not the caller's
 //! is answered exactly like a missing one (NotFound, naming no one).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use proto::controller::v1 as pb;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -20,10 +23,10 @@ use tracing::Instrument;
 
 use super::config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT};
 use crate::plan::Plan;
+use crate::results::CellStatus;
+use crate::run::{RunCounts, RunEvent, RunOptions, RunSummary, event_channel, run_plan_observed};
 
-use crate::run::{RunCounts, RunEvent, RunOptions, event_channel, run_plan_observed};
-
-/// The `error` of runs cancelled because the service stops.
+/// Why runs are cancelled when the service stops.
 const SHUTTING_DOWN: &str = "cancelled: the service is shutting down";
 
 /// How long Cancel waits for a running run to undo netem and brokers before it answers.
@@ -45,6 +48,106 @@ struct Inner {
 /// Random bytes in a run id: 128 bits, so a client cannot guess another's run.
 const RUN_ID_BYTES: usize = 16;
 
+/// Where a run is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunState {
+    /// Waiting for the runs before it.
+    Queued,
+    /// Being carried out by the worker.
+    Running {
+        /// When it began.
+        started: SystemTime,
+        /// Its results folder, once the run has opened it.
+        dir: Option<PathBuf>,
+        /// Who or what asked it to stop, once someone did.
+        stop_reason: Option<String>,
+    },
+    /// Over.
+    Ended {
+        /// When it began running; None for a run that ended while queued.
+        started: Option<SystemTime>,
+        /// When it ended.
+        ended: SystemTime,
+        /// How.
+        outcome: Outcome,
+        /// Its results folder, if it opened one.
+        dir: Option<PathBuf>,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Every cell was handled (measured, failed or skipped); see the counts.
+    Finished,
+    /// The run could not be carried out, or stopped on a failed cell: why.
+    Failed(String),
+    /// Cancelled by a client or by the service stopping: by whom, and what it interrupted.
+    Cancelled(String),
+}
+
+impl Outcome {
+    /// Why the run failed or stopped; None when it finished.
+    pub(crate) fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Finished => None,
+            Outcome::Failed(reason) | Outcome::Cancelled(reason) => Some(reason),
+        }
+    }
+}
+
+/// A run as List, Cancel and the log show it.
+#[derive(Debug, Clone)]
+pub(crate) struct RunInfo {
+    /// Its id.
+    pub(crate) id: String,
+    /// The plan's `name`.
+    pub(crate) plan_name: String,
+    /// When it was queued.
+    pub(crate) submitted: SystemTime,
+    /// Where it is.
+    pub(crate) state: RunState,
+    /// How far it is, in cells.
+    pub(crate) counts: RunCounts,
+}
+
+/// One step of a run's history, as a Watch replays and follows it: the run's own changes of
+/// state and the run events the protocol carries, each with the counts of its moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Update {
+    /// The run was queued.
+    Queued(RunCounts),
+    /// The run began running.
+    Running(RunCounts),
+    /// The run opened its results folder.
+    Started {
+        /// The folder.
+        dir: PathBuf,
+        /// Cells of the plan.
+        total: usize,
+    },
+    /// A cell was recorded.
+    Cell {
+        /// Its id.
+        id: String,
+        /// How it ended.
+        status: CellStatus,
+        /// Its one-line figures, or why it failed or was skipped.
+        note: String,
+        /// The run's counts after it.
+        counts: RunCounts,
+    },
+    /// The last step of every run.
+    Ended {
+        /// How it ended.
+        outcome: Outcome,
+        /// Its final counts.
+        counts: RunCounts,
+        /// Its results folder, if it opened one.
+        dir: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug)]
 struct Run {
     id: String,
@@ -54,75 +157,56 @@ struct Run {
     folder: PathBuf,
     plan: Arc<Plan>,
     text: Arc<str>,
-    state: pb::RunState,
+    submitted: SystemTime,
+    state: RunState,
     counts: RunCounts,
-    submitted_unix_ms: u64,
-    started_unix_ms: u64,
-    ended_unix_ms: u64,
-    dir: Option<PathBuf>,
-    error: String,
     cancel: CancellationToken,
-    /// Who or what cancelled it, for its `error`.
-    cancel_reason: String,
-    events: Vec<pb::RunEvent>,
+    history: Vec<Update>,
     version: watch::Sender<u64>,
 }
 
 impl Run {
     fn is_over(&self) -> bool {
-        matches!(
-            self.state,
-            pb::RunState::Finished | pb::RunState::Failed | pb::RunState::Cancelled
-        )
+        matches!(self.state, RunState::Ended { .. })
     }
 
-    fn info(&self) -> pb::RunInfo {
-        pb::RunInfo {
+    fn info(&self) -> RunInfo {
+        RunInfo {
             id: self.id.clone(),
             plan_name: self.plan.name.clone(),
-            state: self.state.into(),
-            counts: Some(counts(&self.counts)),
-            submitted_unix_ms: self.submitted_unix_ms,
-            started_unix_ms: self.started_unix_ms,
-            ended_unix_ms: self.ended_unix_ms,
-            results_dir: self.dir_text(),
-            error: self.error.clone(),
+            submitted: self.submitted,
+            state: self.state.clone(),
+            counts: self.counts,
         }
     }
 
-    fn dir_text(&self) -> String {
-        self.dir
-            .as_ref()
-            .map(|dir| dir.display().to_string())
-            .unwrap_or_default()
-    }
-
-    /// Appends an event and wakes followers.
-    fn push(&mut self, event: pb::run_event::Event) {
-        self.events.push(pb::RunEvent { event: Some(event) });
+    /// Appends to the history and wakes followers.
+    fn push(&mut self, update: Update) {
+        self.history.push(update);
         self.version.send_modify(|v| *v += 1);
     }
 
-    fn progress(&mut self) {
-        let event = pb::run_event::Event::Progress(pb::RunProgress {
-            state: self.state.into(),
-            counts: Some(counts(&self.counts)),
+    /// Ends the run with `outcome` (its folder: `dir`, else the one it opened), stamps the
+    /// end and appends the last update. A run ends once: ending it again changes nothing.
+    fn end(&mut self, outcome: Outcome, dir: Option<PathBuf>) {
+        let (started, opened) = match &mut self.state {
+            RunState::Queued => (None, None),
+            RunState::Running { started, dir, .. } => (Some(*started), dir.take()),
+            RunState::Ended { .. } => return,
+        };
+        let dir = dir.or(opened);
+        self.state = RunState::Ended {
+            started,
+            ended: SystemTime::now(),
+            outcome: outcome.clone(),
+            dir: dir.clone(),
+        };
+        let counts = self.counts;
+        self.push(Update::Ended {
+            outcome,
+            counts,
+            dir,
         });
-        self.push(event);
-    }
-
-    /// Sets a final state, stamps the end and appends the RunFinished event.
-    fn end(&mut self, state: pb::RunState, error: String) {
-        self.state = state;
-        self.error = error;
-        self.ended_unix_ms = now_ms();
-        let event = pb::run_event::Event::Finished(pb::RunFinished {
-            state: state.into(),
-            counts: Some(counts(&self.counts)),
-            results_dir: self.dir_text(),
-            error: self.error.clone(),
-        });
-        self.push(event);
     }
 }
 
@@ -134,9 +218,9 @@ struct Job {
     cancel: CancellationToken,
 }
 
-/// A snapshot for a follower: events from its position on, and whether the run is over.
+/// A snapshot for a follower: the history from its position on, and whether the run is over.
 pub(crate) struct Followed {
-    pub(crate) events: Vec<pb::RunEvent>,
+    pub(crate) updates: Vec<Update>,
     pub(crate) over: bool,
 }
 
@@ -211,7 +295,7 @@ impl Runs {
         plan: Plan,
         text: String,
         owner: PeerIdentity,
-        results_root: &std::path::Path,
+        results_root: &Path,
     ) -> Result<String, Refused> {
         if self.is_closing() {
             return Err(Refused::ShuttingDown);
@@ -229,37 +313,31 @@ impl Runs {
         // of someone else's is hopeless (authorize() answers it like a missing one anyway).
         let id = host::secret::random_hex(RUN_ID_BYTES).map_err(Refused::NoRunId)?;
         forget_oldest_ended(&mut inner.runs, &owner);
+        let counts = RunCounts {
+            total: plan.cells().len(),
+            ..RunCounts::default()
+        };
         let mut run = Run {
             id: id.clone(),
             owner,
             folder: results_root.join(&id),
-            counts: RunCounts {
-                total: plan.cells().len(),
-                ..RunCounts::default()
-            },
             plan: Arc::new(plan),
             text: text.into(),
-            state: pb::RunState::Queued,
-            submitted_unix_ms: now_ms(),
-            started_unix_ms: 0,
-            ended_unix_ms: 0,
-            dir: None,
-            error: String::new(),
+            submitted: SystemTime::now(),
+            state: RunState::Queued,
+            counts,
             cancel: self.closing.child_token(),
-            cancel_reason: String::new(),
-            events: Vec::new(),
+            history: Vec::new(),
             version: watch::Sender::new(0),
         };
-        run.progress();
+        run.push(Update::Queued(counts));
         inner.runs.push(run);
         drop(inner);
         // The receiver lives as long as the worker; once it is gone, close() has cancelled
         // everything queued, this one included (it was pushed before the send).
         if self.queue.send(id.clone()).is_err() {
             self.with_run(&id, |run| {
-                if !run.is_over() {
-                    run.end(pb::RunState::Cancelled, SHUTTING_DOWN.into());
-                }
+                run.end(Outcome::Cancelled(SHUTTING_DOWN.into()), None);
             });
         }
         Ok(id)
@@ -286,7 +364,7 @@ impl Runs {
     }
 
     /// The runs `caller` may see (the controller identity: all), oldest first.
-    pub(crate) fn list(&self, caller: &PeerIdentity) -> Vec<pb::RunInfo> {
+    pub(crate) fn list(&self, caller: &PeerIdentity) -> Vec<RunInfo> {
         self.lock()
             .runs
             .iter()
@@ -296,15 +374,18 @@ impl Runs {
     }
 
     /// One run's info.
-    pub(crate) fn info(&self, id: &str) -> Result<pb::RunInfo, UnknownRun> {
+    pub(crate) fn info(&self, id: &str) -> Result<RunInfo, UnknownRun> {
         self.with_run(id, |run| run.info())
             .ok_or_else(|| UnknownRun(id.to_string()))
     }
 
     /// The run's results folder, once it has one.
     pub(crate) fn results_dir(&self, id: &str) -> Result<Option<PathBuf>, UnknownRun> {
-        self.with_run(id, |run| run.dir.clone())
-            .ok_or_else(|| UnknownRun(id.to_string()))
+        self.with_run(id, |run| match &run.state {
+            RunState::Queued => None,
+            RunState::Running { dir, .. } | RunState::Ended { dir, .. } => dir.clone(),
+        })
+        .ok_or_else(|| UnknownRun(id.to_string()))
     }
 
     /// A receiver of the run's version, to wait for changes.
@@ -313,10 +394,10 @@ impl Runs {
             .ok_or_else(|| UnknownRun(id.to_string()))
     }
 
-    /// Events from `from` on, and whether the run is over.
+    /// The history from `from` on, and whether the run is over.
     pub(crate) fn follow(&self, id: &str, from: usize) -> Result<Followed, UnknownRun> {
         self.with_run(id, |run| Followed {
-            events: run.events.get(from..).unwrap_or_default().to_vec(),
+            updates: run.history.get(from..).unwrap_or_default().to_vec(),
             over: run.is_over(),
         })
         .ok_or_else(|| UnknownRun(id.to_string()))
@@ -329,18 +410,18 @@ impl Runs {
         id: &str,
         reason: &str,
         wait: Duration,
-    ) -> Result<pb::RunInfo, UnknownRun> {
+    ) -> Result<RunInfo, UnknownRun> {
         let mut version = self.subscribe(id)?;
-        self.with_run(id, |run| match run.state {
-            pb::RunState::Queued => {
+        self.with_run(id, |run| match &mut run.state {
+            RunState::Queued => {
                 run.cancel.cancel();
-                run.end(pb::RunState::Cancelled, format!("{reason} while queued"));
+                run.end(Outcome::Cancelled(format!("{reason} while queued")), None);
             }
-            pb::RunState::Running if !run.cancel.is_cancelled() => {
-                run.cancel_reason = reason.to_string();
+            RunState::Running { stop_reason, .. } if !run.cancel.is_cancelled() => {
+                *stop_reason = Some(reason.to_string());
                 run.cancel.cancel();
             }
-            _ => {}
+            RunState::Running { .. } | RunState::Ended { .. } => {}
         });
         let over = async {
             loop {
@@ -363,12 +444,12 @@ impl Runs {
         self.closing.cancel();
         let mut inner = self.lock();
         for run in inner.runs.iter_mut() {
-            match run.state {
-                pb::RunState::Queued => run.end(pb::RunState::Cancelled, SHUTTING_DOWN.into()),
-                pb::RunState::Running if run.cancel_reason.is_empty() => {
-                    run.cancel_reason = SHUTTING_DOWN.into();
+            match &mut run.state {
+                RunState::Queued => run.end(Outcome::Cancelled(SHUTTING_DOWN.into()), None),
+                RunState::Running { stop_reason, .. } => {
+                    stop_reason.get_or_insert_with(|| SHUTTING_DOWN.into());
                 }
-                _ => {}
+                RunState::Ended { .. } => {}
             }
         }
     }
@@ -377,12 +458,15 @@ impl Runs {
     /// cancelled meanwhile.
     fn begin(&self, id: &str) -> Option<Job> {
         self.with_run(id, |run| {
-            if run.state != pb::RunState::Queued {
+            if run.state != RunState::Queued {
                 return None;
             }
-            run.state = pb::RunState::Running;
-            run.started_unix_ms = now_ms();
-            run.progress();
+            run.state = RunState::Running {
+                started: SystemTime::now(),
+                dir: None,
+                stop_reason: None,
+            };
+            run.push(Update::Running(run.counts));
             Some(Job {
                 plan: Arc::clone(&run.plan),
                 text: Arc::clone(&run.text),
@@ -397,27 +481,24 @@ impl Runs {
         self.with_run(id, |run| match event {
             RunEvent::Started { dir, total } => {
                 run.counts.total = total;
-                run.dir = Some(dir);
-                let event = pb::run_event::Event::Started(pb::RunStarted {
-                    results_dir: run.dir_text(),
-                    total_cells: saturate(total),
-                });
-                run.push(event);
+                if let RunState::Running { dir: opened, .. } = &mut run.state {
+                    *opened = Some(dir.clone());
+                }
+                run.push(Update::Started { dir, total });
             }
             RunEvent::Cell {
                 id,
                 status,
                 note,
-                counts: now,
+                counts,
             } => {
-                run.counts = now;
-                let event = pb::run_event::Event::Cell(pb::CellFinished {
+                run.counts = counts;
+                run.push(Update::Cell {
                     id,
-                    status: status.as_str().to_string(),
+                    status,
                     note,
-                    counts: Some(counts(&now)),
+                    counts,
                 });
-                run.push(event);
             }
             // The watch protocol carries starts and cells; the rest (nodes, brokers, netem,
             // undo, report) are in the service's log under the run's span.
@@ -425,44 +506,40 @@ impl Runs {
         });
     }
 
-    fn finish(&self, id: &str, outcome: Outcome) {
+    /// Ends a running run with what the run returned (or why it could not run).
+    fn finish(&self, id: &str, ran: Result<RunSummary, String>) {
         self.with_run(id, |run| {
             let cancelled = run.cancel.is_cancelled();
-            let reason = if run.cancel_reason.is_empty() {
-                "cancelled".to_string()
-            } else {
-                run.cancel_reason.clone()
+            let reason = match &run.state {
+                RunState::Running {
+                    stop_reason: Some(reason),
+                    ..
+                } => reason.clone(),
+                _ => "cancelled".to_string(),
             };
-            let (state, error) = match outcome {
-                Outcome::Ran(summary) => {
+            let mut dir = None;
+            let outcome = match ran {
+                Ok(summary) => {
                     run.counts.measured = summary.measured;
                     run.counts.failed = summary.failed;
                     run.counts.skipped = summary.skipped;
-                    run.dir = Some(summary.dir);
+                    dir = Some(summary.dir);
                     if cancelled && summary.interrupted {
-                        (pb::RunState::Cancelled, reason)
+                        Outcome::Cancelled(reason)
                     } else if summary.interrupted {
-                        (
-                            pb::RunState::Failed,
+                        Outcome::Failed(
                             "stopped after a failed cell (on_failure = \"stop\")".to_string(),
                         )
                     } else {
-                        (pb::RunState::Finished, String::new())
+                        Outcome::Finished
                     }
                 }
-                Outcome::Error(error) if cancelled => {
-                    (pb::RunState::Cancelled, format!("{reason}; {error}"))
-                }
-                Outcome::Error(error) => (pb::RunState::Failed, error),
+                Err(error) if cancelled => Outcome::Cancelled(format!("{reason}; {error}")),
+                Err(error) => Outcome::Failed(error),
             };
-            run.end(state, error);
+            run.end(outcome, dir);
         });
     }
-}
-
-enum Outcome {
-    Ran(crate::run::RunSummary),
-    Error(String),
 }
 
 /// Runs queued plans one at a time until the service closes (after the run in progress, if
@@ -486,7 +563,7 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
         if let Some(root) = job.folder.parent()
             && let Err(error) = crate::results::close_to_others(root)
         {
-            runs.finish(&id, Outcome::Error(error.to_string()));
+            runs.finish(&id, Err(error.to_string()));
             continue;
         }
         // A run's folder is named after the plan and the second it starts: two runs of one
@@ -514,17 +591,19 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
         while let Some(event) = received.recv().await {
             runs.on_event(&id, event);
         }
-        let outcome = match task.await {
-            Ok(Ok(summary)) => Outcome::Ran(summary),
-            Ok(Err(error)) => Outcome::Error(error.to_string()),
-            Err(error) => Outcome::Error(format!("the run stopped abnormally: {error}")),
+        let ran = match task.await {
+            Ok(ran) => ran.map_err(|error| error.to_string()),
+            Err(error) => Err(format!("the run stopped abnormally: {error}")),
         };
-        runs.finish(&id, outcome);
-        if let Ok(info) = runs.info(&id) {
+        runs.finish(&id, ran);
+        if let Ok(RunInfo {
+            state: RunState::Ended { outcome, .. },
+            ..
+        }) = runs.info(&id)
+        {
             tracing::info!(
                 run = %id,
-                state = info.state().as_str_name(),
-                error = %info.error,
+                ?outcome,
                 "run ended"
             );
         }
@@ -533,29 +612,13 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
     runs.close();
 }
 
-fn counts(counts: &RunCounts) -> pb::Counts {
-    pb::Counts {
-        total: saturate(counts.total),
-        done: saturate(counts.done),
-        measured: saturate(counts.measured),
-        failed: saturate(counts.failed),
-        skipped: saturate(counts.skipped),
-    }
-}
-
-fn saturate(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
 /// Unix ms now, on this machine's clock.
-pub(crate) fn now_ms() -> u64 {
+fn now_ms() -> u64 {
     loadgen::clock::unix_now_ns() / 1_000_000
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
 
     const PLAN: &str = r#"name = "p"
@@ -625,5 +688,136 @@ loadgen = ["local"]
             .to_string();
         // The same sentence but for the id the caller itself sent.
         assert_eq!(foreign.replace(&id, "ID"), unknown.replace(&missing, "ID"));
+    }
+
+    /// The run's whole history, as a Watch from the start would see it.
+    fn history(runs: &Runs, id: &str) -> Vec<Update> {
+        runs.follow(id, 0).expect("a known run").updates
+    }
+
+    #[tokio::test]
+    async fn a_queued_run_cancelled_ends_at_once_never_started_and_says_by_whom() {
+        let (runs, _queue) = Runs::new();
+        let id = submit(&runs, &client("laptop"));
+        let info = runs
+            .cancel(&id, "cancelled by laptop", Duration::ZERO)
+            .await
+            .expect("a known run");
+        let reason = "cancelled by laptop while queued".to_string();
+        assert!(
+            matches!(
+                &info.state,
+                RunState::Ended { started: None, outcome: Outcome::Cancelled(why), dir: None, .. }
+                    if *why == reason
+            ),
+            "{info:?}"
+        );
+        let total = info.counts.total;
+        assert_eq!(total, 1, "{info:?}");
+        let queued = RunCounts {
+            total,
+            ..RunCounts::default()
+        };
+        assert_eq!(
+            history(&runs, &id),
+            [
+                Update::Queued(queued),
+                Update::Ended {
+                    outcome: Outcome::Cancelled(reason),
+                    counts: queued,
+                    dir: None,
+                },
+            ]
+        );
+        assert!(runs.begin(&id).is_none(), "the worker skips it");
+    }
+
+    #[test]
+    fn a_run_queued_after_the_worker_is_gone_ends_cancelled_by_the_shutdown() {
+        let (runs, queue) = Runs::new();
+        drop(queue);
+        let id = submit(&runs, &client("laptop"));
+        let info = runs.info(&id).expect("a known run");
+        assert!(
+            matches!(&info.state, RunState::Ended { outcome: Outcome::Cancelled(why), .. }
+                if why == SHUTTING_DOWN),
+            "{info:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_running_run_keeps_its_folder_and_ends_as_what_stopped_it() {
+        let (runs, _queue) = Runs::new();
+        let laptop = client("laptop");
+        let opened = PathBuf::from("/srv/results/opened");
+        let summary = |interrupted| RunSummary {
+            dir: PathBuf::from("/srv/results/summary"),
+            measured: 0,
+            failed: 1,
+            skipped: 0,
+            interrupted,
+        };
+        let ended = |id: &str| match runs.info(id).expect("a known run").state {
+            RunState::Ended {
+                started: Some(_),
+                outcome,
+                dir,
+                ..
+            } => (outcome, dir),
+            other => panic!("{other:?}"),
+        };
+
+        // An error before the summary: the folder the run opened, the error as the reason.
+        let id = submit(&runs, &laptop);
+        assert!(runs.begin(&id).is_some());
+        runs.on_event(
+            &id,
+            RunEvent::Started {
+                dir: opened.clone(),
+                total: 1,
+            },
+        );
+        assert_eq!(runs.results_dir(&id).expect("known"), Some(opened.clone()));
+        runs.finish(&id, Err("node n: unreachable".into()));
+        assert_eq!(
+            ended(&id),
+            (
+                Outcome::Failed("node n: unreachable".into()),
+                Some(opened.clone())
+            )
+        );
+
+        // on_failure = "stop": failed, in the summary's folder.
+        let id = submit(&runs, &laptop);
+        assert!(runs.begin(&id).is_some());
+        runs.finish(&id, Ok(summary(true)));
+        let (outcome, dir) = ended(&id);
+        assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+        assert_eq!(dir, Some(summary(true).dir));
+        assert_eq!(runs.info(&id).expect("known").counts.failed, 1);
+
+        // Interrupted after a cancel: cancelled, by whom the first cancel said.
+        let id = submit(&runs, &laptop);
+        assert!(runs.begin(&id).is_some());
+        let info = runs
+            .cancel(&id, "cancelled by laptop", Duration::ZERO)
+            .await
+            .expect("a known run");
+        assert!(
+            matches!(
+                &info.state,
+                RunState::Running {
+                    stop_reason: Some(_),
+                    ..
+                }
+            ),
+            "{info:?}"
+        );
+        runs.close();
+        runs.finish(&id, Ok(summary(true)));
+        assert_eq!(
+            ended(&id).0,
+            Outcome::Cancelled("cancelled by laptop".into())
+        );
     }
 }

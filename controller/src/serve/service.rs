@@ -1,5 +1,6 @@
 //! The `Controller` gRPC service: role checks, admission of plans against the service's own
-//! configuration, ownership of runs, then the run registry.
+//! configuration, ownership of runs, then the run registry, whose Rust state becomes
+//! messages here (through `convert.rs`) and nowhere earlier.
 
 use std::sync::Arc;
 
@@ -115,9 +116,9 @@ impl Controller for ControllerService {
                 let Ok(followed) = runs.follow(&id, next) else {
                     return;
                 };
-                next += followed.events.len();
-                for event in followed.events {
-                    if out.send(Ok(event)).await.is_err() {
+                next += followed.updates.len();
+                for update in followed.updates {
+                    if out.send(Ok(pb::RunEvent::from(update))).await.is_err() {
                         return;
                     }
                 }
@@ -139,7 +140,12 @@ impl Controller for ControllerService {
     ) -> Result<Response<pb::ListReply>, Status> {
         let caller = caller(&request)?;
         Ok(Response::new(pb::ListReply {
-            runs: self.runs.list(&caller),
+            runs: self
+                .runs
+                .list(&caller)
+                .iter()
+                .map(pb::RunInfo::from)
+                .collect(),
         }))
     }
 
@@ -167,8 +173,7 @@ impl Controller for ControllerService {
         self.runs.authorize(&id, &caller)?;
         tracing::info!(%caller, run = %id, "cancel");
         let reason = format!("cancelled by {caller}");
-        Ok(Response::new(
-            self.runs.cancel(&id, &reason, CANCEL_WAIT).await?,
-        ))
+        let info = self.runs.cancel(&id, &reason, CANCEL_WAIT).await?;
+        Ok(Response::new(pb::RunInfo::from(&info)))
     }
 }
