@@ -11,34 +11,15 @@
 use std::ops::Range;
 
 use loadgen::spec::Shard;
-use serde::{Deserialize, Serialize};
 
+// The enum is the plan tree's (`types.rs`); named here too, where its readers look for it.
+pub use super::types::Spread;
 use super::types::TestEntry;
 
 /// Most loadgen nodes one test may name.
 pub const MAX_LOADGEN_NODES: usize = 256;
 /// Highest weight of one loadgen node.
 pub const MAX_WEIGHT: u32 = 1_000;
-
-/// How a test's load is spread over its loadgen nodes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Spread {
-    /// Publishers and subscribers each divided over the nodes by weight.
-    #[default]
-    Even,
-    /// Two nodes: publishers on the first, subscribers on the second.
-    Split,
-}
-
-impl Spread {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Spread::Even => "even",
-            Spread::Split => "split",
-        }
-    }
-}
 
 /// One node's part of a test's load.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -341,6 +341,26 @@ impl<'de> Deserialize<'de> for WarmupEntry {
     }
 }
 
+/// How a test's load is spread over its loadgen nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Spread {
+    /// Publishers and subscribers each divided over the nodes by weight.
+    #[default]
+    Even,
+    /// Two nodes: publishers on the first, subscribers on the second.
+    Split,
+}
+
+impl Spread {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spread::Even => "even",
+            Spread::Split => "split",
+        }
+    }
+}
+
 /// A test and its overrides of the preset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -353,7 +373,7 @@ pub struct TestEntry {
     /// How the load is spread over `loadgen`: `even` (by `weights`, the default) or `split`
     /// (two nodes: publishers on the first, subscribers on the second).
     #[serde(default)]
-    pub spread: Option<super::spread::Spread>,
+    pub spread: Option<Spread>,
     /// Each loadgen node's share under `even` spreading, in `loadgen`'s order (equal when
     /// absent).
     #[serde(default)]
