@@ -93,7 +93,13 @@ impl Fleet {
     }
 }
 
-impl ChurnOutcome {
+/// Counting a visit into the outcome: a trait, as the outcome is a result type of
+/// `loadgen-model` and only its own crate gives it methods.
+trait CountVisit {
+    fn count(&mut self, visit: Visit);
+}
+
+impl CountVisit for ChurnOutcome {
     fn count(&mut self, visit: Visit) {
         match visit {
             Visit::Completed { connect_ns } | Visit::Dropped { connect_ns } => {
