@@ -23,6 +23,10 @@
 //! Clients dial agents by IP address (198.18.x.y on a testbed); agents' certificates carry
 //! those addresses as subjectAltNames, so no server-name override is needed. Where a client
 //! dials a name the certificate lacks, `ClientTlsConfig::domain_name` sets the name to check.
+//!
+//! Certificates that peers present are checked for their end too: the client warns (once per
+//! peer and process, [`warn_once`]) when the server's ends within [`pki::EXPIRY_WARNING`], and
+//! servers do the same for their callers with [`peer_expiry`].
 
 use std::path::Path;
 use std::time::Duration;
@@ -34,7 +38,9 @@ use x509_parser::prelude::FromDer;
 
 use crate::pki::{self, CA_CERT_FILE, IssuedIdentity, PeerIdentity, PkiError, Role};
 
+mod peer_expiry;
 mod role_pinned;
+pub use peer_expiry::{certificate_expiry, warn_once};
 pub use role_pinned::{PinnedConnectError, TcpDial};
 
 /// How long a server waits for a TLS handshake, so a peer that connects and stalls does not
@@ -172,8 +178,7 @@ pub fn peer_expiry<T>(
     let who = PeerIdentity::from_der(leaf)
         .map(|identity| identity.to_string())
         .unwrap_or_else(|_| "of an unnamed peer".to_owned());
-    let not_after = pki::der_not_after(leaf, &who).ok()?;
-    pki::expiry(who.into(), not_after, within, now)
+    certificate_expiry(leaf, &who, within, now)
 }
 
 /// The caller's identity if its role is one of `allowed`; otherwise `PERMISSION_DENIED`

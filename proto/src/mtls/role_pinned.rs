@@ -12,7 +12,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hyper_util::rt::TokioIo;
 use rustls::client::WebPkiServerVerifier;
@@ -24,8 +24,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::peer_expiry::{certificate_expiry, warn_once};
 use super::{Credentials, MtlsError};
-use crate::pki::{PeerIdentity, Role};
+use crate::pki::{EXPIRY_WARNING, Expiring, PeerIdentity, Role};
 
 /// The TCP keep-alive of the connections: the same cadence as the channels' HTTP/2 PINGs.
 const TCP_KEEP_ALIVE: Duration = Duration::from_secs(5);
@@ -163,6 +164,31 @@ struct RolePinnedVerifier {
     expected: Role,
 }
 
+/// The role in the server's (CA-verified) certificate `der` is `expected`; and whether that
+/// certificate ends within [`EXPIRY_WARNING`] of `now`, for the client to warn about.
+fn check_server_role(
+    der: &[u8],
+    expected: Role,
+    now: SystemTime,
+) -> Result<Option<Expiring>, rustls::Error> {
+    let identity = PeerIdentity::from_der(der).map_err(|error| {
+        rustls::Error::General(format!(
+            "the server's certificate has no Continuum identity: {error}"
+        ))
+    })?;
+    if identity.role != expected {
+        return Err(rustls::Error::General(format!(
+            "the server is {identity}, not an identity of role {expected}"
+        )));
+    }
+    Ok(certificate_expiry(
+        der,
+        &identity.to_string(),
+        EXPIRY_WARNING,
+        now,
+    ))
+}
+
 impl ServerCertVerifier for RolePinnedVerifier {
     fn verify_server_cert(
         &self,
@@ -179,16 +205,9 @@ impl ServerCertVerifier for RolePinnedVerifier {
             ocsp_response,
             now,
         )?;
-        let identity = PeerIdentity::from_der(end_entity.as_ref()).map_err(|error| {
-            rustls::Error::General(format!(
-                "the server's certificate has no Continuum identity: {error}"
-            ))
-        })?;
-        if identity.role != self.expected {
-            return Err(rustls::Error::General(format!(
-                "the server is {identity}, not an identity of role {}",
-                self.expected
-            )));
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now.as_secs());
+        if let Some(expiring) = check_server_role(end_entity.as_ref(), self.expected, now)? {
+            warn_once(&expiring, "server");
         }
         Ok(verified)
     }
@@ -218,7 +237,43 @@ impl ServerCertVerifier for RolePinnedVerifier {
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use super::*;
+    use crate::pki::{CertificateAuthority, IdentitySpec, pem_to_der};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    /// A client dialling an agent whose certificate ends in five days is told so (and still
+    /// connects); a year-long one is not mentioned; a wrong role is refused first.
+    #[test]
+    fn a_servers_certificate_close_to_its_end_is_decided_worth_a_warning() {
+        let ca = CertificateAuthority::generate("test CA").expect("CA");
+        let now = SystemTime::now();
+        let der = |spec: IdentitySpec| {
+            let issued = ca.issue(&spec).expect("issued");
+            pem_to_der(&issued.cert_pem, "server").expect("DER")
+        };
+        let soon =
+            der(IdentitySpec::new(Role::Agent, "worker-1").valid_between(now - DAY, now + 5 * DAY));
+        let expiring = check_server_role(&soon, Role::Agent, now)
+            .expect("the role is right")
+            .expect("ends within the window");
+        assert!(
+            expiring
+                .to_string()
+                .starts_with("certificate agent \"worker-1\" expires in"),
+            "{expiring}"
+        );
+        let year = der(IdentitySpec::new(Role::Agent, "worker-2"));
+        assert_eq!(
+            check_server_role(&year, Role::Agent, now).expect("right role"),
+            None
+        );
+        let error = check_server_role(&soon, Role::Controller, now).expect_err("wrong role");
+        assert!(
+            error.to_string().contains("not an identity of role"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn the_host_of_an_address_drops_port_and_brackets() {
