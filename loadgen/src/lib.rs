@@ -9,56 +9,45 @@
 //! Results of several instances merge exactly, which is how agents combine.
 //!
 //! # Layout
-//! - [`spec`]: the workload (serde, validated with TOML paths), one file per concern: broker
-//!   and MQTT settings, topology and shards, pacing and run length, connection/engine/drain
-//!   options, validation; [`size`]: byte sizes.
-//! - [`presets`]: the study's tests (its Table III), each a workload and the points it sweeps;
-//!   the CLI and the controller's plan both start from them.
+//! The data and its pure functions are in `loadgen-model` and re-exported here under their
+//! old names: [`spec`] (the workload), [`size`], [`presets`] (the study's tests),
+//! [`saturation`] (the search's settings, probes and decisions), [`header`] (the measurement
+//! header), [`clock`] (the run clock), [`result`] (the raw mergeable result) with
+//! [`result_checks`], [`series`] and [`histogram_v2`], and [`summary`] with [`steadiness`],
+//! [`generator`] and [`tail`]. Here, the engine:
 //! - [`engine`]: the phases of a run (`engine/connect`, `engine/publish`, `engine/drain` beside
 //!   them); `publisher` and `subscriber`: one task per connection; `pacer`: the
-//!   open-loop schedule; `session`: connecting; [`runtime`]: the threads a run lives on;
-//!   [`usage`]: what it cost loadgen itself; `live`: the counters tasks share during a run.
+//!   open-loop schedule; `session`: connecting; `reconnect`: reconnecting lost connections;
+//!   [`runtime`]: the threads a run lives on; [`usage`]: what it cost loadgen itself;
+//!   [`local_broker`]: the broker's process on this host; `live`: the counters tasks share
+//!   during a run; [`limits`]: open-file limits.
 //! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS,
-//!   and WebSocket (ws/wss) on top;
-//!   [`header`]: the measurement header; [`clock`]: the run clock.
-//! - [`accounting`]: per-(publisher, seq) tracking; [`series`]: rate over time;
-//!   [`result`]: the raw mergeable result, [`result_checks`]: what one read from a file must
-//!   satisfy before use; [`summary`]: the figures derived from it;
-//!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
-//!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay;
-//!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
-//!   search).
+//!   and WebSocket (ws/wss) on top.
+//! - [`accounting`]: per-(publisher, seq) tracking.
 //! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command
 //!   (flags, applying them, one file per command).
 
+// The spec, result, summary and their kin are `loadgen-model`'s, so that crates speaking the
+// contract need not build the engine; re-exported so `loadgen::spec` and `crate::spec` stay.
+pub use loadgen_model::{
+    clock, generator, header, histogram_v2, presets, result, result_checks, saturation, series,
+    size, spec, steadiness, summary, tail,
+};
+
 pub mod accounting;
 pub mod cli;
-pub mod clock;
 pub mod codec;
 pub mod engine;
-pub mod generator;
-pub mod header;
-pub mod histogram_v2;
 pub mod limits;
 mod live;
 pub mod local_broker;
 pub mod output;
 mod pacer;
-pub mod presets;
 mod publisher;
 mod reconnect;
-pub mod result;
-pub mod result_checks;
 pub mod runtime;
-pub mod saturation;
-pub mod series;
 mod session;
-pub mod size;
-pub mod spec;
-pub mod steadiness;
 mod subscriber;
-pub mod summary;
-pub mod tail;
 pub mod transport;
 pub mod usage;
 
@@ -117,4 +106,13 @@ pub enum LoadgenError {
     /// A bug or resource exhaustion inside loadgen.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+impl From<spec::SpecReadError> for LoadgenError {
+    fn from(error: spec::SpecReadError) -> Self {
+        match error {
+            spec::SpecReadError::Syntax(message) => LoadgenError::SpecSyntax(message),
+            spec::SpecReadError::Invalid(invalid) => LoadgenError::Spec(invalid),
+        }
+    }
 }

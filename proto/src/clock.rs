@@ -75,14 +75,14 @@ pub async fn measure(
 ) -> Result<ClockOffset, tonic::Status> {
     let mut samples = Vec::with_capacity(exchanges as usize);
     for _ in 0..exchanges.max(1) {
-        let t1 = loadgen::clock::unix_now_ns();
+        let t1 = loadgen_model::clock::unix_now_ns();
         let reply = client
             .clock(pb::ClockRequest {
                 client_send_unix_ns: t1,
             })
             .await?
             .into_inner();
-        let t4 = loadgen::clock::unix_now_ns();
+        let t4 = loadgen_model::clock::unix_now_ns();
         if reply.client_send_unix_ns != t1 {
             return Err(tonic::Status::data_loss("the agent echoed another t1"));
         }

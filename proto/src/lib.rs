@@ -9,7 +9,7 @@
 //! with a [`ConversionError`] naming the field path (`spec.pacing.interval: missing`).
 //!
 //! ```
-//! use loadgen::WorkloadSpec;
+//! use loadgen_model::WorkloadSpec;
 //! use proto::loadgen::v1 as pb;
 //!
 //! let message = pb::WorkloadSpec::default();

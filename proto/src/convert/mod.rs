@@ -8,7 +8,8 @@
 //! the pacing `oneof`, whose members `open_loop`/`burst` are reported as `pacing`, as in
 //! `SPEC.toml`.
 //!
-//! - `spec.rs`, `result.rs`: loadgen's workload and its result.
+//! - `spec.rs`, `result.rs`: loadgen's workload and its result (`loadgen-model`'s types, so
+//!   the contract does not build the engine).
 //! - `broker.rs`: a broker request and its product ([`domain::BrokerSpec`]).
 //! - `netem.rs`: netem parameters ([`domain::NetemParams`]).
 
@@ -19,7 +20,7 @@ mod spec;
 
 use std::time::Duration;
 
-use loadgen::spec::SpecError;
+use loadgen_model::spec::SpecError;
 
 /// A message that does not make a valid domain value; each variant names the field path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,14 +3,14 @@
 use std::ops::Range;
 
 use hdrhistogram::Histogram;
-use loadgen::header::HeaderEncoding;
-use loadgen::histogram_v2::{self, HistogramError};
-use loadgen::result::{
+use loadgen_model::header::HeaderEncoding;
+use loadgen_model::histogram_v2::{self, HistogramError};
+use loadgen_model::result::{
     BrokerOnHost, ChurnOutcome, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
     MeasuredWindow, ReconnectOutcome, ResourceUsage, RunResult,
 };
-use loadgen::series::RateSeries;
-use loadgen::spec::Shard;
+use loadgen_model::series::RateSeries;
+use loadgen_model::spec::Shard;
 
 use super::spec::{shard_from_proto, spec_from_proto};
 use super::{ConversionError, enumeration, field, required};
@@ -140,7 +140,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         header,
         latency: histogram_from_bytes(&message.latency, at, "latency")?,
         transit_latency: if message.transit_latency.is_empty() {
-            loadgen::result::new_histogram()
+            loadgen_model::result::new_histogram()
         } else {
             histogram_from_bytes(&message.transit_latency, at, "transit_latency")?
         },
@@ -446,7 +446,7 @@ fn window_to_proto(window: &ClientWindow) -> pb::ClientWindow {
 
 #[cfg(test)]
 mod tests {
-    use loadgen::result::new_histogram;
+    use loadgen_model::result::new_histogram;
 
     use super::*;
 

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use loadgen::size::ByteSize;
-use loadgen::spec::{
+use loadgen_model::size::ByteSize;
+use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
     OfflineGap, Pacing, Qos, Reconnect, Shard, Topology, Transport, WorkloadSpec,
 };

@@ -2,7 +2,8 @@
 //! allocates by what it says: `loadgen merge` and `controller report` read results that may
 //! come from anywhere, and a result is plain numbers. Each check names the field's path.
 //!
-//! - The workload must be one the planner accepts ([`WorkloadSpec::validate`]): at most
+//! - The workload must be one the planner accepts
+//!   ([`WorkloadSpec::validate`](crate::spec::WorkloadSpec::validate)): at most
 //!   [`crate::spec::MAX_CLIENTS`] publishers and subscribers, so nothing sized by them can
 //!   ask for gigabytes.
 //! - Shards and client windows lie within the workload's clients, and there is one count per

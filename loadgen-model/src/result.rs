@@ -135,7 +135,7 @@ pub struct InstanceLoad {
 }
 
 /// What the broker's process spent over an instance's window, read from `/proc` on the host
-/// both ran on (see [`crate::local_broker`]).
+/// both ran on (see [`crate::broker_on_host`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerOnHost {
     /// Its process id.

@@ -60,14 +60,15 @@ impl fmt::Debug for BrokerTarget {
 pub const DEFAULT_WEBSOCKET_PATH: &str = "/mqtt";
 
 /// How MQTT packets reach the broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// MQTT straight over TCP (or TLS).
     #[default]
     Tcp,
     /// MQTT in binary WebSocket frames (subprotocol `mqtt`), over TCP or TLS.
-    #[value(name = "websocket", alias = "ws")]
+    #[cfg_attr(feature = "clap", value(name = "websocket", alias = "ws"))]
     WebSocket,
 }
 
@@ -108,16 +109,17 @@ impl fmt::Display for BrokerTarget {
 
 /// MQTT protocol version. On the command line also `311` or `4` (its protocol level) for
 /// 3.1.1 and `5.0` for 5.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MqttVersion {
     /// MQTT 3.1.1 (the study's version).
     #[default]
     #[serde(rename = "3.1.1")]
-    #[value(name = "3.1.1", aliases = ["311", "4"])]
+    #[cfg_attr(feature = "clap", value(name = "3.1.1", aliases = ["311", "4"]))]
     V311,
     /// MQTT 5.
     #[serde(rename = "5")]
-    #[value(name = "5", alias = "5.0")]
+    #[cfg_attr(feature = "clap", value(name = "5", alias = "5.0"))]
     V5,
 }
 

@@ -10,9 +10,10 @@ use super::WorkloadSpec;
 
 /// How publishers' topics reach subscribers. On the command line `fan-out` may also be
 /// written `fanout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
-#[value(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", value(rename_all = "kebab-case"))]
 pub enum Topology {
     /// Every publisher publishes to one topic that every subscriber reads (the study's latency
     /// tests: 100 publishers, 1 subscriber).
@@ -23,7 +24,7 @@ pub enum Topology {
     Pairs,
     /// Each publisher has its own topic, read by an equal group of subscribers (subscriber j
     /// reads publisher j mod P); subscribers must be a multiple of publishers.
-    #[value(alias = "fanout")]
+    #[cfg_attr(feature = "clap", value(alias = "fanout"))]
     FanOut,
 }
 

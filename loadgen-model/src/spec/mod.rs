@@ -108,15 +108,26 @@ pub struct WorkloadSpec {
     pub churn: Option<Churn>,
 }
 
+/// Why TOML text gave no workload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecReadError {
+    /// Not valid TOML, or it has unknown fields.
+    #[error("spec: {0}")]
+    Syntax(String),
+    /// A field has a bad value.
+    #[error("spec: {0}")]
+    Invalid(#[from] SpecError),
+}
+
 fn default_topic_prefix() -> String {
     "continuum".to_string()
 }
 
 impl WorkloadSpec {
     /// Parses and validates a spec from TOML text.
-    pub fn from_toml(text: &str) -> Result<Self, crate::LoadgenError> {
+    pub fn from_toml(text: &str) -> Result<Self, SpecReadError> {
         let spec: WorkloadSpec =
-            toml::from_str(text).map_err(|e| crate::LoadgenError::SpecSyntax(e.to_string()))?;
+            toml::from_str(text).map_err(|e| SpecReadError::Syntax(e.to_string()))?;
         spec.validate()?;
         Ok(spec)
     }

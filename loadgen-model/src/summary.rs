@@ -228,7 +228,7 @@ pub struct Summary {
     pub generator: GeneratorCheck,
     /// The broker's own process over the window, when it ran on loadgen's host.
     #[serde(default)]
-    pub broker_on_host: Option<crate::local_broker::BrokerOnHostSummary>,
+    pub broker_on_host: Option<crate::broker_on_host::BrokerOnHostSummary>,
     /// Failures by kind.
     pub errors: BTreeMap<String, u64>,
     /// Loadgen's CPU (user + system) per message published, its deliveries included, µs:
@@ -424,7 +424,7 @@ impl Summary {
             receive_rate_per_client: per_client(&result.subscriber_windows),
             steadiness,
             generator,
-            broker_on_host: crate::local_broker::summarise(result),
+            broker_on_host: crate::broker_on_host::summarise(result),
             errors: result
                 .errors
                 .iter()
