@@ -545,7 +545,6 @@ impl Runs {
 /// Runs queued plans one at a time until the service closes (after the run in progress, if
 /// any, has undone its netem and brokers).
 pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<String>) {
-    let mut last_start_secs = 0;
     loop {
         let id = tokio::select! {
             biased;
@@ -566,14 +565,6 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
             runs.finish(&id, Err(error.to_string()));
             continue;
         }
-        // A run's folder is named after the plan and the second it starts: two runs of one
-        // plan must not start within the same second, or the second would find the first's
-        // cells "finished".
-        let now_secs = now_ms() / 1_000;
-        if now_secs == last_start_secs {
-            tokio::time::sleep(Duration::from_millis(1_000 - now_ms() % 1_000 + 10)).await;
-        }
-        last_start_secs = now_ms() / 1_000;
         tracing::info!(run = %id, plan = %job.plan.name, "run started");
         let (events, mut received) = event_channel();
         let span = tracing::info_span!("run", run = %id);
@@ -610,11 +601,6 @@ pub(crate) async fn worker(runs: Arc<Runs>, mut queue: mpsc::UnboundedReceiver<S
     }
     // Anything still queued ends as cancelled (close() did it; this covers a closed queue).
     runs.close();
-}
-
-/// Unix ms now, on this machine's clock.
-fn now_ms() -> u64 {
-    loadgen::clock::unix_now_ns() / 1_000_000
 }
 
 #[cfg(test)]
