@@ -98,7 +98,7 @@ pub fn read<R: DeserializeOwned>(
     path: &Path,
     required: &[&str],
 ) -> Result<Option<Vec<Result<R, ResultsError>>>, ResultsError> {
-    let Some(file) = super::folder::open_in_place(path, MAX_CSV_BYTES)? else {
+    let Some(file) = super::in_place::open_in_place(path, MAX_CSV_BYTES)? else {
         return Ok(None);
     };
     let mut reader = csv::Reader::from_reader(BufReader::new(file));

@@ -30,6 +30,7 @@
 //! - `summary.rs`: [`CellRecord`] (a finished cell) and [`read_rows`].
 //! - `row.rs`: [`SummaryRow`], the columns of `summary.csv`.
 //! - `csv_file.rs`: appending and reading rows of a row type, the one CSV code.
+//! - `in_place.rs`: opening one file of the folder to read, never through a link, up to a cap.
 //! - `fields.rs`: how lists, error counts, verdicts and rounded numbers sit in one field.
 //! - [`usage`]: [`MetricsRow`], the samples of `metrics.csv`, and the broker's CPU and
 //!   memory over a cell's window from them.
@@ -37,6 +38,7 @@
 mod csv_file;
 mod fields;
 mod folder;
+mod in_place;
 mod manifest;
 mod row;
 pub mod summary;
