@@ -10,7 +10,7 @@ use proto::mtls::Credentials;
 use super::RunError;
 use super::events::{Events, RunEvent};
 use super::local_agent::{LocalAgents, start_local_agent};
-use super::testbed::{Agent, NodeInfo};
+use super::testbed::{Agent, NodeInfo, Testbed};
 use crate::clock::ClockOffset;
 use crate::plan::{NodeEntry, Plan};
 
@@ -55,6 +55,7 @@ impl AgentHandle {
 /// before anything changes.
 pub(super) async fn connect_all(
     plan: &Plan,
+    testbed: &dyn Testbed,
     locals: &mut LocalAgents,
     events: &Events,
 ) -> Result<HashMap<String, AgentHandle>, RunError> {
@@ -118,6 +119,7 @@ pub(super) async fn connect_all(
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
             (agent, node_data_address(node, fallback)?)
         };
+        let agent = testbed.agent(&node.name, agent);
         let mut handle = describe(node, agent, data_address).await?;
         if node.is_namespace() {
             handle.unlinked.clone_from(&unlinked);

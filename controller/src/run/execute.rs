@@ -6,13 +6,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
 use super::deploy::{self, DeployError, Deployment, Endpoints};
 use super::events::{Events, RunCounts, RunEvent};
-use super::faults::{Faults, Phase};
 use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
@@ -41,7 +41,7 @@ pub(super) struct Run<'p> {
     manifest: Manifest,
     progress: Progress,
     cancel: CancellationToken,
-    faults: Faults,
+    netem_renewal: Duration,
 }
 
 /// What opening a run needs besides the plan and its agents.
@@ -51,7 +51,8 @@ pub(super) struct Setting<'a> {
     pub(super) dir: PathBuf,
     pub(super) cancel: CancellationToken,
     pub(super) events: Events,
-    pub(super) faults: Faults,
+    /// How often netem leases are renewed.
+    pub(super) netem_renewal: Duration,
 }
 
 impl<'p> Run<'p> {
@@ -109,7 +110,7 @@ impl<'p> Run<'p> {
             manifest,
             progress: Progress { counts, events },
             cancel: setting.cancel,
-            faults: setting.faults,
+            netem_renewal: setting.netem_renewal,
         })
     }
 
@@ -151,8 +152,7 @@ impl<'p> Run<'p> {
         let mut not_runnable: Vec<(String, usize)> = Vec::new();
         for (b, broker) in plan.brokers.iter().enumerate() {
             for (s, scenario) in plan.scenarios.iter().enumerate() {
-                let Some(reason) =
-                    scenario::cannot_emulate(plan, scenario, broker, &self.agents, &self.faults)
+                let Some(reason) = scenario::cannot_emulate(plan, scenario, broker, &self.agents)
                 else {
                     continue;
                 };
@@ -288,7 +288,7 @@ impl<'p> Run<'p> {
         endpoints: Endpoints,
     ) -> Result<Flow, RunError> {
         let entry = &self.plan.scenarios[s];
-        let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.faults.clone()));
+        let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.netem_renewal));
         let lapse = netem.get_mut().lapse();
         let outcome = catching(async {
             if self.emulate(b, s, cells, netem.get_mut()).await? {
@@ -332,7 +332,6 @@ impl<'p> Run<'p> {
                         self.manifest.netem.push(netem);
                     }
                 }
-                self.faults.at(Phase::Manifest)?;
                 self.results.write_manifest(&self.manifest)?;
                 return Ok(true);
             }
@@ -418,11 +417,12 @@ impl<'p> Run<'p> {
         // debug builds.
         let measuring = cell::run(plan, cell, spec, &self.agents, watch, &id, &self.cancel);
         let (outcome, metrics) = Box::pin(measuring).await;
-        self.faults.at(Phase::Cell)?;
         self.results.record_metrics(&metrics)?;
         let watched = watch.map(|(node, name)| (name, self.clock_shift(node, cell)));
         let mut ended = Ended::ran(outcome, &metrics, watched);
-        if let Some(reason) = lapse.reason() {
+        // Checked once more now, before the cell is recorded: a lapse in its last second
+        // fails it too.
+        if let Some(reason) = lapse.confirm().await {
             ended = ended.failed_because(&reason);
         }
         let failed = ended.status == CellStatus::Failed;

@@ -8,7 +8,9 @@
 //! - this file: the entry points, the run's options, outcome and errors.
 //! - `execute.rs`: the run as a value and its phases (broker, scenario, cell), each
 //!   answering a `Flow`.
-//! - `guard.rs`: the undo guards; `faults.rs`: the seam the undo tests inject failures at.
+//! - `guard.rs`: the undo guards.
+//! - `testbed/`: what the run asks of each node's agent, in its own types (the gRPC side is
+//!   `crate::agent_client`); the undo tests' in-memory stand-in.
 //! - `events.rs`: [`RunEvent`]s on a bounded channel, and their `tracing` lines.
 //! - `record.rs`: recording a cell and counting it.
 //! - `agents.rs`: connecting (and starting a local agent, `local_agent.rs`);
@@ -21,7 +23,6 @@ mod cell;
 mod deploy;
 mod events;
 mod execute;
-mod faults;
 mod guard;
 mod load;
 mod local_agent;
@@ -44,12 +45,12 @@ pub use self::deploy::BROKER_LEASE;
 use self::events::Events;
 pub use self::events::{EVENT_CAPACITY, RunCounts, RunEvent, RunEvents, event_channel};
 use self::execute::{Run, Setting};
-use self::faults::{Faults, Phase};
 use self::guard::{Guard, catching};
 pub use self::local_agent::LocalAgent;
 use self::local_agent::LocalAgents;
 #[cfg(feature = "local-agent")]
 pub use self::namespaces::{EMULATED_ROOT, Leftover, Missing, emulation_lacks, remove_leftovers};
+use self::testbed::{Connected, Testbed};
 use crate::plan::Plan;
 use crate::results::{ResultsDir, ResultsError};
 
@@ -89,18 +90,6 @@ pub struct RunOptions {
     /// A new run writes into this folder (a service names it by the run's id) instead of
     /// `<results_dir>/<name>-<time>`.
     pub folder: Option<PathBuf>,
-    /// Failures the undo tests inject.
-    #[cfg(test)]
-    pub(crate) faults: Faults,
-}
-
-impl RunOptions {
-    fn faults(&self) -> Faults {
-        #[cfg(test)]
-        return self.faults.clone();
-        #[cfg(not(test))]
-        Faults::default()
-    }
 }
 
 /// What a run produced.
@@ -139,25 +128,36 @@ pub async fn run_plan_observed(
     cancel: CancellationToken,
     events: Option<RunEvents>,
 ) -> Result<RunSummary, RunError> {
+    run_on(plan, plan_text, options, cancel, events, &Connected).await
+}
+
+/// [`run_plan_observed`] on `testbed`: the agents the run connects to, as it reaches them.
+pub(crate) async fn run_on(
+    plan: &Plan,
+    plan_text: &str,
+    options: RunOptions,
+    cancel: CancellationToken,
+    events: Option<RunEvents>,
+    testbed: &dyn Testbed,
+) -> Result<RunSummary, RunError> {
     let dir = results_folder(plan, &options)?;
     if let Some(pki) = plan.pki_dir.as_deref() {
         crate::pki_command::warn_expiring(pki);
     }
     let events = Events::new(events);
-    let faults = options.faults();
     let setting = Setting {
         plan_text,
         dir,
         cancel,
         events: events.clone(),
-        faults: faults.clone(),
+        netem_renewal: testbed.netem_renewal(),
     };
     // The local agents' guard is outermost: they are stopped (after the brokers and netem
     // inside) on every way out, before the report is written.
     let mut locals = Guard::new(LocalAgents::default());
     let outcome = catching(async {
         // Every agent must answer before anything is written or changed anywhere.
-        let agents = agents::connect_all(plan, locals.get_mut(), &events).await?;
+        let agents = agents::connect_all(plan, testbed, locals.get_mut(), &events).await?;
         let mut run = Run::open(plan, agents, setting).await?;
         run.prepare().await?;
         let flow = Box::pin(run.brokers()).await?;
@@ -165,7 +165,7 @@ pub async fn run_plan_observed(
     })
     .await;
     let summary = locals.finish(outcome).await?;
-    report(&summary.dir, &events, &faults).await;
+    report(&summary.dir, &events).await;
     Ok(summary)
 }
 
@@ -190,17 +190,15 @@ fn results_folder(plan: &Plan, options: &RunOptions) -> Result<PathBuf, RunError
 
 /// Writes the report; a failure is reported, not returned: the measurements are on disk and
 /// `controller report DIR` can try again.
-async fn report(dir: &Path, events: &Events, faults: &Faults) {
-    let written = faults
-        .at(Phase::Report)
-        .map_err(|e| e.to_string())
-        .and_then(|()| crate::report::write_report(dir).map_err(|e| e.to_string()));
-    let event = match written {
+async fn report(dir: &Path, events: &Events) {
+    let event = match crate::report::write_report(dir) {
         Ok(files) => RunEvent::Report {
             html: files.html,
             markdown: files.markdown,
         },
-        Err(error) => RunEvent::ReportFailed { error },
+        Err(error) => RunEvent::ReportFailed {
+            error: error.to_string(),
+        },
     };
     events.emit(event).await;
 }

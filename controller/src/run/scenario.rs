@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
-use super::faults::Faults;
 use super::guard::{Undo, spawn_detached};
 use super::testbed::InForce;
 use crate::plan::{BrokerEntry, DelaySplit, Plan, ScenarioEntry, scenario_preset};
@@ -19,14 +18,6 @@ use crate::results::{AppliedNetem, NetemRecord};
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
 const LEASE: Duration = Duration::from_secs(30);
-/// Leases are renewed this often, and each renewal has the agent read its qdisc back: a
-/// netem lapse (an agent restarted, an interface recreated) fails the cell within about a
-/// second. (The undo tests renew faster, to see a failed renewal soon.)
-const RENEW_EVERY: Duration = if cfg!(test) {
-    Duration::from_millis(100)
-} else {
-    Duration::from_secs(1)
-};
 /// A renewal that takes longer has failed: the agent is silent.
 const RENEW_WITHIN: Duration = Duration::from_secs(5);
 /// A clear that takes longer is left to the lease.
@@ -46,16 +37,33 @@ pub enum ScenarioOutcome {
 /// Why a scenario's emulation is no longer assured: the first renewal that failed. Cells
 /// that end after it cannot be recorded as emulated.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Lapse(Arc<Mutex<Option<String>>>);
+pub(super) struct Lapse {
+    reason: Arc<Mutex<Option<String>>>,
+    /// The nodes whose leases are renewed, once netem is applied on them all.
+    nodes: Arc<Mutex<Vec<AgentHandle>>>,
+}
 
 impl Lapse {
     /// The failed renewal, once one failed.
     pub(super) fn reason(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Renews every lease once more, now, and then says whether the emulation lapsed: a
+    /// cell checks this as it ends, so a lapse in its last second fails it too.
+    pub(super) async fn confirm(&self) -> Option<String> {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for node in &nodes {
+            renew_on(node, self).await;
+        }
+        self.reason()
     }
 
     fn record(&self, reason: String) {
-        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         if first.is_none() {
             *first = Some(reason);
         }
@@ -69,21 +77,21 @@ pub(super) struct Netem {
     scenario: String,
     nodes: Vec<AgentHandle>,
     renewing: Option<(CancellationToken, JoinHandle<()>)>,
+    renew_every: Duration,
     lapse: Lapse,
     events: Events,
-    faults: Faults,
 }
 
 impl Netem {
-    /// Nothing applied yet.
-    pub(super) fn new(scenario: &str, events: Events, faults: Faults) -> Self {
+    /// Nothing applied yet; once applied, leases are renewed every `renew_every`.
+    pub(super) fn new(scenario: &str, events: Events, renew_every: Duration) -> Self {
         Netem {
             scenario: scenario.to_string(),
             nodes: Vec::new(),
             renewing: None,
+            renew_every,
             lapse: Lapse::default(),
             events,
-            faults,
         }
     }
 
@@ -118,7 +126,7 @@ impl Undo for Netem {
         // rest to `abandon`.
         while let Some(node) = self.nodes.last().cloned() {
             cleared.push(node.name.clone());
-            clear_on(node, &self.faults).await;
+            clear_on(node).await;
             self.nodes.pop();
         }
         let scenario = self.scenario.clone();
@@ -136,10 +144,9 @@ impl Undo for Netem {
         }
         let what = self.describe();
         let nodes = std::mem::take(&mut self.nodes);
-        let faults = self.faults.clone();
         spawn_detached(&what, async move {
             for node in nodes {
-                clear_on(node, &faults).await;
+                clear_on(node).await;
             }
         });
     }
@@ -196,7 +203,6 @@ fn not_emulable(
     scenario: &ScenarioEntry,
     involved: &BTreeSet<&str>,
     agents: &HashMap<String, AgentHandle>,
-    faults: &Faults,
 ) -> Result<Option<String>, String> {
     // Nodes that fell back to agents on loopback have no link, whatever netem could do there:
     // it would go on the machine's own loopback.
@@ -217,7 +223,7 @@ fn not_emulable(
         let node = agents
             .get(*name)
             .ok_or_else(|| format!("node {name} has no agent"))?;
-        if !node.netem_available() && !faults.fakes_netem() {
+        if !node.netem_available() {
             return Ok(Some(format!(
                 "scenario {}: node {name} cannot emulate ({})",
                 scenario.name,
@@ -235,13 +241,12 @@ pub(super) fn cannot_emulate(
     scenario: &ScenarioEntry,
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
-    faults: &Faults,
 ) -> Option<String> {
     let (delay, jitter, loss) = totals(scenario);
     if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
         return None;
     }
-    not_emulable(scenario, &involved(plan, broker), agents, faults).unwrap_or(None)
+    not_emulable(scenario, &involved(plan, broker), agents).unwrap_or(None)
 }
 
 /// Applies `scenario` for `broker` on the nodes involved, each node added to `netem` before
@@ -259,7 +264,7 @@ pub(super) async fn apply(
     }
     let broker_node = broker.node.as_deref();
     let involved = involved(plan, broker);
-    if let Some(reason) = not_emulable(scenario, &involved, agents, &netem.faults)? {
+    if let Some(reason) = not_emulable(scenario, &involved, agents)? {
         return Ok(ScenarioOutcome::Skipped(reason));
     }
     let mut applied = Vec::new();
@@ -276,7 +281,7 @@ pub(super) async fn apply(
             DelaySplit::BrokerSide => continue,
         };
         netem.nodes.push(node.clone());
-        let state = apply_on(node, &params, plan.timeouts.netem, &netem.faults).await?;
+        let state = apply_on(node, &params, plan.timeouts.netem).await?;
         applied.push(AppliedNetem {
             broker: broker.name.clone(),
             scenario: scenario.name.clone(),
@@ -286,13 +291,9 @@ pub(super) async fn apply(
             read_back: state.read_back,
         });
     }
+    *netem.lapse.nodes.lock().unwrap_or_else(|p| p.into_inner()) = netem.nodes.clone();
     let stop = CancellationToken::new();
-    let renewer = tokio::spawn(renew(
-        netem.nodes.clone(),
-        stop.clone(),
-        netem.lapse.clone(),
-        netem.faults.clone(),
-    ));
+    let renewer = tokio::spawn(renew(netem.renew_every, stop.clone(), netem.lapse.clone()));
     netem.renewing = Some((stop, renewer));
     Ok(ScenarioOutcome::Applied(applied))
 }
@@ -302,13 +303,7 @@ async fn apply_on(
     node: AgentHandle,
     params: &NetemParams,
     timeout: Duration,
-    faults: &Faults,
 ) -> Result<InForce, String> {
-    #[cfg(test)]
-    if let Some(fake) = &faults.netem {
-        return fake.apply(&node.name, params);
-    }
-    let _ = faults;
     let name = &node.name;
     tokio::time::timeout(timeout, node.agent.apply_netem(params, LEASE))
         .await
@@ -317,12 +312,7 @@ async fn apply_on(
 }
 
 /// ClearNetem on `node` (errors logged: its lease clears it anyway within its time).
-async fn clear_on(node: AgentHandle, faults: &Faults) {
-    #[cfg(test)]
-    if let Some(fake) = &faults.netem {
-        return fake.clear(&node.name);
-    }
-    let _ = faults;
+async fn clear_on(node: AgentHandle) {
     match tokio::time::timeout(UNDO_WITHIN, node.agent.clear_netem()).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => {
@@ -332,40 +322,39 @@ async fn clear_on(node: AgentHandle, faults: &Faults) {
     }
 }
 
-/// Renews every node's lease until `stop`; the first renewal that fails or times out is
-/// recorded in `lapse` (the agent went silent or lost the lease), and renewing goes on.
-async fn renew(mut nodes: Vec<AgentHandle>, stop: CancellationToken, lapse: Lapse, faults: Faults) {
+/// Renews the lease of every node in `lapse` each `every` until `stop`; the first renewal
+/// that fails or times out is recorded in `lapse` (the agent went silent or lost the
+/// lease), and renewing goes on.
+async fn renew(every: Duration, stop: CancellationToken, lapse: Lapse) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(RENEW_EVERY) => {}
+            _ = tokio::time::sleep(every) => {}
         }
-        for node in &mut nodes {
-            let failure = renew_on(node, &faults).await.err();
-            if let Some(problem) = failure {
-                tracing::error!(node = %node.name, %problem, "renewing the netem lease failed");
-                lapse.record(format!(
-                    "the netem lease on node {} could not be renewed ({problem}), so the link \
-                     was no longer assured to be emulated",
-                    node.name
-                ));
-            }
+        let nodes = lapse
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for node in &nodes {
+            renew_on(node, &lapse).await;
         }
     }
 }
 
-/// RenewNetem on `node`, within [`RENEW_WITHIN`].
-async fn renew_on(node: &mut AgentHandle, faults: &Faults) -> Result<(), String> {
-    #[cfg(test)]
-    if let Some(fake) = &faults.netem {
-        return fake.renew(&node.name);
-    }
-    let _ = faults;
-    match tokio::time::timeout(RENEW_WITHIN, node.agent.renew_netem()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.message().to_string()),
-        Err(_) => Err(format!("no answer within {RENEW_WITHIN:?}")),
-    }
+/// RenewNetem on `node`, within [`RENEW_WITHIN`]; a failure is recorded in `lapse`.
+async fn renew_on(node: &AgentHandle, lapse: &Lapse) {
+    let failure = match tokio::time::timeout(RENEW_WITHIN, node.agent.renew_netem()).await {
+        Ok(Ok(())) => return,
+        Ok(Err(error)) => error.message().to_string(),
+        Err(_) => format!("no answer within {RENEW_WITHIN:?}"),
+    };
+    tracing::error!(node = %node.name, problem = %failure, "renewing the netem lease failed");
+    lapse.record(format!(
+        "the netem lease on node {} could not be renewed ({failure}), so the link was no \
+         longer assured to be emulated",
+        node.name
+    ));
 }
 
 #[cfg(test)]

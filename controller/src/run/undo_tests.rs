@@ -4,12 +4,14 @@
 //! Real: two in-process agents (`agent = "local"`, one the broker's node, one the load's,
 //! both on 127.0.0.1), the broker they deploy (Mosquitto where it is installed, else the
 //! embedded one), the cell's load, the results folder, and the run's own phases and guards.
-//! Injected (through `faults.rs`, compiled only for these tests): the netem calls, since
-//! this machine's kernel has no netem qdisc (a stand-in records apply and clear per node),
-//! and the failure itself: an error writing the manifest after netem is applied, a netem
-//! apply that fails on the second node, an error or a panic after a cell ran, and an error
-//! writing the report. Two more stop a run once netem is in force: by its cancel token (as
-//! SIGINT does) and by dropping its future, where only the guards' fallbacks act.
+//! Injected (through the in-memory testbed, `testbed/memory.rs`, in front of the real
+//! agents): the netem calls, since this machine's kernel may have no netem qdisc (a
+//! stand-in records apply and clear per node), and the failure itself: an error writing the
+//! manifest after netem is applied, a netem apply that fails on the second node, a lease
+//! renewal that fails while a cell runs or only as it ends, an error or a panic after a
+//! cell ran, and an error writing the report (each write fails for real: its file is made
+//! unwritable). Two more stop a run once netem is in force: by its cancel token (as SIGINT
+//! does) and by dropping its future, where only the guards' fallbacks act.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -18,14 +20,17 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::faults::fake::FakeNetem;
-use super::faults::{Faults, Phase};
-use super::{RunError, RunEvent, RunOptions, RunSummary, event_channel, run_plan_observed};
+use super::testbed::memory::{Fault, MemoryNetem, MemoryTestbed};
+use super::{RunError, RunEvent, RunOptions, RunSummary, event_channel, run_on};
 use crate::plan::Plan;
 use crate::results::CellStatus;
 
 /// Every test run ends (undo included) well within this.
 const RUN_WITHIN: Duration = Duration::from_secs(120);
+/// Leases are renewed this often in these tests, to see a failed renewal within a cell.
+const RENEW_EVERY: Duration = Duration::from_millis(100);
+/// A renewal interval no cell here lasts: the only renewal is the check as a cell ends.
+const NO_RENEWAL_IN_A_CELL: Duration = Duration::from_secs(3600);
 
 fn plan(results: &std::path::Path) -> (Plan, String) {
     // Mosquitto where it is installed (as in CI); the embedded broker keeps the test
@@ -77,40 +82,47 @@ warmup = 1
 struct Ran {
     outcome: Result<Result<RunSummary, RunError>, tokio::task::JoinError>,
     events: Vec<RunEvent>,
-    netem: Arc<FakeNetem>,
+    netem: Arc<MemoryNetem>,
 }
 
-async fn run_failing(fail: Option<(Phase, bool)>, netem_fails_on: Option<&str>) -> Ran {
-    let netem = FakeNetem {
-        fail_on: netem_fails_on.map(str::to_string),
-        ..FakeNetem::default()
-    };
-    run_with(fail, netem).await
-}
-
-async fn run_with(fail: Option<(Phase, bool)>, netem: FakeNetem) -> Ran {
-    let results = tempfile::tempdir().expect("temp dir");
-    let (plan, text) = plan(results.path());
-    let netem = Arc::new(netem);
+/// Options writing into `folder`, and a testbed with `netem` and `fault` that knows it.
+fn testbed(
+    folder: &std::path::Path,
+    netem: MemoryNetem,
+    fault: Option<Fault>,
+    renew_every: Duration,
+) -> (RunOptions, Arc<MemoryTestbed>) {
     let options = RunOptions {
         resume: None,
-        folder: None,
-        faults: Faults {
-            fail,
-            netem: Some(Arc::clone(&netem)),
-        },
+        folder: Some(folder.to_path_buf()),
     };
+    let testbed = MemoryTestbed {
+        netem: Arc::new(netem),
+        fault,
+        folder: folder.to_path_buf(),
+        renew_every,
+    };
+    (options, Arc::new(testbed))
+}
+
+async fn run_failing(fault: Option<Fault>, netem_fails_on: Option<&str>) -> Ran {
+    let netem = MemoryNetem {
+        fail_on: netem_fails_on.map(str::to_string),
+        ..MemoryNetem::default()
+    };
+    run_with(fault, netem, NO_RENEWAL_IN_A_CELL).await
+}
+
+async fn run_with(fault: Option<Fault>, netem: MemoryNetem, renew_every: Duration) -> Ran {
+    let results = tempfile::tempdir().expect("temp dir");
+    let (plan, text) = plan(results.path());
+    let (options, testbed) = testbed(&results.path().join("run"), netem, fault, renew_every);
+    let netem = Arc::clone(&testbed.netem);
     let (sender, mut receiver) = event_channel();
     // A task of its own, as under `controller serve`: a panic of the run ends only it.
     let run = tokio::spawn(async move {
-        run_plan_observed(
-            &plan,
-            &text,
-            options,
-            CancellationToken::new(),
-            Some(sender),
-        )
-        .await
+        let cancel = CancellationToken::new();
+        run_on(&plan, &text, options, cancel, Some(sender), &*testbed).await
     });
     let collect = async {
         let mut events = Vec::new();
@@ -192,7 +204,7 @@ fn cells(ran: &Ran, status: CellStatus) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_writing_the_manifest_after_netem_undoes_everything() {
-    let ran = run_failing(Some((Phase::Manifest, false)), None).await;
+    let ran = run_failing(Some(Fault::Manifest), None).await;
     assert!(
         matches!(ran.outcome, Ok(Err(RunError::Results(_)))),
         "the error is returned: {:?}",
@@ -204,13 +216,14 @@ async fn an_error_writing_the_manifest_after_netem_undoes_everything() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_lease_renewal_fails_the_cell_that_ran_and_still_undoes_everything() {
     // The broker node's agent stops answering renewals while the cell runs (its latency
-    // test takes about a second; renewals come every 100 ms in this build).
+    // test takes about a second; renewals come every 100 ms in these tests).
     let ran = run_with(
         None,
-        FakeNetem {
+        MemoryNetem {
             renewal_fails_on: Some("server".into()),
-            ..FakeNetem::default()
+            ..MemoryNetem::default()
         },
+        RENEW_EVERY,
     )
     .await;
     assert!(
@@ -244,6 +257,57 @@ async fn a_failed_lease_renewal_fails_the_cell_that_ran_and_still_undoes_everyth
     assert_undone(&ran).await;
 }
 
+/// The cells recorded failed, with their notes.
+fn failed_notes(ran: &Ran) -> Vec<&String> {
+    ran.events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::Cell {
+                status: CellStatus::Failed,
+                note,
+                ..
+            } => Some(note),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lapsing_in_a_cells_last_moment_fails_that_cell() {
+    // No renewal comes while the cell runs (every hour); the lease on the broker's node is
+    // gone once the load ended, so only the check as the cell ends can see it.
+    let ran = run_with(
+        None,
+        MemoryNetem {
+            renewal_fails_after_load_on: Some("server".into()),
+            ..MemoryNetem::default()
+        },
+        NO_RENEWAL_IN_A_CELL,
+    )
+    .await;
+    assert!(
+        ran.outcome.as_ref().is_ok_and(|r| r.is_ok()),
+        "{:?}",
+        ran.outcome
+    );
+    let failed = failed_notes(&ran);
+    assert_eq!(failed.len(), 1, "{:?}", ran.events);
+    assert!(
+        failed[0].contains("netem lease on node server could not be renewed (injected: no answer)"),
+        "{}",
+        failed[0]
+    );
+    assert_eq!(cells(&ran, CellStatus::Ok), 0, "not recorded as emulated");
+    assert!(
+        ran.netem
+            .log()
+            .contains(&"renewal failed server".to_string()),
+        "{:?}",
+        ran.netem.log()
+    );
+    assert_undone(&ran).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_netem_apply_failing_on_the_second_node_clears_the_first() {
     let ran = run_failing(None, Some("server")).await;
@@ -256,7 +320,7 @@ async fn a_netem_apply_failing_on_the_second_node_clears_the_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_after_a_cell_undoes_everything() {
-    let ran = run_failing(Some((Phase::Cell, false)), None).await;
+    let ran = run_failing(Some(Fault::Cell), None).await;
     assert!(
         matches!(ran.outcome, Ok(Err(RunError::Results(_)))),
         "the error is returned: {:?}",
@@ -267,7 +331,7 @@ async fn an_error_after_a_cell_undoes_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_after_a_cell_undoes_everything_then_goes_on() {
-    let ran = run_failing(Some((Phase::Cell, true)), None).await;
+    let ran = run_failing(Some(Fault::CellPanics), None).await;
     assert!(
         ran.outcome.as_ref().is_err_and(|e| e.is_panic()),
         "the panic reaches the run's task: {:?}",
@@ -278,7 +342,7 @@ async fn a_panic_after_a_cell_undoes_everything_then_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_writing_the_report_leaves_nothing_behind() {
-    let ran = run_failing(Some((Phase::Report, false)), None).await;
+    let ran = run_failing(Some(Fault::Report), None).await;
     let summary = ran.outcome.as_ref().expect("no panic").as_ref();
     let summary = summary.expect("the measurements are on disk: the run succeeds");
     assert_eq!((summary.measured, summary.failed), (1, 0), "{summary:?}");
@@ -303,21 +367,15 @@ enum StopBy {
 async fn run_stopped(stop: StopBy) -> Ran {
     let results = tempfile::tempdir().expect("temp dir");
     let (plan, text) = plan(results.path());
-    let netem = Arc::new(FakeNetem::default());
-    let options = RunOptions {
-        resume: None,
-        folder: None,
-        faults: Faults {
-            fail: None,
-            netem: Some(Arc::clone(&netem)),
-        },
-    };
+    let folder = results.path().join("run");
+    let (options, testbed) = testbed(&folder, MemoryNetem::default(), None, RENEW_EVERY);
+    let netem = Arc::clone(&testbed.netem);
     let (sender, mut receiver) = event_channel();
     let cancel = CancellationToken::new();
     let token = cancel.clone();
     let run =
         tokio::spawn(
-            async move { run_plan_observed(&plan, &text, options, token, Some(sender)).await },
+            async move { run_on(&plan, &text, options, token, Some(sender), &*testbed).await },
         );
     let abort = run.abort_handle();
     let collect = async {

@@ -1,6 +1,7 @@
 //! What the run asks of a node's agent, in the run's own types: [`NodeAgent`]. The gRPC
 //! implementation (`crate::agent_client`) converts these to and from the wire; the undo
-//! tests put an in-memory stand-in (`memory.rs`) in front of real in-process agents.
+//! tests put an in-memory stand-in (`memory.rs`) in front of real in-process agents, through
+//! [`Testbed`].
 //!
 //! The run bounds each call with its own deadlines (they name what took too long), so a
 //! [`NodeAgent`] only answers or fails.
@@ -19,6 +20,38 @@ use loadgen::{RunResult, WorkloadSpec};
 
 use crate::clock::ClockOffset;
 use crate::results::NetemRecord;
+
+#[cfg(test)]
+pub(super) mod memory;
+
+/// How often netem leases are renewed. Each renewal has the agent read its qdisc back, so a
+/// netem lapse (an agent restarted, an interface recreated) fails the cell within about a
+/// second.
+pub const NETEM_RENEW_EVERY: Duration = Duration::from_secs(1);
+
+/// The testbed as the run reaches it: each node's agent once the run connected to it, and
+/// how often netem leases are renewed there.
+pub trait Testbed: Send + Sync {
+    /// The agent the run uses for `node`, whose agent it reached as `connected`.
+    fn agent(&self, node: &str, connected: Agent) -> Agent;
+
+    /// How often netem leases are renewed.
+    fn netem_renewal(&self) -> Duration;
+}
+
+/// The testbed as it is: the agents the run connected to, netem renewed every second.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Connected;
+
+impl Testbed for Connected {
+    fn agent(&self, _node: &str, connected: Agent) -> Agent {
+        connected
+    }
+
+    fn netem_renewal(&self) -> Duration {
+        NETEM_RENEW_EVERY
+    }
+}
 
 /// An answer from an agent, to be awaited.
 pub type Reply<'a, T> = Pin<Box<dyn Future<Output = Result<T, AgentError>> + Send + 'a>>;
