@@ -5,6 +5,8 @@
 //! - a server that goes silent in the middle of `watch` (a proxy that stops forwarding,
 //!   connection left open): HTTP/2 keep-alive ends the watch within its ping interval and
 //!   timeout instead of waiting forever;
+//! - a server that takes `submit`, `list` and `cancel` and never answers them: each fails at
+//!   its deadline, in one line naming the address and the call;
 //! - a server whose `fetch` sends more than the caps: a message over [`remote::MAX_MESSAGE`]
 //!   and files over [`remote::FetchLimits`] are refused, in one line, nothing over the cap
 //!   written.
@@ -12,7 +14,7 @@
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use controller::remote::{self, FetchLimits, RemoteError};
+use controller::remote::{self, FetchLimits, RemoteAction, RemoteError};
 use futures_util::Stream;
 use proto::controller::v1 as pb;
 use proto::mtls::Credentials;
@@ -127,10 +129,55 @@ impl pb::controller_server::Controller for Scripted {
     }
 }
 
+/// A controller service that takes every call and answers none.
+struct Silent;
+
+#[tonic::async_trait]
+impl pb::controller_server::Controller for Silent {
+    async fn submit(
+        &self,
+        _: tonic::Request<pb::SubmitRequest>,
+    ) -> Result<tonic::Response<pb::RunId>, tonic::Status> {
+        std::future::pending().await
+    }
+
+    type WatchStream = Boxed<pb::RunEvent>;
+
+    async fn watch(
+        &self,
+        _: tonic::Request<pb::RunId>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        std::future::pending().await
+    }
+
+    async fn list(
+        &self,
+        _: tonic::Request<pb::ListRequest>,
+    ) -> Result<tonic::Response<pb::ListReply>, tonic::Status> {
+        std::future::pending().await
+    }
+
+    type FetchStream = Boxed<pb::FileChunk>;
+
+    async fn fetch(
+        &self,
+        _: tonic::Request<pb::RunId>,
+    ) -> Result<tonic::Response<Self::FetchStream>, tonic::Status> {
+        std::future::pending().await
+    }
+
+    async fn cancel(
+        &self,
+        _: tonic::Request<pb::RunId>,
+    ) -> Result<tonic::Response<pb::RunInfo>, tonic::Status> {
+        std::future::pending().await
+    }
+}
+
 /// Serves `service` over mTLS on 127.0.0.1:0; its address.
 async fn serve(
     controller: &Credentials,
-    service: Scripted,
+    service: impl pb::controller_server::Controller,
 ) -> Result<
     (std::net::SocketAddr, tokio::task::JoinHandle<()>),
     Box<dyn std::error::Error + Send + Sync>,
@@ -221,6 +268,62 @@ async fn a_server_gone_silent_mid_watch_ends_the_watch_through_keep_alive() -> T
         other => panic!("the watch did not fail on the dead connection: {other:?}"),
     }
     proxying.abort();
+    service.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_list_and_cancel_give_up_on_a_silent_server_at_their_deadline() -> TestResult {
+    let (controller, laptop) = pki()?;
+    let (server, service) = serve(&controller, Silent).await?;
+    let address = server.to_string();
+    let plan = tempfile::NamedTempFile::new()?;
+    std::fs::write(plan.path(), "name = \"p\"\n")?;
+    let deadline = Duration::from_secs(1);
+    let deadlines = remote::Deadlines {
+        call: deadline,
+        cancel: deadline,
+    };
+    let mut client = remote::connect(&address, None, &laptop).await?;
+    for (call, action) in [
+        (
+            "submit",
+            RemoteAction::Submit {
+                plan: plan.path().to_path_buf(),
+            },
+        ),
+        ("list", RemoteAction::List),
+        (
+            "cancel",
+            RemoteAction::Cancel {
+                run: "run-1".to_string(),
+            },
+        ),
+    ] {
+        let started = Instant::now();
+        // The outer bound only catches a hang: a deadline that did not fire.
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(20),
+            remote::perform(&mut client, &address, action, deadlines),
+        )
+        .await
+        .map_err(|_| format!("{call} waited past its deadline"))?;
+        match outcome {
+            Err(error @ RemoteError::NoAnswer { .. }) => {
+                assert_eq!(
+                    error.to_string(),
+                    format!("controller {address}: no answer to {call} within 1s")
+                );
+            }
+            other => panic!("{call} did not stop at its deadline: {other:?}"),
+        }
+        assert!(started.elapsed() >= deadline, "{call}");
+    }
+    // The command line's deadlines: a submit or list is answered at once, a cancel after the
+    // run's undo (up to the service's 120 s wait).
+    let defaults = remote::Deadlines::default();
+    assert_eq!(defaults.call, Duration::from_secs(30));
+    assert!(defaults.cancel > Duration::from_secs(120), "{defaults:?}");
     service.abort();
     Ok(())
 }

@@ -7,15 +7,18 @@
 //! lines on stdout and gives the exit code.
 //!
 //! # Layout
-//! - this file: [`connect`], the operations, [`execute`], [`RemoteError`].
+//! - this file: [`connect`], the operations, [`execute`], [`run`], [`RemoteError`].
+//! - `cli.rs`: the command line's actions ([`RemoteAction`]) and fetch caps ([`FetchCaps`]).
 //! - `fetch.rs`: writing fetched files under a folder, refusing paths that leave it
 //!   ([`safe_join`], [`FetchWriter`]) and what goes over its caps ([`FetchLimits`]).
 //! - `print.rs`: one-line descriptions of runs and events.
 //!
 //! The server is trusted no more than any peer: the connection must be up within
-//! [`CONNECT_DEADLINE`], HTTP/2 keep-alive notices a server gone silent mid-stream (`watch`,
+//! [`CONNECT_DEADLINE`], `submit`, `list` and `cancel` must be answered within their
+//! [`Deadlines`], HTTP/2 keep-alive notices a server gone silent mid-stream (`watch`,
 //! `fetch`), each message is capped at [`MAX_MESSAGE`] and a fetch at [`FetchLimits`].
 
+mod cli;
 mod fetch;
 mod print;
 
@@ -28,6 +31,7 @@ use proto::mtls::{Credentials, PinnedConnectError};
 use proto::pki::Role;
 use tonic::transport::Channel;
 
+pub use self::cli::{FetchCaps, RemoteAction};
 pub use self::fetch::{FetchError, FetchLimits, FetchWriter, safe_join};
 pub use self::print::{describe_event, describe_run, state_name};
 
@@ -62,6 +66,20 @@ pub enum RemoteError {
         /// The deadline.
         deadline: Duration,
     },
+    /// A call got no answer within its deadline (the connection is up: the server is
+    /// silent, or stuck).
+    #[error(
+        "controller {address}: no answer to {call} within {}s",
+        deadline.as_secs_f32()
+    )]
+    NoAnswer {
+        /// `host:port`.
+        address: String,
+        /// The call: `submit`, `list`, `cancel`.
+        call: &'static str,
+        /// Its deadline.
+        deadline: Duration,
+    },
     /// The controller answered with an error.
     #[error("{:?}: {}", .0.code(), .0.message())]
     Rpc(#[from] tonic::Status),
@@ -84,6 +102,50 @@ pub enum RemoteError {
 /// How long connecting may take, TCP connect, TLS and HTTP/2 handshakes together: a server
 /// that accepts and then says nothing is given up on.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long `submit` and `list` wait for the controller's answer: it answers at once (a
+/// submitted plan is checked and queued, not run), so a silent one is given up on.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long `cancel` waits: the service answers once the run has ended, after waiting up to
+/// 120 s for its undo (netem cleared, brokers removed), and then as any call.
+pub const CANCEL_DEADLINE: Duration = Duration::from_secs(120).saturating_add(CALL_DEADLINE);
+
+/// How long each call of the command line waits for the controller's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// `submit` and `list`.
+    pub call: Duration,
+    /// `cancel`.
+    pub cancel: Duration,
+}
+
+impl Default for Deadlines {
+    /// [`CALL_DEADLINE`] and [`CANCEL_DEADLINE`].
+    fn default() -> Self {
+        Deadlines {
+            call: CALL_DEADLINE,
+            cancel: CANCEL_DEADLINE,
+        }
+    }
+}
+
+/// `call` (the RPC named `name`) to the controller at `address`, given up on after
+/// `deadline` with [`RemoteError::NoAnswer`].
+pub async fn answered_within<T>(
+    address: &str,
+    name: &'static str,
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .map_err(|_| RemoteError::NoAnswer {
+            address: address.to_string(),
+            call: name,
+            deadline,
+        })?
+}
 
 /// The largest message taken from the controller. Fetch chunks are 256 KiB and a list of
 /// runs a few hundred bytes a run; tonic's own default (4 MiB) could cut a long list short.
@@ -284,6 +346,71 @@ pub fn exit_code(state: pb::RunState) -> u8 {
         pb::RunState::Finished => 0,
         pb::RunState::Cancelled => 3,
         _ => 1,
+    }
+}
+
+/// `controller remote`: connects to the controller at `address` and runs `action` there
+/// ([`perform`]) within the default [`Deadlines`].
+pub async fn run(
+    address: &str,
+    server_name: Option<&str>,
+    credentials: &Credentials,
+    action: RemoteAction,
+) -> Result<u8, RemoteError> {
+    let mut client = connect(address, server_name, credentials).await?;
+    perform(&mut client, address, action, Deadlines::default()).await
+}
+
+/// Runs `action` against the controller at `address` (to which `client` is connected),
+/// printing lines on stdout; returns the exit code (see [`exit_code`] for `watch`; 0 for the
+/// others). `submit`, `list` and `cancel` fail at their `deadlines`.
+pub async fn perform(
+    client: &mut ControllerClient<Channel>,
+    address: &str,
+    action: RemoteAction,
+    deadlines: Deadlines,
+) -> Result<u8, RemoteError> {
+    match action {
+        RemoteAction::Submit { plan } => {
+            let id = answered_within(address, "submit", deadlines.call, submit(client, &plan));
+            println!("{}", id.await?);
+            Ok(0)
+        }
+        RemoteAction::Watch { run } => {
+            let finished = watch(client, &run, |event| {
+                if let Some(line) = describe_event(event) {
+                    println!("{line}");
+                }
+            })
+            .await?;
+            Ok(exit_code(finished.state()))
+        }
+        RemoteAction::List => {
+            let runs = answered_within(address, "list", deadlines.call, list(client)).await?;
+            if runs.is_empty() {
+                println!("no runs");
+            }
+            for run in &runs {
+                println!("{}", describe_run(run));
+            }
+            Ok(0)
+        }
+        RemoteAction::Fetch { run, dir, caps } => {
+            let fetched = fetch_within(client, &run, &dir, caps.into()).await?;
+            println!(
+                "{}: {} files, {} bytes",
+                dir.display(),
+                fetched.files,
+                fetched.bytes
+            );
+            Ok(0)
+        }
+        RemoteAction::Cancel { run } => {
+            let cancelling = cancel(client, &run);
+            let info = answered_within(address, "cancel", deadlines.cancel, cancelling).await?;
+            println!("{}", describe_run(&info));
+            Ok(0)
+        }
     }
 }
 
