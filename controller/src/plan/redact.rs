@@ -1,7 +1,9 @@
 //! Secrets out of what a run records: a plan may carry a broker's password (`[tests.workload]
 //! broker.password`), which the cells need to connect but no file of the results folder (the
 //! manifest's plan and plan text, and the reports that print them) may hold, since a results
-//! folder is shared and published.
+//! folder is shared and published. A password read from a file or the environment
+//! (`password_file`, `password_env`) is the same secret once read: the key that named its
+//! source stays in the plan's text, the password itself is redacted like one written inline.
 //!
 //! The plan text keeps every byte but the secret values, each replaced by [`REDACTED`] as a
 //! TOML string, so the manifest still shows the plan as written and still parses.
