@@ -77,22 +77,23 @@ async fn a_broker_is_applied_rolled_out_probed_sampled_and_deleted() {
         // kubectl read exactly the manifests: all of them to apply, all but the namespace
         // to delete. Mosquitto has no Secret, so no drawn value is in them.
         let manifests = Manifests::of(&spec, &DeploymentSecrets::given("-", "-")).unwrap();
-        assert_eq!(fake.stdin_of(2), manifests.apply_yaml().unwrap());
-        assert_eq!(fake.stdin_of(6), manifests.delete_yaml().unwrap());
+        assert_eq!(fake.stdin_of(2), manifests.apply_json().unwrap());
+        assert_eq!(fake.stdin_of(6), manifests.delete_json().unwrap());
         pod.stop().await.unwrap();
     })
     .await;
 }
 
-/// The `kind`s of a multi-document YAML text, in order, and the Secret in it if any.
+/// The `kind`s of the items of a JSON `List`, in order, and the Secret among them if any.
 fn kinds_and_secret(text: &str) -> (Vec<String>, Option<k8s_openapi::api::core::v1::Secret>) {
+    let list: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(list["kind"], "List", "{text}");
     let mut kinds = Vec::new();
     let mut secret = None;
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(document).unwrap();
+    for value in list["items"].as_array().unwrap() {
         let kind = value["kind"].as_str().unwrap().to_owned();
         if kind == "Secret" {
-            secret = Some(serde_yaml_ng::from_value(value).unwrap());
+            secret = Some(serde_json::from_value(value.clone()).unwrap());
         }
         kinds.push(kind);
     }

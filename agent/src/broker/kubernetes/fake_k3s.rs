@@ -20,7 +20,7 @@ n=$(($(cat "$dir/count" 2>/dev/null || echo 0) + 1))
 echo "$n" > "$dir/count"
 echo "$*" >> "$dir/calls"
 shift 3 # kubectl --kubeconfig <file>
-case " $* " in *" -f - "*) cat > "$dir/stdin-$n.yaml" ;; esac
+case " $* " in *" -f - "*) cat > "$dir/stdin-$n.json" ;; esac
 answer() {
     if [ -e "$dir/$1.sleep" ]; then sleep "$(cat "$dir/$1.sleep")"; fi
     if [ -e "$dir/$1.fail" ]; then cat "$dir/$1.fail" >&2; exit 1; fi
@@ -124,7 +124,7 @@ impl FakeK3s {
 
     /// What call `n` (counted from 1) read on stdin.
     pub fn stdin_of(&self, n: usize) -> String {
-        std::fs::read_to_string(self.path(&format!("stdin-{n}.yaml"))).expect("recorded stdin")
+        std::fs::read_to_string(self.path(&format!("stdin-{n}.json"))).expect("recorded stdin")
     }
 
     fn path(&self, name: &str) -> PathBuf {

@@ -1,9 +1,11 @@
 //! The golden manifests (`golden/<product>.yaml`, for instance `bench` on node `worker-1`,
-//! with the fixed secrets of [`golden_secrets`]): generated output must match them byte for
+//! with the fixed secrets of [`golden_secrets`]): the JSON list kubectl is sent, written as
+//! YAML documents for review under a comment saying what they are, must match them byte for
 //! byte (`UPDATE_GOLDEN=1` rewrites them after a deliberate change; review the diff), and
 //! every document in them must deserialize into the typed Kubernetes object of its kind and
 //! carry what a benchmark needs, and no more: cookies from a Secret, no dashboard in reach,
-//! a NetworkPolicy admitting MQTT and WebSocket only.
+//! a NetworkPolicy admitting MQTT and WebSocket only. The YAML is read here only, as YAML
+//! 1.2; kubectl, which reads YAML as 1.1, gets JSON.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -63,7 +65,7 @@ fn golden_files_match_the_generated_manifests() {
     for product in Product::ALL {
         let spec = golden_spec(product);
         spec.validate().unwrap();
-        let text = manifests_of(&spec).unwrap().apply_yaml().unwrap();
+        let text = golden_yaml(&spec, &manifests_of(&spec).unwrap());
         let path = golden_path(product);
         if update {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -79,6 +81,69 @@ fn golden_files_match_the_generated_manifests() {
     );
 }
 
+/// What a golden file holds for `spec`: a comment saying what it is, then each object kubectl
+/// is sent as one YAML document.
+fn golden_yaml(spec: &BrokerSpec, manifests: &Manifests) -> String {
+    let BrokerKind::Kubernetes {
+        product,
+        node,
+        namespace,
+        ..
+    } = &spec.kind
+    else {
+        panic!("not a Kubernetes broker: {spec:?}");
+    };
+    let pod = recipes::pod(*product, &spec.options);
+    let header = format!(
+        "Continuum broker {:?}: {product} in namespace {namespace}, pinned to node {node}, MQTT \
+         on NodePort {}.\nImage {}. {}\nThe Continuum agent sends these objects to `kubectl apply \
+         -f -` as one JSON List (this YAML is for reading: kubectl reads YAML as 1.1, where a \
+         plain yes or on is a boolean). `kubectl delete` of the objects below removes the \
+         broker; the namespace stays.\n",
+        spec.name, manifests.node_port, pod.image, pod.provenance
+    );
+    let mut text = wrap_comment(&header);
+    for item in list_items(&manifests.apply_json().unwrap()) {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml_ng::to_string(&item).unwrap());
+    }
+    text
+}
+
+/// `text` as YAML comment lines, wrapped near 100 columns.
+fn wrap_comment(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut current = String::from("#");
+        for word in line.split_whitespace() {
+            if current.len() + word.len() + 1 > 100 && current.len() > 1 {
+                out.push_str(&current);
+                out.push('\n');
+                current = String::from("#");
+            }
+            current.push(' ');
+            current.push_str(word);
+        }
+        out.push_str(&current);
+        out.push('\n');
+    }
+    out
+}
+
+/// The items of a JSON `List` as kubectl is sent it.
+fn list_items(text: &str) -> Vec<serde_json::Value> {
+    let mut list: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        (&list["apiVersion"], &list["kind"]),
+        (&"v1".into(), &"List".into()),
+        "{text}"
+    );
+    match list["items"].take() {
+        serde_json::Value::Array(items) => items,
+        other => panic!("a List's items are an array, not {other}"),
+    }
+}
+
 /// The objects of one golden file, each deserialized as the type its `kind` names.
 #[derive(Default)]
 struct Objects {
@@ -92,59 +157,79 @@ struct Objects {
     kinds: Vec<String>,
 }
 
-/// Plain scalars that YAML 1.1, which kubectl speaks, reads as booleans.
-const YAML_1_1_BOOLEANS: [&str; 16] = [
-    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
-    "OFF",
-];
-
 fn read_objects(product: Product) -> Objects {
-    parse_objects(
-        product,
-        &std::fs::read_to_string(golden_path(product)).unwrap(),
-    )
+    let text = std::fs::read_to_string(golden_path(product)).unwrap();
+    let documents = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| serde_json::Value::deserialize(document).unwrap())
+        .collect();
+    typed_objects(product, documents)
 }
 
-fn parse_objects(product: Product, text: &str) -> Objects {
-    for line in text.lines() {
-        let value = match line.rsplit_once(": ") {
-            Some((_, value)) => value,
-            None => line.trim_start().strip_prefix("- ").unwrap_or(""),
-        };
-        assert!(
-            !YAML_1_1_BOOLEANS.contains(&value.trim()),
-            "{product}: kubectl would read {line:?} as a boolean"
-        );
-    }
+/// The objects of a JSON `List` as kubectl is sent it.
+fn sent_objects(product: Product, text: &str) -> Objects {
+    typed_objects(product, list_items(text))
+}
+
+fn typed_objects(product: Product, documents: Vec<serde_json::Value>) -> Objects {
     let mut objects = Objects::default();
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = serde_yaml_ng::Value::deserialize(document).unwrap();
+    for value in documents {
         let kind = value["kind"].as_str().unwrap().to_owned();
         objects.kinds.push(kind.clone());
         // from_value checks apiVersion and kind against the type, and every field's type.
         match kind.as_str() {
             "Namespace" => objects
                 .namespaces
-                .push(serde_yaml_ng::from_value(value).unwrap()),
+                .push(serde_json::from_value(value).unwrap()),
             "NetworkPolicy" => objects
                 .policies
-                .push(serde_yaml_ng::from_value(value).unwrap()),
-            "Secret" => objects
-                .secrets
-                .push(serde_yaml_ng::from_value(value).unwrap()),
-            "ConfigMap" => objects
-                .configs
-                .push(serde_yaml_ng::from_value(value).unwrap()),
+                .push(serde_json::from_value(value).unwrap()),
+            "Secret" => objects.secrets.push(serde_json::from_value(value).unwrap()),
+            "ConfigMap" => objects.configs.push(serde_json::from_value(value).unwrap()),
             "Deployment" => objects
                 .deployments
-                .push(serde_yaml_ng::from_value(value).unwrap()),
+                .push(serde_json::from_value(value).unwrap()),
             "Service" => objects
                 .services
-                .push(serde_yaml_ng::from_value(value).unwrap()),
+                .push(serde_json::from_value(value).unwrap()),
             other => panic!("{product}: unexpected kind {other}"),
         }
     }
     objects
+}
+
+/// Values that YAML 1.1, which kubectl speaks, reads as booleans where written plain.
+const YAML_1_1_BOOLEANS: [&str; 16] = [
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+    "OFF",
+];
+
+#[test]
+fn kubectl_reads_every_config_value_and_variable_as_a_string() {
+    let mut ambiguous = 0;
+    for product in Product::ALL {
+        let manifests = manifests_of(&golden_spec(product)).unwrap();
+        for item in list_items(&manifests.apply_json().unwrap()) {
+            let mut values: Vec<(String, &serde_json::Value)> = Vec::new();
+            if let Some(data) = item["data"].as_object() {
+                values.extend(data.iter().map(|(key, value)| (key.clone(), value)));
+            }
+            let containers = item["spec"]["template"]["spec"]["containers"].as_array();
+            for container in containers.into_iter().flatten() {
+                for variable in container["env"].as_array().into_iter().flatten() {
+                    if let Some(value) = variable.get("value") {
+                        values.push((variable["name"].to_string(), value));
+                    }
+                }
+            }
+            for (key, value) in values {
+                assert!(value.is_string(), "{product}: {key} = {value}");
+                let text = value.as_str().unwrap_or_default();
+                ambiguous += usize::from(YAML_1_1_BOOLEANS.contains(&text));
+            }
+        }
+    }
+    // VerneMQ's `yes` and `on` among them: YAML would have needed them quoted.
+    assert!(ambiguous >= 2, "{ambiguous}");
 }
 
 #[test]
@@ -461,8 +546,8 @@ fn network_policies_admit_the_websocket_port_when_there_is_one() {
 fn the_delete_names_every_object_but_the_namespace_and_no_secret_value() {
     for product in Product::ALL {
         let manifests = manifests_of(&golden_spec(product)).unwrap();
-        let applied = parse_objects(product, &manifests.apply_yaml().unwrap());
-        let deleted = parse_objects(product, &manifests.delete_yaml().unwrap());
+        let applied = sent_objects(product, &manifests.apply_json().unwrap());
+        let deleted = sent_objects(product, &manifests.delete_json().unwrap());
         let mut expected: Vec<String> = applied.kinds[1..].to_vec();
         expected.reverse();
         assert_eq!(deleted.kinds, expected, "{product}");
@@ -578,22 +663,25 @@ fn the_manifests_follow_the_spec() {
         "app.kubernetes.io/instance=bench,app.kubernetes.io/managed-by=continuum,\
          app.kubernetes.io/name=emqx"
     );
-    let apply = manifests.apply_yaml().unwrap();
-    assert!(apply.contains("nodePort: 30001\n"), "{apply}");
-    assert!(apply.contains("kubernetes.io/hostname: rpi-2\n"), "{apply}");
+    let apply = manifests.apply_json().unwrap();
+    assert!(apply.contains("\"nodePort\":30001"), "{apply}");
+    assert!(
+        apply.contains("\"kubernetes.io/hostname\":\"rpi-2\""),
+        "{apply}"
+    );
     // Entered through any node: kube-proxy forwards from nodes without the pod.
     assert!(
-        apply.contains("externalTrafficPolicy: Cluster\n"),
+        apply.contains("\"externalTrafficPolicy\":\"Cluster\""),
         "{apply}"
     );
     assert!(
-        apply.contains("EMQX_MQTT__MAX_INFLIGHT: \"7\"\n"),
+        apply.contains("\"EMQX_MQTT__MAX_INFLIGHT\":\"7\""),
         "{apply}"
     );
-    assert!(apply.contains("kind: Namespace\n"));
-    let delete = manifests.delete_yaml().unwrap();
+    assert!(apply.contains("\"kind\":\"Namespace\""));
+    let delete = manifests.delete_json().unwrap();
     assert!(
-        !delete.contains("kind: Namespace"),
+        !delete.contains("\"kind\":\"Namespace\""),
         "the namespace is never deleted"
     );
 

@@ -1,6 +1,6 @@
 //! [`Manifests`]: one Kubernetes broker as typed API objects (Namespace, NetworkPolicy, Secret,
-//! ConfigMap, Deployment, NodePort Service), written as the multi-document YAML that kubectl
-//! applies and deletes. What differs by product (image, config, probe, resources, which
+//! ConfigMap, Deployment, NodePort Service), written as the JSON `List` that kubectl applies
+//! and deletes. What differs by product (image, config, probe, resources, which
 //! variables are secrets) is its recipe's [`Pod`].
 //!
 //! The shape, the same for every product:
@@ -31,7 +31,7 @@
 //! Applied as Namespace, NetworkPolicy, Secret, ConfigMap, Deployment, Service: the policy and
 //! the Secret exist before the pod does. The Namespace is never deleted: other brokers may
 //! live in it; everything else is deleted with the broker, on a stop, a failed or abandoned
-//! start and a lease that ran out alike (the delete's YAML names the Secret without its data).
+//! start and a lease that ran out alike (the delete's list names the Secret without its data).
 
 use std::collections::BTreeMap;
 
@@ -135,7 +135,6 @@ pub struct Manifests {
     pub image: &'static str,
     /// The label selector of the broker's pods, as kubectl takes it (`k=v,k=v`).
     pub selector: String,
-    header: String,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -152,7 +151,7 @@ impl std::fmt::Debug for Manifests {
             .field("websocket", &self.websocket)
             .field("image", &self.image)
             .field("selector", &self.selector)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -330,13 +329,6 @@ impl Manifests {
             }),
             status: None,
         };
-        let header = format!(
-            "# Continuum broker {name:?}: {product} in namespace {namespace}, pinned to node \
-             {node}, MQTT on NodePort {node_port}.\n# Image {}. {}\n# Written by the Continuum \
-             agent. `kubectl delete` of the objects below removes the broker; the namespace \
-             stays.\n",
-            profile.image, profile.provenance
-        );
         Ok(Manifests {
             namespace: Namespace {
                 metadata: ObjectMeta {
@@ -362,43 +354,42 @@ impl Manifests {
                 .map(|(key, value)| format!("{key}={value}"))
                 .collect::<Vec<_>>()
                 .join(","),
-            header,
         })
     }
 
-    /// What `kubectl apply -f -` reads: a comment saying what this is, then the namespace,
-    /// network policy, secret, config, deployment and service, in that order (kubectl
-    /// applies in order: the pod never runs unguarded or without its Secret).
-    pub fn apply_yaml(&self) -> Result<String, BrokerError> {
-        let mut text = wrap_comment(&self.header);
-        text.push_str(&document(&self.namespace)?);
-        text.push_str(&document(&self.network_policy)?);
+    /// What `kubectl apply -f -` reads: one JSON `List` of the namespace, network policy,
+    /// secret, config, deployment and service, in that order (kubectl applies a List's items
+    /// in order: the pod never runs unguarded or without its Secret). JSON, because kubectl
+    /// reads YAML as YAML 1.1, where a plain `yes` or `on` in a ConfigMap is a boolean.
+    pub fn apply_json(&self) -> Result<String, BrokerError> {
+        let mut items = vec![item(&self.namespace)?, item(&self.network_policy)?];
         if let Some(secret) = &self.secret {
-            text.push_str(&document(secret)?);
+            items.push(item(secret)?);
         }
-        text.push_str(&document(&self.config)?);
-        text.push_str(&document(&self.deployment)?);
-        text.push_str(&document(&self.service)?);
-        Ok(text)
+        items.extend([
+            item(&self.config)?,
+            item(&self.deployment)?,
+            item(&self.service)?,
+        ]);
+        Ok(list(items))
     }
 
     /// What `kubectl delete -f -` reads: everything but the namespace, in the reverse order,
-    /// the Secret named without its data (the delete's YAML is kept for the broker's life).
-    pub fn delete_yaml(&self) -> Result<String, BrokerError> {
-        let mut text = [
-            document(&self.service)?,
-            document(&self.deployment)?,
-            document(&self.config)?,
-        ]
-        .concat();
+    /// the Secret named without its data (the delete's list is kept for the broker's life).
+    pub fn delete_json(&self) -> Result<String, BrokerError> {
+        let mut items = vec![
+            item(&self.service)?,
+            item(&self.deployment)?,
+            item(&self.config)?,
+        ];
         if let Some(secret) = &self.secret {
-            text.push_str(&document(&Secret {
+            items.push(item(&Secret {
                 metadata: secret.metadata.clone(),
                 ..Secret::default()
             })?);
         }
-        text.push_str(&document(&self.network_policy)?);
-        Ok(text)
+        items.push(item(&self.network_policy)?);
+        Ok(list(items))
     }
 }
 
@@ -576,31 +567,15 @@ fn checksum(config: &BTreeMap<String, String>) -> String {
     format!("{hash:016x}")
 }
 
-/// One YAML document, starting with `---` (see yaml.rs for why not serde_yaml_ng).
-fn document<T: serde::Serialize>(object: &T) -> Result<String, BrokerError> {
-    let value = serde_json::to_value(object)
-        .map_err(|e| BrokerError::io("writing manifests as YAML", std::io::Error::other(e)))?;
-    Ok(format!("---\n{}", super::yaml::to_yaml(&value)))
+/// One object as kubectl reads it.
+fn item<T: serde::Serialize>(object: &T) -> Result<serde_json::Value, BrokerError> {
+    serde_json::to_value(object)
+        .map_err(|e| BrokerError::io("writing manifests as JSON", std::io::Error::other(e)))
 }
 
-/// `text` as YAML comment lines, wrapped near 100 columns.
-fn wrap_comment(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let mut current = String::from("#");
-        for word in line.trim_start_matches('#').split_whitespace() {
-            if current.len() + word.len() + 1 > 100 && current.len() > 1 {
-                out.push_str(&current);
-                out.push('\n');
-                current = String::from("#");
-            }
-            current.push(' ');
-            current.push_str(word);
-        }
-        out.push_str(&current);
-        out.push('\n');
-    }
-    out
+/// `items` as one `v1` `List`, the JSON form of several manifests in one file.
+fn list(items: Vec<serde_json::Value>) -> String {
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
 #[cfg(test)]

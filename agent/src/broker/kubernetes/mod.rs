@@ -14,18 +14,17 @@
 //! # Layout
 //! - this file: [`KubernetesDriver`], the running broker, the apply/delete guard.
 //! - (in `recipes`): per product the image and why that tag, config, probe, resources.
-//! - `manifests.rs`: [`Manifests`], the typed objects and their YAML; [`DeploymentSecrets`].
-//! - `yaml.rs`: YAML that kubectl (YAML 1.1) and YAML 1.2 read alike.
+//! - `manifests.rs`: [`Manifests`], the typed objects and the JSON kubectl reads;
+//!   [`DeploymentSecrets`].
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
 //! - `metrics.rs`: [`PodUsage`], pod CPU/memory from the metrics API, quantity parsing.
-//! - `golden/`: the manifests of each product for instance `bench` on node `worker-1`,
+//! - `golden/`: the manifests of each product for instance `bench` on node `worker-1`, in YAML,
 //!   checked by `golden_tests.rs`; `driver_tests.rs`: the driver against the fake `k3s` of
 //!   `fake_k3s.rs` (tests only).
 
 pub(super) mod kubectl;
 mod manifests;
 mod metrics;
-mod yaml;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -97,7 +96,7 @@ impl KubernetesDriver {
         let applied = Applied {
             name: spec.name.clone(),
             kubectl: self.kubectl.clone(),
-            yaml: manifests.delete_yaml()?,
+            delete_json: manifests.delete_json()?,
             armed: true,
         };
         let target = Target {
@@ -214,7 +213,7 @@ impl Target<'_> {
         self.kubectl
             .run(
                 &["apply", "-f", "-"],
-                Some(&manifests.apply_yaml()?),
+                Some(&manifests.apply_json()?),
                 APPLY_LIMIT,
             )
             .await
@@ -286,14 +285,14 @@ impl Target<'_> {
 struct Applied {
     name: String,
     kubectl: Kubectl,
-    /// Everything applied but the namespace.
-    yaml: String,
+    /// Everything applied but the namespace, as `kubectl delete -f -` reads it.
+    delete_json: String,
     armed: bool,
 }
 
 impl Applied {
     async fn delete(&mut self) -> Result<(), KubectlError> {
-        delete(&self.kubectl, &self.yaml).await?;
+        delete(&self.kubectl, &self.delete_json).await?;
         self.armed = false;
         Ok(())
     }
@@ -324,22 +323,22 @@ impl Drop for Applied {
             return;
         };
         tracing::warn!(broker = %self.name, "dropped while applied; deleting it");
-        let (kubectl, yaml, name) = (
+        let (kubectl, delete_json, name) = (
             self.kubectl.clone(),
-            std::mem::take(&mut self.yaml),
+            std::mem::take(&mut self.delete_json),
             self.name.clone(),
         );
         runtime.spawn(async move {
-            if let Err(error) = delete(&kubectl, &yaml).await {
+            if let Err(error) = delete(&kubectl, &delete_json).await {
                 tracing::warn!(broker = %name, %error, "deleting a dropped broker");
             }
         });
     }
 }
 
-/// `kubectl delete` of `yaml`, waiting until the objects and (foreground cascading) their
+/// `kubectl delete` of `delete_json`, waiting until the objects and (foreground cascading) their
 /// pods are gone; objects already gone are fine.
-async fn delete(kubectl: &Kubectl, yaml: &str) -> Result<(), KubectlError> {
+async fn delete(kubectl: &Kubectl, delete_json: &str) -> Result<(), KubectlError> {
     let timeout = format!("--timeout={}s", DELETE_TIMEOUT.as_secs());
     let args = [
         "delete",
@@ -351,7 +350,7 @@ async fn delete(kubectl: &Kubectl, yaml: &str) -> Result<(), KubectlError> {
         &timeout,
     ];
     kubectl
-        .run(&args, Some(yaml), DELETE_TIMEOUT + CALL_MARGIN)
+        .run(&args, Some(delete_json), DELETE_TIMEOUT + CALL_MARGIN)
         .await
         .map(drop)
 }
