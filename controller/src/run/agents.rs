@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use proto::mtls::Credentials;
 
-use super::RunError;
+use super::error::RunError;
 use super::events::{Events, RunEvent};
 use super::local_agent::{LocalAgents, start_local_agent};
 use super::testbed::{Agent, NodeInfo, Testbed};

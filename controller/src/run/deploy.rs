@@ -13,7 +13,7 @@ use domain::{BrokerKind, BrokerOptions, BrokerSpec};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::AgentHandle;
+use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::guard::{Undo, spawn_detached};
 use super::testbed::{AgentError, Started};

@@ -12,13 +12,29 @@ use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
 use super::deploy::{self, DeployError, Deployment, Endpoints};
+use super::error::RunError;
 use super::events::{Events, RunCounts, RunEvent};
 use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
-use super::{RunError, RunSummary, cell, phases};
+use super::{cell, phases};
 use crate::plan::{BrokerEntry, Cell, CellOrder, OnFailure, Plan};
 use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, PathRecord, ResultsDir};
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// The results folder.
+    pub dir: PathBuf,
+    /// Cells measured, failed and skipped in this invocation.
+    pub measured: usize,
+    /// Cells that failed.
+    pub failed: usize,
+    /// Cells skipped (not emulable, broker not installed, already done).
+    pub skipped: usize,
+    /// The run stopped early (signal or on_failure = "stop").
+    pub interrupted: bool,
+}
 
 /// What a phase tells the phase around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

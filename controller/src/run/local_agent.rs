@@ -80,7 +80,7 @@ mod with_agent {
     use tokio_util::sync::CancellationToken;
 
     use crate::plan::NodeEntry;
-    use crate::run::RunError;
+    use crate::run::error::RunError;
     use crate::run::namespaces::{remove_leftovers_in, run_folder_in};
     use crate::run::testbed::Agent;
 
@@ -366,7 +366,7 @@ mod with_agent {
 #[cfg(not(feature = "local-agent"))]
 mod without_agent {
     use crate::plan::NodeEntry;
-    use crate::run::RunError;
+    use crate::run::error::RunError;
     use crate::run::testbed::Agent;
 
     /// No in-process agent in this build: there is never one to stop.

@@ -5,7 +5,8 @@
 //! undo guard (local agents, a deployed broker, netem), so errors and panics undo it too.
 //!
 //! # Layout
-//! - this file: the entry points, the run's options, outcome and errors.
+//! - this file: the entry points and the run's options; `error.rs`: why a run could not
+//!   be carried out.
 //! - `execute.rs`: the run as a value and its phases (broker, scenario, cell), each
 //!   answering a `Flow`.
 //! - `guard.rs`: the undo guards.
@@ -15,15 +16,17 @@
 //! - `record.rs`: recording a cell and counting it.
 //! - `agents.rs`: connecting (and starting a local agent, `local_agent.rs`);
 //!   `phases.rs`: the overlay and the cluster (phases 2 and 3); `deploy.rs`: starting and
-//!   removing a broker; `scenario.rs`: netem per scenario under leases; `cell.rs` and
-//!   `search.rs`: one measurement.
+//!   removing a broker; `impairment.rs`: a scenario's netem per node; `scenario.rs`: netem
+//!   per scenario under leases; `cell.rs`, `load.rs` and `search.rs`: one measurement.
 
 mod agents;
 mod cell;
 mod deploy;
+mod error;
 mod events;
 mod execute;
 mod guard;
+mod impairment;
 mod load;
 mod local_agent;
 #[cfg(feature = "local-agent")]
@@ -42,8 +45,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::agents::AgentHandle;
 pub use self::deploy::BROKER_LEASE;
+pub use self::error::RunError;
 use self::events::Events;
 pub use self::events::{EVENT_CAPACITY, RunCounts, RunEvent, RunEvents, event_channel};
+pub use self::execute::RunSummary;
 use self::execute::{Run, Setting};
 use self::guard::{Guard, catching};
 pub use self::local_agent::LocalAgent;
@@ -52,35 +57,7 @@ use self::local_agent::LocalAgents;
 pub use self::namespaces::{EMULATED_ROOT, Leftover, Missing, emulation_lacks, remove_leftovers};
 use self::testbed::{Connected, Testbed};
 use crate::plan::Plan;
-use crate::results::{ResultsDir, ResultsError};
-
-/// Why a run could not be carried out (cells that fail are recorded, not errors).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The plan cannot run as written.
-    #[error("plan: {0}")]
-    Plan(String),
-    /// An agent could not be reached or is not what the plan says.
-    #[error("node {node}: {problem}")]
-    Agent {
-        /// Node name.
-        node: String,
-        /// What went wrong.
-        problem: String,
-    },
-    /// The in-process agent could not start.
-    #[error("local agent: {0}")]
-    Local(String),
-    /// Results could not be written.
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    /// A resumed run's folder holds another plan.
-    #[error("{dir}: it holds a run of another plan; resume it with that plan")]
-    ResumeMismatch {
-        /// The folder.
-        dir: String,
-    },
-}
+use crate::results::ResultsDir;
 
 /// How a run was started.
 #[derive(Debug, Clone, Default)]
@@ -90,21 +67,6 @@ pub struct RunOptions {
     /// A new run writes into this folder (a service names it by the run's id) instead of
     /// `<results_dir>/<name>-<time>`.
     pub folder: Option<PathBuf>,
-}
-
-/// What a run produced.
-#[derive(Debug, Clone)]
-pub struct RunSummary {
-    /// The results folder.
-    pub dir: PathBuf,
-    /// Cells measured, failed and skipped in this invocation.
-    pub measured: usize,
-    /// Cells that failed.
-    pub failed: usize,
-    /// Cells skipped (not emulable, broker not installed, already done).
-    pub skipped: usize,
-    /// The run stopped early (signal or on_failure = "stop").
-    pub interrupted: bool,
 }
 
 /// Runs `plan` (whose file text is `plan_text`), writing into a new results folder or the

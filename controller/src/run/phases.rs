@@ -11,11 +11,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::agents::AgentHandle;
+use super::error::RunError;
 use super::events::{Events, RunEvent};
 use super::testbed::{
     Agent, AgentError, ClusterInstall, ClusterRole, Lighthouse, OverlayInstall, OverlayInstalled,
 };
-use super::{AgentHandle, RunError};
 use crate::plan::{NodeEntry, NodeRole, Orchestrator, Overlay, Plan};
 use crate::results::{ClusterNode, ClusterRecord, OverlayPeer, OverlayRecord, TestbedRecord};
 use domain::overlay::parse_overlay_cidr;

@@ -5,8 +5,8 @@ use crate::plan::{Cell, Plan};
 use crate::results::usage::{BrokerUsage, broker_usage, generator_limit};
 use crate::results::{CellRecord, CellStatus, MetricsRow, ResultsDir, SaturationRecord};
 
-use super::RunError;
 use super::cell::{self, CellOutcome};
+use super::error::RunError;
 use super::events::{Events, RunCounts, RunEvent};
 
 /// What a cell adds to loadgen's figures.

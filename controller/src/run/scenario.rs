@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::guard::{Undo, spawn_detached};
+use super::impairment;
 use super::testbed::InForce;
-use crate::plan::{BrokerEntry, DelaySplit, Plan, ScenarioEntry, scenario_preset};
-use crate::results::{AppliedNetem, NetemRecord};
+use crate::plan::{BrokerEntry, Plan, ScenarioEntry};
+use crate::results::AppliedNetem;
 
 /// netem leases: a controller that dies leaves the links impaired at most this long.
 const LEASE: Duration = Duration::from_secs(30);
@@ -152,39 +153,6 @@ impl Undo for Netem {
     }
 }
 
-/// The scenario's totals.
-pub fn totals(scenario: &ScenarioEntry) -> (Duration, Duration, f64) {
-    let preset = scenario_preset(&scenario.name).unwrap_or((Duration::ZERO, Duration::ZERO, 0.0));
-    (
-        scenario.delay.unwrap_or(preset.0),
-        scenario.jitter.unwrap_or(preset.1),
-        scenario.loss_percent.unwrap_or(preset.2),
-    )
-}
-
-/// netem of `delay`, `jitter` and `loss` percent on one node's link.
-fn netem_params(delay: Duration, jitter: Duration, loss: f64) -> NetemParams {
-    NetemParams {
-        delay,
-        jitter,
-        loss_percent: loss,
-        rate_bytes_per_sec: None,
-        limit_packets: None,
-    }
-}
-
-/// The record of netem as asked (the kernel's read back is recorded beside it).
-pub(super) fn asked_record(params: &NetemParams) -> NetemRecord {
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    NetemRecord {
-        delay_ns: ns(params.delay),
-        jitter_ns: ns(params.jitter),
-        loss_percent: params.loss_percent,
-        rate_bytes_per_sec: params.rate_bytes_per_sec,
-        limit_packets: params.limit_packets,
-    }
-}
-
 /// The nodes a scenario for `broker` involves: the broker's node, its entry node and the
 /// loadgen nodes of the plan's tests.
 fn involved<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> BTreeSet<&'a str> {
@@ -242,8 +210,7 @@ pub(super) fn cannot_emulate(
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
 ) -> Option<String> {
-    let (delay, jitter, loss) = totals(scenario);
-    if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
+    if !impairment::impairs(scenario) {
         return None;
     }
     not_emulable(scenario, &involved(plan, broker), agents).unwrap_or(None)
@@ -258,8 +225,7 @@ pub(super) async fn apply(
     agents: &HashMap<String, AgentHandle>,
     netem: &mut Netem,
 ) -> Result<ScenarioOutcome, String> {
-    let (delay, jitter, loss) = totals(scenario);
-    if delay.is_zero() && jitter.is_zero() && loss == 0.0 {
+    if !impairment::impairs(scenario) {
         return Ok(ScenarioOutcome::Unimpaired);
     }
     let broker_node = broker.node.as_deref();
@@ -273,12 +239,8 @@ pub(super) async fn apply(
             .get(name)
             .cloned()
             .ok_or_else(|| format!("node {name} has no agent"))?;
-        let params = match scenario.split {
-            DelaySplit::HalfEachEnd => netem_params(delay / 2, jitter / 2, loss / 2.0),
-            DelaySplit::BrokerSide if Some(name) == broker_node => {
-                netem_params(delay, jitter, loss)
-            }
-            DelaySplit::BrokerSide => continue,
+        let Some(params) = impairment::on_node(scenario, name, broker_node) else {
+            continue;
         };
         netem.nodes.push(node.clone());
         let state = apply_on(node, &params, plan.timeouts.netem).await?;
@@ -287,7 +249,7 @@ pub(super) async fn apply(
             scenario: scenario.name.clone(),
             node: name.to_string(),
             interface: state.interface,
-            asked: asked_record(&params),
+            asked: impairment::asked_record(&params),
             read_back: state.read_back,
         });
     }
@@ -355,21 +317,4 @@ async fn renew_on(node: &AgentHandle, lapse: &Lapse) {
          longer assured to be emulated",
         node.name
     ));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn described_netem_reads_back_in_the_report() {
-        let params = netem_params(
-            Duration::from_micros(1_250),
-            Duration::from_micros(250),
-            0.02,
-        );
-        let record = asked_record(&params);
-        assert_eq!(record.to_string(), "delay 1.25ms jitter 0.25ms loss 0.02%");
-        assert_eq!(record.delay(), Duration::from_micros(1_250));
-    }
 }

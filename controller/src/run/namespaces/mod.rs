@@ -31,7 +31,8 @@ use proto::pki::{CertificateAuthority, IdentitySpec, Overwrite, Role, write_pki}
 use tokio_util::sync::CancellationToken;
 
 use crate::plan::{MAX_EMULATED_NODES, NodeEntry, Plan};
-use crate::run::RunError;
+use crate::run::error::RunError;
+use crate::run::impairment;
 use crate::run::testbed::Agent;
 
 mod leftovers;
@@ -74,6 +75,18 @@ pub(super) struct EmulatedNode {
     pub(super) interface: String,
     pub(super) address: Ipv4Addr,
     agent: Option<NamespaceAgent>,
+}
+
+impl EmulatedNode {
+    /// Its end of its link.
+    fn link(&self) -> wiring::NodeLink<'_> {
+        wiring::NodeLink {
+            name: &self.name,
+            netns: &self.netns,
+            interface: &self.interface,
+            address: self.address,
+        }
+    }
 }
 
 /// An agent running on a thread inside a node's namespace.
@@ -135,7 +148,7 @@ pub async fn emulation_lacks(plan: &Plan) -> Option<Missing> {
         .scenarios
         .iter()
         .filter(|scenario| {
-            let (delay, jitter, loss) = super::scenario::totals(scenario);
+            let (delay, jitter, loss) = impairment::totals(scenario);
             !delay.is_zero() || !jitter.is_zero() || loss > 0.0
         })
         .map(|scenario| scenario.name.clone())
@@ -178,7 +191,8 @@ impl NamespaceTestbed {
                 agent: None,
             });
         }
-        wiring::wire(&hub, &emulated).await?;
+        let links: Vec<wiring::NodeLink<'_>> = emulated.iter().map(EmulatedNode::link).collect();
+        wiring::wire(&hub, &links).await?;
         let files = leftovers::run_folder()
             .map_err(|e| making(&format!("a folder for the run under {EMULATED_ROOT}"), e))?;
         let credentials =

@@ -9,14 +9,25 @@ use futures_util::TryStreamExt;
 use host::Netns;
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
-use super::EmulatedNode;
-use crate::run::RunError;
+use crate::run::error::RunError;
+
+/// One node's end of its link, as the wiring sees it.
+pub(super) struct NodeLink<'a> {
+    /// The node.
+    pub(super) name: &'a str,
+    /// Its namespace.
+    pub(super) netns: &'a Netns,
+    /// Its end of the veth.
+    pub(super) interface: &'a str,
+    /// Its address (the hub's is the one before).
+    pub(super) address: Ipv4Addr,
+}
 
 /// The nodes' network: 198.18.0.0/24, from the range set aside for benchmarking.
 const NODE_NETWORK: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 
 /// The links: a veth from the hub to each node, addresses, routes, forwarding in the hub.
-pub(super) async fn wire(hub: &Netns, nodes: &[EmulatedNode]) -> Result<(), RunError> {
+pub(super) async fn wire(hub: &Netns, nodes: &[NodeLink<'_>]) -> Result<(), RunError> {
     let failed = |e: &dyn std::fmt::Display| RunError::Local(format!("wiring the namespaces: {e}"));
     let moves: Vec<(String, String, i32)> = nodes
         .iter()
@@ -24,7 +35,7 @@ pub(super) async fn wire(hub: &Netns, nodes: &[EmulatedNode]) -> Result<(), RunE
         .map(|(i, node)| {
             (
                 format!("h{i}"),
-                node.interface.clone(),
+                node.interface.to_string(),
                 node.netns.as_raw_fd(),
             )
         })
@@ -60,8 +71,8 @@ pub(super) async fn wire(hub: &Netns, nodes: &[EmulatedNode]) -> Result<(), RunE
     .await
     .map_err(|e| failed(&e))?;
     for node in nodes {
-        let (interface, address) = (node.interface.clone(), node.address);
-        in_namespace(&node.netns, move |handle| async move {
+        let (interface, address) = (node.interface.to_string(), node.address);
+        in_namespace(node.netns, move |handle| async move {
             address_and_up(&handle, &interface, address).await?;
             let lo = index_of(&handle, "lo").await?;
             handle

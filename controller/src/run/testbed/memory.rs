@@ -18,7 +18,7 @@ use super::{
     MetricsStream, NodeAgent, NodeInfo, OverlayInstall, OverlayInstalled, Reply, Started, Testbed,
 };
 use crate::clock::ClockOffset;
-use crate::run::scenario::asked_record;
+use crate::run::impairment::asked_record;
 
 /// A failure a test injects into a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
