@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use controller::pki_command::{IdentityArg, PkiRequest, create};
 use controller::plan::Plan;
-use controller::remote::RemoteCommand;
+use controller::remote::RemoteAction;
 use controller::run::{RunOptions, event_channel, run_plan_observed};
 use host::program::{self, Threads};
 use proto::mtls::Credentials;
@@ -31,93 +31,79 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Rebuilds report.html and report.md of a run from its files alone.
-    Report {
-        /// The run's results folder.
-        dir: PathBuf,
-    },
+    Report(ReportArgs),
     /// Creates the project's CA and the identities of controller, agents and clients.
-    Pki {
-        /// Folder for ca.pem/ca.key and <name>.pem/<name>.key (created 0700).
-        #[arg(long)]
-        dir: PathBuf,
-        /// The controller's identity: NAME[=ADDRESS,...].
-        #[arg(long, default_value = "controller")]
-        controller: IdentityArg,
-        /// An agent: NAME=ADDRESS[,ADDRESS...] with the addresses the controller dials.
-        #[arg(long = "agent")]
-        agents: Vec<IdentityArg>,
-        /// A remote client (laptop): NAME.
-        #[arg(long = "client")]
-        clients: Vec<IdentityArg>,
-        /// Replace existing files (new keys).
-        #[arg(long)]
-        replace: bool,
-    },
+    Pki(PkiArgs),
     /// Runs the controller as a gRPC service over mTLS: plans submitted with `controller
     /// remote` run one at a time; SIGTERM/SIGINT cancel the running plan (after its undo).
-    Serve {
-        /// Address to listen on, HOST:PORT.
-        #[arg(long, value_name = "HOST:PORT")]
-        listen: String,
-        /// Folder with ca.pem and the identity's <name>.pem and <name>.key.
-        #[arg(long, value_name = "DIR")]
-        pki: PathBuf,
-        /// The service's identity (a controller identity) in that folder.
-        #[arg(long, default_value = "controller")]
-        identity: String,
-        /// What plans may use: a TOML file of `[[nodes]]` tables as in a plan, and optionally
-        /// `[[external_brokers]]`, `[ca_files]` (name = path) and the nodes' `[testbed]`.
-        #[arg(long, value_name = "FILE")]
-        nodes: PathBuf,
-        /// Every run writes into DIR/<run id>; submitted plans may not set results_dir.
-        #[arg(long, value_name = "DIR", default_value = "results")]
-        results: PathBuf,
-    },
+    Serve(ServeArgs),
     /// Drives a `controller serve` from another machine: submit, watch, list, fetch, cancel.
-    Remote {
-        /// The service's address, HOST:PORT (a name or address its certificate carries).
-        #[arg(long, value_name = "HOST:PORT")]
-        addr: String,
-        /// Folder with ca.pem and this client's <name>.pem and <name>.key.
-        #[arg(long, value_name = "DIR")]
-        pki: PathBuf,
-        /// This client's identity in that folder (a remote-client identity).
-        #[arg(long, value_name = "NAME")]
-        identity: String,
-        /// The name to check in the service's certificate, when HOST is not among its names.
-        #[arg(long, value_name = "NAME")]
-        server_name: Option<String>,
-        #[command(subcommand)]
-        action: RemoteAction,
-    },
+    Remote(RemoteArgs),
 }
 
-#[derive(Debug, Subcommand)]
-enum RemoteAction {
-    /// Submits a plan; prints the run id.
-    Submit {
-        /// The plan file.
-        plan: PathBuf,
-    },
-    /// Follows a run until it ends; exits 0 if it finished, 3 if cancelled, 1 if it failed.
-    Watch {
-        /// The run id.
-        run: String,
-    },
-    /// Lists the service's runs.
-    List,
-    /// Copies a run's results folder into DIR.
-    Fetch {
-        /// The run id.
-        run: String,
-        /// Local folder to write into (created if needed).
-        dir: PathBuf,
-    },
-    /// Cancels a run (its netem is cleared and brokers removed); prints its state.
-    Cancel {
-        /// The run id.
-        run: String,
-    },
+// The argument structs carry no doc comment: each subcommand's help is its variant's.
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// The run's results folder.
+    dir: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct PkiArgs {
+    /// Folder for ca.pem/ca.key and <name>.pem/<name>.key (created 0700).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The controller's identity: NAME[=ADDRESS,...].
+    #[arg(long, default_value = "controller")]
+    controller: IdentityArg,
+    /// An agent: NAME=ADDRESS[,ADDRESS...] with the addresses the controller dials.
+    #[arg(long = "agent")]
+    agents: Vec<IdentityArg>,
+    /// A remote client (laptop): NAME.
+    #[arg(long = "client")]
+    clients: Vec<IdentityArg>,
+    /// Replace existing files (new keys).
+    #[arg(long)]
+    replace: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: String,
+    /// Folder with ca.pem and the identity's <name>.pem and <name>.key.
+    #[arg(long, value_name = "DIR")]
+    pki: PathBuf,
+    /// The service's identity (a controller identity) in that folder.
+    #[arg(long, default_value = "controller")]
+    identity: String,
+    /// What plans may use: a TOML file of `[[nodes]]` tables as in a plan, and optionally
+    /// `[[external_brokers]]`, `[ca_files]` (name = path) and the nodes' `[testbed]`.
+    #[arg(long, value_name = "FILE")]
+    nodes: PathBuf,
+    /// Every run writes into DIR/<run id>; submitted plans may not set results_dir.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    results: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct RemoteArgs {
+    /// The service's address, HOST:PORT (a name or address its certificate carries).
+    #[arg(long, value_name = "HOST:PORT")]
+    addr: String,
+    /// Folder with ca.pem and this client's <name>.pem and <name>.key.
+    #[arg(long, value_name = "DIR")]
+    pki: PathBuf,
+    /// This client's identity in that folder (a remote-client identity).
+    #[arg(long, value_name = "NAME")]
+    identity: String,
+    /// The name to check in the service's certificate, when HOST is not among its names.
+    #[arg(long, value_name = "NAME")]
+    server_name: Option<String>,
+    #[command(subcommand)]
+    action: RemoteAction,
 }
 
 fn main() -> ExitCode {
@@ -125,64 +111,35 @@ fn main() -> ExitCode {
     // rumqttd (the embedded broker) logs an ERROR for every client that disconnects.
     program::init_tracing("warn,rumqttd=off");
     match (args.command, args.plan) {
-        (Some(Command::Report { dir }), _) => match controller::report::write_report(&dir) {
-            Ok(files) => {
-                println!("{}\n{}", files.html.display(), files.markdown.display());
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("controller report: {error}");
-                ExitCode::FAILURE
-            }
-        },
-        (
-            Some(Command::Pki {
-                dir,
-                controller,
-                agents,
-                clients,
-                replace,
-            }),
-            _,
-        ) => pki(PkiRequest {
-            dir,
-            controller,
-            agents,
-            clients,
-            replace,
+        (Some(Command::Report(args)), _) => report(&args.dir),
+        (Some(Command::Pki(args)), _) => pki(PkiRequest {
+            dir: args.dir,
+            controller: args.controller,
+            agents: args.agents,
+            clients: args.clients,
+            replace: args.replace,
         }),
-        (
-            Some(Command::Serve {
-                listen,
-                pki,
-                identity,
-                nodes,
-                results,
-            }),
-            _,
-        ) => match controller::serve::ServeConfig::with_nodes_file(results, pki.clone(), &nodes) {
-            Ok(config) => serve(&listen, &pki, &identity, config),
-            Err(error) => {
-                eprintln!("controller serve: --nodes {error}");
-                ExitCode::FAILURE
-            }
-        },
-        (
-            Some(Command::Remote {
-                addr,
-                pki,
-                identity,
-                server_name,
-                action,
-            }),
-            _,
-        ) => remote(&addr, &pki, &identity, server_name.as_deref(), action),
+        (Some(Command::Serve(args)), _) => serve(args),
+        (Some(Command::Remote(args)), _) => remote(args),
         (None, Some(plan)) => run(plan, args.resume),
         (None, None) => {
             eprintln!(
                 "controller: give a plan (e.g. controller examples/quickstart.toml) or a subcommand (see --help)"
             );
             ExitCode::from(2)
+        }
+    }
+}
+
+fn report(dir: &Path) -> ExitCode {
+    match controller::report::write_report(dir) {
+        Ok(files) => {
+            println!("{}\n{}", files.html.display(), files.markdown.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("controller report: {error}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -202,51 +159,52 @@ fn pki(request: PkiRequest) -> ExitCode {
     }
 }
 
-fn serve(
-    listen: &str,
-    pki: &Path,
-    identity: &str,
-    config: controller::serve::ServeConfig,
-) -> ExitCode {
+fn serve(args: ServeArgs) -> ExitCode {
+    let config = match controller::serve::ServeConfig::with_nodes_file(
+        args.results,
+        args.pki.clone(),
+        &args.nodes,
+    ) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("controller serve: --nodes {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match program::runtime("controller serve", Threads::PerCore) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
     program::exit_code(
         "controller serve",
-        runtime.block_on(controller::serve::run(listen, pki, identity, config)),
+        runtime.block_on(controller::serve::run(
+            &args.listen,
+            &args.pki,
+            &args.identity,
+            config,
+        )),
     )
 }
 
-fn remote(
-    addr: &str,
-    pki: &Path,
-    identity: &str,
-    server_name: Option<&str>,
-    action: RemoteAction,
-) -> ExitCode {
-    let credentials = match Credentials::load(pki, identity) {
+fn remote(args: RemoteArgs) -> ExitCode {
+    let credentials = match Credentials::load(&args.pki, &args.identity) {
         Ok(credentials) => credentials,
         Err(error) => {
             eprintln!("controller remote: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let command = match action {
-        RemoteAction::Submit { plan } => RemoteCommand::Submit(plan),
-        RemoteAction::Watch { run } => RemoteCommand::Watch(run),
-        RemoteAction::List => RemoteCommand::List,
-        RemoteAction::Fetch { run, dir } => RemoteCommand::Fetch(run, dir),
-        RemoteAction::Cancel { run } => RemoteCommand::Cancel(run),
-    };
     let runtime = match program::runtime("controller remote", Threads::PerCore) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    let outcome = runtime.block_on(async {
-        let mut client = controller::remote::connect(addr, server_name, &credentials).await?;
-        controller::remote::execute(&mut client, command).await
-    });
+    let server_name = args.server_name.as_deref();
+    let outcome = runtime.block_on(controller::remote::run(
+        &args.addr,
+        server_name,
+        &credentials,
+        args.action,
+    ));
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
@@ -264,7 +222,7 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let plan = match Plan::parse(&text, &path.display().to_string()) {
+    let plan = match Plan::parse_local(&text, &path.display().to_string()) {
         Ok(plan) => plan,
         Err(error) => {
             eprintln!("controller: {error}");
