@@ -685,9 +685,7 @@ fn a_password_file_or_variable_that_cannot_be_read_is_one_error_naming_the_path(
         .expect_err("unset")
         .to_string();
     assert!(
-        error.contains(
-            "tests[0].workload.broker.password_env = \"CONTINUUM_UNSET_7f3a\": not set"
-        ),
+        error.contains("tests[0].workload.broker.password_env = \"CONTINUUM_UNSET_7f3a\": not set"),
         "{error}"
     );
     let error = Plan::parse_local(&text, "plan.toml")

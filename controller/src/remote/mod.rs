@@ -3,11 +3,11 @@
 //! folder, cancel a run.
 //!
 //! Each operation is a library function over a [`ControllerClient`] (what the tests use);
-//! [`execute`] is the command line's: it runs one [`RemoteCommand`], prints human-readable
+//! [`run`] is the command line's: it performs one [`RemoteAction`], prints human-readable
 //! lines on stdout and gives the exit code.
 //!
 //! # Layout
-//! - this file: [`connect`], the operations, [`execute`], [`run`], [`RemoteError`].
+//! - this file: [`connect`], the operations, [`run`] and [`perform`], [`RemoteError`].
 //! - `cli.rs`: the command line's actions ([`RemoteAction`]) and fetch caps ([`FetchCaps`]).
 //! - `fetch.rs`: writing fetched files under a folder, refusing paths that leave it
 //!   ([`safe_join`], [`FetchWriter`]) and what goes over its caps ([`FetchLimits`]).
@@ -22,7 +22,7 @@ mod cli;
 mod fetch;
 mod print;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use proto::controller::v1 as pb;
@@ -324,21 +324,6 @@ pub async fn cancel(
         .into_inner())
 }
 
-/// One `controller remote` action.
-#[derive(Debug, Clone)]
-pub enum RemoteCommand {
-    /// Submit a plan file; prints the run id.
-    Submit(PathBuf),
-    /// Follow a run to its end.
-    Watch(String),
-    /// List runs.
-    List,
-    /// Copy a run's results folder into a local folder.
-    Fetch(String, PathBuf),
-    /// Cancel a run.
-    Cancel(String),
-}
-
 /// The exit code of `watch` for a run that ended in `state`: 0 finished, 3 cancelled
 /// (as an interrupted `controller plan.toml`), 1 otherwise.
 pub fn exit_code(state: pb::RunState) -> u8 {
@@ -408,54 +393,6 @@ pub async fn perform(
         RemoteAction::Cancel { run } => {
             let cancelling = cancel(client, &run);
             let info = answered_within(address, "cancel", deadlines.cancel, cancelling).await?;
-            println!("{}", describe_run(&info));
-            Ok(0)
-        }
-    }
-}
-
-/// Runs `command` against the controller, printing lines on stdout; returns the exit code
-/// (see [`exit_code`] for `watch`; 0 for the others).
-pub async fn execute(
-    client: &mut ControllerClient<Channel>,
-    command: RemoteCommand,
-) -> Result<u8, RemoteError> {
-    match command {
-        RemoteCommand::Submit(plan) => {
-            println!("{}", submit(client, &plan).await?);
-            Ok(0)
-        }
-        RemoteCommand::Watch(run) => {
-            let finished = watch(client, &run, |event| {
-                if let Some(line) = describe_event(event) {
-                    println!("{line}");
-                }
-            })
-            .await?;
-            Ok(exit_code(finished.state()))
-        }
-        RemoteCommand::List => {
-            let runs = list(client).await?;
-            if runs.is_empty() {
-                println!("no runs");
-            }
-            for run in &runs {
-                println!("{}", describe_run(run));
-            }
-            Ok(0)
-        }
-        RemoteCommand::Fetch(run, dir) => {
-            let fetched = fetch(client, &run, &dir).await?;
-            println!(
-                "{}: {} files, {} bytes",
-                dir.display(),
-                fetched.files,
-                fetched.bytes
-            );
-            Ok(0)
-        }
-        RemoteCommand::Cancel(run) => {
-            let info = cancel(client, &run).await?;
             println!("{}", describe_run(&info));
             Ok(0)
         }
