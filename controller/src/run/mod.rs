@@ -33,6 +33,8 @@ mod local_agent;
 mod namespaces;
 mod phases;
 mod record;
+#[cfg(test)]
+mod resume_tests;
 mod scenario;
 mod search;
 pub mod testbed;
@@ -140,8 +142,10 @@ fn results_folder(plan: &Plan, options: &RunOptions) -> Result<PathBuf, RunError
         let name = format!("{}-{}", plan.name, timestamp());
         return Ok(fresh_folder(&plan.results_dir.join(name)));
     };
+    // The manifest holds the plan redacted (and is read back so): compare like with like,
+    // or a plan with a password could never be resumed.
     if let Ok(previous) = ResultsDir::open(dir)?.read_manifest()
-        && previous.plan != *plan
+        && previous.plan != plan.redacted()
     {
         return Err(RunError::ResumeMismatch {
             dir: dir.display().to_string(),
