@@ -138,6 +138,23 @@ pub struct PerClientRates {
     pub max_msgs_per_s: f64,
 }
 
+impl PerClientRates {
+    /// The median client's rate, or `None` when no client had a window of its own (all of a
+    /// client's messages arrived in one read): 0 would read as a client that received nothing.
+    pub fn median(&self) -> Option<f64> {
+        (self.clients > 0).then_some(self.median_msgs_per_s)
+    }
+
+    /// Slowest, median and fastest client, when any client was measured.
+    pub fn spread(&self) -> Option<[f64; 3]> {
+        (self.clients > 0).then_some([
+            self.min_msgs_per_s,
+            self.median_msgs_per_s,
+            self.max_msgs_per_s,
+        ])
+    }
+}
+
 /// Every figure of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -565,5 +582,37 @@ fn per_client(windows: &[ClientWindow]) -> PerClientRates {
         min_msgs_per_s: rates[0],
         median_msgs_per_s: median,
         max_msgs_per_s: rates[rates.len() - 1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(client: u32, first_ns: u64, last_ns: u64, count: u64) -> ClientWindow {
+        ClientWindow {
+            client,
+            first_ns,
+            last_ns,
+            count,
+        }
+    }
+
+    #[test]
+    fn a_client_whose_messages_arrived_at_once_has_no_rate_rather_than_zero() {
+        // Each subscriber got all of its messages in one read: no window, so no rate.
+        let at_once = per_client(&[window(0, 5_000, 5_000, 40), window(1, 7_000, 7_000, 40)]);
+        assert_eq!(at_once.clients, 0);
+        assert_eq!(at_once.median(), None);
+        assert_eq!(at_once.spread(), None);
+        // 11 messages over 1 s and 21 over 1 s: 10 and 20 msg/s, median 15.
+        let spread = per_client(&[
+            window(0, 0, 1_000_000_000, 11),
+            window(1, 0, 1_000_000_000, 21),
+            window(2, 3, 3, 9),
+        ]);
+        assert_eq!(spread.clients, 2);
+        assert_eq!(spread.median(), Some(15.0));
+        assert_eq!(spread.spread(), Some([10.0, 15.0, 20.0]));
     }
 }

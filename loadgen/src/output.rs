@@ -316,10 +316,14 @@ fn rate_row(out: &mut String, name: &str, rate: &AggregateRate, clients: &PerCli
         WindowKind::Full => format!("full {:.0} ms", rate.window_ms),
         WindowKind::None => "none".to_string(),
     };
+    let [min, median, max] = clients.spread().map_or(
+        ["n/a".to_string(), "n/a".to_string(), "n/a".to_string()],
+        |rates| rates.map(|r| format!("{r:.0}")),
+    );
     let _ = writeln!(
         out,
-        "  {name:<22} {:>10.0}  {window:<18} {:>11.0} {:>9.0} {:>9.0}",
-        rate.msgs_per_s, clients.min_msgs_per_s, clients.median_msgs_per_s, clients.max_msgs_per_s
+        "  {name:<22} {:>10.0}  {window:<18} {min:>11} {median:>9} {max:>9}",
+        rate.msgs_per_s
     );
 }
 

@@ -53,16 +53,16 @@ pub fn sections(data: &RunData) -> Vec<Section> {
         .collect()
 }
 
-/// Reads one rate of a cell.
-type RateOf = fn(&Summary) -> f64;
+/// Reads one rate of a cell; `None` when the cell has no such figure.
+type RateOf = fn(&Summary) -> Option<f64>;
 
 /// The four rates in display order: publish aggregate, publish per-client median, receive
-/// aggregate, receive per-client median.
+/// aggregate, receive per-client median (absent when no client had a window of its own).
 const RATES: [RateOf; 4] = [
-    |s| s.publish_rate.msgs_per_s,
-    |s| s.publish_rate_per_client.median_msgs_per_s,
-    |s| s.receive_rate.msgs_per_s,
-    |s| s.receive_rate_per_client.median_msgs_per_s,
+    |s| Some(s.publish_rate.msgs_per_s),
+    |s| s.publish_rate_per_client.median(),
+    |s| Some(s.receive_rate.msgs_per_s),
+    |s| s.receive_rate_per_client.median(),
 ];
 
 fn section(data: &RunData, test: usize, title: &str) -> Section {
@@ -130,14 +130,19 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         let dash_index = scenarios.iter().position(|&s| s == scenario).unwrap_or(0);
         let mut lines: [Vec<SeriesPoint>; 4] = Default::default();
         for (&pairs, summaries) in points {
-            let estimates: Vec<Estimate> = RATES
+            // One estimate per rate, in RATES' order, so each lands in its own column, with
+            // how many repetitions had the figure.
+            let estimates: Vec<Option<(Estimate, usize)>> = RATES
                 .iter()
-                .filter_map(|figure| {
-                    Estimate::of(&summaries.iter().map(|s| figure(s)).collect::<Vec<_>>())
+                .map(|figure| {
+                    let values: Vec<f64> = summaries.iter().filter_map(|s| figure(s)).collect();
+                    Estimate::of(&values).map(|estimate| (estimate, values.len()))
                 })
                 .collect();
             for (line, estimate) in lines.iter_mut().zip(&estimates) {
-                line.push(estimate.point(pairs as f64));
+                if let Some((estimate, _)) = estimate {
+                    line.push(estimate.point(pairs as f64));
+                }
             }
             let lost: Vec<f64> = summaries.iter().filter_map(|s| s.lost_percent).collect();
             let windows: Vec<f64> = summaries.iter().map(|s| s.receive_rate.window_ms).collect();
@@ -151,7 +156,15 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 plan.scenarios[scenario].name.clone(),
                 pairs.to_string(),
             ];
-            row.extend(estimates.iter().map(|e| e.text(rate)));
+            row.extend(estimates.iter().map(|estimate| match estimate {
+                None => "n/a".to_string(),
+                Some((estimate, had)) if *had < summaries.len() => format!(
+                    "{} ({had} of {} repetitions)",
+                    estimate.text(rate),
+                    summaries.len()
+                ),
+                Some((estimate, _)) => estimate.text(rate),
+            }));
             row.push(match Estimate::of(&lost) {
                 None => "n/a".to_string(),
                 Some(lost) => format!("{:.3}", lost.median),
@@ -247,7 +260,9 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
     section.paragraph(format!(
         "{INTERVAL_MEANING} Lost: expected deliveries that never arrived (QoS 0 allows loss), \
          median over repetitions. Burst window: the median length of the window the burst \
-         aggregate was taken over."
+         aggregate was taken over. A repetition in which no client had a window of its own \
+         (each got all its messages in one read) has no per-client median: the column gives \
+         the repetitions that had one, or n/a."
     ));
     section.blocks.push(Block::Table(table));
     section

@@ -464,18 +464,24 @@ impl SummaryRow {
             receive_rate_window_ms: summary.map(|s| s.receive_rate.window_ms),
             publish_rate_per_client_clients: summary.map(|s| s.publish_rate_per_client.clients),
             publish_rate_per_client_min_msgs_per_s: summary
-                .map(|s| s.publish_rate_per_client.min_msgs_per_s),
+                .and_then(|s| s.publish_rate_per_client.spread())
+                .map(|rates| rates[0]),
             publish_rate_per_client_median_msgs_per_s: summary
-                .map(|s| s.publish_rate_per_client.median_msgs_per_s),
+                .and_then(|s| s.publish_rate_per_client.spread())
+                .map(|rates| rates[1]),
             publish_rate_per_client_max_msgs_per_s: summary
-                .map(|s| s.publish_rate_per_client.max_msgs_per_s),
+                .and_then(|s| s.publish_rate_per_client.spread())
+                .map(|rates| rates[2]),
             receive_rate_per_client_clients: summary.map(|s| s.receive_rate_per_client.clients),
             receive_rate_per_client_min_msgs_per_s: summary
-                .map(|s| s.receive_rate_per_client.min_msgs_per_s),
+                .and_then(|s| s.receive_rate_per_client.spread())
+                .map(|rates| rates[0]),
             receive_rate_per_client_median_msgs_per_s: summary
-                .map(|s| s.receive_rate_per_client.median_msgs_per_s),
+                .and_then(|s| s.receive_rate_per_client.spread())
+                .map(|rates| rates[1]),
             receive_rate_per_client_max_msgs_per_s: summary
-                .map(|s| s.receive_rate_per_client.max_msgs_per_s),
+                .and_then(|s| s.receive_rate_per_client.spread())
+                .map(|rates| rates[2]),
             steadiness_steady: steadiness.map(|s| s.steady),
             steadiness_reasons: TextList(steadiness.map(|s| s.reasons.clone()).unwrap_or_default()),
             steadiness_window_start_ms: steadiness.map(|s| s.window_start_ms),

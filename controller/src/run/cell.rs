@@ -187,12 +187,15 @@ pub fn one_line(summary: &Summary) -> String {
         None => String::new(),
     };
     format!(
-        "latency p50 {:.3} ms p99 {:.3} ms{transit}, receive {:.0} msg/s {} (per-client median {:.0}), lost {lost}{}{}",
+        "latency p50 {:.3} ms p99 {:.3} ms{transit}, receive {:.0} msg/s {} (per-client median {}), lost {lost}{}{}",
         summary.latency.p50_us / 1e3,
         summary.latency.p99_us / 1e3,
         summary.receive_rate.msgs_per_s,
         summary.rate_kind.as_str(),
-        summary.receive_rate_per_client.median_msgs_per_s,
+        summary
+            .receive_rate_per_client
+            .median()
+            .map_or("n/a".to_string(), |r| format!("{r:.0}")),
         if summary.qos_violations.is_empty() {
             String::new()
         } else {
