@@ -15,10 +15,12 @@
 //! header), [`clock`] (the run clock), [`result`] (the raw mergeable result) with
 //! [`result_checks`], [`series`] and [`histogram_v2`], and [`summary`] with [`steadiness`],
 //! [`generator`] and [`tail`]. Here, the engine:
-//! - [`engine`]: the phases of a run (`engine/connect`, `engine/publish`, `engine/drain` beside
-//!   them); `publisher` and `subscriber`: one task per connection; `pacer`: the
+//! - [`engine`]: a run as its phases, one file each, in order: `prepare`, `preflight`,
+//!   `connect`, `start`, `publish` (`churn` beside it), `drain`, `finish`;
+//!   `publisher` and `subscriber`: one task per connection; `pacer`: the
 //!   open-loop schedule; `session`: connecting; `reconnect`: reconnecting lost connections;
-//!   [`runtime`]: the threads a run lives on; [`usage`]: what it cost loadgen itself;
+//!   [`runtime`]: the threads a run lives on ([`cpus`]: how many); [`usage`]: what it cost
+//!   loadgen itself;
 //!   [`local_broker`]: the broker's process on this host; `live`: the counters tasks share
 //!   during a run; [`limits`]: open-file limits.
 //! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS,
@@ -37,6 +39,7 @@ pub use loadgen_model::{
 pub mod accounting;
 pub mod cli;
 pub mod codec;
+pub mod cpus;
 pub mod engine;
 pub mod limits;
 mod live;

@@ -93,7 +93,7 @@ impl Reconnector {
         });
         let deadline_ns =
             lost_ns.saturating_add(crate::clock::saturating_nanos(self.policy.within));
-        let fields = crate::engine::connect_fields(&self.spec, client_id);
+        let fields = crate::session::connect_fields(&self.spec, client_id);
         loop {
             let left = Duration::from_nanos(deadline_ns.saturating_sub(self.now_ns()));
             if left.is_zero() {

@@ -3,42 +3,17 @@
 //! command or by an agent (whose own runtime keeps serving gRPC meanwhile).
 //!
 //! Few threads (one on a 2-core machine) keep loadgen cheap for a broker on the same host: the
-//! broker keeps a core of its own (see the README's finding; the subscribers' receive
-//! coalescing is the other half, [`crate::spec::Coalescing`]).
+//! broker keeps a core of its own (bench/RESULTS.md, "loadgen as a neutral instrument"; the
+//! subscribers' receive coalescing is the other half, [`crate::spec::Coalescing`]).
 
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::cpus::threads_for;
 use crate::engine::{StartBarrier, Status};
 use crate::spec::WorkloadSpec;
 use crate::usage::{RunThreads, Scope};
 use crate::{LoadgenError, RunResult};
-
-/// CPUs this process may run on (its affinity mask), at least one.
-pub fn cpus_allowed() -> usize {
-    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
-    let counted = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
-            libc::CPU_COUNT(&set) as usize
-        } else {
-            0
-        }
-    };
-    if counted > 0 {
-        counted
-    } else {
-        std::thread::available_parallelism().map_or(1, usize::from)
-    }
-}
-
-/// The runtime threads a spec asks for: its own figure, or half the CPUs allowed.
-pub fn threads_for(spec: &WorkloadSpec) -> usize {
-    match spec.engine.threads {
-        0 => (cpus_allowed() / 2).max(1),
-        threads => usize::from(threads),
-    }
-}
 
 /// Builds the runtime `spec` runs on; its threads register in `threads`.
 fn build(
@@ -91,18 +66,4 @@ pub async fn run_dedicated(
     done_rx
         .await
         .map_err(|_| LoadgenError::Internal("the load's thread ended without a result".into()))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn automatic_threads_leave_half_the_cpus() {
-        let mut spec = crate::presets::throughput();
-        spec.engine.threads = 0;
-        assert_eq!(threads_for(&spec), (cpus_allowed() / 2).max(1));
-        spec.engine.threads = 3;
-        assert_eq!(threads_for(&spec), 3);
-    }
 }

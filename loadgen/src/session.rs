@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::codec::{Codec, ConnectFields, Incoming};
-use crate::spec::Qos;
+use crate::spec::{Qos, WorkloadSpec};
 use crate::transport::{Dialer, ReadHalf, WriteHalf};
 
 /// Bytes reserved before each socket read, so large packets are not read 64 bytes at a time.
@@ -226,5 +226,20 @@ impl Session {
                 ));
             }
         }
+    }
+}
+
+/// The CONNECT of `client_id`: every client of a run sends the same settings.
+pub(crate) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
+    ConnectFields {
+        client_id,
+        keep_alive_secs: u16::try_from(spec.connection.keep_alive.as_secs()).unwrap_or(u16::MAX),
+        clean_session: spec.connection.clean_session,
+        login: spec
+            .broker
+            .username
+            .as_deref()
+            .map(|user| (user, spec.broker.password.as_deref().unwrap_or(""))),
+        max_packet_size: u32::try_from(spec.max_packet_bytes()).unwrap_or(u32::MAX),
     }
 }

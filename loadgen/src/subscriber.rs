@@ -332,7 +332,7 @@ async fn go_offline(
         () = tokio::time::sleep(away.gap) => {}
         () = stop.cancelled() => return None,
     }
-    let fields = crate::engine::connect_fields(&away.spec, &away.client_id);
+    let fields = crate::session::connect_fields(&away.spec, &away.client_id);
     crate::session::open(
         &away.dialer,
         codec,

@@ -224,7 +224,7 @@ impl Reading {
 /// CPU this process can use with `threads` threads: the least of the threads, the CPUs it
 /// may run on and its cgroup's quota, in thousandths of a CPU.
 pub(crate) fn capacity_milli(threads: usize) -> u32 {
-    let cpus = crate::runtime::cpus_allowed();
+    let cpus = crate::cpus::cpus_allowed();
     let capacity = [threads.max(1) * 1000, cpus * 1000]
         .into_iter()
         .chain(cgroup::quota_milli())
@@ -402,7 +402,7 @@ pub(crate) fn instance_load(
         },
         // The cgroup sums throttled time over its CPUs' run queues.
         throttled_percent: end.throttled_ns.saturating_sub(start.throttled_ns) as f64 * 100.0
-            / (span.max(1) as f64 * crate::runtime::cpus_allowed() as f64),
+            / (span.max(1) as f64 * crate::cpus::cpus_allowed() as f64),
         host_steal_percent: start.host.steal_percent_until(end.host),
         host_cpu_pressure_percent: stalled_percent(
             start.host_pressure_us,

@@ -11,10 +11,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::connect_fields;
 use crate::clock::RunClock;
 use crate::codec::Codec;
 use crate::result::ChurnOutcome;
+use crate::session::connect_fields;
 use crate::session::{self, ConnectFailure};
 use crate::spec::{Churn, WorkloadSpec};
 use crate::transport::Dialer;

@@ -9,11 +9,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::prepare::Run;
-use super::{Phase, Role};
+use super::state::{Phase, Role};
 use crate::LoadgenError;
-use crate::codec::ConnectFields;
 use crate::result::RunResult;
-use crate::session::{self, ConnectFailure, Session};
+use crate::session::{self, ConnectFailure, Session, connect_fields};
 use crate::spec::WorkloadSpec;
 use crate::transport::Dialer;
 
@@ -55,21 +54,6 @@ pub(super) async fn connect(run: &Run<'_>) -> Result<Connected, LoadgenError> {
         subscribers,
         publishers,
     })
-}
-
-/// The CONNECT of `client_id`: every client of a run sends the same settings.
-pub(crate) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> ConnectFields<'a> {
-    ConnectFields {
-        client_id,
-        keep_alive_secs: u16::try_from(spec.connection.keep_alive.as_secs()).unwrap_or(u16::MAX),
-        clean_session: spec.connection.clean_session,
-        login: spec
-            .broker
-            .username
-            .as_deref()
-            .map(|user| (user, spec.broker.password.as_deref().unwrap_or(""))),
-        max_packet_size: u32::try_from(spec.max_packet_bytes()).unwrap_or(u32::MAX),
-    }
 }
 
 /// The client id of `role`'s client `id`: `{prefix}-{run id}-p{n}` or `...-s{n}`.

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Phase;
 use super::prepare::Run;
 use super::start::Started;
+use super::state::Phase;
 use crate::LoadgenError;
 use crate::clock::{RunClock, deadline_after, saturating_nanos};
 use crate::live::Live;

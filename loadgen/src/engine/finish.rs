@@ -3,10 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Phase;
 use super::drain::Drained;
 use super::prepare::Run;
 use super::start::{Started, Timing};
+use super::state::Phase;
 use crate::live::Live;
 use crate::publisher::{PublisherOutcome, Warmup};
 use crate::result::{MeasuredWindow, RunResult};
@@ -34,7 +34,7 @@ pub(super) async fn finish(
     );
     result.reconnect = started.reconnector.map(|reconnector| reconnector.outcome());
     result.load_wall_ns = load_wall_ns;
-    let threads = crate::runtime::threads_for(run.spec);
+    let threads = crate::cpus::threads_for(run.spec);
     result.resources = started.meter.usage_before.until(usage_after, threads);
     let (from_ns, until_ns) = load_window(&mut result, &started.timing, &run.live);
     result.instances.push(crate::usage::instance_load(

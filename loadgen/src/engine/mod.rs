@@ -25,63 +25,23 @@ mod preflight;
 mod prepare;
 mod publish;
 mod start;
+mod state;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::LoadgenError;
-use crate::live::Progress;
 use crate::result::RunResult;
 use crate::spec::WorkloadSpec;
 use crate::usage::Scope;
 use connect::connect;
-pub(crate) use connect::connect_fields;
 use drain::drain;
 use finish::finish;
 use preflight::preflight;
 use prepare::prepare;
 use publish::publish;
 use start::start;
-
-/// The phase a run is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Phase {
-    /// Checking the broker answers.
-    #[default]
-    Preflight,
-    /// Opening connections.
-    Connecting,
-    /// Publishing.
-    Publishing,
-    /// Waiting for in-flight messages.
-    Draining,
-    /// Finished.
-    Done,
-}
-
-/// What a progress display shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Status {
-    /// Current phase.
-    pub phase: Phase,
-    /// Counters so far.
-    pub progress: Progress,
-    /// Messages this instance will publish.
-    pub planned_publishes: u64,
-    /// Connections opened / planned.
-    pub connected: (u64, u64),
-}
-
-/// When a run starts, for instances that must start together.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StartBarrier {
-    /// The run clock's origin as Unix time in ns on *this* host's clock (the controller maps
-    /// its own time through the host's clock offset); now when absent.
-    pub origin_unix_ns: Option<u64>,
-    /// The first message leaves this long after the origin, ns; 50 ms after the last
-    /// connection when absent.
-    pub start_at_ns: Option<u64>,
-}
+pub use state::{Phase, Role, StartBarrier, Status};
 
 /// Runs `spec` to completion (or until `cancel`), reporting progress on `status` if given.
 pub async fn run(
@@ -119,22 +79,4 @@ pub(crate) async fn run_scoped(
     let published = publish(&run, &started, connected.publishers).await?;
     let drained = drain(&run, &mut started, published).await?;
     Ok(finish(&run, connected.result, started, drained).await)
-}
-
-/// Publisher or subscriber.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Sends messages.
-    Publisher,
-    /// Receives messages.
-    Subscriber,
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Role::Publisher => "publisher",
-            Role::Subscriber => "subscriber",
-        })
-    }
 }

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::connect::connect_fields;
 use super::prepare::Run;
 use crate::LoadgenError;
 use crate::local_broker::LocalBroker;
 use crate::session;
+use crate::session::connect_fields;
 
 /// The preflight probe gives up after this long, whatever the connect timeout.
 const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{StartBarrier, Status};
+use super::state::{StartBarrier, Status};
 use crate::LoadgenError;
 use crate::clock::{RunClock, unix_now_ns};
 use crate::codec::Codec;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::prepare::{Run, StatusFeed};
 use super::start::{Started, Timing};
-use super::{Phase, Role};
+use super::state::{Phase, Role};
 use crate::LoadgenError;
 use crate::live::Live;
 use crate::pacer::{self, PacedPublisher, Release};

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use super::churn;
+use super::connect;
 use super::prepare::Run;
-use super::{Role, churn, connect};
+use super::state::Role;
 use crate::LoadgenError;
 use crate::clock::RunClock;
 use crate::local_broker::LocalBroker;
