@@ -18,17 +18,20 @@
 //!   wall-clock nanoseconds.
 //! - [`result`]: the raw mergeable result, with [`reconnect`] (a reconnect storm's figures)
 //!   and [`broker_on_host`] (the broker's own CPU when it shared a host);
-//!   [`result_checks`]: what one read from a file must satisfy before use; [`series`]: rate
-//!   over time; [`histogram_v2`]: histograms as HdrHistogram V2 + DEFLATE, inflated with a cap.
-//! - [`summary`]: the figures derived from a result; [`steadiness`]: was a timed run's rate
-//!   sustained; [`generator`]: was loadgen the limit; [`tail`]: whose an open loop's latency
-//!   tail is, the broker's or loadgen's send delay.
+//!   [`result_checks`]: what one read from a file must satisfy before use; [`merge`]: adding
+//!   up the results of a run's instances, checked; [`series`]: rate over time;
+//!   [`histogram_v2`]: histograms as HdrHistogram V2 + DEFLATE, inflated with a cap.
+//! - [`summary`]: the figures derived from a result ([`percentiles`]: one histogram's);
+//!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
+//!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay.
 
 pub mod broker_on_host;
 pub mod clock;
 pub mod generator;
 pub mod header;
 pub mod histogram_v2;
+pub mod merge;
+pub mod percentiles;
 pub mod presets;
 pub mod reconnect;
 pub mod result;

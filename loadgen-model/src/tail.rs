@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::summary::LatencySummary;
+use crate::percentiles::LatencySummary;
 
 /// The send delay p99 at or above this share of the open-loop p99 explains the tail...
 pub const SEND_DELAY_SHARE: f64 = 0.5;
