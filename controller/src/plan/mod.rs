@@ -6,12 +6,13 @@
 //! scenarios (Table II) and tests (Table III) are built-in presets that fields override.
 //!
 //! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
-//!   `validate.rs`: the checks; `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
+//!   `validate.rs`: the checks (`error.rs`: the error they return); `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
 //!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells;
 //!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path;
 //!   `redact.rs`: the plan and its text without secrets, as a results folder holds them.
 
 mod cells;
+mod error;
 #[cfg(test)]
 mod limits_tests;
 mod path;
@@ -26,12 +27,12 @@ mod validate;
 mod websocket;
 
 pub use cells::{Cell, CellPoint};
+pub use error::PlanError;
 pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};
 pub use redact::{REDACTED, is_secret_key, redact_plan_text};
-pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement, Spread};
+pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement};
 pub use types::*;
-pub use validate::PlanError;
 
 use std::path::Path;
 

@@ -12,8 +12,8 @@ use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos};
 
+use super::error::{PlanError, invalid, quoted};
 use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
-use super::validate::{PlanError, invalid, quoted};
 
 /// Measured time of a sustained throughput cell unless the plan says otherwise.
 pub const DEFAULT_DURATION: Duration = loadgen::presets::SUSTAINED_DURATION;

@@ -13,8 +13,7 @@ use std::ops::Range;
 use loadgen::spec::Shard;
 
 // The enum is the plan tree's (`types.rs`); named here too, where its readers look for it.
-pub use super::types::Spread;
-use super::types::TestEntry;
+use super::types::{Spread, TestEntry};
 
 /// Most loadgen nodes one test may name.
 pub const MAX_LOADGEN_NODES: usize = 256;

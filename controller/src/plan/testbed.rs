@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use domain::broker::NODE_PORTS;
 use domain::overlay::{overlay_network, parse_overlay_cidr};
 
-use super::validate::{PlanError, invalid, quoted};
+use super::error::{PlanError, invalid, quoted};
 use super::{BrokerKind, NodeRole, Orchestrator, Overlay, Plan};
 
 impl Plan {

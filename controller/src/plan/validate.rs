@@ -6,8 +6,10 @@ use std::collections::HashSet;
 use domain::Product;
 use loadgen::spec::MAX_DURATION;
 
+use super::error::{PlanError, invalid, quoted};
 use super::presets::{scenario_preset, workload_for};
-use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Spread};
+use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT};
+use super::types::Spread;
 use super::types::{
     BrokerEntry, BrokerKind, Fallback, MAX_EMULATED_NODES, NodeRole, Orchestrator, Overlay, Plan,
     TestEntry, TestKind, WarmupEntry,
@@ -42,26 +44,10 @@ fn workload_field(shorthand: &str) -> &str {
     }
 }
 
-/// Why a plan cannot run: the file, the TOML path and the value (the error every TOML file
-/// of the project shares).
-pub type PlanError = domain::FileError;
-
-pub(super) fn invalid(
-    path: impl Into<String>,
-    value: impl std::fmt::Display,
-    problem: impl Into<String>,
-) -> PlanError {
-    PlanError::invalid(path, value, problem)
-}
-
 /// The products a plan may name, in the study's order.
 fn known_products() -> String {
     let names: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
     names.join(", ")
-}
-
-pub(super) fn quoted(text: &str) -> String {
-    format!("{text:?}")
 }
 
 /// A workload's broker password comes from at most one place (`password`, `password_file`,

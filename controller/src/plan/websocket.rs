@@ -4,9 +4,9 @@
 
 use loadgen::spec::Transport;
 
+use super::error::{PlanError, invalid, quoted};
 use super::presets::workload_for;
 use super::types::{BrokerEntry, BrokerKind, Plan};
-use super::validate::{PlanError, invalid, quoted};
 
 impl Plan {
     /// The indices of the tests whose workload speaks WebSocket.
