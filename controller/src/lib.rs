@@ -8,11 +8,15 @@
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
 //! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.
 //! - [`report`]: `report.md`, `report.html` and SVG figures, rebuilt from a results folder.
-//! - [`run`]: running a plan: agents, brokers, scenarios, cells, undo.
+//! - [`run`]: running a plan: agents, brokers, scenarios, cells, undo, through a typed
+//!   testbed ([`run::testbed`]).
+//! - `agent_client`: that testbed over gRPC, converting to and from the agents' messages.
+//! - [`stats`]: medians with distribution-free confidence intervals and comparisons between
+//!   brokers, for the report.
 //! - [`pki_command`]: `controller pki`, the CA and identities without bootstrap.
 //! - [`serve`]: `controller serve`, the controller as a gRPC service over mTLS.
 //! - [`remote`]: `controller remote`, driving that service from a laptop.
-//! - `main.rs`: the `controller` binary.
+//! - `main.rs`: the `controller` binary; `terminal.rs` shows a run's progress.
 
 mod agent_client;
 pub mod civil;

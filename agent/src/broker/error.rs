@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use super::error_code::ErrorCode;
+use super::error_code::ErrorCode;
 use super::kubernetes::kubectl::KubectlError;
 use domain::{InvalidSpec, Product};
 

@@ -88,7 +88,7 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::error::ErrorCode;
+    use crate::broker::ErrorCode;
 
     #[test]
     fn a_missing_product_names_every_path_it_looked_at() {

@@ -2,7 +2,7 @@
 //! installed) real Mosquitto and RabbitMQ brokers started, probed and stopped.
 
 use super::*;
-use crate::broker::error::ErrorCode;
+use crate::broker::ErrorCode;
 use crate::broker::readiness::{PROBE_TIMEOUT, probe};
 use crate::broker::test_support::{
     installed_or_skip, loopback_spec, running_in_ci, tagged_processes,

@@ -230,7 +230,7 @@ pub fn connect_address(listen: SocketAddr) -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::error::ErrorCode;
+    use crate::broker::ErrorCode;
 
     const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

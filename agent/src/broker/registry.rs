@@ -345,7 +345,7 @@ fn status_of(name: &str, state: BrokerState, broker: &dyn RunningBroker) -> Brok
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::error::ErrorCode;
+    use crate::broker::ErrorCode;
     use crate::broker::readiness::{PROBE_TIMEOUT, probe};
     use crate::broker::test_support::{installed_or_skip, loopback_spec, tagged_processes};
     use domain::Product;

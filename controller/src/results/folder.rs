@@ -9,7 +9,6 @@ use host::Folder;
 use loadgen::RunResult;
 
 // manifest.rs reads its file through here.
-pub(crate) use super::in_place::read_in_place;
 use super::summary::read_each_row;
 use super::{CellRecord, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow, csv_file};
 

@@ -200,7 +200,7 @@ impl Manifest {
     /// named by its path, e.g. `netem[0].asked`. A folder written before secrets were
     /// redacted is read without them, so a report rebuilt from it does not print them.
     pub fn read(path: &Path) -> Result<Manifest, ResultsError> {
-        let text = super::folder::read_in_place(path, super::folder::MAX_MANIFEST_BYTES)?;
+        let text = super::in_place::read_in_place(path, super::folder::MAX_MANIFEST_BYTES)?;
         let mut json = serde_json::Deserializer::from_str(&text);
         let manifest: Manifest =
             serde_path_to_error::deserialize(&mut json).map_err(|error| ResultsError::Format {

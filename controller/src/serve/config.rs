@@ -715,8 +715,8 @@ loadgen = ["w"]
     }
 
     #[test]
-    fn the_readmes_study_served_by_its_own_file_is_admitted() {
-        // README: `controller serve --nodes examples/study.toml`, then the study submitted
+    fn the_guides_study_served_by_its_own_file_is_admitted() {
+        // docs/remote.md: `controller serve --nodes examples/study.toml`, then the study submitted
         // without its pki_dir: its nodes, kubernetes brokers and [testbed] are the service's.
         let study = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/study.toml");
         let config = ServeConfig::with_nodes_file("r".into(), "p".into(), &study).expect("config");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::fake_k3s::{FakeK3s, broker_on_a_node_port};
 use super::*;
-use crate::broker::error::ErrorCode;
+use crate::broker::ErrorCode;
 use crate::broker::registry::{Brokers, BrokersConfig};
 use domain::BrokerOptions;
 
