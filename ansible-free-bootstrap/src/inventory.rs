@@ -258,9 +258,7 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
     let invalid =
         |field: String, value: &dyn std::fmt::Debug, problem: String| InventoryError::Invalid {
             path: path.to_owned(),
-            field,
-            value: format!("{value:?}"),
-            problem,
+            field: domain::FieldError::new(field, format!("{value:?}"), problem),
         };
     if inventory.nodes.is_empty() {
         return Err(invalid(

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+use crate::FieldError;
+
 /// A file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
@@ -27,16 +29,12 @@ pub enum FileError {
         message: String,
     },
     /// A field has a bad value or refers to something that does not exist.
-    #[error("{path}: {field} = {value}: {problem}")]
+    #[error("{path}: {field}")]
     Invalid {
         /// The file (empty until [`FileError::in_file`]).
         path: String,
-        /// TOML path, e.g. `brokers[1].product`.
-        field: String,
-        /// The value as written.
-        value: String,
-        /// What is wrong.
-        problem: String,
+        /// The field, its value and what is wrong.
+        field: FieldError,
     },
 }
 
@@ -49,25 +47,16 @@ impl FileError {
     ) -> Self {
         FileError::Invalid {
             path: String::new(),
-            field: field.into(),
-            value: value.to_string(),
-            problem: problem.into(),
+            field: FieldError::new(field, value, problem),
         }
     }
 
     /// Names the file an error came from.
     pub fn in_file(self, file: &str) -> Self {
         match self {
-            FileError::Invalid {
-                field,
-                value,
-                problem,
-                ..
-            } => FileError::Invalid {
+            FileError::Invalid { field, .. } => FileError::Invalid {
                 path: file.to_string(),
                 field,
-                value,
-                problem,
             },
             FileError::Syntax { line, message, .. } => FileError::Syntax {
                 path: file.to_string(),

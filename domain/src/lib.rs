@@ -11,11 +11,13 @@
 //! - [`netem`]: [`NetemParams`], what netem is asked to do on one interface, and its checks.
 //! - [`agent_config`]: [`AgentConfig`], the agent's `agent.toml` (written by bootstrap).
 //! - [`overlay`]: overlay addresses as `198.19.0.2/24`.
-//! - [`file`]: [`FileError`], why a TOML file cannot be used (file, TOML path, value), and
-//!   [`read_toml`].
+//! - [`field_error`]: [`FieldError`], one field with a bad value (TOML path, value, problem).
+//! - [`file`]: [`FileError`], why a TOML file cannot be used (the file and a
+//!   [`FieldError`], or its syntax), and [`read_toml`].
 
 pub mod agent_config;
 pub mod broker;
+pub mod field_error;
 pub mod file;
 pub mod invalid_spec;
 pub mod name;
@@ -26,6 +28,7 @@ pub mod role;
 
 pub use agent_config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
 pub use broker::{BrokerKind, BrokerOptions, BrokerSpec};
+pub use field_error::FieldError;
 pub use file::{FileError, parse_toml, read_toml};
 pub use invalid_spec::InvalidSpec;
 pub use name::{MAX_NAME_LEN, NameError, check_identity_name, check_name};

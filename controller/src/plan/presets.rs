@@ -60,7 +60,8 @@ pub fn workload_for(
 ) -> Result<WorkloadSpec, String> {
     let (mut spec, _, _) = test_preset(test.kind);
     if let Some(table) = &test.workload {
-        spec = overlay_workload(spec, table).map_err(|error| error.to_string())?;
+        spec =
+            overlay_workload(spec, table).map_err(|error| error.within("workload").to_string())?;
     }
     if let Some(publishers) = test.publishers {
         spec.publishers = publishers;
@@ -105,17 +106,9 @@ pub fn workload_for(
     Ok(spec)
 }
 
-/// A field of a test's `workload` table that loadgen's spec does not accept.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("workload.{path} = {value}: {problem}")]
-pub struct WorkloadTableError {
-    /// The field inside the table, e.g. `connection.inflight`.
-    pub path: String,
-    /// Its value as written (or `(absent)`).
-    pub value: String,
-    /// What is wrong.
-    pub problem: String,
-}
+/// A field of a test's `workload` table that loadgen's spec does not accept, its path inside
+/// the table (e.g. `connection.inflight`) and its value as written (or `(absent)`).
+pub type WorkloadTableError = domain::FieldError;
 
 /// Fields of the spec that the run sets itself, per cell.
 const RUN_OWNED: [(&str, &str); 3] = [

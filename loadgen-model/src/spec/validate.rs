@@ -12,17 +12,9 @@ use super::{
 use crate::header::HeaderEncoding;
 use crate::size::ByteSize;
 
-/// A spec field with a bad value: names the TOML path, the value and the problem.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path} = {value}: {problem}")]
-pub struct SpecError {
-    /// TOML path of the field, e.g. `pacing.interval`.
-    pub path: String,
-    /// The offending value as written.
-    pub value: String,
-    /// What is wrong with it.
-    pub problem: String,
-}
+/// A spec field with a bad value: names the TOML path (e.g. `pacing.interval`), the value
+/// and the problem.
+pub type SpecError = domain::FieldError;
 
 /// Most publishers, and most subscribers, one workload has (over all its instances): each
 /// costs a connection, a task and its buffers.

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use domain::broker::DEFAULT_NAMESPACE;
-use domain::{BrokerKind, BrokerOptions, BrokerSpec, InvalidSpec, Product};
+use domain::{BrokerKind, BrokerOptions, BrokerSpec, FieldError, InvalidSpec, Product};
 
 use super::{ConversionError, enumeration, field, required};
 use crate::agent::v1 as pb;
@@ -78,17 +78,19 @@ impl TryFrom<pb::BrokerSpec> for BrokerSpec {
                 });
             }
             (_, text) => text.parse().map_err(|error: std::net::AddrParseError| {
-                ConversionError::Invalid {
+                ConversionError::Invalid(FieldError {
                     path: field(at, "bind"),
                     value: format!("{text:?}"),
                     problem: error.to_string(),
-                }
+                })
             })?,
         };
-        let port = u16::try_from(message.port).map_err(|_| ConversionError::Invalid {
-            path: field(at, "port"),
-            value: message.port.to_string(),
-            problem: "is not a TCP port".to_owned(),
+        let port = u16::try_from(message.port).map_err(|_| {
+            ConversionError::Invalid(FieldError {
+                path: field(at, "port"),
+                value: message.port.to_string(),
+                problem: "is not a TCP port".to_owned(),
+            })
         })?;
         Ok(BrokerSpec {
             name: message.name,
@@ -102,12 +104,13 @@ impl TryFrom<pb::BrokerSpec> for BrokerSpec {
 
 /// `host:port` at `path`, parsed.
 fn socket_address(text: &str, path: &str) -> Result<SocketAddr, ConversionError> {
-    text.parse()
-        .map_err(|error: std::net::AddrParseError| ConversionError::Invalid {
+    text.parse().map_err(|error: std::net::AddrParseError| {
+        ConversionError::Invalid(FieldError {
             path: path.to_owned(),
             value: format!("{text:?}"),
             problem: error.to_string(),
         })
+    })
 }
 
 /// A Kubernetes target; the namespace defaults to [`DEFAULT_NAMESPACE`].
@@ -145,10 +148,12 @@ fn options(
 ) -> Result<BrokerOptions, ConversionError> {
     let mut options = BrokerOptions::default();
     for (key, value) in message {
-        let invalid = |problem: String| ConversionError::Invalid {
-            path: format!("spec.options.{key}"),
-            value: format!("{value:?}"),
-            problem,
+        let invalid = |problem: String| {
+            ConversionError::Invalid(FieldError {
+                path: format!("spec.options.{key}"),
+                value: format!("{value:?}"),
+                problem,
+            })
         };
         match key.as_str() {
             "max_inflight_messages" => {

@@ -20,6 +20,7 @@ mod spec;
 
 use std::time::Duration;
 
+use domain::FieldError;
 use loadgen_model::spec::SpecError;
 
 /// A message that does not make a valid domain value; each variant names the field path.
@@ -41,16 +42,10 @@ pub enum ConversionError {
         /// What the enum is, e.g. `QoS`.
         kind: &'static str,
     },
-    /// A field's value is out of range or breaks a rule of the domain type.
-    #[error("{path} = {value}: {problem}")]
-    Invalid {
-        /// Field path, e.g. `spec.broker.port`.
-        path: String,
-        /// The offending value as received.
-        value: String,
-        /// What is wrong with it.
-        problem: String,
-    },
+    /// A field's value is out of range or breaks a rule of the domain type: its path (e.g.
+    /// `spec.broker.port`), the value as received and what is wrong.
+    #[error(transparent)]
+    Invalid(FieldError),
     /// A domain rule refused the value (a Kubernetes node name, jitter above the delay); the
     /// problem is the domain check's own words.
     #[error("{path}: {problem}")]
@@ -76,7 +71,7 @@ impl ConversionError {
         match self {
             ConversionError::Missing { path }
             | ConversionError::UnknownEnum { path, .. }
-            | ConversionError::Invalid { path, .. }
+            | ConversionError::Invalid(FieldError { path, .. })
             | ConversionError::Rule { path, .. }
             | ConversionError::Histogram { path, .. } => path,
         }
@@ -84,11 +79,7 @@ impl ConversionError {
 
     /// A spec validation error, its TOML path placed under the message at `at`.
     fn from_spec(error: SpecError, at: &str) -> Self {
-        ConversionError::Invalid {
-            path: format!("{at}.{}", error.path),
-            value: error.value,
-            problem: error.problem,
-        }
+        ConversionError::Invalid(error.within(at))
     }
 }
 
@@ -132,10 +123,12 @@ fn enumeration<E: TryFrom<i32>, T>(
 
 /// A protobuf `uint32` that must fit a `u16` (ports, in-flight windows).
 fn narrow_u16(value: u32, at: &str, name: &str) -> Result<u16, ConversionError> {
-    u16::try_from(value).map_err(|_| ConversionError::Invalid {
-        path: field(at, name),
-        value: value.to_string(),
-        problem: format!("must be at most {}", u16::MAX),
+    u16::try_from(value).map_err(|_| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, name),
+            value: value.to_string(),
+            problem: format!("must be at most {}", u16::MAX),
+        })
     })
 }
 
@@ -146,10 +139,12 @@ fn duration(
     name: &str,
 ) -> Result<Duration, ConversionError> {
     let value = required(value, at, name)?;
-    Duration::try_from(value).map_err(|error| ConversionError::Invalid {
-        path: field(at, name),
-        value: value.to_string(),
-        problem: error.to_string(),
+    Duration::try_from(value).map_err(|error| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, name),
+            value: value.to_string(),
+            problem: error.to_string(),
+        })
     })
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use domain::NetemParams;
+use domain::{FieldError, NetemParams};
 
 use super::{ConversionError, duration_to_proto, field, required};
 use crate::agent::v1 as pb;
@@ -14,10 +14,12 @@ fn duration(
     name: &str,
 ) -> Result<Duration, ConversionError> {
     let value = required(value, at, name)?;
-    let invalid = |problem: String| ConversionError::Invalid {
-        path: field(at, name),
-        value: value.to_string(),
-        problem,
+    let invalid = |problem: String| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, name),
+            value: value.to_string(),
+            problem,
+        })
     };
     let seconds = u64::try_from(value.seconds).map_err(|_| invalid("is negative".into()))?;
     let nanos = u32::try_from(value.nanos).map_err(|_| invalid("is negative".into()))?;

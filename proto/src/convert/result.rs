@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 
+use domain::FieldError;
 use hdrhistogram::Histogram;
 use loadgen_model::header::HeaderEncoding;
 use loadgen_model::histogram_v2::{self, HistogramError};
@@ -30,11 +31,11 @@ impl TryFrom<pb::RunResult> for RunResult {
 fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, ConversionError> {
     let spec = spec_from_proto(required(message.spec, at, "spec")?, &field(at, "spec"))?;
     if let Some(shard) = &spec.shard {
-        return Err(ConversionError::Invalid {
+        return Err(ConversionError::Invalid(FieldError {
             path: format!("{at}.spec.shard"),
             value: format!("{:?}", shard.publishers),
             problem: "a result's spec is the whole workload; its parts are listed in shards".into(),
-        });
+        }));
     }
     let header = enumeration(
         message.header,
@@ -48,7 +49,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         },
     )?;
     if header != spec.header_encoding() {
-        return Err(ConversionError::Invalid {
+        return Err(ConversionError::Invalid(FieldError {
             path: field(at, "header"),
             value: header.to_string(),
             problem: format!(
@@ -56,7 +57,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 spec.payload,
                 spec.header_encoding()
             ),
-        });
+        }));
     }
     let shards = message
         .shards
@@ -77,11 +78,11 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         ("delivered_unique", &message.delivered_unique),
     ] {
         if counts.len() != publishers {
-            return Err(ConversionError::Invalid {
+            return Err(ConversionError::Invalid(FieldError {
                 path: field(at, name),
                 value: format!("{} entries", counts.len()),
                 problem: format!("needs one per publisher ({publishers})"),
-            });
+            }));
         }
     }
     let publisher_windows = windows(
@@ -227,11 +228,11 @@ const MAX_COMMAND_CHARS: usize = 64;
 
 fn within(range: &Range<u32>, count: u32, at: &str, name: &str) -> Result<(), ConversionError> {
     if range.start > range.end || range.end > count {
-        return Err(ConversionError::Invalid {
+        return Err(ConversionError::Invalid(FieldError {
             path: field(at, name),
             value: format!("{range:?}"),
             problem: format!("must lie within 0..{count}"),
-        });
+        }));
     }
     Ok(())
 }
@@ -249,18 +250,18 @@ fn windows(
         .map(|(i, window)| {
             let at = format!("{at}.{name}[{i}]");
             if window.client >= clients {
-                return Err(ConversionError::Invalid {
+                return Err(ConversionError::Invalid(FieldError {
                     path: field(&at, "client"),
                     value: window.client.to_string(),
                     problem: format!("the workload has {clients} such clients"),
-                });
+                }));
             }
             if window.first_ns > window.last_ns {
-                return Err(ConversionError::Invalid {
+                return Err(ConversionError::Invalid(FieldError {
                     path: field(&at, "last_ns"),
                     value: window.last_ns.to_string(),
                     problem: format!("before first_ns ({})", window.first_ns),
-                });
+                }));
             }
             Ok(ClientWindow {
                 client: window.client,
@@ -280,13 +281,13 @@ fn histogram_from_bytes(
 ) -> Result<Histogram<u64>, ConversionError> {
     // from_bytes checks the header (bounds, declared lengths) before it allocates anything.
     histogram_v2::from_bytes(bytes).map_err(|error| match error {
-        HistogramError::Bounds { high, sigfig, .. } => ConversionError::Invalid {
+        HistogramError::Bounds { high, sigfig, .. } => ConversionError::Invalid(FieldError {
             path: field(at, name),
             value: format!("1..={high} ns at {sigfig} digits"),
             problem: format!(
                 "histograms must have bounds 1..={HISTOGRAM_HIGHEST_NS} ns at {HISTOGRAM_SIGFIG} digits to merge"
             ),
-        },
+        }),
         HistogramError::Malformed(reason) => ConversionError::Histogram {
             path: field(at, name),
             reason,
@@ -637,7 +638,10 @@ mod tests {
         message.connect_time = histogram_v2::to_bytes(&other).expect("encodes");
         let error = RunResult::try_from(message).expect_err("other bounds");
         assert_eq!(error.path(), "result.connect_time");
-        assert!(matches!(error, ConversionError::Invalid { .. }), "{error}");
+        assert!(
+            matches!(error, ConversionError::Invalid(FieldError { .. })),
+            "{error}"
+        );
         // The project's own bounds are accepted.
         let mut message = encode(&filled_result());
         message.connect_time = histogram_v2::to_bytes(&new_histogram()).expect("encodes");

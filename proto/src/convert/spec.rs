@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use domain::FieldError;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
@@ -152,15 +153,13 @@ fn engine_from_proto(
     message: pb::EngineOptions,
     at: &str,
 ) -> Result<EngineOptions, ConversionError> {
-    let coalescing: Coalescing =
-        message
-            .coalescing
-            .parse()
-            .map_err(|problem: String| ConversionError::Invalid {
-                path: field(at, "coalescing"),
-                value: format!("{:?}", message.coalescing),
-                problem,
-            })?;
+    let coalescing: Coalescing = message.coalescing.parse().map_err(|problem: String| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, "coalescing"),
+            value: format!("{:?}", message.coalescing),
+            problem,
+        })
+    })?;
     Ok(EngineOptions {
         threads: narrow_u16(message.threads, at, "threads")?,
         coalescing,
