@@ -119,11 +119,12 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
         calls.contains("get node worker -o json") && calls.contains("apply -f -"),
         "{calls}"
     );
-    let applied = std::fs::read_to_string(fake.path().join("applied.yaml"))?;
+    // As kubectl was given them: one JSON List.
+    let applied = std::fs::read_to_string(fake.path().join("applied.json"))?;
     ensure!(
-        applied.contains("kubernetes.io/hostname: worker")
-            && applied.contains(&format!("nodePort: {NODE_PORT}"))
-            && applied.contains("image: eclipse-mosquitto:"),
+        applied.contains("\"kubernetes.io/hostname\":\"worker\"")
+            && applied.contains(&format!("\"nodePort\":{NODE_PORT}"))
+            && applied.contains("\"image\":\"eclipse-mosquitto:"),
         "{applied}"
     );
     let results = ResultsDir::open(&summary.dir)?;
@@ -158,15 +159,15 @@ fn a_kubernetes_broker_is_deployed_pinned_measured_and_deleted_through_the_contr
     // manifest records the path each message took.
     let via = std::fs::read_to_string(
         fake.path()
-            .join(format!("applied-{VIA_HEADNODE_PORT}.yaml")),
+            .join(format!("applied-{VIA_HEADNODE_PORT}.json")),
     )?;
     ensure!(
-        via.contains("externalTrafficPolicy: Cluster")
-            && via.contains("kubernetes.io/hostname: worker"),
+        via.contains("\"externalTrafficPolicy\":\"Cluster\"")
+            && via.contains("\"kubernetes.io/hostname\":\"worker\""),
         "{via}"
     );
     ensure!(
-        applied.contains("externalTrafficPolicy: Local"),
+        applied.contains("\"externalTrafficPolicy\":\"Local\""),
         "the direct broker keeps Local: {applied}"
     );
     let via_address = address_of("via-headnode");
