@@ -273,12 +273,13 @@ async fn a_server_gone_silent_mid_watch_ends_the_watch_through_keep_alive() -> T
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn submit_list_and_cancel_give_up_on_a_silent_server_at_their_deadline() -> TestResult {
+async fn every_call_gives_up_on_a_silent_server_at_its_deadline() -> TestResult {
     let (controller, laptop) = pki()?;
     let (server, service) = serve(&controller, Silent).await?;
     let address = server.to_string();
     let plan = tempfile::NamedTempFile::new()?;
     std::fs::write(plan.path(), "name = \"p\"\n")?;
+    let fetched = tempfile::tempdir()?;
     let deadline = Duration::from_secs(1);
     let deadlines = remote::Deadlines {
         call: deadline,
@@ -297,6 +298,20 @@ async fn submit_list_and_cancel_give_up_on_a_silent_server_at_their_deadline() -
             "cancel",
             RemoteAction::Cancel {
                 run: "run-1".to_string(),
+            },
+        ),
+        (
+            "watch",
+            RemoteAction::Watch {
+                run: "run-1".to_string(),
+            },
+        ),
+        (
+            "fetch",
+            RemoteAction::Fetch {
+                run: "run-1".to_string(),
+                dir: fetched.path().join("run-1"),
+                caps: Default::default(),
             },
         ),
     ] {

@@ -54,6 +54,18 @@ pub struct FetchCaps {
     pub max_files: usize,
 }
 
+/// The command line's defaults.
+impl Default for FetchCaps {
+    fn default() -> Self {
+        let limits = FetchLimits::default();
+        FetchCaps {
+            max_bytes: ByteSize(limits.total_bytes),
+            max_file_bytes: ByteSize(limits.file_bytes),
+            max_files: limits.files,
+        }
+    }
+}
+
 impl From<FetchCaps> for FetchLimits {
     fn from(caps: FetchCaps) -> Self {
         FetchLimits {

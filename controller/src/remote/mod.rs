@@ -103,8 +103,9 @@ pub enum RemoteError {
 /// that accepts and then says nothing is given up on.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
-/// How long `submit` and `list` wait for the controller's answer: it answers at once (a
-/// submitted plan is checked and queued, not run), so a silent one is given up on.
+/// How long `submit` and `list` wait for the controller's answer, and `watch` and `fetch` for
+/// their stream to open: it answers at once (a submitted plan is checked and queued, not run;
+/// a stream opens before its first event or chunk), so a silent one is given up on.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How long `cancel` waits: the service answers once the run has ended, after waiting up to
@@ -114,7 +115,7 @@ pub const CANCEL_DEADLINE: Duration = Duration::from_secs(120).saturating_add(CA
 /// How long each call of the command line waits for the controller's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadlines {
-    /// `submit` and `list`.
+    /// `submit` and `list`, and opening the streams of `watch` and `fetch`.
     pub call: Duration,
     /// `cancel`.
     pub cancel: Duration,
@@ -249,14 +250,32 @@ pub async fn submit(
 pub async fn watch(
     client: &mut ControllerClient<Channel>,
     run: &str,
-    mut on_event: impl FnMut(&pb::RunEvent),
+    on_event: impl FnMut(&pb::RunEvent),
 ) -> Result<pb::RunFinished, RemoteError> {
-    let mut stream = client
+    let stream = open_watch(client, run).await?;
+    follow(stream, run, on_event).await
+}
+
+/// Asks to follow `run`: the controller answers at once with the stream of its events.
+pub async fn open_watch(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+) -> Result<tonic::Streaming<pb::RunEvent>, RemoteError> {
+    Ok(client
         .watch(pb::RunId {
             id: run.to_string(),
         })
         .await?
-        .into_inner();
+        .into_inner())
+}
+
+/// Reads `run`'s events from `stream` to the run's end (as long as the run lasts: a silent
+/// connection is ended by HTTP/2 keep-alive, not by a deadline).
+async fn follow(
+    mut stream: tonic::Streaming<pb::RunEvent>,
+    run: &str,
+    mut on_event: impl FnMut(&pb::RunEvent),
+) -> Result<pb::RunFinished, RemoteError> {
     while let Some(event) = stream.message().await? {
         on_event(&event);
         if let Some(pb::run_event::Event::Finished(finished)) = event.event {
@@ -297,12 +316,29 @@ pub async fn fetch_within(
     dir: &Path,
     limits: FetchLimits,
 ) -> Result<Fetched, RemoteError> {
-    let mut stream = client
+    let stream = open_fetch(client, run).await?;
+    write_fetched(stream, dir, limits).await
+}
+
+/// Asks for `run`'s results folder: the controller answers at once with a stream of chunks.
+pub async fn open_fetch(
+    client: &mut ControllerClient<Channel>,
+    run: &str,
+) -> Result<tonic::Streaming<pb::FileChunk>, RemoteError> {
+    Ok(client
         .fetch(pb::RunId {
             id: run.to_string(),
         })
         .await?
-        .into_inner();
+        .into_inner())
+}
+
+/// Writes the chunks of `stream` under `dir`, stopping at `limits`.
+async fn write_fetched(
+    mut stream: tonic::Streaming<pb::FileChunk>,
+    dir: &Path,
+    limits: FetchLimits,
+) -> Result<Fetched, RemoteError> {
     let mut writer = FetchWriter::with_limits(dir, limits)?;
     while let Some(chunk) = stream.message().await? {
         writer.chunk(&chunk.path, chunk.offset, &chunk.data)?;
@@ -362,7 +398,9 @@ pub async fn perform(
             Ok(0)
         }
         RemoteAction::Watch { run } => {
-            let finished = watch(client, &run, |event| {
+            let opening = open_watch(client, &run);
+            let stream = answered_within(address, "watch", deadlines.call, opening).await?;
+            let finished = follow(stream, &run, |event| {
                 if let Some(line) = describe_event(event) {
                     println!("{line}");
                 }
@@ -381,7 +419,9 @@ pub async fn perform(
             Ok(0)
         }
         RemoteAction::Fetch { run, dir, caps } => {
-            let fetched = fetch_within(client, &run, &dir, caps.into()).await?;
+            let opening = open_fetch(client, &run);
+            let stream = answered_within(address, "fetch", deadlines.call, opening).await?;
+            let fetched = write_fetched(stream, &dir, caps.into()).await?;
             println!(
                 "{}: {} files, {} bytes",
                 dir.display(),
