@@ -42,12 +42,13 @@ impl ControllerService {
 /// warned about in the service's log, where the operator who renews it looks.
 fn caller<T>(request: &Request<T>) -> Result<proto::pki::PeerIdentity, Status> {
     let caller = proto::mtls::require_role(request, &ALLOWED)?;
+    // Once per caller and process: a watch polls, and a warning per call would bury the log.
     if let Some(expiring) = proto::mtls::peer_expiry(
         request,
         proto::pki::EXPIRY_WARNING,
         std::time::SystemTime::now(),
     ) {
-        tracing::warn!(%caller, "{expiring}");
+        proto::mtls::warn_once(&expiring, "caller");
     }
     Ok(caller)
 }
