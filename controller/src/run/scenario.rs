@@ -53,13 +53,14 @@ impl Lapse {
             .clone()
     }
 
-    /// Renews every lease once more, now, and then says whether the emulation lapsed: a
-    /// cell checks this as it ends, so a lapse in its last second fails it too.
+    /// Renews every lease once more, now (all nodes at once), and then says whether the
+    /// emulation lapsed: a cell checks this as it ends, so a lapse in its last second fails
+    /// it too. Once it has lapsed it stays so, and a silent agent is not waited for again.
     pub(super) async fn confirm(&self) -> Option<String> {
-        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        for node in &nodes {
-            renew_on(node, self).await;
+        if let Some(reason) = self.reason() {
+            return Some(reason);
         }
+        renew_all(self).await;
         self.reason()
     }
 
@@ -293,15 +294,19 @@ async fn renew(every: Duration, stop: CancellationToken, lapse: Lapse) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let nodes = lapse
-            .nodes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        for node in &nodes {
-            renew_on(node, &lapse).await;
-        }
+        renew_all(&lapse).await;
     }
+}
+
+/// Renews the lease of every node in `lapse` at once, so one silent agent delays the others'
+/// renewals by nothing and a check by at most [`RENEW_WITHIN`].
+async fn renew_all(lapse: &Lapse) {
+    let nodes = lapse
+        .nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    futures_util::future::join_all(nodes.iter().map(|node| renew_on(node, lapse))).await;
 }
 
 /// RenewNetem on `node`, within [`RENEW_WITHIN`]; a failure is recorded in `lapse`.

@@ -254,6 +254,15 @@ async fn a_failed_lease_renewal_fails_the_cell_that_ran_and_still_undoes_everyth
         0,
         "no cell is recorded as emulated"
     );
+    // The renewal loop met the silence while the load ran (the check as the cell ends would
+    // fail the cell too, so the note alone does not show the loop works).
+    assert!(
+        ran.netem
+            .failed_before_load_ended
+            .load(std::sync::atomic::Ordering::SeqCst),
+        "{:?}",
+        ran.netem.log()
+    );
     assert_undone(&ran).await;
 }
 

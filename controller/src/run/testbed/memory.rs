@@ -74,6 +74,9 @@ pub(crate) struct MemoryNetem {
     pub(crate) renewal_fails_after_load_on: Option<String>,
     /// A load has ended.
     pub(crate) load_ended: AtomicBool,
+    /// A renewal failed before any load ended: the renewal loop, not the check as a cell
+    /// ends, met the failure.
+    pub(crate) failed_before_load_ended: AtomicBool,
     /// The nodes that hold netem.
     pub(crate) held: Mutex<BTreeSet<String>>,
     /// What was done, in order.
@@ -107,6 +110,9 @@ impl MemoryNetem {
         let lapsed = self.load_ended.load(Ordering::SeqCst)
             && self.renewal_fails_after_load_on.as_deref() == Some(node);
         if lapsed || self.renewal_fails_on.as_deref() == Some(node) {
+            if !self.load_ended.load(Ordering::SeqCst) {
+                self.failed_before_load_ended.store(true, Ordering::SeqCst);
+            }
             self.note(format!("renewal failed {node}"));
             return Err(failed("injected: no answer"));
         }
