@@ -24,6 +24,8 @@ pub(super) struct Ended {
     /// The one-line figures, or why it failed or was skipped.
     pub(super) note: String,
     result: Option<Box<loadgen::RunResult>>,
+    /// The result's figures, computed once when the cell ended.
+    summary: Option<Box<loadgen::Summary>>,
     extras: Extras,
 }
 
@@ -46,6 +48,7 @@ impl Ended {
             status,
             note: reason.to_string(),
             result: None,
+            summary: None,
             extras: Extras::default(),
         }
     }
@@ -67,22 +70,23 @@ impl Ended {
                 generator_limit: limit,
                 search: None,
             };
-            (cell::one_line(&summary), extras)
+            (cell::one_line(&summary), extras, Some(Box::new(summary)))
         };
         match outcome {
             CellOutcome::Measured(result) => {
-                let (note, extras) = measured(&result);
+                let (note, extras, summary) = measured(&result);
                 Ended {
                     status: CellStatus::Ok,
                     note,
                     result: Some(result),
+                    summary,
                     extras,
                 }
             }
             CellOutcome::Searched(report, at_rate) => {
-                let (note, mut extras) = match &at_rate {
+                let (note, mut extras, summary) = match &at_rate {
                     Some(result) => measured(result),
-                    None => (String::new(), Extras::default()),
+                    None => (String::new(), Extras::default(), None),
                 };
                 let found = loadgen::output::saturation_summary(&report);
                 let note = if note.is_empty() {
@@ -95,6 +99,7 @@ impl Ended {
                     status: CellStatus::Ok,
                     note,
                     result: at_rate,
+                    summary,
                     extras,
                 }
             }
@@ -124,6 +129,7 @@ impl Progress {
             status,
             note,
             result,
+            summary,
             extras,
         } = ended;
         let record = CellRecord {
@@ -139,7 +145,7 @@ impl Progress {
             } else {
                 note.clone()
             },
-            summary: result.as_deref().map(loadgen::Summary::of),
+            summary: summary.map(|summary| *summary),
             usage: extras.usage,
             generator_limit: extras.generator_limit,
             saturation: extras.search.as_ref().map(SaturationRecord::of),
