@@ -52,7 +52,9 @@ pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
 }
 
 /// The workload of one test at one point (payload size or client pairs), with the plan's
-/// overrides applied; the broker address is filled in when the cell runs.
+/// overrides applied; the broker address is filled in when the cell runs. The controller
+/// builds workloads only through [`Plan::workloads_of`], so every reader sees a test's
+/// workloads made the same way.
 pub fn workload_for(
     test: &TestEntry,
     payload: Option<ByteSize>,
@@ -244,6 +246,18 @@ impl Plan {
             broker.insert("password".to_string(), toml::Value::String(password));
         }
         Ok(self)
+    }
+
+    /// The TOML path of the first password source (`password_file`, `password_env`) not
+    /// read yet: a run refuses such a plan rather than connect without the password.
+    pub fn unread_password_source(&self) -> Option<String> {
+        self.tests.iter().enumerate().find_map(|(i, test)| {
+            let broker = test.workload.as_ref()?.get("broker")?.as_table()?;
+            PASSWORD_SOURCES[1..]
+                .iter()
+                .find(|key| broker.contains_key(**key))
+                .map(|key| format!("tests[{i}].workload.broker.{key}"))
+        })
     }
 
     /// Parses and validates the text of the operator's own plan, then reads the passwords it

@@ -636,6 +636,28 @@ fn a_password_comes_from_a_file_or_the_environment_read_only_when_asked() {
 }
 
 #[test]
+fn a_password_files_path_may_hold_an_equals_sign_a_variables_name_may_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("k=v");
+    std::fs::write(&file, "s3cret\n").expect("written");
+    let text = with_broker_fields(&format!("username = \"u\"\npassword_file = {file:?}"));
+    let plan = Plan::parse_local(&text, "plan.toml").expect("a path with = is a path");
+    let password = workload_for(&plan.tests[0], None, None)
+        .expect("a workload")
+        .broker
+        .password;
+    assert_eq!(password.as_deref(), Some("s3cret"));
+    let text = with_broker_fields("username = \"u\"\npassword_env = \"A=B\"");
+    let error = Plan::parse(&text, "plan.toml")
+        .expect_err("not a name")
+        .to_string();
+    assert!(
+        error.contains("tests[0].workload.broker.password_env = \"A=B\""),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_password_file_or_variable_that_cannot_be_read_is_one_error_naming_the_path() {
     let dir = tempfile::tempdir().expect("temp dir");
     let large = dir.path().join("large");

@@ -21,6 +21,8 @@
 
 mod agents;
 mod cell;
+#[cfg(test)]
+mod credentials_tests;
 mod deploy;
 mod error;
 mod events;
@@ -104,6 +106,12 @@ pub(crate) async fn run_on(
     events: Option<RunEvents>,
     testbed: &dyn Testbed,
 ) -> Result<RunSummary, RunError> {
+    if let Some(source) = plan.unread_password_source() {
+        return Err(RunError::Plan(format!(
+            "{source}: the password it names was never read (Plan::parse_local or \
+             Plan::read_credentials reads it); the run would connect without it"
+        )));
+    }
     let dir = results_folder(plan, &options)?;
     if let Some(pki) = plan.pki_dir.as_deref() {
         crate::pki_command::warn_expiring(pki);
