@@ -1,10 +1,12 @@
-//! The plan unrolled: one cell per broker x scenario x test x point x repetition, each with
-//! a stable id so a resumed run knows which are done.
+//! The plan unrolled: each test's points with their workloads (built here and nowhere
+//! else), and one cell per broker x scenario x test x point x repetition, each with a stable
+//! id so a resumed run knows which are done.
 
+use loadgen::WorkloadSpec;
 use loadgen::size::ByteSize;
 use serde::{Deserialize, Serialize};
 
-use super::presets::test_preset;
+use super::presets::{test_preset, workload_for};
 use super::types::{CellOrder, Plan};
 
 /// The point of a test's sweep a cell measures.
@@ -46,19 +48,82 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// A stable id: `broker/scenario/test-index-kind/point/rep`.
+    /// Its stable id as text: its folder's name under `cells/`, its row in `summary.csv`.
     pub fn id(&self, plan: &Plan) -> String {
-        let test = &plan.tests[self.test];
-        format!(
-            "{}/{}/{}-{:?}/{}/{}",
-            plan.brokers[self.broker].name,
-            plan.scenarios[self.scenario].name,
-            self.test,
-            test.kind,
-            self.point.label(),
-            self.repetition
+        self.cell_id(plan).to_string()
+    }
+
+    /// Its stable id.
+    pub fn cell_id(&self, plan: &Plan) -> CellId {
+        CellId {
+            broker: plan.brokers[self.broker].name.to_lowercase(),
+            scenario: plan.scenarios[self.scenario].name.to_lowercase(),
+            test: self.test,
+            kind: format!("{:?}", plan.tests[self.test].kind).to_lowercase(),
+            point: self.point.label().to_lowercase(),
+            repetition: self.repetition,
+        }
+    }
+}
+
+/// A cell's stable id, `broker/scenario/<test index>-<kind>/<point>/<repetition>` lower-cased
+/// (`mosquitto/edge/0-latency/-/1`): the name of its folder under `cells/` and of its row in
+/// `summary.csv`, from which a report finds the cell's test again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CellId {
+    /// The broker's name, lower-cased.
+    pub broker: String,
+    /// The scenario's name, lower-cased.
+    pub scenario: String,
+    /// Index into `plan.tests`.
+    pub test: usize,
+    /// The test's kind, lower-cased (`latency`, `websocketthroughput`).
+    pub kind: String,
+    /// The point's label (`-`, `1kb`, `100`).
+    pub point: String,
+    /// 1-based repetition.
+    pub repetition: u32,
+}
+
+impl std::fmt::Display for CellId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}-{}/{}/{}",
+            self.broker, self.scenario, self.test, self.kind, self.point, self.repetition
         )
-        .to_lowercase()
+    }
+}
+
+/// Why a text is not a cell id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a cell id (broker/scenario/<test>-<kind>/<point>/<repetition>)")]
+pub struct NotACellId(String);
+
+impl std::str::FromStr for CellId {
+    type Err = NotACellId;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let not = || NotACellId(text.to_string());
+        let parts: Vec<&str> = text.split('/').collect();
+        let [broker, scenario, test, point, repetition] = parts[..] else {
+            return Err(not());
+        };
+        let (index, kind) = test.split_once('-').ok_or_else(not)?;
+        if [broker, scenario, kind, point]
+            .iter()
+            .any(|part| part.is_empty())
+        {
+            return Err(not());
+        }
+        Ok(CellId {
+            broker: broker.to_string(),
+            scenario: scenario.to_string(),
+            test: index.parse().map_err(|_| not())?,
+            kind: kind.to_string(),
+            point: point.to_string(),
+            repetition: repetition.parse().map_err(|_| not())?,
+        })
     }
 }
 
@@ -120,11 +185,52 @@ impl Plan {
         groups
     }
 
+    /// How many cells each broker and scenario has, computed without listing them.
+    pub fn cells_per_scenario(&self) -> usize {
+        let points: usize = (0..self.tests.len()).map(|t| self.points(t).len()).sum();
+        points * self.repetitions as usize
+    }
+
+    /// How many cells the plan has, computed without listing them.
+    pub fn cell_count(&self) -> usize {
+        self.brokers.len() * self.scenarios.len() * self.cells_per_scenario()
+    }
+
     /// Every cell of the plan.
     pub fn cells(&self) -> Vec<Cell> {
         (0..self.brokers.len())
             .flat_map(|b| (0..self.scenarios.len()).flat_map(move |s| self.cells_of(b, s)))
             .collect()
+    }
+}
+
+impl Plan {
+    /// Test `test`'s workload at each of its points, in the order of [`Plan::points`]: the
+    /// preset, the plan's fields and its workload table laid over each other once. An error
+    /// (a QoS that is not one, a table loadgen's spec refuses) is the same at every point.
+    pub fn workloads_of(&self, test: usize) -> Result<Vec<(CellPoint, WorkloadSpec)>, String> {
+        let entry = &self.tests[test];
+        self.points(test)
+            .into_iter()
+            .map(|point| {
+                let (payload, clients) = match point {
+                    CellPoint::Single => (None, None),
+                    CellPoint::Payload(size) => (Some(size), None),
+                    CellPoint::Clients(pairs) => (None, Some(pairs)),
+                };
+                workload_for(entry, payload, clients).map(|spec| (point, spec))
+            })
+            .collect()
+    }
+
+    /// The workload of test `test` as its first point has it: what every point shares (its
+    /// transport, pacing, QoS and table), for readers that do not sweep.
+    pub fn first_workload(&self, test: usize) -> Result<WorkloadSpec, String> {
+        let mut points = self.workloads_of(test)?;
+        if points.is_empty() {
+            return Err(format!("tests[{test}] has no point"));
+        }
+        Ok(points.swap_remove(0).1)
     }
 }
 
@@ -173,5 +279,25 @@ mod tests {
             order_of(&interleaved, &cells[1..]),
             vec![(1, vec![1]), (0, vec![2]), (1, vec![2])]
         );
+    }
+
+    #[test]
+    fn a_cell_id_reads_back_as_written_and_counts_match_the_list() {
+        let plan = plan("grouped");
+        let cells = plan.cells();
+        assert_eq!(plan.cell_count(), cells.len());
+        assert_eq!(plan.cells_per_scenario(), plan.cells_of(0, 1).len());
+        let id = cells[3].cell_id(&plan);
+        assert_eq!(cells[3].id(&plan), "b/edge/0-latency/-/2");
+        assert_eq!("b/edge/0-latency/-/2".parse::<CellId>(), Ok(id));
+        for bad in [
+            "b/edge/latency/-/2",
+            "b/edge/0-latency/-",
+            "b/edge/x-latency/-/2",
+            "b//0-latency/-/1",
+            "b/edge/0-latency/-/1/x",
+        ] {
+            assert!(bad.parse::<CellId>().is_err(), "{bad}");
+        }
     }
 }

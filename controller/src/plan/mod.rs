@@ -26,7 +26,7 @@ mod types;
 mod validate;
 mod websocket;
 
-pub use cells::{Cell, CellPoint};
+pub use cells::{Cell, CellId, CellPoint, NotACellId};
 pub use error::PlanError;
 pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BrokerKind, CellPoint, Plan, workload_for};
+use super::{BrokerKind, Plan};
 
 /// The nodes one message visits, in order, and the hops between them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,12 +37,7 @@ impl MessagePath {
         let test_entry = plan.tests.get(test)?;
         // Modelled on the message from publisher 0 to subscriber 0 at the test's first point:
         // with the load spread over several nodes, others may take other nodes' egresses.
-        let (payload, clients) = match plan.points(test).first() {
-            Some(CellPoint::Payload(size)) => (Some(*size), None),
-            Some(CellPoint::Clients(pairs)) => (None, Some(*pairs)),
-            _ => (None, None),
-        };
-        let spec = workload_for(test_entry, payload, clients).ok()?;
+        let spec = plan.first_workload(test).ok()?;
         let (publisher, subscriber) =
             test_entry.first_clients_nodes(spec.publishers, spec.subscribers)?;
         let mut nodes = vec![publisher];

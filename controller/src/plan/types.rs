@@ -111,6 +111,63 @@ pub use domain::NodeRole;
 
 /// The `agent` of a node emulated in a network namespace on this machine.
 pub const NAMESPACE_AGENT: &str = "namespace";
+/// The `agent` of a node whose agent the controller starts itself on loopback.
+pub const LOCAL_AGENT: &str = "local";
+
+/// Where a node's agent is: written in the plan as `"local"`, `"namespace"` or `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum AgentAt {
+    /// An agent the controller starts itself on loopback.
+    Local,
+    /// A node this machine emulates in a network namespace of its own, with its agent inside
+    /// (root needed, and sch_netem for impaired scenarios).
+    Namespace,
+    /// An agent reached over the network with the plan's PKI, at `host:port` as written
+    /// (validation checks the port and names the field).
+    Remote(String),
+}
+
+impl AgentAt {
+    /// The host of a remote agent's `host:port` (brackets of an IPv6 address kept), or the
+    /// whole address when it has no port.
+    pub fn remote_host(&self) -> Option<&str> {
+        match self {
+            AgentAt::Remote(address) => Some(
+                address
+                    .rsplit_once(':')
+                    .map_or(address.as_str(), |(host, _)| host),
+            ),
+            AgentAt::Local | AgentAt::Namespace => None,
+        }
+    }
+}
+
+impl From<String> for AgentAt {
+    fn from(written: String) -> Self {
+        match written.as_str() {
+            LOCAL_AGENT => AgentAt::Local,
+            NAMESPACE_AGENT => AgentAt::Namespace,
+            _ => AgentAt::Remote(written),
+        }
+    }
+}
+
+impl From<AgentAt> for String {
+    fn from(agent: AgentAt) -> Self {
+        agent.to_string()
+    }
+}
+
+impl std::fmt::Display for AgentAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AgentAt::Local => LOCAL_AGENT,
+            AgentAt::Namespace => NAMESPACE_AGENT,
+            AgentAt::Remote(address) => address,
+        })
+    }
+}
 /// Most nodes one machine emulates: /30 links in one /24.
 pub const MAX_EMULATED_NODES: usize = 63;
 
@@ -120,10 +177,8 @@ pub const MAX_EMULATED_NODES: usize = 63;
 pub struct NodeEntry {
     /// Node name (as in its agent's certificate).
     pub name: String,
-    /// `host:port` of its agent; `"local"`: an agent the controller starts itself on
-    /// loopback; `"namespace"`: a node this machine emulates in a network namespace of its
-    /// own, with its agent inside (root needed, and sch_netem for impaired scenarios).
-    pub agent: String,
+    /// Where its agent is: `host:port`, `"local"` or `"namespace"`.
+    pub agent: AgentAt,
     /// Roles the plan uses it for.
     pub roles: Vec<NodeRole>,
     /// Address brokers on this node listen on and clients dial (data plane); for a local
@@ -139,17 +194,17 @@ pub struct NodeEntry {
 impl NodeEntry {
     /// True for an agent the controller starts in-process.
     pub fn is_local(&self) -> bool {
-        self.agent == "local"
+        self.agent == AgentAt::Local
     }
 
     /// True for a node emulated in a network namespace on this machine.
     pub fn is_namespace(&self) -> bool {
-        self.agent == NAMESPACE_AGENT
+        self.agent == AgentAt::Namespace
     }
 
     /// True for an agent reached over the network with the plan's PKI.
     pub fn is_remote(&self) -> bool {
-        !self.is_local() && !self.is_namespace()
+        matches!(self.agent, AgentAt::Remote(_))
     }
 }
 

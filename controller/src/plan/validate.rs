@@ -7,12 +7,12 @@ use domain::Product;
 use loadgen::spec::MAX_DURATION;
 
 use super::error::{PlanError, invalid, quoted};
-use super::presets::{scenario_preset, workload_for};
+use super::presets::scenario_preset;
 use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT};
 use super::types::Spread;
 use super::types::{
-    BrokerEntry, BrokerKind, Fallback, MAX_EMULATED_NODES, NodeRole, Orchestrator, Overlay, Plan,
-    TestEntry, TestKind, WarmupEntry,
+    AgentAt, BrokerEntry, BrokerKind, Fallback, MAX_EMULATED_NODES, NodeRole, Orchestrator,
+    Overlay, Plan, TestEntry, TestKind, WarmupEntry,
 };
 
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
@@ -81,8 +81,14 @@ fn validate_password_source(i: usize, table: &toml::Table) -> Result<(), PlanErr
         return Ok(());
     }
     let value = broker.get(*key).and_then(toml::Value::as_str);
+    // No NUL in a path or a variable's name, and no `=` in a name (a path may hold one).
+    let forbidden: &[char] = if *key == "password_file" {
+        &['\0']
+    } else {
+        &['=', '\0']
+    };
     match value {
-        Some(value) if !value.is_empty() && !value.contains(['=', '\0']) => {}
+        Some(value) if !value.is_empty() && !value.contains(forbidden) => {}
         _ => {
             let shown = value.map_or("(not a string)".to_string(), quoted);
             let problem = if *key == "password_file" {
@@ -240,15 +246,14 @@ impl Plan {
             return Err(invalid("nodes", "[]", "at least one node is needed"));
         }
         for (i, node) in self.nodes.iter().enumerate() {
-            if node.is_remote()
-                && node
-                    .agent
+            if let AgentAt::Remote(address) = &node.agent
+                && address
                     .rsplit_once(':')
                     .is_none_or(|(_, port)| port.parse::<u16>().is_err())
             {
                 return Err(invalid(
                     format!("nodes[{i}].agent"),
-                    quoted(&node.agent),
+                    quoted(address),
                     "expected host:port, \"local\" or \"namespace\"",
                 ));
             }
@@ -263,7 +268,7 @@ impl Plan {
             {
                 return Err(invalid(
                     format!("nodes[{i}].agent"),
-                    quoted(&other.agent),
+                    quoted(&other.agent.to_string()),
                     "a plan with nodes emulated in namespaces (agent = \"namespace\") emulates \
                      all of them: the others cannot reach their private network",
                 ));
@@ -654,7 +659,8 @@ impl Plan {
                 )
             }
             // A workload that is not valid is refused below with its own path.
-            TestKind::Custom => workload_for(test, None, None)
+            TestKind::Custom => self
+                .first_workload(i)
                 .ok()
                 .filter(|spec| spec.validate().is_ok())
                 .and_then(|spec| {
@@ -738,14 +744,15 @@ impl Plan {
                 })?;
                 validate_password_source(i, table)?;
             }
-            for point in self.points(i) {
+            let workloads = self
+                .workloads_of(i)
+                .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
+            for (point, spec) in workloads {
                 let (payload, clients) = match point {
                     super::CellPoint::Payload(size) => (Some(size), None),
                     super::CellPoint::Clients(pairs) => (None, Some(pairs)),
                     super::CellPoint::Single => (None, None),
                 };
-                let spec = workload_for(test, payload, clients)
-                    .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
                 if let Err(error) = spec.validate() {
                     let in_table = test
                         .workload

@@ -5,20 +5,16 @@
 use loadgen::spec::Transport;
 
 use super::error::{PlanError, invalid, quoted};
-use super::presets::workload_for;
 use super::types::{BrokerEntry, BrokerKind, Plan};
 
 impl Plan {
     /// The indices of the tests whose workload speaks WebSocket.
     pub fn websocket_tests(&self) -> Vec<usize> {
-        self.tests
-            .iter()
-            .enumerate()
-            .filter(|(_, test)| {
-                workload_for(test, None, None)
+        (0..self.tests.len())
+            .filter(|&test| {
+                self.first_workload(test)
                     .is_ok_and(|spec| spec.broker.transport == Transport::WebSocket)
             })
-            .map(|(i, _)| i)
             .collect()
     }
 

@@ -7,7 +7,7 @@ use loadgen::Summary;
 use super::input::RunData;
 use super::model::{Section, Table, ms};
 use super::test_label;
-use crate::plan::{TestKind, workload_for};
+use crate::plan::TestKind;
 
 /// One section per custom test of the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
@@ -27,7 +27,7 @@ fn section(data: &RunData, test: usize) -> Section {
         &format!("custom-{test}"),
         &format!("Custom: {}", test_label(plan, test)),
     );
-    match workload_for(&plan.tests[test], None, None) {
+    match plan.first_workload(test) {
         Ok(spec) => match toml::Table::try_from(&spec) {
             Ok(table) => {
                 section.paragraph(

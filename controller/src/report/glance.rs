@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::plan::CellId;
 use crate::results::{CellStatus, SummaryRow, read_each_row};
 
 /// Broker, scenario, test (`<index>-<kind>`) and point label.
@@ -27,12 +28,11 @@ pub fn table(dir: &Path) -> Option<String> {
     let mut groups: Vec<(GroupKey, Vec<&SummaryRow>)> = Vec::new();
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for row in &rows {
-        let test = row
-            .cell
-            .split('/')
-            .nth(2)
-            .unwrap_or(row.test.name())
-            .to_string();
+        // Two tests of one kind are kept apart by the test's index in the cell id.
+        let test = row.cell.parse::<CellId>().map_or_else(
+            |_| row.test.name().to_string(),
+            |id| format!("{}-{}", id.test, id.kind),
+        );
         let key = (
             row.broker.clone(),
             row.scenario.clone(),

@@ -20,7 +20,7 @@ use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use super::timeseries::CellSeries;
-use crate::plan::{CellPoint, TestKind};
+use crate::plan::{CellId, CellPoint, TestKind};
 use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
 /// Everything the report is built from.
@@ -326,16 +326,14 @@ fn last_rows(
     last
 }
 
-/// The test a row belongs to: the index in its cell id (`.../<index>-<kind>/<point>/<rep>`),
-/// or the plan's first test of its kind.
+/// The test a row belongs to: the index in its cell id, or the plan's first test of its kind.
 fn test_index(data: &RunData, row: &SummaryRow) -> Option<usize> {
     let tests = &data.manifest.plan.tests;
-    let segments: Vec<&str> = row.cell.split('/').collect();
-    let from_id = segments
-        .len()
-        .checked_sub(3)
-        .and_then(|i| segments[i].split_once('-'))
-        .and_then(|(index, _)| index.parse::<usize>().ok())
+    let from_id = row
+        .cell
+        .parse::<CellId>()
+        .ok()
+        .map(|id| id.test)
         .filter(|&i| i < tests.len() && tests[i].kind == row.test);
     from_id.or_else(|| tests.iter().position(|t| t.kind == row.test))
 }

@@ -201,8 +201,7 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
         TestKind::Payload => "one cell per payload size".to_string(),
         _ => format!("{} B payload", s.payload_bytes),
     };
-    let test_entry = &data.manifest.plan.tests[test];
-    let spec = crate::plan::workload_for(test_entry, None, None).ok();
+    let spec = data.manifest.plan.first_workload(test).ok();
     let pacing = match (s.pacing.as_str(), s.interval_ms) {
         ("open-loop", Some(interval)) => format!("each publisher every {interval} ms (open loop)"),
         ("rate", _) => match spec.as_ref().map(|spec| &spec.pacing) {

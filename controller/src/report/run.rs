@@ -14,7 +14,7 @@ pub fn section(data: &RunData) -> Section {
     let manifest = &data.manifest;
     let plan = &manifest.plan;
     let mut section = Section::new("run", "Run");
-    let planned = plan.cells().len();
+    let planned = plan.cell_count();
     let recorded = data.cells.len() + data.searches.len() + data.failed.len() + data.skipped.len();
     let mut facts = Vec::new();
     for (name, value) in [
@@ -72,7 +72,7 @@ pub fn section(data: &RunData) -> Section {
     for node in &manifest.nodes {
         nodes.row(vec![
             node.name.clone(),
-            node.agent.clone(),
+            node.agent.to_string(),
             node.arch.clone(),
             node.kernel.clone(),
             node.os.clone(),

@@ -94,7 +94,8 @@ pub(super) async fn connect_all(
             let credentials = remote_credentials
                 .as_ref()
                 .ok_or_else(|| RunError::Plan("pki_dir missing".to_string()))?;
-            let connect = crate::agent_client::connect(&node.agent, credentials, None);
+            let address = node.agent.to_string();
+            let connect = crate::agent_client::connect(&address, credentials, None);
             let agent = tokio::time::timeout(plan.timeouts.connect, connect)
                 .await
                 .map_err(|_| RunError::Agent {
@@ -108,11 +109,7 @@ pub(super) async fn connect_all(
                     node: node.name.clone(),
                     problem: e.to_string(),
                 })?;
-            let host = node
-                .agent
-                .rsplit_once(':')
-                .map(|(host, _)| host)
-                .unwrap_or(&node.agent);
+            let host = node.agent.remote_host().unwrap_or(&address);
             let fallback = host
                 .trim_matches(['[', ']'])
                 .parse()

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::agents::AgentHandle;
 use super::deploy::Endpoints;
 use super::load::run_load;
-use crate::plan::{Cell, CellPoint, Plan, TestKind, workload_for};
+use crate::plan::{Cell, Plan, TestKind};
 use crate::results::MetricsRow;
 
 /// Metrics sampling interval during a cell: a 10 s window holds 20 samples of the broker
@@ -35,22 +35,17 @@ pub enum CellOutcome {
     Failed(String),
 }
 
-/// The workload of `cell` against the broker at `endpoints`: its MQTT listener, or its
-/// WebSocket one (and the product's path, unless the test names one) for a test speaking
-/// WebSocket.
+/// The workload of `cell` (its test's workload at its point, `base`) against the broker at
+/// `endpoints`: its MQTT listener, or its WebSocket one (and the product's path, unless the
+/// test names one) for a test speaking WebSocket.
 pub(super) fn workload(
+    base: &WorkloadSpec,
     plan: &Plan,
     cell: &Cell,
     endpoints: Endpoints,
     run_id: &str,
 ) -> Result<WorkloadSpec, String> {
-    let test = &plan.tests[cell.test];
-    let (payload, clients) = match cell.point {
-        CellPoint::Single => (None, None),
-        CellPoint::Payload(size) => (Some(size), None),
-        CellPoint::Clients(pairs) => (None, Some(pairs)),
-    };
-    let mut spec = workload_for(test, payload, clients)?;
+    let mut spec = base.clone();
     let entry = &plan.brokers[cell.broker];
     let broker = match spec.broker.transport {
         Transport::Tcp => endpoints.mqtt,

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use loadgen::WorkloadSpec;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::AgentHandle;
@@ -18,7 +19,7 @@ use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
 use super::{cell, phases};
-use crate::plan::{BrokerEntry, Cell, CellOrder, OnFailure, Plan};
+use crate::plan::{BrokerEntry, Cell, CellOrder, CellPoint, OnFailure, Plan};
 use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, PathRecord, ResultsDir};
 
 /// What a run produced.
@@ -50,6 +51,8 @@ pub(super) enum Flow {
 #[derive(Debug)]
 pub(super) struct Run<'p> {
     plan: &'p Plan,
+    /// Each test's workload at each of its points, built once for all of its cells.
+    workloads: Vec<Vec<(CellPoint, WorkloadSpec)>>,
     dir: PathBuf,
     agents: HashMap<String, AgentHandle>,
     results: ResultsDir,
@@ -79,9 +82,14 @@ impl<'p> Run<'p> {
         agents: HashMap<String, AgentHandle>,
         setting: Setting<'_>,
     ) -> Result<Self, RunError> {
+        // A valid plan's workloads build; were one not to, nothing is written yet.
+        let workloads = (0..plan.tests.len())
+            .map(|test| plan.workloads_of(test))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(RunError::Plan)?;
         let results = ResultsDir::open(&setting.dir)?;
         let finished = results.finished_cells()?;
-        let total = plan.cells().len();
+        let total = plan.cell_count();
         let dir = setting.dir;
         let events = setting.events;
         events
@@ -119,6 +127,7 @@ impl<'p> Run<'p> {
         };
         Ok(Run {
             plan,
+            workloads,
             dir,
             agents,
             results,
@@ -164,15 +173,15 @@ impl<'p> Run<'p> {
     /// found when it is deployed).
     fn runnable(&self) -> RunEvent {
         let plan = self.plan;
-        let total = plan.cells().len();
+        let total = plan.cell_count();
         let mut not_runnable: Vec<(String, usize)> = Vec::new();
-        for (b, broker) in plan.brokers.iter().enumerate() {
-            for (s, scenario) in plan.scenarios.iter().enumerate() {
+        for broker in &plan.brokers {
+            for scenario in &plan.scenarios {
                 let Some(reason) = scenario::cannot_emulate(plan, scenario, broker, &self.agents)
                 else {
                     continue;
                 };
-                let cells = plan.cells_of(b, s).len();
+                let cells = plan.cells_per_scenario();
                 match not_runnable.iter_mut().find(|(known, _)| *known == reason) {
                     Some((_, count)) => *count += cells,
                     None => not_runnable.push((reason, cells)),
@@ -195,7 +204,7 @@ impl<'p> Run<'p> {
             .flat_map(|s| plan.cells_of(b, s))
             .filter(|c| !self.finished.contains(&c.id(plan)))
             .collect();
-        let of_broker = plan.cells().iter().filter(|c| c.broker == b).count();
+        let of_broker = plan.scenarios.len() * plan.cells_per_scenario();
         self.progress.counts.done += of_broker - pending.len();
         if pending.is_empty() {
             return Ok(Flow::Continue);
@@ -418,7 +427,13 @@ impl<'p> Run<'p> {
         let broker = &plan.brokers[b];
         let id = cell.id(plan);
         let run_id = format!("c{:016x}", fingerprint(&id, self.manifest.started_unix_ms));
-        let spec = match cell::workload(plan, cell, endpoints, &run_id) {
+        let workload = self.workloads[cell.test]
+            .iter()
+            .find(|(point, _)| *point == cell.point)
+            .map(|(_, spec)| spec)
+            .ok_or_else(|| format!("test {} has no point {}", cell.test, cell.point.label()))
+            .and_then(|base| cell::workload(base, plan, cell, endpoints, &run_id));
+        let spec = match workload {
             Ok(spec) => spec,
             Err(reason) => {
                 let failed = Ended::unmeasured(CellStatus::Failed, &reason);
@@ -480,7 +495,7 @@ fn node_record(plan: &Plan, agent: &AgentHandle) -> NodeRecord {
     let entry = plan.nodes.iter().find(|n| n.name == agent.name);
     NodeRecord {
         name: agent.name.clone(),
-        agent: entry.map(|n| n.agent.clone()).unwrap_or_default(),
+        agent: entry.map(|n| n.agent.to_string()).unwrap_or_default(),
         arch: agent.info.arch.clone(),
         cores: agent.info.cores,
         memory_bytes: agent.info.memory_bytes,

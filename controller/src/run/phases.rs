@@ -106,10 +106,8 @@ async fn overlay(
 ) -> Result<Vec<OverlayRecord>, RunError> {
     let testbed = &plan.testbed;
     let head = headnode(plan)?;
-    let head_host = head
-        .agent
-        .rsplit_once(':')
-        .map_or(head.agent.as_str(), |(h, _)| h);
+    let head_address = head.agent.to_string();
+    let head_host = head.agent.remote_host().unwrap_or(&head_address);
     let lighthouse = Lighthouse {
         overlay_ip: overlay_ip(head),
         underlay_address: format!("{head_host}:{}", testbed.nebula_port),

@@ -314,7 +314,7 @@ impl Runs {
         let id = host::secret::random_hex(RUN_ID_BYTES).map_err(Refused::NoRunId)?;
         forget_oldest_ended(&mut inner.runs, &owner);
         let counts = RunCounts {
-            total: plan.cells().len(),
+            total: plan.cell_count(),
             ..RunCounts::default()
         };
         let mut run = Run {
