@@ -30,6 +30,15 @@ impl CellPoint {
             CellPoint::Clients(pairs) => pairs.to_string(),
         }
     }
+
+    /// What the point sets in a workload: its payload size or its client pairs.
+    pub fn overrides(self) -> (Option<ByteSize>, Option<u32>) {
+        match self {
+            CellPoint::Single => (None, None),
+            CellPoint::Payload(size) => (Some(size), None),
+            CellPoint::Clients(pairs) => (None, Some(pairs)),
+        }
+    }
 }
 
 /// One measurement.
@@ -209,28 +218,27 @@ impl Plan {
     /// preset, the plan's fields and its workload table laid over each other once. An error
     /// (a QoS that is not one, a table loadgen's spec refuses) is the same at every point.
     pub fn workloads_of(&self, test: usize) -> Result<Vec<(CellPoint, WorkloadSpec)>, String> {
-        let entry = &self.tests[test];
         self.points(test)
             .into_iter()
-            .map(|point| {
-                let (payload, clients) = match point {
-                    CellPoint::Single => (None, None),
-                    CellPoint::Payload(size) => (Some(size), None),
-                    CellPoint::Clients(pairs) => (None, Some(pairs)),
-                };
-                workload_for(entry, payload, clients).map(|spec| (point, spec))
-            })
+            .map(|point| self.workload_at(test, point).map(|spec| (point, spec)))
             .collect()
     }
 
     /// The workload of test `test` as its first point has it: what every point shares (its
     /// transport, pacing, QoS and table), for readers that do not sweep.
     pub fn first_workload(&self, test: usize) -> Result<WorkloadSpec, String> {
-        let mut points = self.workloads_of(test)?;
-        if points.is_empty() {
-            return Err(format!("tests[{test}] has no point"));
-        }
-        Ok(points.swap_remove(0).1)
+        let first = self
+            .points(test)
+            .into_iter()
+            .next()
+            .unwrap_or(CellPoint::Single);
+        self.workload_at(test, first)
+    }
+
+    /// Test `test`'s workload at `point`.
+    fn workload_at(&self, test: usize, point: CellPoint) -> Result<WorkloadSpec, String> {
+        let (payload, clients) = point.overrides();
+        workload_for(&self.tests[test], payload, clients)
     }
 }
 

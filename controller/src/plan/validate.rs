@@ -748,11 +748,7 @@ impl Plan {
                 .workloads_of(i)
                 .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
             for (point, spec) in workloads {
-                let (payload, clients) = match point {
-                    super::CellPoint::Payload(size) => (Some(size), None),
-                    super::CellPoint::Clients(pairs) => (None, Some(pairs)),
-                    super::CellPoint::Single => (None, None),
-                };
+                let (payload, clients) = point.overrides();
                 if let Err(error) = spec.validate() {
                     let in_table = test
                         .workload
