@@ -68,7 +68,7 @@ impl Cell {
             broker: plan.brokers[self.broker].name.to_lowercase(),
             scenario: plan.scenarios[self.scenario].name.to_lowercase(),
             test: self.test,
-            kind: format!("{:?}", plan.tests[self.test].kind).to_lowercase(),
+            kind: plan.tests[self.test].kind.name().to_string(),
             point: self.point.label().to_lowercase(),
             repetition: self.repetition,
         }
@@ -86,7 +86,7 @@ pub struct CellId {
     pub scenario: String,
     /// Index into `plan.tests`.
     pub test: usize,
-    /// The test's kind, lower-cased (`latency`, `websocketthroughput`).
+    /// The test's kind as plans write it (`latency`, `throughput`).
     pub kind: String,
     /// The point's label (`-`, `1kb`, `100`).
     pub point: String,

@@ -5,7 +5,7 @@
 //! file, the TOML path and the value, before anything on any node changes. The study's
 //! scenarios (Table II) and tests (Table III) are built-in presets that fields override.
 //!
-//! - `types.rs`: the serde tree; `presets.rs`: the study's scenarios and tests;
+//! - `types.rs`: the serde tree; `kinds.rs`: the test kinds and their traits; `presets.rs`: the study's scenarios and tests;
 //!   `validate.rs`: the checks (`error.rs`: the error they return); `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
 //!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells;
 //!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path;
@@ -13,6 +13,7 @@
 
 mod cells;
 mod error;
+mod kinds;
 #[cfg(test)]
 mod limits_tests;
 mod path;
@@ -28,6 +29,7 @@ mod websocket;
 
 pub use cells::{Cell, CellId, CellPoint, NotACellId};
 pub use error::PlanError;
+pub use kinds::{Measures, Sweep, Timing, kind_names, kinds_named, sentence};
 pub use path::MessagePath;
 pub use presets::{scenario_preset, test_preset, workload_for};
 pub use redact::{REDACTED, is_secret_key, redact_plan_text};

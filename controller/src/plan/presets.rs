@@ -15,11 +15,6 @@ use loadgen::spec::{Pacing, Qos};
 use super::error::{PlanError, invalid, quoted};
 use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
 
-/// Measured time of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_DURATION: Duration = loadgen::presets::SUSTAINED_DURATION;
-/// Warm-up of a sustained throughput cell unless the plan says otherwise.
-pub const DEFAULT_WARMUP: Duration = loadgen::presets::SUSTAINED_WARMUP;
-
 /// Totals between two nodes of a preset scenario: (delay, jitter, loss %).
 pub fn scenario_preset(name: &str) -> Option<(Duration, Duration, f64)> {
     let us = Duration::from_micros;

@@ -6,6 +6,8 @@ use std::time::Duration;
 use loadgen::size::ByteSize;
 use serde::{Deserialize, Serialize};
 
+pub use super::kinds::TestKind;
+
 /// A whole study.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -301,55 +303,6 @@ pub struct ScenarioEntry {
     /// How the totals are split over the two ends.
     #[serde(default)]
     pub split: DelaySplit,
-}
-
-/// What a test measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TestKind {
-    /// Latency offset: 100 publishers -> 1 subscriber, 10 B, QoS 1, every 250 ms.
-    Latency,
-    /// Latency vs payload: as latency, for each payload size.
-    Payload,
-    /// Sustained throughput vs clients: N pairs, QoS 0, 10 B, for `duration` after a
-    /// `warmup`, closed loop or at an offered `rate`; judged steady or not.
-    Throughput,
-    /// The study's throughput test, kept for comparison: N pairs, QoS 0, 10 B, `messages`
-    /// per publisher as fast as possible. Its figures are burst figures, never sustained.
-    Burst,
-    /// The saturation point: for each client count, a search for the highest offered rate
-    /// the broker sustains (settings in `[tests.search]`).
-    Saturation,
-    /// A workload of the plan's own: every field from `[tests.workload]` (loadgen's
-    /// SPEC.toml), no preset, one cell per broker, scenario and repetition.
-    Custom,
-}
-
-impl TestKind {
-    /// As written in plans, ids and `summary.csv`.
-    pub fn name(self) -> &'static str {
-        match self {
-            TestKind::Latency => "latency",
-            TestKind::Payload => "payload",
-            TestKind::Throughput => "throughput",
-            TestKind::Burst => "burst",
-            TestKind::Saturation => "saturation",
-            TestKind::Custom => "custom",
-        }
-    }
-
-    /// True for the kinds that sweep client pairs.
-    pub fn sweeps_clients(self) -> bool {
-        matches!(
-            self,
-            TestKind::Throughput | TestKind::Burst | TestKind::Saturation
-        )
-    }
-
-    /// True for the timed kinds (a duration, a warm-up time).
-    pub fn is_timed(self) -> bool {
-        matches!(self, TestKind::Throughput | TestKind::Saturation)
-    }
 }
 
 /// A warm-up: a number of messages per publisher (counted tests) or a time (timed tests).

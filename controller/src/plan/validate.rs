@@ -2,21 +2,30 @@
 //! the value.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use domain::Product;
 use loadgen::spec::MAX_DURATION;
 
 use super::error::{PlanError, invalid, quoted};
+use super::kinds::{Sweep, TestKind, Timing, kind_names, kinds_named};
 use super::presets::scenario_preset;
 use super::spread::{MAX_LOADGEN_NODES, MAX_WEIGHT};
 use super::types::Spread;
 use super::types::{
     AgentAt, BrokerEntry, BrokerKind, Fallback, MAX_EMULATED_NODES, NodeRole, Orchestrator,
-    Overlay, Plan, TestEntry, TestKind, WarmupEntry,
+    Overlay, Plan, TestEntry, WarmupEntry,
 };
 
+/// `only throughput does`: which kinds have a trait, as a parenthesis says it.
+fn only_kinds(having: impl Fn(TestKind) -> bool) -> String {
+    let names = kind_names(having);
+    let verb = if names.len() == 1 { "does" } else { "do" };
+    format!("only {} {verb}", super::kinds::sentence(&names))
+}
+
 /// Time a timed cell needs beyond its load: connecting, the start barrier, the drain.
-const CELL_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+const CELL_MARGIN: Duration = Duration::from_secs(30);
 /// Most repetitions of each cell; a study uses 3 to 30.
 pub const MAX_REPETITIONS: u32 = 1_000;
 /// Most cells one plan unrolls to (brokers x scenarios x points x repetitions), computed
@@ -26,7 +35,7 @@ pub const MAX_CELLS: u64 = 100_000;
 /// deadlines computed from it stay far from overflowing. A day, not loadgen's hour: a cell's
 /// deadline must hold a whole timed load (duration and warm-up, up to an hour each) or a
 /// saturation search (its budget, up to a day) with room to connect and drain.
-pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// What a custom test's workload table must set: the fields without a default in loadgen's
 /// spec (the broker's address is the run's).
@@ -559,11 +568,10 @@ impl Plan {
         Ok(())
     }
 
-    fn validate_timing(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
-        let path = |field: &str| format!("tests[{i}].{field}");
-        let kind = test.kind.name();
-        // Bounded first, so that a huge value is named by its own path rather than by the
-        // cell deadline it would overrun.
+    /// `interval`, `duration` and a warm-up time of test `i` are bounded: checked first, so
+    /// that a huge value is named by its own path rather than by the cell deadline it would
+    /// overrun.
+    fn validate_durations(i: usize, test: &TestEntry) -> Result<(), PlanError> {
         let warmup_time = match test.warmup {
             Some(WarmupEntry::Time(time)) => Some(time),
             _ => None,
@@ -577,13 +585,22 @@ impl Plan {
                 && value > MAX_DURATION
             {
                 return Err(invalid(
-                    path(field),
+                    format!("tests[{i}].{field}"),
                     quoted(&humantime::format_duration(value).to_string()),
                     format!("at most {}", humantime::format_duration(MAX_DURATION)),
                 ));
             }
         }
-        if test.kind.is_timed() && test.messages.is_some() {
+        Ok(())
+    }
+
+    /// `messages`, `duration`, `rate`, `warmup` and `search` of test `i`, as its kind's
+    /// [`Timing`] allows them.
+    fn validate_timing_fields(i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("tests[{i}].{field}");
+        let kind = test.kind.name();
+        let timing = test.kind.timing();
+        if timing != Timing::Counted && test.messages.is_some() {
             return Err(invalid(
                 path("messages"),
                 test.messages.unwrap_or(0),
@@ -592,94 +609,94 @@ impl Plan {
                 ),
             ));
         }
-        if test.kind != TestKind::Throughput {
+        if timing != Timing::Timed {
+            let only = only_kinds(|k| k.timing() == Timing::Timed);
             if let Some(duration) = test.duration {
                 return Err(invalid(
                     path("duration"),
                     humantime::format_duration(duration),
-                    format!("a {kind} test has no duration (only throughput does)"),
+                    format!("a {kind} test has no duration ({only})"),
                 ));
             }
             if let Some(rate) = test.rate {
                 return Err(invalid(
                     path("rate"),
                     rate,
-                    format!("a {kind} test has no offered rate (only throughput does)"),
+                    format!("a {kind} test has no offered rate ({only})"),
                 ));
             }
         }
-        match (test.kind, test.warmup) {
-            (TestKind::Throughput, Some(WarmupEntry::Messages(count))) => {
+        match (timing, test.warmup) {
+            (Timing::Timed, Some(WarmupEntry::Messages(count))) => {
                 return Err(invalid(
                     path("warmup"),
                     count,
-                    "a throughput test warms up for a time, e.g. warmup = \"2s\"",
+                    format!("a {kind} test warms up for a time, e.g. warmup = \"2s\""),
                 ));
             }
-            (TestKind::Saturation, Some(warmup)) => {
+            (Timing::Searched, Some(warmup)) => {
                 return Err(invalid(
                     path("warmup"),
                     format!("{warmup:?}"),
                     "a saturation search warms each probe up as [tests.search] probe_warmup says",
                 ));
             }
-            (kind, Some(WarmupEntry::Time(time))) if !kind.is_timed() => {
+            (Timing::Counted, Some(WarmupEntry::Time(time))) => {
                 return Err(invalid(
                     path("warmup"),
                     format!("\"{}\"", humantime::format_duration(time)),
-                    format!("a {} test warms up by a number of messages", kind.name()),
+                    format!("a {kind} test warms up by a number of messages"),
                 ));
             }
             _ => {}
         }
-        if test.search.is_some() && test.kind != TestKind::Saturation {
+        if test.search.is_some() && timing != Timing::Searched {
+            let searched: Vec<&str> = kind_names(|k| k.timing() == Timing::Searched);
             return Err(invalid(
                 path("search"),
                 "{..}",
-                "only a saturation test has search settings",
+                format!("only a {} test has search settings", searched.join(" or ")),
             ));
         }
-        let needs = match test.kind {
-            TestKind::Saturation => {
-                let search = test.search.clone().unwrap_or_default();
-                search
-                    .validate(&format!("tests[{i}].search."))
-                    .map_err(|e| invalid(e.path, e.value, e.problem))?;
-                Some(search.budget)
-            }
-            TestKind::Throughput => {
-                let warmup = match test.warmup {
-                    Some(WarmupEntry::Time(time)) => time,
-                    _ => super::presets::DEFAULT_WARMUP,
-                };
+        Ok(())
+    }
+
+    /// The time test `i`'s load needs: its search budget, or its workload's duration and
+    /// warm-up (none for a counted load). A workload that is not valid is refused later with
+    /// its own path.
+    fn load_time(&self, i: usize, test: &TestEntry) -> Result<Option<Duration>, PlanError> {
+        if test.kind.timing() == Timing::Searched {
+            let search = test.search.clone().unwrap_or_default();
+            search
+                .validate(&format!("tests[{i}].search."))
+                .map_err(|e| invalid(e.path, e.value, e.problem))?;
+            return Ok(Some(search.budget));
+        }
+        Ok(self
+            .first_workload(i)
+            .ok()
+            .filter(|spec| spec.validate().is_ok())
+            .and_then(|spec| {
                 Some(
-                    test.duration
-                        .unwrap_or(super::presets::DEFAULT_DURATION)
-                        .saturating_add(warmup),
+                    spec.duration?
+                        .saturating_add(spec.warmup.unwrap_or_default()),
                 )
-            }
-            // A workload that is not valid is refused below with its own path.
-            TestKind::Custom => self
-                .first_workload(i)
-                .ok()
-                .filter(|spec| spec.validate().is_ok())
-                .and_then(|spec| {
-                    Some(
-                        spec.duration?
-                            .saturating_add(spec.warmup.unwrap_or_default()),
-                    )
-                }),
-            _ => None,
-        };
+            }))
+    }
+
+    fn validate_timing(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        Self::validate_durations(i, test)?;
+        Self::validate_timing_fields(i, test)?;
         // Connecting, draining and reporting take time beyond the load itself.
-        if let Some(needs) = needs
+        if let Some(needs) = self.load_time(i, test)?
             && self.timeouts.cell < needs.saturating_add(CELL_MARGIN)
         {
             return Err(invalid(
                 "timeouts.cell",
                 humantime::format_duration(self.timeouts.cell),
                 format!(
-                    "tests[{i}] ({kind}) needs {} and {} more to connect and drain",
+                    "tests[{i}] ({}) needs {} and {} more to connect and drain",
+                    test.kind.name(),
                     humantime::format_duration(needs),
                     humantime::format_duration(CELL_MARGIN)
                 ),
@@ -714,22 +731,26 @@ impl Plan {
                     Some(true) => {}
                 }
             }
-            if test.payloads.is_some() && test.kind != TestKind::Payload {
-                return Err(invalid(
-                    path("payloads"),
-                    "[..]",
-                    "only the payload test sweeps payloads",
-                ));
-            }
-            if test.clients.is_some() && !test.kind.sweeps_clients() {
-                return Err(invalid(
-                    path("clients"),
-                    "[..]",
-                    "only the throughput, burst and saturation tests sweep clients",
-                ));
+            for (field, given, sweep) in [
+                ("payloads", test.payloads.is_some(), Sweep::Payloads),
+                ("clients", test.clients.is_some(), Sweep::Clients),
+            ] {
+                if given && test.kind.sweep() != sweep {
+                    let sweeping = |k: TestKind| k.sweep() == sweep;
+                    let verb = if kind_names(sweeping).len() == 1 {
+                        "sweeps"
+                    } else {
+                        "sweep"
+                    };
+                    return Err(invalid(
+                        path(field),
+                        "[..]",
+                        format!("only {} {verb} {field}", kinds_named(sweeping)),
+                    ));
+                }
             }
             self.validate_points(i)?;
-            if test.kind == TestKind::Custom {
+            if test.kind.writes_whole_workload() {
                 self.validate_custom(i, test)?;
             }
             self.validate_timing(i, test)?;

@@ -14,7 +14,7 @@ use super::input::RunData;
 use super::model::{Block, Figure, Section, Table, rate};
 use super::svg;
 use super::workload_line;
-use crate::plan::TestKind;
+use crate::plan::{Measures, TestKind};
 
 /// Why two rates are shown, after the study's tool (PAPER.md, "What we found").
 pub const TWO_RATES: &str = "These are BURST figures: each publisher sends its messages as fast as \
@@ -33,24 +33,13 @@ pub const TWO_RATES: &str = "These are BURST figures: each publisher sends its m
 
 /// One section per burst test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
-    let plan = &data.manifest.plan;
-    let tests: Vec<usize> = (0..plan.tests.len())
-        .filter(|&t| plan.tests[t].kind == TestKind::Burst)
-        .collect();
-    tests
-        .iter()
-        .map(|&test| {
-            let title = if tests.len() > 1 {
-                format!(
-                    "The study's burst test, not sustained rates (test {})",
-                    test + 1
-                )
-            } else {
-                "The study's burst test, not sustained rates".to_string()
-            };
-            section(data, test, &title)
-        })
-        .collect()
+    super::sections_of(
+        data,
+        |k| k.measures() == Measures::BurstRate,
+        TestKind::Burst,
+        "The study's burst test, not sustained rates",
+        section,
+    )
 }
 
 /// Reads one rate of a cell; `None` when the cell has no such figure.

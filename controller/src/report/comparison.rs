@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::input::RunData;
 use super::model::{Section, Table, ms, rate};
 use super::throughput::sustained;
-use crate::plan::TestKind;
+use crate::plan::{Measures, Sweep};
 use crate::stats::{self, Magnitude, PValueMethod};
 
 /// Below this p-value a difference is called significant.
@@ -61,15 +61,13 @@ pub fn samples(data: &RunData) -> Samples {
     let plan = &data.manifest.plan;
     let mut out: Samples = BTreeMap::new();
     for cell in &data.cells {
-        let kind = plan.tests[cell.test].kind;
-        let (metric, value) = match kind {
-            TestKind::Latency | TestKind::Payload if cell.summary.transit_latency.count > 0 => {
+        let measures = plan.tests[cell.test].kind.measures();
+        let (metric, value) = match measures {
+            Measures::Latency if cell.summary.transit_latency.count > 0 => {
                 (Metric::Latency, cell.summary.transit_latency.p50_us)
             }
-            TestKind::Latency | TestKind::Payload => {
-                (Metric::OpenLoopLatency, cell.summary.latency.p50_us)
-            }
-            TestKind::Throughput if sustained(cell) => match &cell.summary.steadiness {
+            Measures::Latency => (Metric::OpenLoopLatency, cell.summary.latency.p50_us),
+            Measures::SustainedRate if sustained(cell) => match &cell.summary.steadiness {
                 Some(s) => (Metric::SustainedRate, s.receive_msgs_per_s),
                 None => continue,
             },
@@ -217,10 +215,10 @@ pub fn section(data: &RunData) -> Option<Section> {
                     continue;
                 };
                 small |= c.n.0.min(c.n.1) < 4;
-                let point_text = match plan.tests[test].kind {
-                    TestKind::Payload => loadgen::size::ByteSize(point).to_string(),
-                    TestKind::Latency | TestKind::Custom => "-".to_string(),
-                    _ => format!("{point} pairs"),
+                let point_text = match plan.tests[test].kind.sweep() {
+                    Sweep::Payloads => loadgen::size::ByteSize(point).to_string(),
+                    Sweep::Single => "-".to_string(),
+                    Sweep::Clients => format!("{point} pairs"),
                 };
                 let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);
                 table.row(vec![

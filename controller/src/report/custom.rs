@@ -7,13 +7,13 @@ use loadgen::Summary;
 use super::input::RunData;
 use super::model::{Section, Table, ms};
 use super::test_label;
-use crate::plan::TestKind;
+use crate::plan::Measures;
 
 /// One section per custom test of the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
     let plan = &data.manifest.plan;
     (0..plan.tests.len())
-        .filter(|&test| plan.tests[test].kind == TestKind::Custom)
+        .filter(|&test| plan.tests[test].kind.measures() == Measures::AsWritten)
         .map(|test| section(data, test))
         .collect()
 }

@@ -4,7 +4,7 @@
 
 use super::input::{GroupKey, RunData};
 use super::model::{Block, Section, Table, ms, signed_ms, signed_ms_like};
-use crate::plan::{DelaySplit, MessagePath, NodeRole, Plan, TestKind, scenario_preset};
+use crate::plan::{DelaySplit, Measures, MessagePath, NodeRole, Plan, Sweep, scenario_preset};
 
 /// What is compared, and why.
 const METHOD: &str = "Latency is measured publisher -> broker -> subscriber. A scenario's delay \
@@ -188,8 +188,12 @@ pub fn section(data: &RunData) -> Option<Section> {
     let test = plan
         .tests
         .iter()
-        .position(|t| t.kind == TestKind::Latency)
-        .or_else(|| plan.tests.iter().position(|t| t.kind == TestKind::Payload))?;
+        .position(|t| t.kind.measures() == Measures::Latency && t.kind.sweep() == Sweep::Single)
+        .or_else(|| {
+            plan.tests
+                .iter()
+                .position(|t| t.kind.measures() == Measures::Latency)
+        })?;
     let base = baseline(plan);
     let emulated: Vec<usize> = (0..plan.scenarios.len())
         .filter(|&s| Some(s) != base)

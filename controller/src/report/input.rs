@@ -20,7 +20,7 @@ use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use super::timeseries::CellSeries;
-use crate::plan::{CellId, CellPoint, TestKind};
+use crate::plan::{CellId, CellPoint, Sweep, TestKind, Timing};
 use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
 
 /// Everything the report is built from.
@@ -379,7 +379,7 @@ fn read_cell(
             row.cell
         ));
     };
-    if kind == TestKind::Saturation {
+    if kind.timing() == Timing::Searched {
         let report = match read_json("saturation.json", MAX_SEARCH_FILE_BYTES) {
             Ok(Some(text)) => serde_json::from_str(&text).map_err(|e| e.to_string()),
             Ok(None) => Err("missing".to_string()),
@@ -422,13 +422,13 @@ fn read_cell(
     };
     let summary = Summary::of(&result);
     let series = CellSeries::of(&result);
-    let point = match kind {
-        TestKind::Latency | TestKind::Custom => 0,
-        TestKind::Payload => match row.point {
+    let point = match kind.sweep() {
+        Sweep::Single => 0,
+        Sweep::Payloads => match row.point {
             CellPoint::Payload(size) => size.bytes(),
             _ => summary.payload_bytes,
         },
-        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => match row.point {
+        Sweep::Clients => match row.point {
             CellPoint::Clients(pairs) => u64::from(pairs),
             _ => u64::from(summary.publishers),
         },

@@ -8,7 +8,7 @@ use super::input::{CellFigures, GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Figure, Section, Table, ms, ms_like};
 use super::svg;
 use super::workload_line;
-use crate::plan::TestKind;
+use crate::plan::{Measures, Sweep, TestKind};
 use loadgen::tail::TailOwner;
 
 /// What box and whiskers mean, said the same way in every caption.
@@ -28,21 +28,13 @@ const OPEN_LOOP_BOX_MEANING: &str = "Box: 25th to 75th percentile (the interquar
 
 /// One section per latency test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
-    let plan = &data.manifest.plan;
-    let tests: Vec<usize> = (0..plan.tests.len())
-        .filter(|&t| plan.tests[t].kind == TestKind::Latency)
-        .collect();
-    tests
-        .iter()
-        .map(|&test| {
-            let title = if tests.len() > 1 {
-                format!("Latency (test {})", test + 1)
-            } else {
-                "Latency".to_string()
-            };
-            section(data, test, &title)
-        })
-        .collect()
+    super::sections_of(
+        data,
+        |k| k.measures() == Measures::Latency && k.sweep() == Sweep::Single,
+        TestKind::Latency,
+        "Latency",
+        section,
+    )
 }
 
 /// A box: its place on the x axis and its percentiles.

@@ -74,7 +74,7 @@ use std::path::{Path, PathBuf};
 
 use host::Folder;
 
-use crate::plan::{Plan, TestKind};
+use crate::plan::{Plan, Sweep, TestKind};
 use crate::results::ResultsError;
 use input::RunData;
 use model::{Block, Section};
@@ -168,6 +168,35 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections
 }
 
+/// One section per test of the kinds `having` picks, in plan order, built by `build` with its
+/// title: `title` for the kind the section was written for (`home`), with the test's number
+/// when several tests share the section and the kind's name when it is another kind.
+fn sections_of(
+    data: &RunData,
+    having: impl Fn(TestKind) -> bool,
+    home: TestKind,
+    title: &str,
+    build: impl Fn(&RunData, usize, &str) -> Section,
+) -> Vec<Section> {
+    let plan = &data.manifest.plan;
+    let tests: Vec<usize> = (0..plan.tests.len())
+        .filter(|&t| having(plan.tests[t].kind))
+        .collect();
+    tests
+        .iter()
+        .map(|&test| {
+            let kind = plan.tests[test].kind;
+            let title = match (tests.len() > 1, kind == home) {
+                (false, true) => title.to_string(),
+                (true, true) => format!("{title} (test {})", test + 1),
+                (false, false) => format!("{title} ({} test)", kind.name()),
+                (true, false) => format!("{title} (test {}, {})", test + 1, kind.name()),
+            };
+            build(data, test, &title)
+        })
+        .collect()
+}
+
 /// A test as named in tables: its kind, with its number when the plan has two of a kind.
 fn test_label(plan: &Plan, test: usize) -> String {
     let kind = plan.tests[test].kind;
@@ -184,10 +213,8 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
     let cell = data.cells.iter().find(|c| c.test == test)?;
     let s = &cell.summary;
     let kind = data.manifest.plan.tests[test].kind;
-    let clients = match kind {
-        TestKind::Throughput | TestKind::Burst | TestKind::Saturation => {
-            "N publisher/subscriber pairs (one cell per N)".to_string()
-        }
+    let clients = match kind.sweep() {
+        Sweep::Clients => "N publisher/subscriber pairs (one cell per N)".to_string(),
         _ => format!(
             "{} publisher{} -> {} subscriber{} ({})",
             s.publishers,
@@ -197,8 +224,8 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
             s.topology
         ),
     };
-    let payload = match kind {
-        TestKind::Payload => "one cell per payload size".to_string(),
+    let payload = match kind.sweep() {
+        Sweep::Payloads => "one cell per payload size".to_string(),
         _ => format!("{} B payload", s.payload_bytes),
     };
     let spec = data.manifest.plan.first_workload(test).ok();

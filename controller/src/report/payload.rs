@@ -10,25 +10,17 @@ use super::input::{GroupKey, LatencyGroup, RunData};
 use super::model::{Block, Figure, Section, Table, ms, ms_like};
 use super::svg;
 use super::workload_line;
-use crate::plan::TestKind;
+use crate::plan::{Measures, Sweep, TestKind};
 
 /// One section per payload test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
-    let plan = &data.manifest.plan;
-    let tests: Vec<usize> = (0..plan.tests.len())
-        .filter(|&t| plan.tests[t].kind == TestKind::Payload)
-        .collect();
-    tests
-        .iter()
-        .map(|&test| {
-            let title = if tests.len() > 1 {
-                format!("Latency vs payload (test {})", test + 1)
-            } else {
-                "Latency vs payload".to_string()
-            };
-            section(data, test, &title)
-        })
-        .collect()
+    super::sections_of(
+        data,
+        |k| k.measures() == Measures::Latency && k.sweep() == Sweep::Payloads,
+        TestKind::Payload,
+        "Latency vs payload",
+        section,
+    )
 }
 
 /// `median-IQR` in ms, as the study printed it.

@@ -13,25 +13,17 @@ use super::estimate::{Estimate, INTERVAL_MEANING};
 use super::input::{RunData, SearchFigures};
 use super::model::{Block, Figure, Section, Table, rate};
 use super::svg;
-use crate::plan::TestKind;
+use crate::plan::{Measures, TestKind};
 
 /// One section per saturation test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
-    let plan = &data.manifest.plan;
-    let tests: Vec<usize> = (0..plan.tests.len())
-        .filter(|&t| plan.tests[t].kind == TestKind::Saturation)
-        .collect();
-    tests
-        .iter()
-        .map(|&test| {
-            let title = if tests.len() > 1 {
-                format!("Saturation point (test {})", test + 1)
-            } else {
-                "Saturation point".to_string()
-            };
-            section(data, test, &title)
-        })
-        .collect()
+    super::sections_of(
+        data,
+        |k| k.measures() == Measures::SaturationRate,
+        TestKind::Saturation,
+        "Saturation point",
+        section,
+    )
 }
 
 /// In words, why a search ended.

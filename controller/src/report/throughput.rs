@@ -13,25 +13,17 @@ use super::input::{CellFigures, RunData};
 use super::model::{Block, Figure, Section, Table, ms, rate};
 use super::svg;
 use super::timeseries;
-use crate::plan::TestKind;
+use crate::plan::{Measures, TestKind};
 
 /// One section per throughput test in the plan.
 pub fn sections(data: &RunData) -> Vec<Section> {
-    let plan = &data.manifest.plan;
-    let tests: Vec<usize> = (0..plan.tests.len())
-        .filter(|&t| plan.tests[t].kind == TestKind::Throughput)
-        .collect();
-    tests
-        .iter()
-        .map(|&test| {
-            let title = if tests.len() > 1 {
-                format!("Sustained throughput vs clients (test {})", test + 1)
-            } else {
-                "Sustained throughput vs clients".to_string()
-            };
-            section(data, test, &title)
-        })
-        .collect()
+    super::sections_of(
+        data,
+        |k| k.measures() == Measures::SustainedRate,
+        TestKind::Throughput,
+        "Sustained throughput vs clients",
+        section,
+    )
 }
 
 /// A cell's rate counts as the broker's sustained rate.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::agents::AgentHandle;
 use super::deploy::Endpoints;
 use super::load::run_load;
-use crate::plan::{Cell, Plan, TestKind};
+use crate::plan::{Cell, Plan, Timing};
 use crate::results::MetricsRow;
 
 /// Metrics sampling interval during a cell: a 10 s window holds 20 samples of the broker
@@ -94,7 +94,7 @@ pub async fn run(
         });
     let test = &plan.tests[cell.test];
     let load = async {
-        if test.kind == TestKind::Saturation {
+        if test.kind.timing() == Timing::Searched {
             let settings = test.search.clone().unwrap_or_default();
             return match super::search::run(plan, cell, &spec, settings, agents).await {
                 Ok((report, at_rate)) => CellOutcome::Searched(report, at_rate),
