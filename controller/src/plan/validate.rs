@@ -335,50 +335,7 @@ impl Plan {
         }
         for (i, broker) in self.brokers.iter().enumerate() {
             let path = |field: &str| format!("brokers[{i}].{field}");
-            match broker.kind {
-                BrokerKind::Native | BrokerKind::Kubernetes => match broker.product.as_deref() {
-                    None => {
-                        return Err(invalid(
-                            path("product"),
-                            "(absent)",
-                            format!(
-                                "a {} broker needs a product: {}",
-                                if broker.kind == BrokerKind::Native {
-                                    "native"
-                                } else {
-                                    "kubernetes"
-                                },
-                                known_products()
-                            ),
-                        ));
-                    }
-                    Some(product) if product.parse::<Product>().is_err() => {
-                        return Err(invalid(
-                            path("product"),
-                            quoted(product),
-                            format!("unknown broker (known: {})", known_products()),
-                        ));
-                    }
-                    Some(_) => {}
-                },
-                BrokerKind::External => {
-                    if broker
-                        .address
-                        .as_deref()
-                        .is_none_or(|a| a.rsplit_once(':').is_none())
-                    {
-                        return Err(invalid(
-                            path("address"),
-                            broker
-                                .address
-                                .as_deref()
-                                .map_or("(absent)".to_string(), quoted),
-                            "an external broker needs host:port",
-                        ));
-                    }
-                }
-                BrokerKind::Embedded => {}
-            }
+            Self::validate_broker_kind(i, broker)?;
             // A kubernetes broker's node is the cluster node its pod is pinned to; the
             // headnode's agent deploys it (checked in testbed.rs).
             if broker.kind != BrokerKind::External && broker.kind != BrokerKind::Kubernetes {
@@ -386,22 +343,13 @@ impl Plan {
                     .node
                     .as_deref()
                     .ok_or_else(|| invalid(path("node"), "(absent)", "which node runs it?"))?;
-                match self.node_has(node, NodeRole::Broker) {
-                    None => {
-                        return Err(invalid(
-                            path("node"),
-                            quoted(node),
-                            "no such node in [[nodes]]",
-                        ));
-                    }
-                    Some(false) => {
-                        return Err(invalid(
-                            path("node"),
-                            quoted(node),
-                            "that node does not have the broker role",
-                        ));
-                    }
-                    Some(true) => {}
+                let problem = match self.node_has(node, NodeRole::Broker) {
+                    None => Some("no such node in [[nodes]]"),
+                    Some(false) => Some("that node does not have the broker role"),
+                    Some(true) => None,
+                };
+                if let Some(problem) = problem {
+                    return Err(invalid(path("node"), quoted(node), problem));
                 }
             }
             if let Some(entry) = broker.entry.as_deref() {
@@ -409,6 +357,51 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// What broker `i`'s kind needs: a known product (native, kubernetes) or an address
+    /// (external).
+    fn validate_broker_kind(i: usize, broker: &BrokerEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("brokers[{i}].{field}");
+        match broker.kind {
+            BrokerKind::Native | BrokerKind::Kubernetes => match broker.product.as_deref() {
+                None => Err(invalid(
+                    path("product"),
+                    "(absent)",
+                    format!(
+                        "a {} broker needs a product: {}",
+                        if broker.kind == BrokerKind::Native {
+                            "native"
+                        } else {
+                            "kubernetes"
+                        },
+                        known_products()
+                    ),
+                )),
+                Some(product) if product.parse::<Product>().is_err() => Err(invalid(
+                    path("product"),
+                    quoted(product),
+                    format!("unknown broker (known: {})", known_products()),
+                )),
+                Some(_) => Ok(()),
+            },
+            BrokerKind::External
+                if broker
+                    .address
+                    .as_deref()
+                    .is_none_or(|a| a.rsplit_once(':').is_none()) =>
+            {
+                Err(invalid(
+                    path("address"),
+                    broker
+                        .address
+                        .as_deref()
+                        .map_or("(absent)".to_string(), quoted),
+                    "an external broker needs host:port",
+                ))
+            }
+            BrokerKind::External | BrokerKind::Embedded => Ok(()),
+        }
     }
 
     /// An entry node is a node of the plan where something forwards to the broker: kube-proxy
@@ -710,45 +703,9 @@ impl Plan {
             return Err(invalid("tests", "[]", "at least one test"));
         }
         for (i, test) in self.tests.iter().enumerate() {
-            let path = |field: &str| format!("tests[{i}].{field}");
             self.validate_spread(i, test)?;
-            for node in &test.loadgen {
-                match self.node_has(node, NodeRole::Loadgen) {
-                    None => {
-                        return Err(invalid(
-                            path("loadgen"),
-                            quoted(node),
-                            "no such node in [[nodes]]",
-                        ));
-                    }
-                    Some(false) => {
-                        return Err(invalid(
-                            path("loadgen"),
-                            quoted(node),
-                            "that node does not have the loadgen role",
-                        ));
-                    }
-                    Some(true) => {}
-                }
-            }
-            for (field, given, sweep) in [
-                ("payloads", test.payloads.is_some(), Sweep::Payloads),
-                ("clients", test.clients.is_some(), Sweep::Clients),
-            ] {
-                if given && test.kind.sweep() != sweep {
-                    let sweeping = |k: TestKind| k.sweep() == sweep;
-                    let verb = if kind_names(sweeping).len() == 1 {
-                        "sweeps"
-                    } else {
-                        "sweep"
-                    };
-                    return Err(invalid(
-                        path(field),
-                        "[..]",
-                        format!("only {} {verb} {field}", kinds_named(sweeping)),
-                    ));
-                }
-            }
+            self.validate_loadgen_nodes(i, test)?;
+            Self::validate_sweep(i, test)?;
             self.validate_points(i)?;
             if test.kind.writes_whole_workload() {
                 self.validate_custom(i, test)?;
@@ -765,52 +722,100 @@ impl Plan {
                 })?;
                 validate_password_source(i, table)?;
             }
-            let workloads = self
-                .workloads_of(i)
-                .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
-            for (point, spec) in workloads {
-                let (payload, clients) = point.overrides();
-                if let Err(error) = spec.validate() {
-                    let in_table = test
-                        .workload
-                        .as_ref()
-                        .is_some_and(|table| super::presets::sets(table, &error.path));
-                    if in_table {
-                        let field = format!("workload.{}", error.path);
-                        return Err(invalid(path(&field), error.value, error.problem));
-                    }
-                    let field = match error.path.as_str() {
-                        "messages_per_publisher" => "messages",
-                        "warmup_messages" => "warmup",
-                        "pacing.interval" => "interval",
-                        "pacing.rate" => "rate",
-                        "publishers" if clients.is_some() => "clients",
-                        "payload" if payload.is_some() => "payloads",
-                        other => other,
-                    };
-                    return Err(invalid(path(field), error.value, error.problem));
+            self.validate_workloads(i, test)?;
+        }
+        Ok(())
+    }
+
+    /// Test `i`'s loadgen nodes exist and have the loadgen role.
+    fn validate_loadgen_nodes(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        for node in &test.loadgen {
+            let problem = match self.node_has(node, NodeRole::Loadgen) {
+                None => "no such node in [[nodes]]",
+                Some(false) => "that node does not have the loadgen role",
+                Some(true) => continue,
+            };
+            return Err(invalid(
+                format!("tests[{i}].loadgen"),
+                quoted(node),
+                problem,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Test `i` gives a list of points only when its kind sweeps that list.
+    fn validate_sweep(i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        for (field, given, sweep) in [
+            ("payloads", test.payloads.is_some(), Sweep::Payloads),
+            ("clients", test.clients.is_some(), Sweep::Clients),
+        ] {
+            if given && test.kind.sweep() != sweep {
+                let sweeping = |k: TestKind| k.sweep() == sweep;
+                let verb = if kind_names(sweeping).len() == 1 {
+                    "sweeps"
+                } else {
+                    "sweep"
+                };
+                return Err(invalid(
+                    format!("tests[{i}].{field}"),
+                    "[..]",
+                    format!("only {} {verb} {field}", kinds_named(sweeping)),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Test `i`'s workload at every point is one loadgen accepts, each error named by the
+    /// plan field that set the value, and leaves none of its loadgen nodes without a client.
+    fn validate_workloads(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("tests[{i}].{field}");
+        let workloads = self
+            .workloads_of(i)
+            .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
+        for (point, spec) in workloads {
+            let (payload, clients) = point.overrides();
+            if let Err(error) = spec.validate() {
+                let in_table = test
+                    .workload
+                    .as_ref()
+                    .is_some_and(|table| super::presets::sets(table, &error.path));
+                if in_table {
+                    let field = format!("workload.{}", error.path);
+                    return Err(invalid(path(&field), error.value, error.problem));
                 }
-                let placed = test.placements(spec.publishers, spec.subscribers);
-                if let Some(idle) = test
-                    .loadgen
-                    .iter()
-                    .find(|node| !placed.iter().any(|p| p.node == **node))
-                {
-                    return Err(invalid(
-                        path("loadgen"),
-                        quoted(idle),
-                        format!(
-                            "{} publishers and {} subscribers{} leave this node without a \
-                             client: name fewer nodes or give it a smaller weight",
-                            spec.publishers,
-                            spec.subscribers,
-                            match point {
-                                super::CellPoint::Single => String::new(),
-                                point => format!(" (at {})", point.label()),
-                            }
-                        ),
-                    ));
-                }
+                let field = match error.path.as_str() {
+                    "messages_per_publisher" => "messages",
+                    "warmup_messages" => "warmup",
+                    "pacing.interval" => "interval",
+                    "pacing.rate" => "rate",
+                    "publishers" if clients.is_some() => "clients",
+                    "payload" if payload.is_some() => "payloads",
+                    other => other,
+                };
+                return Err(invalid(path(field), error.value, error.problem));
+            }
+            let placed = test.placements(spec.publishers, spec.subscribers);
+            if let Some(idle) = test
+                .loadgen
+                .iter()
+                .find(|node| !placed.iter().any(|p| p.node == **node))
+            {
+                return Err(invalid(
+                    path("loadgen"),
+                    quoted(idle),
+                    format!(
+                        "{} publishers and {} subscribers{} leave this node without a \
+                         client: name fewer nodes or give it a smaller weight",
+                        spec.publishers,
+                        spec.subscribers,
+                        match point {
+                            super::CellPoint::Single => String::new(),
+                            point => format!(" (at {})", point.label()),
+                        }
+                    ),
+                ));
             }
         }
         Ok(())
