@@ -1,8 +1,9 @@
-//! `controller report DIR` on results folders crafted to harm the machine that reads them (they may come from anywhere, and the controller runs as root): shards out
-//! of range, `publishers = 4000000000`, `result.json` a link to `/dev/zero`, a cell id that
-//! climbs out with `../`, `figures`, `report.md` and `report.partial` as links to elsewhere,
-//! a pipe where a result should be. (`loadgen merge` on such files: loadgen's
-//! `tests/hostile_results.rs`.)
+//! `controller report DIR` on results folders crafted to harm the machine that reads them
+//! (they may come from anywhere, and the controller runs as root): shards out of range,
+//! `publishers = 4000000000`, `result.json` a link to `/dev/zero`, a cell id that climbs out
+//! with `../`, `figures`, `report.md` and `report.partial` as links to elsewhere, a pipe where
+//! a result should be, a `record.json` that is a link or another cell's. (`loadgen merge` on
+//! such files: loadgen's `tests/hostile_results.rs`.)
 //!
 //! The real binaries run on each, and every case checks what a user of the machine cares
 //! about: a one-line answer naming the file and the problem, never a panic or an abort, a
@@ -156,9 +157,10 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, (String, Vec<u8>)> {
     out
 }
 
-/// A sound results folder at `dir`: the plan's one latency cell measured. Returns its cell
-/// id and result.
-fn sound_folder(dir: &Path) -> (String, RunResult) {
+/// A sound results folder at `dir`: the plan's one latency cell measured, read through its
+/// `record.json` or (`cell_records` false, a folder written before records) through
+/// `summary.csv`. Returns its cell id and result.
+fn sound_folder(dir: &Path, cell_records: bool) -> (String, RunResult) {
     let plan = Plan::parse(PLAN, "plan.toml").expect("plan");
     let results = ResultsDir::open(dir).expect("open");
     let manifest = Manifest {
@@ -172,6 +174,7 @@ fn sound_folder(dir: &Path) -> (String, RunResult) {
         brokers: Vec::new(),
         testbed: None,
         paths: Vec::new(),
+        cell_records,
     };
     results.write_manifest(&manifest).expect("manifest");
     let cell = plan.cells().swap_remove(0);
@@ -198,6 +201,8 @@ fn sound_folder(dir: &Path) -> (String, RunResult) {
         repetition: cell.repetition,
         status: CellStatus::Ok,
         reason: String::new(),
+        earlier_failures: 0,
+        spec: Some(result.spec.clone()),
         summary: Some(Summary::of(&result)),
         usage: None,
         generator_limit: None,
@@ -220,7 +225,17 @@ struct Case {
 }
 
 impl Case {
+    /// A folder as this version writes it: each cell has its record.
     fn new() -> Self {
+        Self::with(true)
+    }
+
+    /// A folder written before records: the report reads `summary.csv`.
+    fn legacy() -> Self {
+        Self::with(false)
+    }
+
+    fn with(cell_records: bool) -> Self {
         let root = tempfile::tempdir().expect("temp dir");
         let run = root.path().join("run");
         let outside = root.path().join("outside");
@@ -228,7 +243,7 @@ impl Case {
         for dir in [&outside, &scratch] {
             fs::create_dir_all(dir).expect("mkdir");
         }
-        let (cell, result) = sound_folder(&run);
+        let (cell, result) = sound_folder(&run, cell_records);
         // Decoys a hostile folder points at: a result, figures and a file to overwrite.
         fs::create_dir_all(outside.join("x")).expect("mkdir");
         let decoy = serde_json::to_string(&result).expect("json");
@@ -298,11 +313,12 @@ fn left_out(case: &Case, what: &str, problem: &str) {
 
 #[test]
 fn a_sound_folder_reports() {
-    let case = Case::new();
-    let outcome = case.report();
-    outcome.sane("sound folder");
-    assert_eq!(outcome.code, Some(0), "{outcome:#?}");
-    assert!(!case.markdown().contains("left out"), "{}", case.markdown());
+    for case in [Case::new(), Case::legacy()] {
+        let outcome = case.report();
+        outcome.sane("sound folder");
+        assert_eq!(outcome.code, Some(0), "{outcome:#?}");
+        assert!(!case.markdown().contains("left out"), "{}", case.markdown());
+    }
 }
 
 #[test]
@@ -343,7 +359,7 @@ fn a_result_that_is_a_link_or_a_pipe_is_not_read() {
 #[test]
 fn a_cell_id_that_climbs_out_of_the_folder_is_not_followed() {
     for climb in ["../../outside/x", "../../../../outside/x"] {
-        let case = Case::new();
+        let case = Case::legacy();
         let summary = case.run.join("summary.csv");
         let text = fs::read_to_string(&summary).expect("summary");
         fs::write(&summary, text.replace(&case.cell, climb)).expect("rewritten");
@@ -391,10 +407,58 @@ fn links_planted_where_the_report_writes_are_not_written_through() {
     assert!(fs::symlink_metadata(case.run.join("figures/old.svg")).is_err());
 }
 
+/// A folder of records: a broker name in the manifest's plan that would make a cell id climb
+/// out is not followed; a record that is a link, or that is another cell's, is left out and
+/// named.
+#[test]
+fn a_record_that_climbs_out_is_a_link_or_is_another_cells_is_left_out() {
+    let line_of = |case: &Case, problem: &str| {
+        let md = case.markdown();
+        md.lines()
+            .find(|line| line.contains(problem))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{problem:?} not in the report:\n{md}"))
+    };
+    let case = Case::new();
+    let manifest = case.run.join("manifest.json");
+    let text = fs::read_to_string(&manifest).expect("manifest");
+    fs::write(
+        &manifest,
+        text.replace("\"mosquitto\"", "\"../../outside/x\""),
+    )
+    .expect("edit");
+    let outcome = case.report();
+    outcome.sane("a broker name that climbs");
+    assert_eq!(outcome.code, Some(0), "{outcome:#?}");
+    assert!(line_of(&case, "not a path inside").contains("record.json"));
+
+    let case = Case::new();
+    let record = case.run.join("cells").join(&case.cell).join("record.json");
+    fs::remove_file(&record).expect("removed");
+    symlink("/dev/zero", &record).expect("link");
+    let outcome = case.report();
+    outcome.sane("record.json -> /dev/zero");
+    assert_eq!(outcome.code, Some(0), "{outcome:#?}");
+    assert!(line_of(&case, "is a symbolic link").contains("record.json"));
+
+    let case = Case::new();
+    let record = case.run.join("cells").join(&case.cell).join("record.json");
+    let text = fs::read_to_string(&record).expect("record");
+    fs::write(
+        &record,
+        text.replace(&case.cell, "mosquitto/local/0-latency/-/9"),
+    )
+    .expect("edit");
+    let outcome = case.report();
+    outcome.sane("another cell's record");
+    assert_eq!(outcome.code, Some(0), "{outcome:#?}");
+    assert!(line_of(&case, "it is the record of cell").contains("cell left out"));
+}
+
 #[test]
 fn a_summary_or_manifest_that_is_a_link_is_refused_in_one_line() {
     for name in ["summary.csv", "manifest.json"] {
-        let case = Case::new();
+        let case = Case::legacy();
         let path = case.run.join(name);
         fs::remove_file(&path).expect("removed");
         symlink("/dev/zero", &path).expect("link");

@@ -126,6 +126,16 @@ fn window(client: u32, first_ns: u64, last_ns: u64, count: u64) -> ClientWindow 
     }
 }
 
+/// The folder as [`build`] writes it, its manifest saying the report reads `summary.csv`
+/// instead of the cells' records, as a folder written before records does.
+fn to_legacy(dir: &Path) {
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).expect("manifest");
+    let legacy = text.replace("\"cell_records\": true", "\"cell_records\": false");
+    assert_ne!(text, legacy, "the manifest names its records");
+    std::fs::write(&path, legacy).expect("manifest");
+}
+
 /// Writes the whole folder; returns the summaries of the throughput cells by cell id.
 fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
     let plan = Plan::parse(plan_text, "plan.toml").expect("plan");
@@ -212,6 +222,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             }),
         }),
         paths: Vec::new(),
+        cell_records: true,
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut throughput = Vec::new();
@@ -228,6 +239,8 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             repetition: cell.repetition,
             status,
             reason: reason.to_string(),
+            earlier_failures: 0,
+            spec: result.map(|result| result.spec.clone()),
             summary: result.map(Summary::of),
             usage: None,
             generator_limit: None,
@@ -570,7 +583,12 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     let plan = plan.replace(&format!("{throughput}\n"), "");
     build(dir.path(), &plan);
     std::fs::remove_file(dir.path().join("metrics.csv")).expect("metrics.csv");
-    std::fs::remove_dir_all(dir.path().join("cells/rabbitmq/edge")).expect("cells");
+    // Their records say measured; their results are gone.
+    for entry in walk(&dir.path().join("cells/rabbitmq/edge")) {
+        if entry.file_name().is_some_and(|name| name == "result.json") {
+            std::fs::remove_file(&entry).expect("result.json");
+        }
+    }
     let files = write_report(dir.path()).expect("report");
     let md = std::fs::read_to_string(&files.markdown).expect("report.md");
     assert!(
@@ -588,6 +606,53 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     assert!(!figure.exists(), "no figure of a test the plan lacks");
     let error = write_report(&dir.path().join("nowhere")).expect_err("no manifest");
     assert!(error.to_string().contains("manifest.json"), "{error}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// A folder's report is the same read through its cells' records as through `summary.csv`,
+/// its export (the way a folder written before records is read): the records hold what the
+/// rows hold, the retried cell included.
+#[test]
+fn records_and_their_export_give_the_same_report() {
+    for plan in [PLAN, SUSTAINED_PLAN] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        if plan == PLAN {
+            build(dir.path(), plan);
+        } else {
+            build_sustained(dir.path(), plan);
+        }
+        let records: Vec<u8> =
+            std::fs::read(write_report(dir.path()).expect("report").markdown).expect("report.md");
+        let html = std::fs::read(dir.path().join("report.html")).expect("report.html");
+        to_legacy(dir.path());
+        let files = write_report(dir.path()).expect("report");
+        let exported = std::fs::read(&files.markdown).expect("report.md");
+        assert!(
+            records == exported,
+            "report.md differs:\n{}\n---\n{}",
+            String::from_utf8_lossy(&records),
+            String::from_utf8_lossy(&exported)
+        );
+        assert!(html == std::fs::read(&files.html).expect("report.html"));
+        let md = String::from_utf8_lossy(&records);
+        assert!(
+            md.contains("## Latency") || md.contains("## Sustained"),
+            "{md}"
+        );
+    }
 }
 
 const CHROMIUM_FLAGS: &str = "--headless --no-sandbox --disable-gpu --disable-background-networking \
@@ -739,6 +804,7 @@ fn build_sustained(
         testbed: None,
         brokers: Vec::new(),
         paths: Vec::new(),
+        cell_records: true,
     };
     results.write_manifest(&manifest).expect("manifest");
     let mut counted: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
@@ -756,6 +822,8 @@ fn build_sustained(
             repetition: rep,
             status: CellStatus::Ok,
             reason: String::new(),
+            earlier_failures: 0,
+            spec: None,
             summary: None,
             usage: None,
             generator_limit: None,

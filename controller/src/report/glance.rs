@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::plan::CellId;
-use crate::results::{CellStatus, SummaryRow, read_each_row};
+use host::Folder;
+
+use crate::results::{CellStatus, Manifest, SummaryRow, read_each_row, read_record};
 
 /// Broker, scenario, test (`<index>-<kind>`) and point label.
 type GroupKey = (String, String, String, String);
@@ -14,13 +16,7 @@ type GroupKey = (String, String, String, String);
 /// repetitions of each cell's p50 and p99 (ms); the receive rate is the median of the
 /// aggregate rates, labelled with their kind (burst, sustained, ...); lost is summed.
 pub fn table(dir: &Path) -> Option<String> {
-    let rows: Vec<SummaryRow> = read_each_row(&dir.join("summary.csv"))
-        .ok()
-        .flatten()?
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|row| row.status == CellStatus::Ok)
-        .collect();
+    let rows: Vec<SummaryRow> = measured_rows(dir)?;
     if rows.is_empty() {
         return None;
     }
@@ -90,6 +86,33 @@ pub fn table(dir: &Path) -> Option<String> {
         ]);
     }
     Some(aligned(&lines))
+}
+
+/// The measured cells as `summary.csv` rows: exported from each cell's `record.json` in the
+/// plan's order, or, in a folder written before records, read from `summary.csv`.
+fn measured_rows(dir: &Path) -> Option<Vec<SummaryRow>> {
+    let manifest = Manifest::read(&dir.join("manifest.json")).ok()?;
+    let rows: Vec<SummaryRow> = if manifest.cell_records {
+        let folder = Folder::open(dir).ok()?;
+        let plan = &manifest.plan;
+        plan.cells()
+            .iter()
+            .filter_map(|cell| read_record(&folder, &cell.id(plan)).ok().flatten())
+            .map(|record| SummaryRow::of(&record))
+            .collect()
+    } else {
+        read_each_row(&dir.join("summary.csv"))
+            .ok()
+            .flatten()?
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect()
+    };
+    Some(
+        rows.into_iter()
+            .filter(|row| row.status == CellStatus::Ok)
+            .collect(),
+    )
 }
 
 /// Whose the open-loop tail was: "loadgen" in every repetition, "loadgen 1/3" in some,

@@ -1,6 +1,10 @@
-//! Reading a results folder back: the manifest, `summary.csv` (the last row of a cell wins,
-//! since `--resume` retries failed cells), each measured cell's `result.json`, and
-//! `metrics.csv`.
+//! Reading a results folder back: the manifest, each cell's `record.json` (or, in a folder
+//! written before records, `summary.csv`, where the last row of a cell wins since `--resume`
+//! retries failed cells), each measured cell's `result.json`, and `metrics.csv`.
+//!
+//! The figures are derived from each cell's checked `result.json`, never taken from a
+//! summary stored beside it: the folder is untrusted, and a stored summary would be a second,
+//! unchecked source of the same figures.
 //!
 //! Results are read one cell at a time and only their figures and merged latency
 //! histograms are kept, so a study of thousands of cells fits in memory.
@@ -21,7 +25,10 @@ use loadgen::{RunResult, Summary};
 use super::ReportError;
 use super::timeseries::CellSeries;
 use crate::plan::{CellId, CellPoint, Sweep, TestKind, Timing};
-use crate::results::{self, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow};
+use crate::results::usage::BrokerUsage;
+use crate::results::{
+    self, CellRecord, CellStatus, Manifest, MetricsRow, RECORD_FILE, ResultsError, SummaryRow,
+};
 
 /// Everything the report is built from.
 #[derive(Debug)]
@@ -194,13 +201,42 @@ pub struct CellPlace {
 }
 
 impl CellExtras {
-    fn of(row: &SummaryRow) -> Self {
+    fn of(record: &CellRecord) -> Self {
+        let usage = record.usage.as_ref();
         CellExtras {
-            broker_cpu_percent: row.broker_cpu_percent,
-            broker_cpu_us_per_delivery: row.broker_cpu_us_per_delivery,
-            broker_peak_rss_mb: row.broker_peak_rss_mb,
-            generator_limit: row.limit_reason.clone().filter(|r| !r.is_empty()),
+            broker_cpu_percent: usage.map(|u| u.cpu_percent),
+            broker_cpu_us_per_delivery: usage.and_then(|u| u.cpu_us_per_delivery),
+            broker_peak_rss_mb: usage.map(|u| u.peak_rss_mb),
+            generator_limit: record.generator_limit.clone().filter(|r| !r.is_empty()),
         }
+    }
+}
+
+/// A row of `summary.csv` as the record it was exported from, for a folder written before
+/// cells had records: ids, status and the controller's extras (the figures are derived from
+/// `result.json`, as for every folder).
+fn record_of_row(row: SummaryRow) -> CellRecord {
+    let usage = row.broker_cpu_percent.map(|cpu_percent| BrokerUsage {
+        cpu_percent,
+        cpu_us_per_delivery: row.broker_cpu_us_per_delivery,
+        peak_rss_mb: row.broker_peak_rss_mb.unwrap_or(0.0),
+        samples: row.broker_samples.unwrap_or(0),
+    });
+    CellRecord {
+        cell: row.cell,
+        broker: row.broker,
+        scenario: row.scenario,
+        test: row.test,
+        point: row.point,
+        repetition: row.repetition,
+        status: row.status,
+        reason: row.reason,
+        earlier_failures: 0,
+        spec: None,
+        summary: None,
+        usage,
+        generator_limit: row.limit_reason,
+        saturation: None,
     }
 }
 
@@ -238,24 +274,21 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         cell_index: BTreeMap::new(),
         searches: Vec::new(),
     };
-    let rows = match results::read_each_row(&dir.join("summary.csv"))? {
-        Some(rows) => last_rows(rows, &mut data),
-        None => {
-            data.problems
-                .push("summary.csv is absent: no cell has been recorded yet".to_string());
-            BTreeMap::new()
-        }
+    let records = if data.manifest.cell_records {
+        recorded_cells(&folder, &mut data)
+    } else {
+        exported_cells(dir, &mut data)?
     };
     let mut merged: BTreeMap<GroupKey, Merged> = BTreeMap::new();
-    for row in rows.values() {
+    for record in records.values() {
         let note = || CellNote {
-            cell: row.cell.clone(),
-            broker: row.broker.clone(),
-            scenario: row.scenario.clone(),
-            reason: row.reason.clone(),
+            cell: record.cell.clone(),
+            broker: record.broker.clone(),
+            scenario: record.scenario.clone(),
+            reason: record.reason.clone(),
         };
-        match row.status {
-            CellStatus::Ok => read_cell(&folder, row, &mut data, &mut merged),
+        match record.status {
+            CellStatus::Ok => read_cell(&folder, record, &mut data, &mut merged),
             CellStatus::Failed => data.failed.push(note()),
             CellStatus::Skipped => data.skipped.push(note()),
         }
@@ -301,12 +334,50 @@ struct Merged {
     repetitions: u32,
 }
 
-/// The last row of each cell, by cell id; counts cells that failed before they succeeded.
-fn last_rows(
-    rows: Vec<Result<SummaryRow, ResultsError>>,
+/// Each cell's `record.json`, by cell id, for the cells of the manifest's plan; counts cells
+/// that failed before they succeeded. A record that cannot be read, or that names another
+/// cell, is left out and named.
+fn recorded_cells(folder: &Folder, data: &mut RunData) -> BTreeMap<String, CellRecord> {
+    let mut records = BTreeMap::new();
+    for cell in data.manifest.plan.cells() {
+        let id = cell.id(&data.manifest.plan);
+        let name = format!("cells/{id}/{RECORD_FILE}");
+        match results::read_record(folder, &id) {
+            Ok(Some(record)) if record.cell == id => {
+                records.insert(id, record);
+            }
+            Ok(Some(record)) => data.problems.push(format!(
+                "{name}: it is the record of cell {:?}; cell left out",
+                record.cell
+            )),
+            Ok(None) => {}
+            Err(error) => data.problems.push(problem_in(&name, &error)),
+        }
+    }
+    if records.is_empty() {
+        data.problems
+            .push("no cell has a record.json: no cell has been recorded yet".to_string());
+    }
+    data.retried = records
+        .values()
+        .filter(|record| record.status == CellStatus::Ok && record.earlier_failures > 0)
+        .count();
+    records
+}
+
+/// The cells of a folder written before records, from `summary.csv`: the last row of each
+/// cell, by cell id (`--resume` retries failed cells); counts cells that failed before they
+/// succeeded.
+fn exported_cells(
+    dir: &Path,
     data: &mut RunData,
-) -> BTreeMap<String, SummaryRow> {
-    let mut last: BTreeMap<String, SummaryRow> = BTreeMap::new();
+) -> Result<BTreeMap<String, CellRecord>, ReportError> {
+    let Some(rows) = results::read_each_row(&dir.join("summary.csv"))? else {
+        data.problems
+            .push("summary.csv is absent: no cell has been recorded yet".to_string());
+        return Ok(BTreeMap::new());
+    };
+    let mut last: BTreeMap<String, CellRecord> = BTreeMap::new();
     let mut failed_before: BTreeSet<String> = BTreeSet::new();
     for row in rows {
         match row {
@@ -314,20 +385,21 @@ fn last_rows(
                 if row.status == CellStatus::Failed {
                     failed_before.insert(row.cell.clone());
                 }
-                last.insert(row.cell.clone(), row);
+                last.insert(row.cell.clone(), record_of_row(row));
             }
             Err(error) => data.problems.push(problem_in("summary.csv", &error)),
         }
     }
     data.retried = last
         .values()
-        .filter(|row| row.status == CellStatus::Ok && failed_before.contains(&row.cell))
+        .filter(|record| record.status == CellStatus::Ok && failed_before.contains(&record.cell))
         .count();
-    last
+    Ok(last)
 }
 
-/// The test a row belongs to: the index in its cell id, or the plan's first test of its kind.
-fn test_index(data: &RunData, row: &SummaryRow) -> Option<usize> {
+/// The test a cell belongs to: the index in its cell id, or the plan's first test of its
+/// kind.
+fn test_index(data: &RunData, row: &CellRecord) -> Option<usize> {
     let tests = &data.manifest.plan.tests;
     let from_id = row
         .cell
@@ -343,7 +415,7 @@ const MAX_SEARCH_FILE_BYTES: u64 = 16 << 20;
 
 fn read_cell(
     folder: &Folder,
-    row: &SummaryRow,
+    row: &CellRecord,
     data: &mut RunData,
     merged: &mut BTreeMap<GroupKey, Merged>,
 ) {
@@ -352,8 +424,13 @@ fn read_cell(
     let scenario = plan.scenarios.iter().position(|s| s.name == row.scenario);
     let (Some(broker), Some(scenario), Some(test)) = (broker, scenario, test_index(data, row))
     else {
+        let source = if data.manifest.cell_records {
+            format!("cells/{}/{RECORD_FILE}", row.cell)
+        } else {
+            "summary.csv".to_string()
+        };
         data.problems.push(format!(
-            "summary.csv: cell {} names a broker, scenario or test the plan does not have",
+            "{source}: cell {} names a broker, scenario or test the plan does not have",
             row.cell
         ));
         return;

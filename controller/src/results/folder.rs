@@ -10,11 +10,34 @@ use loadgen::RunResult;
 
 // manifest.rs reads its file through here.
 use super::summary::read_each_row;
+use super::usage::BrokerUsage;
 use super::{CellRecord, CellStatus, Manifest, MetricsRow, ResultsError, SummaryRow, csv_file};
 
 /// Largest `manifest.json` read, 16 MiB: a plan, its text and the records of a testbed of
 /// hundreds of nodes fit many times over.
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// A cell's record, in its folder under `cells/`.
+pub const RECORD_FILE: &str = "record.json";
+
+/// Largest `record.json` read: a record is a few kilobytes (its histograms are in
+/// `result.json`).
+pub const MAX_RECORD_BYTES: u64 = 4 << 20;
+
+/// The `record.json` of cell `cell` in `folder`, `None` when the cell has none; read
+/// through the folder (no link followed, capped) and parsed, the error naming the file.
+pub fn read_record(folder: &Folder, cell: &str) -> Result<Option<CellRecord>, ResultsError> {
+    let relative = cell_path(folder.path(), cell)?.join(RECORD_FILE);
+    let Some(bytes) = folder.read(&relative, MAX_RECORD_BYTES)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|error| ResultsError::Format {
+            path: relative.display().to_string(),
+            problem: error.to_string(),
+        })
+}
 
 /// A run's results folder.
 #[derive(Debug, Clone)]
@@ -70,10 +93,11 @@ impl ResultsDir {
         Manifest::read(&self.dir.join("manifest.json"))
     }
 
-    /// Records a finished cell: its raw result and histogram first, then its summary row, so
-    /// a row never points at files that are not there. Each file is written whole and synced
-    /// before the rename, and the folder after it, so a power loss cannot leave a summary row
-    /// (synced on append) naming an empty result that resume would then skip.
+    /// Records a finished cell: its raw result and histogram first, then its `record.json`,
+    /// then its summary row, so a row never points at files that are not there. Each file is
+    /// written whole and synced before the rename, and the folder after it, so a power loss
+    /// cannot leave a summary row (synced on append) naming an empty result that resume
+    /// would then skip. The record counts the failed tries it replaces.
     pub fn record(
         &self,
         record: &CellRecord,
@@ -81,22 +105,39 @@ impl ResultsDir {
         search: Option<&loadgen::saturation::SaturationReport>,
     ) -> Result<(), ResultsError> {
         let relative = cell_path(&self.dir, &record.cell)?;
-        if search.is_some() || result.is_some() {
-            let cell = self.folder.create_folder(&relative)?;
-            if let Some(search) = search {
-                let path = cell.path().join("saturation.json");
-                let json = serde_json::to_string_pretty(search).map_err(json_error(&path))?;
-                cell.replace("saturation.json", json.as_bytes())?;
-            }
-            if let Some(result) = result {
-                let path = cell.path().join("result.json");
-                let json = serde_json::to_string(result).map_err(json_error(&path))?;
-                cell.replace("result.json", json.as_bytes())?;
-                let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
-                cell.replace("latency.hgrm", hgrm.as_bytes())?;
-            }
+        let cell = self.folder.create_folder(&relative)?;
+        if let Some(search) = search {
+            let path = cell.path().join("saturation.json");
+            let json = serde_json::to_string_pretty(search).map_err(json_error(&path))?;
+            cell.replace("saturation.json", json.as_bytes())?;
         }
-        csv_file::append(&self.folder, "summary.csv", &[SummaryRow::of(record)])
+        if let Some(result) = result {
+            let path = cell.path().join("result.json");
+            let json = serde_json::to_string(result).map_err(json_error(&path))?;
+            cell.replace("result.json", json.as_bytes())?;
+            let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
+            cell.replace("latency.hgrm", hgrm.as_bytes())?;
+        }
+        let earlier_failures = match read_record(&self.folder, &record.cell) {
+            Ok(Some(earlier)) if earlier.status == CellStatus::Failed => {
+                earlier.earlier_failures.saturating_add(1)
+            }
+            Ok(Some(earlier)) => earlier.earlier_failures,
+            Ok(None) => 0,
+            Err(error) => {
+                tracing::warn!(%error, "the cell's earlier record; its tries are counted from here");
+                0
+            }
+        };
+        let record = CellRecord {
+            earlier_failures,
+            usage: record.usage.map(BrokerUsage::as_published),
+            ..record.clone()
+        };
+        let path = cell.path().join(RECORD_FILE);
+        let json = serde_json::to_string_pretty(&record).map_err(json_error(&path))?;
+        cell.replace(RECORD_FILE, json.as_bytes())?;
+        csv_file::append(&self.folder, "summary.csv", &[SummaryRow::of(&record)])
     }
 
     /// Appends metrics samples.
@@ -190,6 +231,8 @@ mod tests {
             repetition: 1,
             status,
             reason: String::new(),
+            earlier_failures: 0,
+            spec: None,
             summary,
             usage: None,
             generator_limit: None,
@@ -228,6 +271,35 @@ mod tests {
             dir.path()
                 .join("cells/b/local/0-latency/-/1/result.json")
                 .exists()
+        );
+        // Every cell has its record, read back as written.
+        let folder = Folder::open(dir.path()).expect("folder");
+        for written in [&ok, &failed, &skipped] {
+            let read = read_record(&folder, &written.cell).expect("readable");
+            assert_eq!(read.as_ref(), Some(written), "{}", written.cell);
+        }
+        // A cell tried again after failing counts the tries it replaces.
+        results.record(&failed, None, None).expect("failed again");
+        let measured = CellRecord {
+            status: CellStatus::Ok,
+            summary: Some(Summary::of(&result)),
+            ..failed.clone()
+        };
+        results
+            .record(&measured, Some(&result), None)
+            .expect("measured at last");
+        let read = read_record(&folder, &failed.cell).expect("readable");
+        assert_eq!(
+            read.map(|r| (r.status, r.earlier_failures)),
+            Some((CellStatus::Ok, 2))
+        );
+        assert_eq!(
+            read_record(&folder, "b/none/0-latency/-/1").expect("absent"),
+            None
+        );
+        assert!(
+            read_record(&folder, "../x").is_err(),
+            "an id outside cells/ is refused"
         );
     }
 

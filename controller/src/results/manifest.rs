@@ -149,6 +149,10 @@ pub struct Manifest {
     /// adds up their egresses).
     #[serde(default)]
     pub paths: Vec<PathRecord>,
+    /// Every cell of this folder has its `record.json`, which a report reads; false for a
+    /// folder written before records (or resumed from one), read from `summary.csv`.
+    #[serde(default)]
+    pub cell_records: bool,
 }
 
 /// The path of one broker's messages under one test's load.
@@ -332,6 +336,7 @@ mod tests {
             testbed: None,
             brokers: Vec::new(),
             paths: Vec::new(),
+            cell_records: true,
         })
         .expect("json");
         json["netem"] = serde_json::json!([{

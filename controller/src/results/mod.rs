@@ -4,10 +4,13 @@
 //! ```text
 //! <dir>/manifest.json            plan, versions, nodes (Info, clock offset ± bound), netem
 //!                                asked and read back (numbers with units)
-//! <dir>/summary.csv              one row per cell: ids, status, every loadgen figure, then the
-//!                                broker's CPU and memory over the cell, who was the limit,
-//!                                and a saturation search's outcome
+//! <dir>/summary.csv              the records' export, one row per try of a cell: ids, status,
+//!                                every loadgen figure, then the broker's CPU and memory over
+//!                                the cell, who was the limit, and a saturation search's outcome
 //! <dir>/metrics.csv              node and broker CPU/memory samples taken during each cell
+//! <dir>/cells/<cell id>/record.json  the cell's [`CellRecord`]: how it ended, the workload as
+//!                                run, loadgen's figures, the controller's extras, earlier
+//!                                failed tries (the report and the glance read these)
 //! <dir>/cells/<cell id>/result.json   the raw, mergeable loadgen result (histograms inside)
 //! <dir>/cells/<cell id>/latency.hgrm  HdrHistogram percentile text of its latency
 //! <dir>/cells/<cell id>/saturation.json  a saturation search's probes and outcome
@@ -27,7 +30,7 @@
 //! # Layout
 //! - `folder.rs`: [`ResultsDir`], writing a cell's files and rows, and what a resume skips.
 //! - `manifest.rs`: [`Manifest`] and its records, netem as [`NetemRecord`].
-//! - `summary.rs`: [`CellRecord`] (a finished cell) and [`read_rows`].
+//! - `summary.rs`: [`CellRecord`] (a finished cell, its `record.json`) and [`read_rows`].
 //! - `row.rs`: [`SummaryRow`], the columns of `summary.csv`.
 //! - `csv_file.rs`: appending and reading rows of a row type, the one CSV code.
 //! - `in_place.rs`: opening one file of the folder to read, never through a link, up to a cap.
@@ -45,7 +48,7 @@ pub mod summary;
 pub mod usage;
 
 pub use fields::{ErrorCounts, TextList};
-pub use folder::{ResultsDir, close_to_others};
+pub use folder::{MAX_RECORD_BYTES, RECORD_FILE, ResultsDir, close_to_others, read_record};
 pub use manifest::{
     AppliedNetem, BrokerRecord, ClusterNode, ClusterRecord, Manifest, NetemRecord, NodeRecord,
     OverlayPeer, OverlayRecord, PathRecord, TestbedRecord,

@@ -579,6 +579,8 @@ mod tests {
             repetition: 1,
             status: CellStatus::Ok,
             reason: String::new(),
+            earlier_failures: 0,
+            spec: None,
             summary: Some(loadgen::Summary::of(&result)),
             usage: None,
             generator_limit: None,

@@ -1,9 +1,9 @@
-//! `summary.csv`: what a cell is recorded with ([`CellRecord`]) and how its rows are read
-//! back ([`read_rows`]), typed through [`SummaryRow`].
+//! What a cell is recorded with ([`CellRecord`], each cell's `record.json`) and how the rows
+//! of `summary.csv`, its export, are read back ([`read_rows`]), typed through [`SummaryRow`].
 
 use std::path::Path;
 
-use loadgen::Summary;
+use loadgen::{Summary, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 
 use super::usage::BrokerUsage;
@@ -33,9 +33,11 @@ impl CellStatus {
     }
 }
 
-/// A finished cell as the run records it: its ids, how it ended, loadgen's figures and
-/// what the controller measured beside them. Written as one [`SummaryRow`].
-#[derive(Debug, Clone)]
+/// A finished cell as the run records it: its ids, how it ended, the workload it ran,
+/// loadgen's figures and what the controller measured beside them. Written once, as the
+/// cell's `record.json`, and exported as one [`SummaryRow`] of `summary.csv`; its raw result
+/// (the histograms) is the cell's `result.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellRecord {
     /// Cell id.
     pub cell: String,
@@ -53,6 +55,14 @@ pub struct CellRecord {
     pub status: CellStatus,
     /// Why it failed or was skipped.
     pub reason: String,
+    /// Tries of this cell that failed before this one (a resumed run tries a failed cell
+    /// again).
+    #[serde(default)]
+    pub earlier_failures: u32,
+    /// The workload as run (its broker address and shard filled in; never a password), when
+    /// measured.
+    #[serde(default)]
+    pub spec: Option<WorkloadSpec>,
     /// The figures, when measured.
     pub summary: Option<Summary>,
     /// The broker's CPU and memory over the cell's window, when its node sampled them.

@@ -67,6 +67,24 @@ pub struct BrokerUsage {
     pub samples: usize,
 }
 
+impl BrokerUsage {
+    /// As `summary.csv` publishes it, and so as a cell's record keeps it: CPU to 0.01 %,
+    /// CPU per delivery to 0.001 µs, memory to 0.1 MB; finer digits are below what the
+    /// samples resolve. The record and its export then hold the same numbers.
+    pub fn as_published(self) -> Self {
+        let round = |value: f64, decimals: i32| {
+            let scale = 10f64.powi(decimals);
+            (value * scale).round() / scale
+        };
+        BrokerUsage {
+            cpu_percent: round(self.cpu_percent, 2),
+            cpu_us_per_delivery: self.cpu_us_per_delivery.map(|us| round(us, 3)),
+            peak_rss_mb: round(self.peak_rss_mb, 1),
+            samples: self.samples,
+        }
+    }
+}
+
 /// The window of a result on its first loadgen host's wall clock, Unix ns.
 pub fn window_unix_ns(result: &RunResult) -> Option<(u64, u64)> {
     let origin = result.clock_origin_unix_ns;

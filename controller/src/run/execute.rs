@@ -114,11 +114,15 @@ impl<'p> Run<'p> {
             testbed: None,
             brokers: Vec::new(),
             paths: PathRecord::of_plan(plan),
+            // A folder that already holds cells keeps its kind: an older one's cells have
+            // no records.
+            cell_records: !results.summary_path().exists(),
         };
         if let Ok(previous) = results.read_manifest() {
             manifest.netem = previous.netem;
             manifest.skipped = previous.skipped;
             manifest.brokers = previous.brokers;
+            manifest.cell_records = previous.cell_records;
         }
         results.write_manifest(&manifest)?;
         let counts = RunCounts {

@@ -145,6 +145,9 @@ impl Progress {
             } else {
                 note.clone()
             },
+            // Counted by the folder, from the record this one replaces.
+            earlier_failures: 0,
+            spec: result.as_ref().map(|result| result.spec.clone()),
             summary: summary.map(|summary| *summary),
             usage: extras.usage,
             generator_limit: extras.generator_limit,

@@ -32,6 +32,7 @@ fn folder_of(plan: &Plan) -> tempfile::TempDir {
             testbed: None,
             brokers: Vec::new(),
             paths: Vec::new(),
+            cell_records: true,
         })
         .expect("manifest");
     dir
