@@ -757,3 +757,29 @@ fn a_password_is_given_one_way_and_with_a_username() {
         assert_eq!(error.lines().count(), 1, "{error}");
     }
 }
+
+/// A node's data address is an IP address, refused where the plan is read (it was accepted
+/// and only failed when the run reached the node).
+#[test]
+fn a_data_address_that_is_not_an_ip_is_refused_naming_its_line() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let text = format!("{BASE}{broker}").replace(
+        "roles = [\"loadgen\", \"broker\"]\n",
+        "roles = [\"loadgen\", \"broker\"]\ndata_address = \"worker.lan\"\n",
+    );
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("data_address"))
+        .expect("the line")
+        + 1;
+    let message = error_of(&text);
+    assert!(
+        message.contains("plan.toml")
+            && message.contains(&format!("line {line}"))
+            && message.contains("data_address = \"worker.lan\": not an IP address"),
+        "{message}"
+    );
+    let good = text.replace("worker.lan", "127.0.0.1");
+    let plan = Plan::parse(&good, "plan.toml").expect("an IP is fine");
+    assert_eq!(plan.nodes[0].data_address, Some([127, 0, 0, 1].into()));
+}

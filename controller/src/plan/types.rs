@@ -184,13 +184,26 @@ pub struct NodeEntry {
     /// Roles the plan uses it for.
     pub roles: Vec<NodeRole>,
     /// Address brokers on this node listen on and clients dial (data plane); for a local
-    /// node, 127.0.0.1 when absent.
-    #[serde(default)]
-    pub data_address: Option<String>,
+    /// node, 127.0.0.1 when absent. An IP address, checked where the plan is read.
+    #[serde(default, deserialize_with = "data_address")]
+    pub data_address: Option<std::net::IpAddr>,
     /// The node's overlay address with prefix (`198.19.0.2/24`, as in its Nebula
     /// certificate); required on every node when `testbed.overlay = "nebula"`.
     #[serde(default)]
     pub overlay_ip: Option<String>,
+}
+
+/// A node's `data_address`, refused with its value when it is not an IP address (the TOML
+/// error adds the file and line).
+fn data_address<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<std::net::IpAddr>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    text.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!("data_address = {text:?}: not an IP address"))
+    })
 }
 
 impl NodeEntry {

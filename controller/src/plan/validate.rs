@@ -301,10 +301,11 @@ impl Plan {
                 return Err(invalid(
                     format!("nodes[{i}].data_address"),
                     quoted(
-                        node.data_address
-                            .as_deref()
-                            .or(node.overlay_ip.as_deref())
-                            .unwrap_or(""),
+                        &node
+                            .data_address
+                            .map(|ip| ip.to_string())
+                            .or(node.overlay_ip.clone())
+                            .unwrap_or_default(),
                     ),
                     "an emulated node's addresses are given by its namespace's link: leave them out",
                 ));

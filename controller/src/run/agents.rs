@@ -88,7 +88,7 @@ pub(super) async fn connect_all(
                 .await;
             (
                 agent,
-                node_data_address(node, IpAddr::V4(Ipv4Addr::LOCALHOST))?,
+                node_data_address(node, IpAddr::V4(Ipv4Addr::LOCALHOST)),
             )
         } else {
             let credentials = remote_credentials
@@ -114,7 +114,7 @@ pub(super) async fn connect_all(
                 .trim_matches(['[', ']'])
                 .parse()
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-            (agent, node_data_address(node, fallback)?)
+            (agent, node_data_address(node, fallback))
         };
         let agent = testbed.agent(&node.name, agent);
         let mut handle = describe(node, agent, data_address).await?;
@@ -201,21 +201,13 @@ async fn start_emulated(
 
 /// Where brokers on `node` listen and clients dial: `data_address`, else the overlay address
 /// (phase 2 puts the data plane on it), else the agent's host.
-fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> Result<IpAddr, RunError> {
+fn node_data_address(node: &NodeEntry, fallback: IpAddr) -> IpAddr {
     let overlay = node
         .overlay_ip
         .as_deref()
         .and_then(domain::overlay::parse_overlay_cidr)
         .map(|(ip, _)| IpAddr::V4(ip));
-    match &node.data_address {
-        None => Ok(overlay.unwrap_or(fallback)),
-        Some(text) => text.parse().map_err(|_| {
-            RunError::Plan(format!(
-                "nodes.{}.data_address = {text:?}: not an IP address",
-                node.name
-            ))
-        }),
-    }
+    node.data_address.or(overlay).unwrap_or(fallback)
 }
 
 /// Reads the agent's Info and measures its clock; the agent must be the node the plan
