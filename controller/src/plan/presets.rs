@@ -10,7 +10,7 @@ use std::time::Duration;
 use loadgen::WorkloadSpec;
 use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
-use loadgen::spec::{Pacing, Qos};
+use loadgen::spec::Pacing;
 
 use super::error::{PlanError, invalid, quoted};
 use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
@@ -87,8 +87,8 @@ pub fn workload_for(
         spec.duration = Some(search.probe);
         spec.warmup = Some(search.probe_warmup);
     }
-    if let Some(level) = test.qos {
-        spec.qos = Qos::try_from(level)?;
+    if let Some(qos) = test.qos {
+        spec.qos = qos;
     }
     if let Some(size) = test.payload {
         spec.payload = size;

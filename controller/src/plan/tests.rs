@@ -783,3 +783,25 @@ fn a_data_address_that_is_not_an_ip_is_refused_naming_its_line() {
     let plan = Plan::parse(&good, "plan.toml").expect("an IP is fine");
     assert_eq!(plan.nodes[0].data_address, Some([127, 0, 0, 1].into()));
 }
+
+/// A test's QoS is read as loadgen's `Qos`: a level that is not 0, 1 or 2 is refused where
+/// the plan is read, naming the line.
+#[test]
+fn a_qos_that_is_not_a_level_is_refused_naming_its_line() {
+    let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let text = format!("{BASE}qos = 3\n{broker}");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("qos"))
+        .expect("the line")
+        + 1;
+    let message = error_of(&text);
+    assert!(
+        message.contains(&format!("plan.toml line {line}"))
+            && message.contains("QoS must be 0, 1 or 2, not 3"),
+        "{message}"
+    );
+    let plan = Plan::parse(&text.replace("qos = 3", "qos = 2"), "plan.toml").expect("QoS 2");
+    let spec = plan.first_workload(0).expect("workload");
+    assert_eq!(spec.qos, loadgen::spec::Qos::ExactlyOnce);
+}

@@ -421,9 +421,9 @@ pub struct TestEntry {
     /// Open loop interval per publisher (latency, payload).
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
-    /// QoS.
+    /// QoS: 0, 1 or 2.
     #[serde(default)]
-    pub qos: Option<u8>,
+    pub qos: Option<loadgen::spec::Qos>,
     /// Payload size (latency) .
     #[serde(default)]
     pub payload: Option<ByteSize>,

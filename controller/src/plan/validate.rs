@@ -774,7 +774,7 @@ impl Plan {
         let path = |field: &str| format!("tests[{i}].{field}");
         let workloads = self
             .workloads_of(i)
-            .map_err(|problem| invalid(path("qos"), test.qos.unwrap_or(0), problem))?;
+            .map_err(|problem| invalid(path("workload"), "{..}", problem))?;
         for (point, spec) in workloads {
             let (payload, clients) = point.overrides();
             if let Err(error) = spec.validate() {
