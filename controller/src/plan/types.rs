@@ -285,6 +285,60 @@ impl BrokerEntry {
     pub fn product(&self) -> Option<domain::Product> {
         self.product.as_deref().and_then(|name| name.parse().ok())
     }
+
+    /// The broker as its kind has it: the fields that kind needs, typed. `None` only for an
+    /// entry that validation refuses (a kind without its product, node or address).
+    pub fn setup(&self) -> Option<BrokerSetup<'_>> {
+        Some(match self.kind {
+            BrokerKind::Native => BrokerSetup::Native {
+                product: self.product()?,
+                node: self.node.as_deref()?,
+            },
+            BrokerKind::Embedded => BrokerSetup::Embedded {
+                node: self.node.as_deref()?,
+            },
+            BrokerKind::External => BrokerSetup::External {
+                address: self.address.as_deref()?,
+                websocket: self.websocket_address.as_deref(),
+            },
+            BrokerKind::Kubernetes => BrokerSetup::Kubernetes {
+                product: self.product()?,
+                node: self.node.as_deref()?,
+            },
+        })
+    }
+}
+
+/// A broker as its kind has it, from a validated [`BrokerEntry`]: what runs it and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerSetup<'a> {
+    /// An installed product, started by the agent of `node`.
+    Native {
+        /// The product.
+        product: domain::Product,
+        /// Its node.
+        node: &'a str,
+    },
+    /// The broker inside the agent of `node`.
+    Embedded {
+        /// Its node.
+        node: &'a str,
+    },
+    /// Run by someone else: clients dial `address` (`host:port`).
+    External {
+        /// `host:port`.
+        address: &'a str,
+        /// `host:port` of its WebSocket listener.
+        websocket: Option<&'a str>,
+    },
+    /// A product's pinned image on the k3s cluster, its pod pinned to `node` and applied by
+    /// the headnode's agent.
+    Kubernetes {
+        /// The product.
+        product: domain::Product,
+        /// The cluster node its pod runs on.
+        node: &'a str,
+    },
 }
 
 /// How a scenario's total delay is split over the two ends of a path.

@@ -17,7 +17,7 @@ use super::agents::AgentHandle;
 use super::events::{Events, RunEvent};
 use super::guard::{Undo, spawn_detached};
 use super::testbed::{AgentError, Started};
-use crate::plan::{BrokerEntry, BrokerKind as PlanKind, Plan};
+use crate::plan::{BrokerEntry, BrokerKind as PlanKind, BrokerSetup, Plan};
 
 /// A broker that does not stop within this is left to its agent (which stops its brokers
 /// when it stops); generous, as removing a kubernetes broker waits for its pod.
@@ -33,10 +33,10 @@ const RENEW_WITHIN: Duration = Duration::from_secs(5);
 /// The node whose agent deploys `broker` and whose Metrics watch it: its own node, or the
 /// headnode for a kubernetes broker; none for an external one.
 pub(super) fn deploying_node<'a>(plan: &'a Plan, broker: &'a BrokerEntry) -> Option<&'a str> {
-    match broker.kind {
-        PlanKind::External => None,
-        PlanKind::Kubernetes => plan.testbed.headnode.as_deref(),
-        PlanKind::Native | PlanKind::Embedded => broker.node.as_deref(),
+    match broker.setup()? {
+        BrokerSetup::External { .. } => None,
+        BrokerSetup::Kubernetes { .. } => plan.testbed.headnode.as_deref(),
+        BrokerSetup::Native { node, .. } | BrokerSetup::Embedded { node } => Some(node),
     }
 }
 
@@ -111,14 +111,17 @@ pub(super) async fn deploy(
     broker: &BrokerEntry,
     agents: &HashMap<String, AgentHandle>,
 ) -> Result<Deployed, DeployError> {
-    if broker.kind == PlanKind::External {
-        return external(broker).await;
+    let setup = broker
+        .setup()
+        .ok_or_else(|| DeployError::Failed(format!("broker {}: not a valid entry", broker.name)))?;
+    if let BrokerSetup::External { address, websocket } = setup {
+        return external(address, websocket).await;
     }
     let node = deploying_node(plan, broker).unwrap_or_default();
     let agent = agents
         .get(node)
         .ok_or_else(|| DeployError::Failed(format!("node {node} has no agent")))?;
-    let spec = broker_spec(plan, broker, agent.data_address)?;
+    let spec = broker_spec(plan, broker, setup, agent.data_address)?;
     let started = start_on(plan, agent, &spec, broker.optional).await?;
     let Some(entry) = entered_elsewhere(broker) else {
         return Ok(Deployed::from(started));
@@ -141,12 +144,11 @@ pub(super) async fn deploy(
 }
 
 /// An external broker: only its addresses resolved.
-async fn external(broker: &BrokerEntry) -> Result<Deployed, DeployError> {
-    let address = broker.address.as_deref().unwrap_or_default();
+async fn external(address: &str, websocket: Option<&str>) -> Result<Deployed, DeployError> {
     let resolved = resolve(address).await.ok_or_else(|| {
         DeployError::Failed(format!("external address {address:?} does not resolve"))
     })?;
-    let websocket = match broker.websocket_address.as_deref() {
+    let websocket = match websocket {
         None => None,
         Some(ws) => Some(resolve(ws).await.ok_or_else(|| {
             DeployError::Failed(format!(
@@ -364,26 +366,31 @@ fn hop_node(broker: &BrokerEntry) -> Option<&str> {
     entered_elsewhere(broker).filter(|_| broker.kind != PlanKind::Kubernetes)
 }
 
-/// What the agent is asked to run for `broker`, listening on its node's `bind` address.
-fn broker_spec(plan: &Plan, broker: &BrokerEntry, bind: IpAddr) -> Result<BrokerSpec, DeployError> {
-    let product = || {
-        broker
-            .product()
-            .ok_or_else(|| DeployError::Failed(format!("broker {}: no known product", broker.name)))
-    };
-    let kind = match broker.kind {
-        PlanKind::Embedded => BrokerKind::Embedded,
+/// What the agent is asked to run for `broker` (set up as `setup`), listening on its node's
+/// `bind` address.
+fn broker_spec(
+    plan: &Plan,
+    broker: &BrokerEntry,
+    setup: BrokerSetup<'_>,
+    bind: IpAddr,
+) -> Result<BrokerSpec, DeployError> {
+    let kind = match setup {
+        BrokerSetup::Embedded { .. } => BrokerKind::Embedded,
         // The pod is pinned to the broker's node; the headnode's agent applies it.
-        PlanKind::Kubernetes => BrokerKind::Kubernetes {
-            product: product()?,
-            node: broker.node.clone().unwrap_or_default(),
+        BrokerSetup::Kubernetes { product, node } => BrokerKind::Kubernetes {
+            product,
+            node: node.to_owned(),
             namespace: DEFAULT_NAMESPACE.to_owned(),
             node_port: (broker.port != 0).then_some(broker.port),
             on_every_node: entered_elsewhere(broker).is_some(),
         },
-        PlanKind::Native | PlanKind::External => BrokerKind::Native {
-            product: product()?,
-        },
+        BrokerSetup::Native { product, .. } => BrokerKind::Native { product },
+        BrokerSetup::External { .. } => {
+            return Err(DeployError::Failed(format!(
+                "broker {}: an external broker is not deployed",
+                broker.name
+            )));
+        }
     };
     Ok(BrokerSpec {
         name: broker.name.clone(),
