@@ -5,11 +5,15 @@
 //! file, the TOML path and the value, before anything on any node changes. The study's
 //! scenarios (Table II) and tests (Table III) are built-in presets that fields override.
 //!
-//! - `types.rs`: the serde tree; `kinds.rs`: the test kinds and their traits; `presets.rs`: the study's scenarios and tests;
-//!   `validate.rs`: the checks (`error.rs`: the error they return); `testbed.rs`: the checks of `[testbed]` (overlay, k3s)
-//!   and of kubernetes brokers; `cells.rs`: the plan unrolled into measurement cells;
-//!   `spread.rs`: a test's load spread over its loadgen nodes; `path.rs`: a message's path;
-//!   `redact.rs`: the plan and its text without secrets, as a results folder holds them.
+//! - `types.rs`: the serde tree; `kinds.rs`: the test kinds and their traits (what each
+//!   sweeps, how it is timed, what it is compared by); `presets.rs`: the study's scenarios
+//!   and tests;
+//! - `validate.rs`: the checks (`test_checks.rs`: those of `[[tests]]`; `error.rs`: the error
+//!   they return); `testbed.rs`: the checks of `[testbed]` (overlay, k3s) and of kubernetes
+//!   brokers;
+//! - `cells.rs`: the plan unrolled into measurement cells; `spread.rs`: a test's load spread
+//!   over its loadgen nodes; `path.rs`: a message's path; `redact.rs`: the plan and its text
+//!   without secrets, as a results folder holds them.
 
 mod cells;
 mod error;
@@ -20,6 +24,7 @@ mod path;
 mod presets;
 mod redact;
 mod spread;
+mod test_checks;
 mod testbed;
 #[cfg(test)]
 mod tests;
