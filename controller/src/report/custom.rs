@@ -27,7 +27,10 @@ fn section(data: &RunData, test: usize) -> Section {
         &format!("custom-{test}"),
         &format!("Custom: {}", test_label(plan, test)),
     );
-    match plan.first_workload(test) {
+    // As its first measured cell ran it; as the plan builds it when none was measured.
+    let measured = data.cells.iter().find(|cell| cell.test == test);
+    let spec = measured.map_or_else(|| plan.first_workload(test), |cell| Ok(cell.spec.clone()));
+    match spec {
         Ok(spec) => match toml::Table::try_from(&spec) {
             Ok(table) => {
                 section.paragraph(

@@ -103,6 +103,8 @@ pub struct CellFigures {
     pub point: u64,
     /// 1-based repetition.
     pub repetition: u32,
+    /// The workload as the cell ran it (from its result).
+    pub spec: loadgen::WorkloadSpec,
     /// Everything loadgen derives from the cell's result.
     pub summary: Summary,
     /// What the controller recorded beside it.
@@ -547,6 +549,7 @@ fn read_cell(
         test,
         point,
         repetition: row.repetition,
+        spec: result.spec.clone(),
         summary,
         extras,
         series,

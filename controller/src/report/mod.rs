@@ -228,11 +228,10 @@ fn workload_line(data: &RunData, test: usize) -> Option<String> {
         Sweep::Payloads => "one cell per payload size".to_string(),
         _ => format!("{} B payload", s.payload_bytes),
     };
-    let spec = data.manifest.plan.first_workload(test).ok();
     let pacing = match (s.pacing.as_str(), s.interval_ms) {
         ("open-loop", Some(interval)) => format!("each publisher every {interval} ms (open loop)"),
-        ("rate", _) => match spec.as_ref().map(|spec| &spec.pacing) {
-            Some(loadgen::spec::Pacing::Rate { rate }) => {
+        ("rate", _) => match &cell.spec.pacing {
+            loadgen::spec::Pacing::Rate { rate } => {
                 format!("offered {rate} msg/s over all publishers (open loop)")
             }
             _ => "at an offered rate (open loop)".to_string(),
