@@ -12,11 +12,12 @@
 //! Each concern has its own file, all re-exported here: the broker and the MQTT it speaks
 //! (`broker`), who publishes to whom (`topology`), when messages leave (`pacing`), the
 //! connection, engine and drain settings (`options`), a fleet of connecting and
-//! disconnecting clients beside the workload (`churn`), and the checks with their TOML paths
-//! (`validate`).
+//! disconnecting clients beside the workload (`churn`), MQTT topic filters and how they match
+//! (`filter`), and the checks with their TOML paths (`validate`).
 
 mod broker;
 mod churn;
+mod filter;
 mod options;
 mod pacing;
 mod reconnect;
@@ -27,6 +28,7 @@ pub use broker::{
     BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
 };
 pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
+pub use filter::{MAX_TOPIC_BYTES, TopicFilter, check_topic_name};
 pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,
     DrainOptions, EngineOptions, MAX_COALESCING, OfflineGap, SESSION_EXPIRY,
