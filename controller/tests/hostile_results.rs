@@ -455,6 +455,27 @@ fn a_record_that_climbs_out_is_a_link_or_is_another_cells_is_left_out() {
     assert!(line_of(&case, "it is the record of cell").contains("cell left out"));
 }
 
+/// A manifest whose plan unrolls to billions of cells (no run accepts such a plan, but the
+/// manifest is read back unvalidated) is named, not listed cell by cell.
+#[test]
+fn a_manifest_of_billions_of_cells_is_named_not_listed() {
+    let case = Case::new();
+    let manifest = case.run.join("manifest.json");
+    let text = fs::read_to_string(&manifest).expect("manifest");
+    let huge = text.replace("\"repetitions\": 1,", "\"repetitions\": 4294967295,");
+    assert_ne!(text, huge, "the manifest names its repetitions");
+    fs::write(&manifest, huge).expect("edit");
+    let outcome = case.report();
+    outcome.sane("4e9 repetitions");
+    assert_eq!(outcome.code, Some(0), "{outcome:#?}");
+    assert!(
+        case.markdown()
+            .contains("manifest.json: its plan has more than 100000 cells"),
+        "{}",
+        case.markdown()
+    );
+}
+
 #[test]
 fn a_summary_or_manifest_that_is_a_link_is_refused_in_one_line() {
     for name in ["summary.csv", "manifest.json"] {

@@ -601,6 +601,16 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
         md.contains("cells/rabbitmq/edge/0-latency/-/1/result.json"),
         "unreadable results are named"
     );
+    // A cell folder gone whole (a folder copied in part): named from the records' export.
+    std::fs::remove_dir_all(dir.path().join("cells/rabbitmq/edge/0-latency/-/2")).expect("cell");
+    let md = std::fs::read_to_string(write_report(dir.path()).expect("report").markdown)
+        .expect("report.md");
+    assert!(
+        md.contains(
+            "cells/rabbitmq/edge/0-latency/-/2/record.json: missing, though summary.csv lists the cell"
+        ),
+        "{md}"
+    );
     assert!(md.contains("rabbitmq not measured"), "{md}");
     let figure = dir.path().join("figures/burst-2-publish-aggregate.svg");
     assert!(!figure.exists(), "no figure of a test the plan lacks");

@@ -1,14 +1,29 @@
 //! The test kinds and what each one is: what it sweeps, how its load is bounded in time and
 //! what its cells are compared by. Validation, the cells, the run and the report ask these
-//! traits instead of naming kinds, so a new kind is a variant here, its preset
-//! (`presets.rs`) and the report section that shows it.
+//! traits instead of naming kinds, so a new kind is an entry in `test_kinds!` with its traits
+//! here, its preset (`presets.rs`) and, when no section shows its traits yet, a report section.
 
 use serde::{Deserialize, Serialize};
 
-/// What a test measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TestKind {
+/// Declares [`TestKind`] and its [`TestKind::ALL`] from one list, so no kind can be left
+/// out of the sentences and checks that go through every kind.
+macro_rules! test_kinds {
+    ($($(#[doc = $doc:literal])* $kind:ident,)+) => {
+        /// What a test measures.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum TestKind {
+            $($(#[doc = $doc])* $kind,)+
+        }
+
+        impl TestKind {
+            /// Every kind, in the order plans and reports list them.
+            pub const ALL: &'static [TestKind] = &[$(TestKind::$kind,)+];
+        }
+    };
+}
+
+test_kinds! {
     /// Latency offset: 100 publishers -> 1 subscriber, 10 B, QoS 1, every 250 ms.
     Latency,
     /// Latency vs payload: as latency, for each payload size.
@@ -48,6 +63,9 @@ pub enum Timing {
     Timed,
     /// A search of probes, each timed as `[tests.search]` says.
     Searched,
+    /// As the plan's `[tests.workload]` says, counted or timed: the kind takes none of the
+    /// shorthands.
+    AsWritten,
 }
 
 /// The figure a test's cells are compared by.
@@ -66,16 +84,6 @@ pub enum Measures {
 }
 
 impl TestKind {
-    /// Every kind, in the order plans and reports list them.
-    pub const ALL: [TestKind; 6] = [
-        TestKind::Latency,
-        TestKind::Payload,
-        TestKind::Throughput,
-        TestKind::Burst,
-        TestKind::Saturation,
-        TestKind::Custom,
-    ];
-
     /// As written in plans, ids and `summary.csv`.
     pub fn name(self) -> &'static str {
         match self {
@@ -100,11 +108,10 @@ impl TestKind {
     /// How its load is bounded in time.
     pub fn timing(self) -> Timing {
         match self {
-            TestKind::Latency | TestKind::Payload | TestKind::Burst | TestKind::Custom => {
-                Timing::Counted
-            }
+            TestKind::Latency | TestKind::Payload | TestKind::Burst => Timing::Counted,
             TestKind::Throughput => Timing::Timed,
             TestKind::Saturation => Timing::Searched,
+            TestKind::Custom => Timing::AsWritten,
         }
     }
 
@@ -122,24 +129,20 @@ impl TestKind {
     /// True for a kind whose `[tests.workload]` sets the whole workload, with no preset
     /// behind it.
     pub fn writes_whole_workload(self) -> bool {
-        self == TestKind::Custom
+        self.timing() == Timing::AsWritten
     }
 
     /// True for the kinds that sweep client pairs.
     pub fn sweeps_clients(self) -> bool {
         self.sweep() == Sweep::Clients
     }
-
-    /// True for the kinds that run for a time (a duration, or probes of one).
-    pub fn is_timed(self) -> bool {
-        self.timing() != Timing::Counted
-    }
 }
 
 /// The names of the kinds with a trait, in [`TestKind::ALL`]'s order.
 pub fn kind_names(having: impl Fn(TestKind) -> bool) -> Vec<&'static str> {
     TestKind::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|kind| having(*kind))
         .map(TestKind::name)
         .collect()
@@ -171,7 +174,7 @@ mod tests {
 
     #[test]
     fn every_kind_is_listed_once_and_reads_back_from_its_name() {
-        for (at, kind) in TestKind::ALL.into_iter().enumerate() {
+        for (at, &kind) in TestKind::ALL.iter().enumerate() {
             assert!(!TestKind::ALL[..at].contains(&kind), "{kind:?} twice");
             let written = format!("kind = \"{}\"", kind.name());
             #[derive(Deserialize)]

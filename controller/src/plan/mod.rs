@@ -40,6 +40,7 @@ pub use presets::{scenario_preset, test_preset, workload_for};
 pub use redact::{REDACTED, is_secret_key, redact_plan_text};
 pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement};
 pub use types::*;
+pub use validate::MAX_CELLS;
 
 use std::path::Path;
 

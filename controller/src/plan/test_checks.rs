@@ -180,7 +180,7 @@ impl Plan {
         let path = |field: &str| format!("tests[{i}].{field}");
         let kind = test.kind.name();
         let timing = test.kind.timing();
-        if timing != Timing::Counted && test.messages.is_some() {
+        if matches!(timing, Timing::Timed | Timing::Searched) && test.messages.is_some() {
             return Err(invalid(
                 path("messages"),
                 test.messages.unwrap_or(0),

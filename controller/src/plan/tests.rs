@@ -805,3 +805,44 @@ fn a_qos_that_is_not_a_level_is_refused_naming_its_line() {
     let spec = plan.first_workload(0).expect("workload");
     assert_eq!(spec.qos, loadgen::spec::Qos::ExactlyOnce);
 }
+
+/// The messages built from the kinds' traits read whole as they did when each was written
+/// out by hand, kind by kind.
+#[test]
+fn messages_built_from_the_kinds_traits_read_as_written() {
+    let embedded = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let test = |body: &str| format!("{BASE}{embedded}[[tests]]\nloadgen = [\"n\"]\n{body}");
+    let cases = [
+        (
+            "kind = \"latency\"\npayloads = [\"1KB\"]\n",
+            "plan.toml: tests[1].payloads = [..]: only the payload test sweeps payloads",
+        ),
+        (
+            "kind = \"payload\"\nclients = [1]\n",
+            "plan.toml: tests[1].clients = [..]: only the throughput, burst and saturation tests sweep clients",
+        ),
+        (
+            "kind = \"burst\"\nduration = \"10s\"\n",
+            "plan.toml: tests[1].duration = 10s: a burst test has no duration (only throughput does)",
+        ),
+        (
+            "kind = \"saturation\"\nrate = 100\n",
+            "plan.toml: tests[1].rate = 100: a saturation test has no offered rate (only throughput does)",
+        ),
+        (
+            "kind = \"latency\"\nsearch = { budget = \"10s\" }\n",
+            "plan.toml: tests[1].search = {..}: only a saturation test has search settings",
+        ),
+        (
+            "kind = \"saturation\"\nmessages = 5\n",
+            "plan.toml: tests[1].messages = 5: a saturation test runs for a time, not a count (the study's counted burst is kind = \"burst\")",
+        ),
+        (
+            "kind = \"payload\"\nwarmup = \"2s\"\n",
+            "plan.toml: tests[1].warmup = \"2s\": a payload test warms up by a number of messages",
+        ),
+    ];
+    for (body, expected) in cases {
+        assert_eq!(error_of(&test(body)), expected, "{body}");
+    }
+}

@@ -132,15 +132,24 @@ impl Plan {
     }
 
     /// The number of cells, by arithmetic (checked), before anything builds the list.
+    /// The plan's cells counted without listing them, `None` past `u64`: a plan read back from
+    /// a results folder (which may come from anywhere) is checked against [`MAX_CELLS`] with
+    /// this before its cells are listed.
+    pub fn checked_cell_count(&self) -> Option<u64> {
+        let points: u64 = (0..self.tests.len())
+            .map(|i| self.points(i).len() as u64)
+            .sum();
+        (self.brokers.len() as u64)
+            .checked_mul(self.scenarios.len() as u64)
+            .and_then(|n| n.checked_mul(points))
+            .and_then(|n| n.checked_mul(u64::from(self.repetitions)))
+    }
+
     fn validate_cell_count(&self) -> Result<(), PlanError> {
         let points: u64 = (0..self.tests.len())
             .map(|i| self.points(i).len() as u64)
             .sum();
-        let cells = (self.brokers.len() as u64)
-            .checked_mul(self.scenarios.len() as u64)
-            .and_then(|n| n.checked_mul(points))
-            .and_then(|n| n.checked_mul(u64::from(self.repetitions)));
-        match cells {
+        match self.checked_cell_count() {
             Some(cells) if cells <= MAX_CELLS => Ok(()),
             _ => Err(invalid(
                 "repetitions",

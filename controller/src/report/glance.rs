@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::plan::CellId;
+use crate::plan::{CellId, MAX_CELLS};
 use host::Folder;
 
 use crate::results::{CellStatus, Manifest, SummaryRow, read_each_row, read_record};
@@ -95,6 +95,9 @@ fn measured_rows(dir: &Path) -> Option<Vec<SummaryRow>> {
     let rows: Vec<SummaryRow> = if manifest.cell_records {
         let folder = Folder::open(dir).ok()?;
         let plan = &manifest.plan;
+        // Listed only for a plan a run would accept (see the report's reading).
+        plan.checked_cell_count()
+            .filter(|cells| *cells <= MAX_CELLS)?;
         plan.cells()
             .iter()
             .filter_map(|cell| read_record(&folder, &cell.id(plan)).ok().flatten())

@@ -24,7 +24,7 @@ use loadgen::{RunResult, Summary};
 
 use super::ReportError;
 use super::timeseries::CellSeries;
-use crate::plan::{CellId, CellPoint, Sweep, TestKind, Timing};
+use crate::plan::{CellId, CellPoint, MAX_CELLS, Sweep, TestKind, Timing};
 use crate::results::usage::BrokerUsage;
 use crate::results::{
     self, CellRecord, CellStatus, Manifest, MetricsRow, RECORD_FILE, ResultsError, SummaryRow,
@@ -277,7 +277,7 @@ pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         searches: Vec::new(),
     };
     let records = if data.manifest.cell_records {
-        recorded_cells(&folder, &mut data)
+        recorded_cells(dir, &folder, &mut data)
     } else {
         exported_cells(dir, &mut data)?
     };
@@ -339,8 +339,21 @@ struct Merged {
 /// Each cell's `record.json`, by cell id, for the cells of the manifest's plan; counts cells
 /// that failed before they succeeded. A record that cannot be read, or that names another
 /// cell, is left out and named.
-fn recorded_cells(folder: &Folder, data: &mut RunData) -> BTreeMap<String, CellRecord> {
+fn recorded_cells(dir: &Path, folder: &Folder, data: &mut RunData) -> BTreeMap<String, CellRecord> {
     let mut records = BTreeMap::new();
+    // The manifest is read back from the folder, never validated: a plan no run would accept
+    // must not make the report list billions of cells.
+    if data
+        .manifest
+        .plan
+        .checked_cell_count()
+        .is_none_or(|cells| cells > MAX_CELLS)
+    {
+        data.problems.push(format!(
+            "manifest.json: its plan has more than {MAX_CELLS} cells, which no run makes; no cell read"
+        ));
+        return records;
+    }
     for cell in data.manifest.plan.cells() {
         let id = cell.id(&data.manifest.plan);
         let name = format!("cells/{id}/{RECORD_FILE}");
@@ -354,6 +367,21 @@ fn recorded_cells(folder: &Folder, data: &mut RunData) -> BTreeMap<String, CellR
             )),
             Ok(None) => {}
             Err(error) => data.problems.push(problem_in(&name, &error)),
+        }
+    }
+    // A cell that summary.csv, the records' export, lists but whose record is gone (a folder
+    // copied in part, a cell folder deleted) is named rather than left out in silence.
+    let exported = results::read_each_row(&dir.join("summary.csv"))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut named = BTreeSet::new();
+    for row in exported.into_iter().flatten() {
+        if !records.contains_key(&row.cell) && named.insert(row.cell.clone()) {
+            data.problems.push(format!(
+                "cells/{}/{RECORD_FILE}: missing, though summary.csv lists the cell; cell left out",
+                row.cell
+            ));
         }
     }
     if records.is_empty() {
