@@ -196,8 +196,13 @@ impl Plan {
 
     /// How many cells each broker and scenario has, computed without listing them.
     pub fn cells_per_scenario(&self) -> usize {
-        let points: usize = (0..self.tests.len()).map(|t| self.points(t).len()).sum();
-        points * self.repetitions as usize
+        self.point_count() * self.repetitions as usize
+    }
+
+    /// How many points all tests have together (one cell each per broker, scenario and
+    /// repetition).
+    pub fn point_count(&self) -> usize {
+        (0..self.tests.len()).map(|t| self.points(t).len()).sum()
     }
 
     /// How many cells the plan has, computed without listing them.

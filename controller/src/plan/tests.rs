@@ -32,6 +32,14 @@ fn the_shipped_plans_are_valid() {
     assert_eq!(emulated.cells().len(), 2 * 3 * 2 * 3);
 }
 
+/// The 1-based number of the first line of `text` that starts with `start`.
+fn line_starting(text: &str, start: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with(start))
+        .expect("the line")
+        + 1
+}
+
 fn error_of(text: &str) -> String {
     Plan::parse(text, "plan.toml")
         .expect_err("invalid")
@@ -767,11 +775,7 @@ fn a_data_address_that_is_not_an_ip_is_refused_naming_its_line() {
         "roles = [\"loadgen\", \"broker\"]\n",
         "roles = [\"loadgen\", \"broker\"]\ndata_address = \"worker.lan\"\n",
     );
-    let line = text
-        .lines()
-        .position(|l| l.starts_with("data_address"))
-        .expect("the line")
-        + 1;
+    let line = line_starting(&text, "data_address");
     let message = error_of(&text);
     assert!(
         message.contains("plan.toml")
@@ -790,11 +794,7 @@ fn a_data_address_that_is_not_an_ip_is_refused_naming_its_line() {
 fn a_qos_that_is_not_a_level_is_refused_naming_its_line() {
     let broker = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
     let text = format!("{BASE}qos = 3\n{broker}");
-    let line = text
-        .lines()
-        .position(|l| l.starts_with("qos"))
-        .expect("the line")
-        + 1;
+    let line = line_starting(&text, "qos");
     let message = error_of(&text);
     assert!(
         message.contains(&format!("plan.toml line {line}"))

@@ -131,33 +131,28 @@ impl Plan {
         Ok(())
     }
 
-    /// The number of cells, by arithmetic (checked), before anything builds the list.
     /// The plan's cells counted without listing them, `None` past `u64`: a plan read back from
     /// a results folder (which may come from anywhere) is checked against [`MAX_CELLS`] with
     /// this before its cells are listed.
     pub fn checked_cell_count(&self) -> Option<u64> {
-        let points: u64 = (0..self.tests.len())
-            .map(|i| self.points(i).len() as u64)
-            .sum();
         (self.brokers.len() as u64)
             .checked_mul(self.scenarios.len() as u64)
-            .and_then(|n| n.checked_mul(points))
+            .and_then(|n| n.checked_mul(self.point_count() as u64))
             .and_then(|n| n.checked_mul(u64::from(self.repetitions)))
     }
 
+    /// The number of cells, by arithmetic (checked), before anything builds the list.
     fn validate_cell_count(&self) -> Result<(), PlanError> {
-        let points: u64 = (0..self.tests.len())
-            .map(|i| self.points(i).len() as u64)
-            .sum();
         match self.checked_cell_count() {
             Some(cells) if cells <= MAX_CELLS => Ok(()),
             _ => Err(invalid(
                 "repetitions",
                 self.repetitions,
                 format!(
-                    "{} brokers x {} scenarios x {points} test points x {} repetitions is more than {MAX_CELLS} cells",
+                    "{} brokers x {} scenarios x {} test points x {} repetitions is more than {MAX_CELLS} cells",
                     self.brokers.len(),
                     self.scenarios.len(),
+                    self.point_count(),
                     self.repetitions
                 ),
             )),
