@@ -44,6 +44,7 @@ pub fn latency() -> WorkloadSpec {
         publishers: 100,
         subscribers: 1,
         topology: Topology::Shared,
+        topics: None,
         topic_prefix: "continuum".to_string(),
         qos: Qos::AtLeastOnce,
         payload: ByteSize(10),

@@ -1,7 +1,7 @@
 //! Per-(publisher, sequence) accounting at one subscriber: first deliveries, duplicates and
 //! reordering, judged later against the QoS.
 
-use std::ops::Range;
+use crate::spec::Subscribed;
 
 /// What one received message was, for this subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +29,7 @@ struct PublisherTrack {
 /// Tracks which messages of its publishers one subscriber has received.
 #[derive(Debug, Clone)]
 pub struct DeliveryTracker {
-    publishers: Range<u32>,
+    publishers: Subscribed,
     messages_per_publisher: u64,
     tracks: Vec<Option<PublisherTrack>>,
     duplicates: u64,
@@ -41,7 +41,7 @@ impl DeliveryTracker {
     /// A tracker for messages of `publishers`, each sending at most `messages_per_publisher`
     /// (a bound: the bitmaps grow with the sequence numbers actually seen, so a timed run
     /// whose count is not known in advance costs only what it sends).
-    pub fn new(publishers: Range<u32>, messages_per_publisher: u64) -> Self {
+    pub fn new(publishers: Subscribed, messages_per_publisher: u64) -> Self {
         let count = publishers.len();
         DeliveryTracker {
             publishers,
@@ -55,12 +55,14 @@ impl DeliveryTracker {
 
     /// Accounts one received message.
     pub fn record(&mut self, publisher: u32, seq: u32) -> Delivery {
-        if !self.publishers.contains(&publisher) || u64::from(seq) >= self.messages_per_publisher {
-            self.foreign += 1;
-            return Delivery::Foreign;
-        }
+        let slot = match self.publishers.slot(publisher) {
+            Some(slot) if u64::from(seq) < self.messages_per_publisher => slot,
+            _ => {
+                self.foreign += 1;
+                return Delivery::Foreign;
+            }
+        };
         let words = usize::try_from(self.messages_per_publisher.div_ceil(64)).unwrap_or(usize::MAX);
-        let slot = (publisher - self.publishers.start) as usize;
         let track = self.tracks[slot].get_or_insert_with(|| PublisherTrack {
             seen: Vec::new(),
             highest: None,
@@ -91,7 +93,7 @@ impl DeliveryTracker {
     pub fn unique_by_publisher(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.tracks
             .iter()
-            .zip(self.publishers.clone())
+            .zip(self.publishers.iter())
             .filter_map(|(track, publisher)| track.as_ref().map(|t| (publisher, t.unique)))
     }
 
@@ -117,7 +119,7 @@ mod tests {
 
     #[test]
     fn in_order_deliveries_are_all_first_and_counted() {
-        let mut tracker = DeliveryTracker::new(0..2, 100);
+        let mut tracker = DeliveryTracker::new(Subscribed::Range(0..2), 100);
         for seq in 0..100 {
             assert_eq!(
                 tracker.record(0, seq),
@@ -135,7 +137,7 @@ mod tests {
 
     #[test]
     fn injected_duplicates_and_reordering_are_detected() {
-        let mut tracker = DeliveryTracker::new(10..12, 8);
+        let mut tracker = DeliveryTracker::new(Subscribed::Range(10..12), 8);
         tracker.record(11, 0);
         tracker.record(11, 2);
         assert_eq!(
@@ -159,7 +161,7 @@ mod tests {
 
     #[test]
     fn strangers_are_foreign_not_counted() {
-        let mut tracker = DeliveryTracker::new(0..1, 8);
+        let mut tracker = DeliveryTracker::new(Subscribed::Range(0..1), 8);
         assert_eq!(tracker.record(1, 0), Delivery::Foreign);
         assert_eq!(tracker.record(0, 8), Delivery::Foreign);
         assert_eq!(tracker.foreign(), 2);

@@ -1,7 +1,6 @@
 //! One subscriber connection: reads deliveries in bulk, acknowledges them, and accounts each
 //! (publisher, seq) and its latency.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use crate::transport::WriteHalf;
 pub(crate) struct SubscriberJob {
     pub id: u32,
     /// Global indices of the publishers whose messages reach it.
-    pub publishers: Range<u32>,
+    pub publishers: crate::spec::Subscribed,
     /// Sequence numbers at or above this are not of this run.
     pub seq_limit: u64,
     pub warmup: Warmup,

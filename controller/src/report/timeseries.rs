@@ -34,10 +34,9 @@ impl CellSeries {
     pub fn of(result: &RunResult) -> Option<Self> {
         let window = result.measured_window?;
         let spec = &result.spec;
-        let fanout = match spec.topology {
-            loadgen::spec::Topology::Shared => f64::from(spec.subscribers),
-            _ => f64::from(spec.subscribers) / f64::from(spec.publishers.max(1)),
-        };
+        // Deliveries owed per publish, on average over the publishers.
+        let fanout = loadgen::spec::Routing::of(spec).ok()?.tracks() as f64
+            / f64::from(spec.publishers.max(1));
         const PER_STEP: usize = 10; // 10 buckets of 10 ms
         let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;
         let start = usize::try_from(window.start_ns / loadgen::series::BUCKET_NS).ok()?;

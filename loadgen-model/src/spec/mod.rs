@@ -13,7 +13,8 @@
 //! (`broker`), who publishes to whom (`topology`), when messages leave (`pacing`), the
 //! connection, engine and drain settings (`options`), a fleet of connecting and
 //! disconnecting clients beside the workload (`churn`), MQTT topic filters and how they match
-//! (`filter`), and the checks with their TOML paths (`validate`).
+//! (`filter`), topic trees named by a pattern (`tree`), who receives whose messages
+//! (`routing`), and the checks with their TOML paths (`validate`).
 
 mod broker;
 mod churn;
@@ -21,7 +22,9 @@ mod filter;
 mod options;
 mod pacing;
 mod reconnect;
+mod routing;
 mod topology;
+mod tree;
 mod validate;
 
 pub use broker::{
@@ -35,7 +38,9 @@ pub use options::{
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule, Timetable};
 pub use reconnect::{DEFAULT_RETRY, Reconnect};
+pub use routing::{MAX_TREE_MATCHES, MatchedPublishers, Routing, Subscribed};
 pub use topology::{Shard, Topology};
+pub use tree::{MAX_TREE_FILTERS, MAX_TREE_TOPICS, TopicNames, TopicTree};
 pub use validate::{
     MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
 };
@@ -60,6 +65,9 @@ pub struct WorkloadSpec {
     /// How publishers' topics map to subscribers.
     #[serde(default)]
     pub topology: Topology,
+    /// Topology `tree`: the topics publishers publish to and the filters subscribers read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topics: Option<TopicTree>,
     /// First level of every topic; a run id is appended so runs never see each other's messages.
     #[serde(default = "default_topic_prefix")]
     pub topic_prefix: String,
@@ -194,6 +202,7 @@ mod tests {
             publishers: 4,
             subscribers: 4,
             topology: Topology::Pairs,
+            topics: None,
             topic_prefix: default_topic_prefix(),
             qos: Qos::AtLeastOnce,
             payload: ByteSize(10),

@@ -26,12 +26,17 @@ pub enum Topology {
     /// reads publisher j mod P); subscribers must be a multiple of publishers.
     #[cfg_attr(feature = "clap", value(alias = "fanout"))]
     FanOut,
+    /// Publishers publish into a topic tree that subscribers read through filters with
+    /// wildcards (the spec's `topics`): who receives what comes from matching them.
+    Tree,
 }
 
 impl Topology {
-    /// The publishers whose messages subscriber `subscriber` receives.
+    /// The publishers whose messages subscriber `subscriber` receives (a tree's come from
+    /// its filters: see [`Routing`](super::Routing); none here).
     pub fn publishers_of(self, subscriber: u32, publishers: u32) -> Range<u32> {
         match self {
+            Topology::Tree => 0..0,
             Topology::Shared => 0..publishers,
             Topology::Pairs | Topology::FanOut => {
                 let publisher = subscriber % publishers.max(1);
@@ -40,9 +45,11 @@ impl Topology {
         }
     }
 
-    /// How many subscribers receive each message of `publisher`.
+    /// How many subscribers receive each message of `publisher` (a tree's: see
+    /// [`Routing`](super::Routing); none here).
     pub fn fanout_of(self, publisher: u32, publishers: u32, subscribers: u32) -> u32 {
         match self {
+            Topology::Tree => 0,
             Topology::Shared => subscribers,
             Topology::Pairs | Topology::FanOut => {
                 let full_groups = subscribers / publishers.max(1);
@@ -59,6 +66,7 @@ impl fmt::Display for Topology {
             Topology::Shared => "shared",
             Topology::Pairs => "pairs",
             Topology::FanOut => "fan-out",
+            Topology::Tree => "tree",
         })
     }
 }
@@ -89,6 +97,32 @@ impl WorkloadSpec {
             Topology::Pairs | Topology::FanOut => {
                 format!("{}/{run_id}/p{publisher}", self.topic_prefix)
             }
+            Topology::Tree => {
+                let name = self
+                    .topics
+                    .as_ref()
+                    .and_then(|tree| tree.names().ok())
+                    .map(|names| names.name(u64::from(publisher)))
+                    .unwrap_or_default();
+                format!("{}/{run_id}/{name}", self.topic_prefix)
+            }
+        }
+    }
+
+    /// The filter subscriber `subscriber` subscribes with, under the run's unique prefix: its
+    /// publishers' topic, or in a tree filter `subscriber mod filters`.
+    pub fn subscription_of(&self, run_id: &str, subscriber: u32) -> String {
+        match (&self.topology, &self.topics) {
+            (Topology::Tree, Some(tree)) if !tree.subscribe.is_empty() => {
+                let filter = &tree.subscribe[subscriber as usize % tree.subscribe.len()];
+                format!("{}/{run_id}/{filter}", self.topic_prefix)
+            }
+            _ => self.topic_of(
+                run_id,
+                self.topology
+                    .publishers_of(subscriber, self.publishers)
+                    .start,
+            ),
         }
     }
 }

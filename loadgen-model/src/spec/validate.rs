@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE, Reconnect};
 use super::{
     Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
-    Topology, Transport, WorkloadSpec,
+    Routing, Topology, Transport, WorkloadSpec,
 };
 use crate::header::HeaderEncoding;
 use crate::size::ByteSize;
@@ -123,6 +123,24 @@ impl WorkloadSpec {
                 ));
             }
             _ => {}
+        }
+        match (self.topology, &self.topics) {
+            (Topology::Tree, None) => {
+                return Err(invalid(
+                    "topology",
+                    "\"tree\"",
+                    "a topic tree needs [topics]: pattern, counts and subscribe",
+                ));
+            }
+            (Topology::Tree, Some(_)) => {}
+            (topology, Some(_)) => {
+                return Err(invalid(
+                    "topics",
+                    "(set)",
+                    format!("only with topology = \"tree\", not \"{topology}\""),
+                ));
+            }
+            (_, None) => {}
         }
         if self.topic_prefix.is_empty() || self.topic_prefix.contains(['+', '#']) {
             return Err(invalid(
@@ -399,7 +417,17 @@ impl WorkloadSpec {
         let tracks = match self.topology {
             Topology::Shared => u64::from(self.subscribers) * u64::from(self.publishers),
             Topology::Pairs | Topology::FanOut => u64::from(self.subscribers),
+            Topology::Tree => Routing::of(self)?.tracks(),
         };
+        if tracks > MAX_DELIVERY_TRACKS && self.topology == Topology::Tree {
+            return Err(invalid(
+                "subscribers",
+                self.subscribers,
+                format!(
+                    "x the publishers each one's filter matches is {tracks} tracks, at most {MAX_DELIVERY_TRACKS}"
+                ),
+            ));
+        }
         if tracks > MAX_DELIVERY_TRACKS {
             return Err(invalid(
                 "subscribers",

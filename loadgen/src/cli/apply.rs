@@ -36,6 +36,14 @@ impl WorkloadArgs {
         set(&mut spec.publishers, self.publishers);
         set(&mut spec.subscribers, self.subscribers);
         set(&mut spec.topology, self.topology);
+        if let Some(pattern) = &self.topics {
+            spec.topology = crate::spec::Topology::Tree;
+            spec.topics = Some(crate::spec::TopicTree {
+                pattern: pattern.clone(),
+                counts: self.topic_count.iter().cloned().collect(),
+                subscribe: self.subscribe.clone(),
+            });
+        }
         set(&mut spec.payload, self.payload);
         if let Some(messages) = self.messages {
             spec.messages_per_publisher = messages;

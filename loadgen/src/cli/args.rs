@@ -70,9 +70,25 @@ pub struct WorkloadArgs {
     /// Subscriber connections.
     #[arg(long)]
     pub subscribers: Option<u32>,
-    /// Topic layout: shared, pairs or fan-out.
+    /// Topic layout: shared, pairs, fan-out, or tree (set by --topics).
     #[arg(long, value_parser = one_of::<Topology>("a topology"))]
     pub topology: Option<Topology>,
+    /// A topic tree: topics named by a pattern with {name} placeholders
+    /// (e.g. site/{site}/device/{device}/temp); publishers publish to them in turn.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        requires = "subscribe",
+        conflicts_with = "topology"
+    )]
+    pub topics: Option<String>,
+    /// How many values a placeholder of --topics takes (e.g. site=4); once per placeholder.
+    #[arg(long, value_name = "NAME=COUNT", value_parser = parse_topic_count, requires = "topics")]
+    pub topic_count: Vec<(String, u32)>,
+    /// A filter subscribers read the tree through (+ and # allowed); subscriber s takes
+    /// the (s mod filters)-th; once per filter.
+    #[arg(long, value_name = "FILTER", requires = "topics")]
+    pub subscribe: Vec<String>,
     /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
     #[arg(long, visible_alias = "size")]
     pub payload: Option<ByteSize>,
@@ -215,6 +231,17 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
+/// `NAME=COUNT` of --topic-count.
+fn parse_topic_count(text: &str) -> Result<(String, u32), String> {
+    let (name, count) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=COUNT (e.g. site=4), not {text:?}"))?;
+    let count = count
+        .parse()
+        .map_err(|_| format!("the count of {name:?} is a whole number, not {count:?}"))?;
+    Ok((name.to_string(), count))
+}
+
 /// A QoS is written as its level, as in a spec file; parsing it as a number keeps every
 /// spelling a number may have (`01`, `+1`), which a list of names would not.
 fn parse_qos(text: &str) -> Result<Qos, String> {
@@ -291,8 +318,52 @@ mod tests {
         assert!(first_line(refused(&["--protocol", "3"])).contains("(3.1.1 or 5)"));
         assert!(first_line(refused(&["--protocol", "V5"])).contains("(3.1.1 or 5)"));
         assert!(
-            first_line(refused(&["--topology", "Shared"])).contains("(shared, pairs or fan-out)")
+            first_line(refused(&["--topology", "Shared"]))
+                .contains("(shared, pairs, fan-out or tree)")
         );
         assert!(first_line(refused(&["--qos", "3"])).contains("QoS must be 0, 1 or 2"));
+        assert!(
+            first_line(refused(&[
+                "--topics",
+                "a/{x}",
+                "--topic-count",
+                "x4",
+                "--subscribe",
+                "#"
+            ]))
+            .contains("expected NAME=COUNT")
+        );
+    }
+
+    #[test]
+    fn tree_flags_build_the_tree() {
+        let flags = latency_flags(&[
+            "--topics",
+            "site/{site}/device/{device}",
+            "--topic-count",
+            "site=4",
+            "--topic-count",
+            "device=25",
+            "--subscribe",
+            "site/+/device/+",
+            "--subscribe",
+            "site/2/#",
+            "--publishers",
+            "100",
+            "--subscribers",
+            "2",
+        ])
+        .expect("parses");
+        let mut spec = crate::presets::latency();
+        flags.apply(&mut spec);
+        assert_eq!(spec.topology, Topology::Tree);
+        let tree = spec.topics.as_ref().expect("a tree");
+        assert_eq!(tree.counts.get("device"), Some(&25));
+        assert_eq!(tree.subscribe, ["site/+/device/+", "site/2/#"]);
+        spec.validate().expect("a valid tree");
+        assert!(
+            latency_flags(&["--topics", "a"]).is_err(),
+            "--subscribe is required"
+        );
     }
 }

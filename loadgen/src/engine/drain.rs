@@ -36,7 +36,7 @@ pub(super) async fn drain(
 ) -> Result<Drained, LoadgenError> {
     run.status.update(|s| s.phase = Phase::Draining);
     let published: u64 = publishers.iter().map(|o| o.published).sum();
-    let expected = expected_local_deliveries(run.spec, &run.shard, &publishers);
+    let expected = expected_local_deliveries(run, &publishers);
     wait_for_deliveries(
         run.spec,
         run.clock,
@@ -69,11 +69,8 @@ pub(super) async fn drain(
 }
 
 /// Deliveries the local subscribers should see, when every publisher is local (else unknown).
-fn expected_local_deliveries(
-    spec: &WorkloadSpec,
-    shard: &crate::spec::Shard,
-    outcomes: &[PublisherOutcome],
-) -> Option<u64> {
+fn expected_local_deliveries(run: &Run<'_>, outcomes: &[PublisherOutcome]) -> Option<u64> {
+    let (spec, shard) = (run.spec, &run.shard);
     if shard.publishers != (0..spec.publishers) {
         return None;
     }
@@ -86,8 +83,9 @@ fn expected_local_deliveries(
             .subscribers
             .clone()
             .map(|s| {
-                spec.topology
-                    .publishers_of(s, spec.publishers)
+                run.routing
+                    .publishers_of(s)
+                    .iter()
                     .map(|p| published[p as usize])
                     .sum::<u64>()
             })

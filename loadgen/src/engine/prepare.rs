@@ -11,7 +11,7 @@ use crate::LoadgenError;
 use crate::clock::{RunClock, unix_now_ns};
 use crate::codec::Codec;
 use crate::live::Live;
-use crate::spec::{Pacing, Qos, Shard, WorkloadSpec};
+use crate::spec::{Pacing, Qos, Routing, Shard, WorkloadSpec};
 use crate::transport::Dialer;
 use crate::usage::Scope;
 
@@ -23,6 +23,8 @@ pub(super) struct Run<'a> {
     pub(super) run_id: String,
     /// The publishers and subscribers this instance runs.
     pub(super) shard: Shard,
+    /// Who receives whose messages.
+    pub(super) routing: Arc<Routing>,
     /// Where the broker is.
     pub(super) dialer: Dialer,
     /// The MQTT version's packets.
@@ -64,6 +66,7 @@ pub(super) fn prepare(
     spec.validate()?;
     let run_id = spec.run_id.clone().unwrap_or_else(generate_run_id);
     let shard = spec.effective_shard();
+    let routing = Arc::new(Routing::of(spec)?);
     let dialer = Dialer::new(&spec.broker)?.with_max_packet(spec.max_packet_bytes());
     let codec = Codec::new(spec.broker.protocol, spec.max_packet_bytes());
     let clock = barrier
@@ -96,6 +99,7 @@ pub(super) fn prepare(
         spec,
         run_id,
         shard,
+        routing,
         dialer,
         codec,
         clock,

@@ -90,9 +90,7 @@ fn start_publishers(
             drain_timeout: spec.drain.timeout,
             pacing,
             credit: live.credits.get(id as usize).map(|credit| {
-                let fanout = spec
-                    .topology
-                    .fanout_of(id, spec.publishers, spec.subscribers);
+                let fanout = run.routing.fanout_of(id);
                 (credit.clone(), fanout)
             }),
             credit_timeout: spec.drain.idle,

@@ -138,7 +138,7 @@ fn subscriber_job(
     });
     SubscriberJob {
         id,
-        publishers: spec.topology.publishers_of(id, spec.publishers),
+        publishers: run.routing.publishers_of(id),
         seq_limit: timing.seq_limit,
         warmup: timing.warmup,
         timetable: spec
@@ -155,10 +155,7 @@ fn subscriber_job(
         reconnect: reconnector.map(|reconnector| subscriber::Resubscribe {
             reconnector: reconnector.clone(),
             client_id: connect::client_id(spec, run_id, Role::Subscriber, id),
-            topic: spec.topic_of(
-                run_id,
-                spec.topology.publishers_of(id, spec.publishers).start,
-            ),
+            topic: spec.subscription_of(run_id, id),
             qos: spec.qos,
         }),
     }

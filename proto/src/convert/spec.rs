@@ -6,7 +6,7 @@ use domain::FieldError;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    OfflineGap, Pacing, Qos, Reconnect, Shard, Topology, Transport, WorkloadSpec,
+    OfflineGap, Pacing, Qos, Reconnect, Shard, TopicTree, Topology, Transport, WorkloadSpec,
 };
 
 use super::{
@@ -36,6 +36,11 @@ pub(super) fn spec_from_proto(
         publishers: message.publishers,
         subscribers: message.subscribers,
         topology: topology_from_proto(message.topology, at)?,
+        topics: message.topics.map(|tree| TopicTree {
+            pattern: tree.pattern,
+            counts: tree.counts.into_iter().collect(),
+            subscribe: tree.subscribe,
+        }),
         topic_prefix: message.topic_prefix,
         qos: qos_from_proto(message.qos, at)?,
         payload: ByteSize(message.payload),
@@ -121,6 +126,7 @@ fn topology_from_proto(value: i32, at: &str) -> Result<Topology, ConversionError
         pb::Topology::Shared => Some(Topology::Shared),
         pb::Topology::Pairs => Some(Topology::Pairs),
         pb::Topology::FanOut => Some(Topology::FanOut),
+        pb::Topology::Tree => Some(Topology::Tree),
     })
 }
 
@@ -229,6 +235,11 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
             publishers: spec.publishers,
             subscribers: spec.subscribers,
             topology: pb::Topology::from(spec.topology).into(),
+            topics: spec.topics.as_ref().map(|tree| pb::TopicTree {
+                pattern: tree.pattern.clone(),
+                counts: tree.counts.clone().into_iter().collect(),
+                subscribe: tree.subscribe.clone(),
+            }),
             topic_prefix: spec.topic_prefix.clone(),
             qos: pb::Qos::from(spec.qos).into(),
             payload: spec.payload.bytes(),
@@ -339,6 +350,7 @@ impl From<Topology> for pb::Topology {
             Topology::Shared => pb::Topology::Shared,
             Topology::Pairs => pb::Topology::Pairs,
             Topology::FanOut => pb::Topology::FanOut,
+            Topology::Tree => pb::Topology::Tree,
         }
     }
 }
@@ -378,6 +390,7 @@ pub(super) mod tests {
             publishers: 100,
             subscribers: 1,
             topology: Topology::Shared,
+            topics: None,
             topic_prefix: "continuum".into(),
             qos: Qos::AtLeastOnce,
             payload: ByteSize(10),
@@ -414,6 +427,7 @@ pub(super) mod tests {
             publishers: 10,
             subscribers: 10,
             topology: Topology::Pairs,
+            topics: None,
             topic_prefix: "lab/edge".into(),
             qos: Qos::ExactlyOnce,
             payload: ByteSize(1_000_000),
@@ -478,6 +492,15 @@ pub(super) mod tests {
         fan_out.qos = Qos::AtMostOnce;
         fan_out.shard = None;
         assert_eq!(round_trip(&fan_out), fan_out);
+        let mut tree = fan_out;
+        tree.topology = Topology::Tree;
+        tree.subscribers = 2;
+        tree.topics = Some(TopicTree {
+            pattern: "site/{site}/device/{device}".into(),
+            counts: [("site".to_string(), 2), ("device".to_string(), 5)].into(),
+            subscribe: vec!["site/+/device/+".into(), "site/1/#".into()],
+        });
+        assert_eq!(round_trip(&tree), tree);
     }
 
     #[test]
