@@ -28,6 +28,7 @@
 pub mod broker_on_host;
 pub mod clock;
 pub mod generator;
+pub mod groups;
 pub mod header;
 pub mod histogram_v2;
 pub mod merge;

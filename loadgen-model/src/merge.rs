@@ -1,6 +1,7 @@
 //! Merging the results of one run's instances (shards, hosts) into one: both sides are
 //! checked first, since either may have been read from a file, then added exactly.
 
+use crate::groups::GroupDeliveries;
 use crate::result::{ChurnOutcome, RunResult};
 use crate::result_checks::check_merge;
 
@@ -54,6 +55,9 @@ impl RunResult {
                 *a += b;
             }
         }
+        for theirs in &other.groups {
+            self.join_group(theirs);
+        }
         self.shards.extend(other.shards.iter().cloned());
         self.sent_late_after_end += other.sent_late_after_end;
         self.received += other.received;
@@ -87,6 +91,33 @@ impl RunResult {
             (_, None) => {}
         }
         Ok(())
+    }
+}
+
+impl RunResult {
+    /// Joins another instance's part of a shared subscription: messages both parts hold were
+    /// counted in both `delivered_unique`s, so they move to the duplicates.
+    fn join_group(&mut self, theirs: &GroupDeliveries) {
+        let position = self.groups.iter().position(|g| g.filter == theirs.filter);
+        let mine = match position {
+            Some(at) => &mut self.groups[at],
+            None => {
+                self.groups
+                    .push(GroupDeliveries::new(theirs.filter, self.spec.publishers));
+                self.groups.last_mut().expect("just pushed")
+            }
+        };
+        mine.members.extend_from_slice(&theirs.members);
+        mine.members.sort_by_key(|m| m.subscriber);
+        mine.duplicates += theirs.duplicates;
+        for (publisher, seen) in (0u32..).zip(&theirs.delivered) {
+            let again = mine.join(publisher, seen).again;
+            if let Some(unique) = self.delivered_unique.get_mut(publisher as usize) {
+                *unique = unique.saturating_sub(again);
+            }
+            self.duplicates += again;
+        }
+        self.groups.sort_by_key(|g| g.filter);
     }
 }
 

@@ -5,6 +5,7 @@
 //! instances merges into what one instance would have recorded. Figures (percentiles, rates,
 //! loss) are derived from it in [`crate::summary`].
 
+use crate::groups::GroupDeliveries;
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
@@ -239,6 +240,11 @@ pub struct RunResult {
     /// reconnects ([`crate::spec::Reconnect`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconnect: Option<ReconnectOutcome>,
+    /// Shared subscriptions, judged once per group: which messages some member received,
+    /// and the members' shares. Their members' first deliveries count in `delivered_unique`
+    /// once per group; copies a second member got count in `duplicates`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupDeliveries>,
 }
 
 /// What a run's churn fleet did ([`crate::spec::Churn`]); times on the run clock.
@@ -327,6 +333,7 @@ impl RunResult {
             instances: Vec::new(),
             churn: None,
             reconnect: None,
+            groups: Vec::new(),
         }
     }
 

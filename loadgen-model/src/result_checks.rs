@@ -184,6 +184,65 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         clock("reconnect.first_lost_ns", storm.first_lost_ns)?;
         clock("reconnect.last_back_ns", storm.last_back_ns)?;
     }
+    check_groups(result)
+}
+
+/// Shared subscriptions: one per shared entry of the spec's filters, a bitmap slot per
+/// publisher, members among the subscribers, and bitmaps no longer than any run numbers.
+fn check_groups(result: &RunResult) -> Result<(), ResultProblem> {
+    if result.groups.is_empty() {
+        return Ok(());
+    }
+    let spec = &result.spec;
+    let routing = crate::spec::Routing::of(spec)
+        .map_err(|error| problem(format!("spec.{}", error.path), error.problem))?;
+    let mut seen = Vec::new();
+    for (i, group) in result.groups.iter().enumerate() {
+        let at = format!("groups[{i}]");
+        let shared = (0..spec.subscribers).any(|s| routing.group_of(s) == Some(group.filter));
+        if !shared || seen.contains(&group.filter) {
+            return Err(problem(
+                format!("{at}.filter"),
+                format!(
+                    "{} is not a shared subscription of topics.subscribe, or is listed twice",
+                    group.filter
+                ),
+            ));
+        }
+        seen.push(group.filter);
+        if group.delivered.len() != spec.publishers as usize {
+            return Err(problem(
+                format!("{at}.delivered"),
+                format!(
+                    "{} entries, but the workload has {} publishers",
+                    group.delivered.len(),
+                    spec.publishers
+                ),
+            ));
+        }
+        let words = MAX_COUNT.div_ceil(64) as usize;
+        if let Some(long) = group.delivered.iter().position(|bits| bits.len() > words) {
+            return Err(problem(
+                format!("{at}.delivered[{long}]"),
+                format!("longer than {words} words"),
+            ));
+        }
+        for (j, member) in group.members.iter().enumerate() {
+            if member.subscriber >= spec.subscribers
+                || routing.group_of(member.subscriber) != Some(group.filter)
+            {
+                return Err(problem(
+                    format!("{at}.members[{j}].subscriber"),
+                    format!("{} is not a member of this group", member.subscriber),
+                ));
+            }
+        }
+        total(
+            &format!("{at}.members"),
+            group.members.iter().map(|m| m.delivered),
+        )?;
+        total(&format!("{at}.duplicates"), [group.duplicates])?;
+    }
     Ok(())
 }
 

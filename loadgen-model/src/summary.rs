@@ -221,6 +221,9 @@ pub struct Summary {
     /// Lost connections and how they came back, when the workload reconnects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconnect: Option<ReconnectSummary>,
+    /// Shared subscriptions, each judged once per group, with its members' shares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_groups: Vec<crate::groups::GroupSummary>,
 }
 
 /// A reconnect storm: connections lost and back, how long the fleet took to be whole again,
@@ -415,6 +418,7 @@ impl Summary {
             interrupted: result.interrupted,
             churn: ChurnSummary::of(result),
             reconnect: ReconnectSummary::of(result),
+            shared_groups: crate::groups::GroupSummary::of_all(result),
         }
     }
 }

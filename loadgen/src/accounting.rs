@@ -97,6 +97,19 @@ impl DeliveryTracker {
             .filter_map(|(track, publisher)| track.as_ref().map(|t| (publisher, t.unique)))
     }
 
+    /// Per publisher heard from: its global index, the bitmap of sequence numbers received,
+    /// and how many.
+    pub fn seen_by_publisher(&self) -> impl Iterator<Item = (u32, &[u64], u64)> + '_ {
+        self.tracks
+            .iter()
+            .zip(self.publishers.iter())
+            .filter_map(|(track, publisher)| {
+                track
+                    .as_ref()
+                    .map(|t| (publisher, t.seen.as_slice(), t.unique))
+            })
+    }
+
     /// Copies of already-received messages.
     pub fn duplicates(&self) -> u64 {
         self.duplicates

@@ -142,6 +142,9 @@ pub fn render_table(summary: &Summary) -> String {
     if let Some(storm) = &s.reconnect {
         reconnect_lines(&mut out, storm);
     }
+    for group in &s.shared_groups {
+        group_line(&mut out, group);
+    }
     let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
         out,
@@ -492,6 +495,29 @@ fn reconnect_lines(out: &mut String, storm: &crate::summary::ReconnectSummary) {
     for (kind, count) in &storm.failures {
         let _ = writeln!(out, "  reconnect attempt {kind}: {count}");
     }
+}
+
+/// A shared subscription: owed once per group, what reached some member, and the members'
+/// shares.
+fn group_line(out: &mut String, group: &crate::groups::GroupSummary) {
+    let lost = group.lost.map_or_else(
+        || "lost unknown (part of the workload)".to_string(),
+        |l| format!("{l} lost"),
+    );
+    let _ = writeln!(
+        out,
+        "\nshared {}: {} of {} messages reached a member ({lost}, {} duplicates); {} members, \
+         distinct messages per member min {} median {} max {} (busiest {:.1} % of the group's)",
+        group.subscription,
+        group.delivered,
+        group.expected,
+        group.duplicates,
+        group.members,
+        group.share_min,
+        group.share_median,
+        group.share_max,
+        group.busiest_percent
+    );
 }
 
 /// The churn fleet: arrivals asked and achieved, accepted, refused and failed by kind.

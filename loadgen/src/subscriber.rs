@@ -72,6 +72,8 @@ impl std::fmt::Debug for Offline {
 /// What one subscriber saw.
 #[derive(Debug)]
 pub(crate) struct SubscriberOutcome {
+    /// The subscriber's global index.
+    pub id: u32,
     pub tracker: DeliveryTracker,
     pub received: u64,
     pub window: Option<ClientWindow>,
@@ -357,6 +359,7 @@ impl State {
         self.errors
             .push(("foreign_message", self.tracker.foreign()));
         SubscriberOutcome {
+            id: job.id,
             received: self.received,
             window: self.window.finish(job.id),
             series: self.series,

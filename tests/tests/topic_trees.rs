@@ -71,3 +71,103 @@ async fn a_topic_tree_read_through_wildcards_delivers_exactly_the_matching_set()
         "the broker's sent count is what loadgen received"
     );
 }
+
+/// The tree above read by two shared subscriptions on one filter, six members each
+/// (subscribers 0, 2, 4, ... are `backend`, 1, 3, 5, ... `audit`), paced so that Mosquitto
+/// spreads each group's messages over its members.
+fn shared_workload(port: u16) -> WorkloadSpec {
+    let mut spec = tree_workload(port);
+    spec.subscribers = 12;
+    spec.topics = Some(TopicTree {
+        subscribe: vec![
+            "$share/backend/site/+/device/+/temp".to_string(),
+            "$share/audit/site/+/device/+/temp".to_string(),
+        ],
+        ..spec.topics.expect("a tree")
+    });
+    spec.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(50),
+    };
+    spec
+}
+
+/// Both groups got every message once, spread over their six members.
+fn assert_each_group_got_everything_once(summary: &loadgen::Summary) {
+    assert_eq!(
+        summary.shared_groups.len(),
+        2,
+        "{:?}",
+        summary.shared_groups
+    );
+    for group in &summary.shared_groups {
+        assert_eq!(group.members, 6, "{group:?}");
+        assert_eq!(group.expected, 100 * MESSAGES, "{group:?}");
+        assert_eq!(group.delivered, 100 * MESSAGES, "{group:?}");
+        assert_eq!((group.lost, group.duplicates), (Some(0), 0), "{group:?}");
+        assert!(
+            group.share_min > 0 && group.share_max < group.delivered,
+            "every member took part, none took all: {group:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shared_groups_on_one_filter_each_get_every_message_once() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let before = broker.counters_settled().expect("counters before");
+    let (_, summary) = run(&shared_workload(broker.port())).await;
+    let after = broker.counters_settled().expect("counters after");
+    // Owed once per group, not once per member.
+    assert_eq!(summary.expected_deliveries, 2 * 100 * MESSAGES);
+    assert_nothing_lost(&summary);
+    assert_each_group_got_everything_once(&summary);
+    assert_eq!(
+        after.publish_sent - before.publish_sent,
+        summary.received,
+        "the broker's sent count is what loadgen received"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_spread_over_three_instances_is_judged_once_when_merged() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let mut whole = shared_workload(broker.port());
+    whole.run_id = Some("shared3".to_string());
+    // Three instances, as three loadgen agents: each holds a third of the publishers and
+    // four subscribers, two members of each group.
+    let part = |i: u32| {
+        let mut spec = whole.clone();
+        spec.shard = Some(loadgen::spec::Shard {
+            publishers: i * 34..(i * 34 + 34).min(100),
+            subscribers: i * 4..i * 4 + 4,
+        });
+        spec
+    };
+    let (first, second, third) = (part(0), part(1), part(2));
+    let barrier = loadgen::StartBarrier {
+        origin_unix_ns: Some(loadgen::clock::unix_now_ns()),
+        start_at_ns: Some(3_000_000_000),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new;
+    let (a, b, c) = tokio::join!(
+        loadgen::run_at(&first, barrier, cancel(), None),
+        loadgen::run_at(&second, barrier, cancel(), None),
+        loadgen::run_at(&third, barrier, cancel(), None),
+    );
+    let mut merged = a.expect("first instance");
+    let alone = loadgen::Summary::of(&merged);
+    assert_eq!(alone.shared_groups[0].members, 2);
+    assert_eq!(
+        alone.shared_groups[0].lost, None,
+        "a part cannot judge loss"
+    );
+    merged.merge(&b.expect("second instance")).expect("merges");
+    merged.merge(&c.expect("third instance")).expect("merges");
+    let summary = loadgen::Summary::of(&merged);
+    eprintln!("{}", loadgen::output::render_table(&summary));
+    assert_eq!(summary.expected_deliveries, 2 * 100 * MESSAGES);
+    assert_nothing_lost(&summary);
+    assert_each_group_got_everything_once(&summary);
+}

@@ -82,6 +82,8 @@ enum Kind {
     Tree {
         /// Per filter, the publishers it matches.
         matched: Vec<Arc<MatchedPublishers>>,
+        /// Per filter, true for a shared subscription (its members are one reader).
+        shared: Vec<bool>,
         /// Per publisher, the subscribers that receive it.
         fanout: Vec<u32>,
     },
@@ -126,6 +128,62 @@ impl Routing {
             }
             Kind::Tree { fanout, .. } => fanout.get(publisher as usize).copied().unwrap_or(0),
         }
+    }
+
+    /// The shared subscription (its `topics.subscribe` entry) subscriber `subscriber` is a
+    /// member of, if any.
+    pub fn group_of(&self, subscriber: u32) -> Option<u32> {
+        match &self.kind {
+            Kind::Fixed(_) => None,
+            Kind::Tree { shared, .. } => {
+                let filter = subscriber as usize % shared.len().max(1);
+                shared
+                    .get(filter)
+                    .copied()
+                    .unwrap_or(false)
+                    .then_some(filter as u32)
+            }
+        }
+    }
+
+    /// True when some subscriber reads through a shared subscription.
+    pub fn has_groups(&self) -> bool {
+        matches!(&self.kind, Kind::Tree { shared, .. } if shared.contains(&true))
+    }
+
+    /// Deliveries owed per message of each publisher to the subscribers `subscribers`: one
+    /// per subscriber its messages reach, one per group with a member there. `None` when such
+    /// a group also has members elsewhere (their shares are not known in advance).
+    pub fn owed_to(&self, subscribers: &Range<u32>) -> Option<Vec<u64>> {
+        let mut local_group = vec![false; super::MAX_TREE_FILTERS];
+        for subscriber in subscribers.clone() {
+            if let Some(group) = self.group_of(subscriber) {
+                local_group[group as usize] = true;
+            }
+        }
+        let split = (0..self.subscribers).any(|s| {
+            !subscribers.contains(&s)
+                && self
+                    .group_of(s)
+                    .is_some_and(|group| local_group[group as usize])
+        });
+        if split {
+            return None;
+        }
+        let mut owed = vec![0u64; self.publishers as usize];
+        let mut group_counted = vec![false; super::MAX_TREE_FILTERS];
+        for subscriber in subscribers.clone() {
+            if let Some(group) = self.group_of(subscriber) {
+                if group_counted[group as usize] {
+                    continue;
+                }
+                group_counted[group as usize] = true;
+            }
+            for publisher in self.publishers_of(subscriber).iter() {
+                owed[publisher as usize] += 1;
+            }
+        }
+        Some(owed)
     }
 
     /// (subscriber, publisher) pairs the workload tracks.
@@ -213,16 +271,23 @@ fn tree_kind(spec: &WorkloadSpec, tree: &TopicTree) -> Result<Kind, super::SpecE
         }));
     }
     // Subscriber s reads filter s mod F: the first (subscribers mod F) filters have one more.
+    // A shared subscription's members are one reader: each message goes to one of them.
+    let shared: Vec<bool> = filters.iter().map(|f| f.group().is_some()).collect();
     let filter_count = matched.len() as u32;
     let mut fanout = vec![0u32; spec.publishers as usize];
-    for (filter, publishers) in (0u32..).zip(&matched) {
-        let readers =
+    for ((filter, publishers), shared) in (0u32..).zip(&matched).zip(&shared) {
+        let members =
             spec.subscribers / filter_count + u32::from(filter < spec.subscribers % filter_count);
+        let readers = if *shared { members.min(1) } else { members };
         for &publisher in &publishers.publishers {
             fanout[publisher as usize] += readers;
         }
     }
-    Ok(Kind::Tree { matched, fanout })
+    Ok(Kind::Tree {
+        matched,
+        shared,
+        fanout,
+    })
 }
 
 #[cfg(test)]
@@ -277,6 +342,36 @@ mod tests {
             doubled.publishers_of(0).iter().collect::<Vec<_>>(),
             [61, 161]
         );
+    }
+
+    #[test]
+    fn a_shared_group_is_owed_each_message_once() {
+        let spec = tree_spec(
+            100,
+            7,
+            &[
+                "$share/g/site/+/device/+/temp",
+                "site/1/#",
+                "$share/h/site/1/#",
+            ],
+        );
+        spec.validate().expect("valid");
+        let routing = Routing::of(&spec).expect("routes");
+        // Subscribers 0, 3, 6 are g's members, 2 and 5 h's, 1 and 4 read site 1 alone.
+        assert_eq!(
+            (0..7).map(|s| routing.group_of(s)).collect::<Vec<_>>(),
+            [Some(0), None, Some(2), Some(0), None, Some(2), Some(0)]
+        );
+        assert!(routing.has_groups());
+        // Site 0: group g only; site 1: g, h and both plain subscribers.
+        assert_eq!((routing.fanout_of(0), routing.fanout_of(30)), (1, 4));
+        assert_eq!(
+            spec.subscription_of("r", 3),
+            "$share/g/continuum/r/site/+/device/+/temp"
+        );
+        let whole = routing.owed_to(&(0..7)).expect("every member here");
+        assert_eq!((whole[0], whole[30]), (1, 4));
+        assert_eq!(routing.owed_to(&(0..3)), None, "g has members elsewhere");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::WorkloadSpec;
+use super::{TopicFilter, WorkloadSpec};
 
 /// How publishers' topics reach subscribers. On the command line `fan-out` may also be
 /// written `fanout`.
@@ -114,8 +114,17 @@ impl WorkloadSpec {
     pub fn subscription_of(&self, run_id: &str, subscriber: u32) -> String {
         match (&self.topology, &self.topics) {
             (Topology::Tree, Some(tree)) if !tree.subscribe.is_empty() => {
-                let filter = &tree.subscribe[subscriber as usize % tree.subscribe.len()];
-                format!("{}/{run_id}/{filter}", self.topic_prefix)
+                let entry = &tree.subscribe[subscriber as usize % tree.subscribe.len()];
+                // A shared subscription's $share/<group>/ goes before the prefix.
+                match TopicFilter::parse(entry) {
+                    Ok(shared) if shared.group().is_some() => format!(
+                        "$share/{}/{}/{run_id}/{}",
+                        shared.group().unwrap_or_default(),
+                        self.topic_prefix,
+                        shared.filter()
+                    ),
+                    _ => format!("{}/{run_id}/{entry}", self.topic_prefix),
+                }
             }
             _ => self.topic_of(
                 run_id,

@@ -15,7 +15,8 @@ pub const MAX_TREE_FILTERS: usize = 1_000;
 
 /// Topics from a pattern with counts, and the filters subscribers read them through.
 /// Publisher `p` publishes to topic `p mod topics` (topics numbered with the pattern's first
-/// placeholder the most significant), subscriber `s` subscribes with filter `s mod filters`.
+/// placeholder the most significant), subscriber `s` subscribes with filter `s mod filters`
+/// (the subscribers taking one `$share/<group>/...` entry are that group's members).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicTree {
@@ -24,7 +25,8 @@ pub struct TopicTree {
     pub pattern: String,
     /// How many values each placeholder of the pattern takes.
     pub counts: BTreeMap<String, u32>,
-    /// The filters subscribers read the tree through, below the run's prefix.
+    /// The filters subscribers read the tree through, below the run's prefix; a shared
+    /// subscription is `$share/<group>/<filter>`, its members every subscriber taking it.
     pub subscribe: Vec<String>,
 }
 
@@ -200,13 +202,12 @@ impl TopicTree {
                 let error =
                     |problem: String| (format!("subscribe[{at}]"), format!("{text:?}"), problem);
                 let filter = TopicFilter::parse(text).map_err(error)?;
-                if filter.group().is_some() {
+                if filter.group().is_some() && self.subscribe[..at].contains(text) {
                     return Err(error(
-                        "shared subscriptions ($share/<group>/...) are not supported yet"
-                            .to_string(),
+                        "a shared subscription is listed once: its members are the subscribers that take this entry".to_string(),
                     ));
                 }
-                if text.starts_with('/') {
+                if filter.filter().starts_with('/') {
                     return Err(error(
                         "a filter below the run's prefix does not start with /".to_string(),
                     ));
@@ -278,9 +279,14 @@ mod tests {
         assert_eq!(filter_error(&["a/#", "a/#/b"]).0, "subscribe[1]");
         assert!(filter_error(&["a/b+"]).2.contains("+ stands alone"));
         assert!(
-            filter_error(&["$share/g/a"])
+            filter_error(&["$share/g/a", "$share/g/a"])
                 .2
-                .contains("not supported yet")
+                .contains("listed once")
+        );
+        assert!(
+            filter_error(&["$share/g//a"])
+                .2
+                .contains("does not start with /")
         );
         assert!(filter_error(&["$share//a"]).2.contains("group"));
     }

@@ -68,27 +68,18 @@ pub(super) async fn drain(
     })
 }
 
-/// Deliveries the local subscribers should see, when every publisher is local (else unknown).
+/// Deliveries the local subscribers should see, when every publisher is local and no shared
+/// subscription has members elsewhere (else unknown).
 fn expected_local_deliveries(run: &Run<'_>, outcomes: &[PublisherOutcome]) -> Option<u64> {
     let (spec, shard) = (run.spec, &run.shard);
     if shard.publishers != (0..spec.publishers) {
         return None;
     }
-    let mut published = vec![0u64; spec.publishers as usize];
-    for outcome in outcomes {
-        published[outcome.id as usize] = outcome.published;
-    }
+    let owed = run.routing.owed_to(&shard.subscribers)?;
     Some(
-        shard
-            .subscribers
-            .clone()
-            .map(|s| {
-                run.routing
-                    .publishers_of(s)
-                    .iter()
-                    .map(|p| published[p as usize])
-                    .sum::<u64>()
-            })
+        outcomes
+            .iter()
+            .map(|outcome| outcome.published * owed[outcome.id as usize])
             .sum(),
     )
 }

@@ -7,9 +7,11 @@ use super::drain::Drained;
 use super::prepare::Run;
 use super::start::{Started, Timing};
 use super::state::Phase;
+use crate::groups::{GroupDeliveries, MemberShare};
 use crate::live::Live;
 use crate::publisher::{PublisherOutcome, Warmup};
 use crate::result::{MeasuredWindow, RunResult};
+use crate::spec::Routing;
 use crate::subscriber::SubscriberOutcome;
 use crate::usage::Reading;
 
@@ -31,6 +33,7 @@ pub(super) async fn finish(
         drained.publishers,
         drained.subscribers,
         &run.live,
+        &run.routing,
     );
     result.reconnect = started.reconnector.map(|reconnector| reconnector.outcome());
     result.load_wall_ns = load_wall_ns;
@@ -85,6 +88,7 @@ fn fill_result(
     publishers: Vec<PublisherOutcome>,
     subscribers: Vec<SubscriberOutcome>,
     live: &Live,
+    routing: &Routing,
 ) {
     for outcome in publishers {
         let slot = outcome.id as usize;
@@ -98,8 +102,13 @@ fn fill_result(
         }
     }
     for outcome in subscribers {
-        for (publisher, unique) in outcome.tracker.unique_by_publisher() {
-            result.delivered_unique[publisher as usize] += unique;
+        match routing.group_of(outcome.id) {
+            None => {
+                for (publisher, unique) in outcome.tracker.unique_by_publisher() {
+                    result.delivered_unique[publisher as usize] += unique;
+                }
+            }
+            Some(filter) => join_member(result, filter, &outcome),
         }
         result.received += outcome.received;
         result.duplicates += outcome.tracker.duplicates();
@@ -118,4 +127,32 @@ fn fill_result(
     result.latency = lock(&live.latency);
     result.transit_latency = lock(&live.transit_latency);
     result.send_delay = lock(&live.send_delay);
+}
+
+/// Joins a shared subscription's member into its group: a message another member already
+/// got counts as a duplicate, not as a second delivery.
+fn join_member(result: &mut RunResult, filter: u32, member: &SubscriberOutcome) {
+    let publishers = result.spec.publishers;
+    let at = match result.groups.iter().position(|g| g.filter == filter) {
+        Some(at) => at,
+        None => {
+            result.groups.push(GroupDeliveries::new(filter, publishers));
+            result.groups.len() - 1
+        }
+    };
+    let group = &mut result.groups[at];
+    let mut delivered = 0;
+    for (publisher, seen, unique) in member.tracker.seen_by_publisher() {
+        delivered += unique;
+        let joined = group.join(publisher, seen);
+        result.delivered_unique[publisher as usize] += joined.new;
+        result.duplicates += joined.again;
+    }
+    group.duplicates += member.tracker.duplicates();
+    group.members.push(MemberShare {
+        subscriber: member.id,
+        delivered,
+    });
+    group.members.sort_by_key(|m| m.subscriber);
+    result.groups.sort_by_key(|g| g.filter);
 }

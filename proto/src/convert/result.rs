@@ -1,5 +1,6 @@
 //! `RunResult` and its parts: histograms as HdrHistogram V2 + DEFLATE bytes.
 
+use loadgen_model::groups::{GroupDeliveries, MemberShare};
 use std::ops::Range;
 
 use domain::FieldError;
@@ -218,6 +219,23 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 })
             })
             .transpose()?,
+        groups: message
+            .groups
+            .into_iter()
+            .map(|group| GroupDeliveries {
+                filter: group.filter,
+                members: group
+                    .members
+                    .into_iter()
+                    .map(|m| MemberShare {
+                        subscriber: m.subscriber,
+                        delivered: m.delivered,
+                    })
+                    .collect(),
+                delivered: group.delivered.into_iter().map(|b| b.words).collect(),
+                duplicates: group.duplicates,
+            })
+            .collect(),
         spec,
     })
 }
@@ -432,6 +450,29 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     })
                 })
                 .transpose()?,
+            groups: result
+                .groups
+                .iter()
+                .map(|group| pb::GroupDeliveries {
+                    filter: group.filter,
+                    members: group
+                        .members
+                        .iter()
+                        .map(|m| pb::MemberShare {
+                            subscriber: m.subscriber,
+                            delivered: m.delivered,
+                        })
+                        .collect(),
+                    delivered: group
+                        .delivered
+                        .iter()
+                        .map(|words| pb::Bitmap {
+                            words: words.clone(),
+                        })
+                        .collect(),
+                    duplicates: group.duplicates,
+                })
+                .collect(),
         })
     }
 }
@@ -594,6 +635,34 @@ mod tests {
         assert_eq!(back, result);
         assert_eq!(back.latency.len(), 10);
         assert_eq!(back.latency.max(), result.latency.max());
+    }
+
+    #[test]
+    fn shared_groups_round_trip_with_their_bitmaps() {
+        let mut spec = open_loop_spec();
+        spec.topology = loadgen_model::spec::Topology::Tree;
+        spec.subscribers = 4;
+        spec.topics = Some(loadgen_model::spec::TopicTree {
+            pattern: "d/{n}".into(),
+            counts: [("n".to_string(), 100)].into(),
+            subscribe: vec!["$share/g/d/+".into(), "d/#".into()],
+        });
+        let mut result = RunResult::empty(&spec, "groups");
+        let mut group = GroupDeliveries::new(0, 100);
+        group.join(7, &[0b1011, u64::MAX]);
+        group.members = vec![
+            MemberShare {
+                subscriber: 0,
+                delivered: 60,
+            },
+            MemberShare {
+                subscriber: 2,
+                delivered: 7,
+            },
+        ];
+        group.duplicates = 3;
+        result.groups.push(group);
+        assert_eq!(RunResult::try_from(encode(&result)), Ok(result));
     }
 
     #[test]
