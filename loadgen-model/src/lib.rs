@@ -37,6 +37,7 @@ pub mod presets;
 pub mod reconnect;
 pub mod result;
 pub mod result_checks;
+pub mod retained;
 pub mod saturation;
 pub mod series;
 pub mod size;

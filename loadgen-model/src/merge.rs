@@ -85,6 +85,10 @@ impl RunResult {
             (None, Some(theirs)) => self.churn = Some(theirs.clone()),
             (_, None) => {}
         }
+        // Only the instance holding every publisher checks retained messages.
+        if self.retained.is_none() {
+            self.retained = other.retained.clone();
+        }
         match (&mut self.reconnect, &other.reconnect) {
             (Some(mine), Some(theirs)) => mine.merge(theirs).map_err(MergeError)?,
             (None, Some(theirs)) => self.reconnect = Some(theirs.clone()),

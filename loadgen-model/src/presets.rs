@@ -62,6 +62,7 @@ pub fn latency() -> WorkloadSpec {
         shard: None,
         run_id: None,
         churn: None,
+        retain: None,
     }
 }
 

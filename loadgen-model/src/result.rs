@@ -245,6 +245,9 @@ pub struct RunResult {
     /// once per group; copies a second member got count in `duplicates`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupDeliveries>,
+    /// What the late subscribers found of the retained messages, when the workload retains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained: Option<crate::retained::RetainedOutcome>,
 }
 
 /// What a run's churn fleet did ([`crate::spec::Churn`]); times on the run clock.
@@ -332,6 +335,7 @@ impl RunResult {
             clock_origin_unix_ns: 0,
             instances: Vec::new(),
             churn: None,
+            retained: None,
             reconnect: None,
             groups: Vec::new(),
         }
@@ -425,6 +429,7 @@ mod tests {
             shard: None,
             run_id: Some("merge".into()),
             churn: None,
+            retain: None,
         }
     }
 

@@ -184,6 +184,32 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         clock("reconnect.first_lost_ns", storm.first_lost_ns)?;
         clock("reconnect.last_back_ns", storm.last_back_ns)?;
     }
+    if let Some(retained) = &result.retained {
+        for (name, count) in [
+            ("retained.current", retained.current),
+            ("retained.stale", retained.stale),
+            ("retained.missing", retained.missing),
+            ("retained.extra", retained.extra),
+            ("retained.expected_each", retained.expected_each),
+            ("retained.cleared", retained.cleared),
+            (
+                "retained.left_after_clear",
+                retained.left_after_clear.unwrap_or(0),
+            ),
+        ] {
+            total(name, [count])?;
+        }
+        let late = crate::spec::MAX_LATE_SUBSCRIBERS as usize;
+        if retained.all_received_ns.len() > late {
+            return Err(problem(
+                "retained.all_received_ns",
+                format!("more than {late} late subscribers"),
+            ));
+        }
+        for ns in &retained.all_received_ns {
+            clock("retained.all_received_ns", *ns)?;
+        }
+    }
     check_groups(result)
 }
 

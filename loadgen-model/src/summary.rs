@@ -224,6 +224,9 @@ pub struct Summary {
     /// Shared subscriptions, each judged once per group, with its members' shares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_groups: Vec<crate::groups::GroupSummary>,
+    /// What the late subscribers found of the retained messages, when the workload retains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained: Option<crate::retained::RetainedOutcome>,
 }
 
 /// A reconnect storm: connections lost and back, how long the fleet took to be whole again,
@@ -419,6 +422,7 @@ impl Summary {
             churn: ChurnSummary::of(result),
             reconnect: ReconnectSummary::of(result),
             shared_groups: crate::groups::GroupSummary::of_all(result),
+            retained: result.retained.clone(),
         }
     }
 }

@@ -34,6 +34,8 @@ pub enum Incoming {
     Publish {
         /// Delivery QoS.
         qos: u8,
+        /// RETAIN: sent because of a new subscription, from what the broker kept.
+        retain: bool,
         /// Packet id (0 at QoS 0).
         pkid: u16,
         /// The payload, measurement header first.
@@ -326,6 +328,14 @@ impl PublishTemplate {
         }
     }
 
+    /// The same PUBLISH with RETAIN set: the broker keeps it as its topic's last value.
+    pub fn retained(mut self) -> Self {
+        if let Some(first) = self.prefix.first_mut() {
+            *first |= RETAIN_FLAG;
+        }
+        self
+    }
+
     /// [`Self::write_prefix`] of a message sent again after a reconnect: the DUP flag set,
     /// as MQTT asks of a re-delivery.
     pub fn write_prefix_again(&self, pkid: u16, out: &mut BytesMut) {
@@ -335,6 +345,8 @@ impl PublishTemplate {
     }
 }
 
+/// The RETAIN bit of a PUBLISH's first byte.
+const RETAIN_FLAG: u8 = 0x01;
 /// The DUP bit of a PUBLISH's first byte.
 const DUP_FLAG: u8 = 0x08;
 
@@ -356,6 +368,7 @@ fn from_v4(packet: v4::Packet) -> Incoming {
         },
         v4::Packet::Publish(publish) => Incoming::Publish {
             qos: publish.qos as u8,
+            retain: publish.retain,
             pkid: publish.pkid,
             payload: publish.payload,
         },
@@ -387,6 +400,7 @@ fn from_v5(packet: v5::Packet) -> Incoming {
         },
         v5::Packet::Publish(publish) => Incoming::Publish {
             qos: publish.qos as u8,
+            retain: publish.retain,
             pkid: publish.pkid,
             payload: publish.payload,
         },
@@ -412,7 +426,9 @@ mod tests {
             .decode(&mut buffer)
             .expect("decodes")
         {
-            Some(Incoming::Publish { qos, pkid, payload }) => (qos, pkid, payload.to_vec()),
+            Some(Incoming::Publish {
+                qos, pkid, payload, ..
+            }) => (qos, pkid, payload.to_vec()),
             other => panic!("expected a publish, got {other:?}"),
         }
     }

@@ -145,6 +145,9 @@ pub fn render_table(summary: &Summary) -> String {
     for group in &s.shared_groups {
         group_line(&mut out, group);
     }
+    if let Some(retained) = &s.retained {
+        retained_line(&mut out, retained);
+    }
     let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
         out,
@@ -517,6 +520,37 @@ fn group_line(out: &mut String, group: &crate::groups::GroupSummary) {
         group.share_median,
         group.share_max,
         group.busiest_percent
+    );
+}
+
+/// The late subscribers' verdicts on the retained messages, and the clean-up's.
+fn retained_line(out: &mut String, r: &crate::retained::RetainedOutcome) {
+    let times = match (r.median_all_received_ms(), r.slowest_all_received_ms()) {
+        (Some(median), Some(slowest)) => format!(
+            "each got all in median {median:.1} ms, slowest {slowest:.1} ms (from connecting)"
+        ),
+        (Some(median), None) => format!(
+            "{} of them got all (median {median:.1} ms from connecting)",
+            r.all_received_ns.len()
+        ),
+        _ => "none got all".to_string(),
+    };
+    let left = r.left_after_clear.map_or_else(
+        || "the clean-up could not be checked".to_string(),
+        |left| format!("{left} left retained after"),
+    );
+    let _ = writeln!(
+        out,
+        "\nretained: {} late subscribers ({} failed to subscribe), each owed the last value of {} topics: \
+         {} current, {} stale, {} missing, {} extra; {times}; {} topics cleared, {left}",
+        r.late_subscribers,
+        r.failed,
+        r.expected_each,
+        r.current,
+        r.stale,
+        r.missing,
+        r.extra,
+        r.cleared
     );
 }
 

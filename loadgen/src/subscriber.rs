@@ -400,7 +400,9 @@ impl State {
                 Err(_) => return Err(Ended("protocol_error")),
             };
             match packet {
-                Incoming::Publish { qos, pkid, payload } => {
+                Incoming::Publish {
+                    qos, pkid, payload, ..
+                } => {
                     self.received += 1;
                     let ack = match qos {
                         1 => Some(AckKind::PubAck),

@@ -171,3 +171,54 @@ async fn a_group_spread_over_three_instances_is_judged_once_when_merged() {
     assert_nothing_lost(&summary);
     assert_each_group_got_everything_once(&summary);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_subscribers_get_exactly_the_last_retained_value_of_each_topic() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let mut spec = tree_workload(broker.port());
+    spec.run_id = Some("retained100".to_string());
+    spec.retain = Some(loadgen::spec::Retain {
+        late_subscribers: 20,
+        filter: "site/+/device/+/temp".to_string(),
+    });
+    let (_, summary) = run(&spec).await;
+    assert_nothing_lost(&summary);
+    let retained = summary
+        .retained
+        .as_ref()
+        .expect("the late subscribers' verdict");
+    assert_eq!((retained.late_subscribers, retained.failed), (20, 0));
+    assert_eq!(retained.expected_each, 100);
+    assert_eq!(
+        (
+            retained.current,
+            retained.stale,
+            retained.missing,
+            retained.extra
+        ),
+        (20 * 100, 0, 0, 0),
+        "each late subscriber got the last value of every topic, once"
+    );
+    assert_eq!(retained.all_received_ns.len(), 20);
+    assert_eq!(retained.cleared, 100);
+    assert_eq!(retained.left_after_clear, Some(0));
+    // And the broker agrees, asked by its own client: nothing of the run is retained.
+    let left = std::process::Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &broker.port().to_string()])
+        .args([
+            "-t",
+            "continuum/retained100/#",
+            "--retained-only",
+            "-W",
+            "2",
+            "-v",
+        ])
+        .output()
+        .expect("mosquitto_sub runs");
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "retained after the clean-up: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}

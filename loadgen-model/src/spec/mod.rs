@@ -14,7 +14,7 @@
 //! connection, engine and drain settings (`options`), a fleet of connecting and
 //! disconnecting clients beside the workload (`churn`), MQTT topic filters and how they match
 //! (`filter`), topic trees named by a pattern (`tree`), who receives whose messages
-//! (`routing`), and the checks with their TOML paths (`validate`).
+//! (`routing`), retained messages and their late subscribers (`retain`), and the checks with their TOML paths (`validate`).
 
 mod broker;
 mod churn;
@@ -22,6 +22,7 @@ mod filter;
 mod options;
 mod pacing;
 mod reconnect;
+mod retain;
 mod routing;
 mod topology;
 mod tree;
@@ -38,6 +39,7 @@ pub use options::{
 };
 pub use pacing::{MAX_DURATION, MAX_RATE, Pacing, RunLength, Schedule, Timetable};
 pub use reconnect::{DEFAULT_RETRY, Reconnect};
+pub use retain::{MAX_LATE_SUBSCRIBERS, Retain};
 pub use routing::{MAX_TREE_MATCHES, MatchedPublishers, Routing, Subscribed};
 pub use topology::{Shard, Topology};
 pub use tree::{MAX_TREE_FILTERS, MAX_TREE_TOPICS, TopicNames, TopicTree};
@@ -116,6 +118,9 @@ pub struct WorkloadSpec {
     /// run by the instance holding publisher 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub churn: Option<Churn>,
+    /// Publishers retain their messages, and late subscribers check what the broker kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain: Option<Retain>,
 }
 
 /// Why TOML text gave no workload.
@@ -218,6 +223,7 @@ mod tests {
             shard: None,
             run_id: None,
             churn: None,
+            retain: None,
         }
     }
 

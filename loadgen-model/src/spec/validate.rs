@@ -170,6 +170,7 @@ impl WorkloadSpec {
         }
         self.validate_length(encoding)?;
         self.validate_memory()?;
+        self.validate_retain()?;
         if u64::from(self.publishers) > encoding.max_publishers() {
             return Err(invalid(
                 "publishers",

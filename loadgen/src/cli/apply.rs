@@ -36,6 +36,15 @@ impl WorkloadArgs {
         set(&mut spec.publishers, self.publishers);
         set(&mut spec.subscribers, self.subscribers);
         set(&mut spec.topology, self.topology);
+        if let Some(late_subscribers) = self.retain_late {
+            spec.retain = Some(crate::spec::Retain {
+                late_subscribers,
+                filter: self
+                    .retain_filter
+                    .clone()
+                    .unwrap_or_else(|| "#".to_string()),
+            });
+        }
         if let Some(pattern) = &self.topics {
             spec.topology = crate::spec::Topology::Tree;
             spec.topics = Some(crate::spec::TopicTree {

@@ -89,6 +89,13 @@ pub struct WorkloadArgs {
     /// the (s mod filters)-th; once per filter.
     #[arg(long, value_name = "FILTER", requires = "topics")]
     pub subscribe: Vec<String>,
+    /// Publishers retain their messages; this many late subscribers connect once publishing
+    /// has ended, each must get the last value of every topic (then the run clears them).
+    #[arg(long, value_name = "COUNT")]
+    pub retain_late: Option<u32>,
+    /// The late subscribers' filter below the run's prefix (default #).
+    #[arg(long, value_name = "FILTER", requires = "retain_late")]
+    pub retain_filter: Option<String>,
     /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
     #[arg(long, visible_alias = "size")]
     pub payload: Option<ByteSize>,

@@ -24,6 +24,7 @@ mod finish;
 mod preflight;
 mod prepare;
 mod publish;
+mod retained;
 mod start;
 mod state;
 
@@ -78,5 +79,10 @@ pub(crate) async fn run_scoped(
     let mut started = start(&run, connected.subscribers, local_broker)?;
     let published = publish(&run, &started, connected.publishers).await?;
     let drained = drain(&run, &mut started, published).await?;
-    Ok(finish(&run, connected.result, started, drained).await)
+    let mut result = finish(&run, connected.result, started, drained).await;
+    // After the measurement: the late subscribers' connections are not the load's.
+    if run.spec.retain.is_some() && !run.cancel.is_cancelled() {
+        result.retained = Some(retained::check(&run, &result.published).await);
+    }
+    Ok(result)
 }

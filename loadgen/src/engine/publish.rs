@@ -62,6 +62,11 @@ fn start_publishers(
             .codec
             .publish_template(&spec.topic_of(run_id, id), spec.qos, payload_len)
             .map_err(|e| LoadgenError::Internal(e.to_string()))?;
+        let template = if spec.retain.is_some() {
+            template.retained()
+        } else {
+            template
+        };
         let pacing = match spec.schedule_of(id) {
             None => PublisherPacing::Flat {
                 start_ns: timing.start_ns(),

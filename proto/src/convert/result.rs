@@ -1,6 +1,7 @@
 //! `RunResult` and its parts: histograms as HdrHistogram V2 + DEFLATE bytes.
 
 use loadgen_model::groups::{GroupDeliveries, MemberShare};
+use loadgen_model::retained::RetainedOutcome;
 use std::ops::Range;
 
 use domain::FieldError;
@@ -219,6 +220,18 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                 })
             })
             .transpose()?,
+        retained: message.retained.map(|r| RetainedOutcome {
+            late_subscribers: r.late_subscribers,
+            failed: r.failed,
+            expected_each: r.expected_each,
+            current: r.current,
+            stale: r.stale,
+            missing: r.missing,
+            extra: r.extra,
+            all_received_ns: r.all_received_ns,
+            cleared: r.cleared,
+            left_after_clear: r.left_after_clear,
+        }),
         groups: message
             .groups
             .into_iter()
@@ -450,6 +463,18 @@ impl TryFrom<&RunResult> for pb::RunResult {
                     })
                 })
                 .transpose()?,
+            retained: result.retained.as_ref().map(|r| pb::RetainedOutcome {
+                late_subscribers: r.late_subscribers,
+                failed: r.failed,
+                expected_each: r.expected_each,
+                current: r.current,
+                stale: r.stale,
+                missing: r.missing,
+                extra: r.extra,
+                all_received_ns: r.all_received_ns.clone(),
+                cleared: r.cleared,
+                left_after_clear: r.left_after_clear,
+            }),
             groups: result
                 .groups
                 .iter()

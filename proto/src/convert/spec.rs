@@ -6,7 +6,8 @@ use domain::FieldError;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    OfflineGap, Pacing, Qos, Reconnect, Shard, TopicTree, Topology, Transport, WorkloadSpec,
+    OfflineGap, Pacing, Qos, Reconnect, Retain, Shard, TopicTree, Topology, Transport,
+    WorkloadSpec,
 };
 
 use super::{
@@ -36,6 +37,10 @@ pub(super) fn spec_from_proto(
         publishers: message.publishers,
         subscribers: message.subscribers,
         topology: topology_from_proto(message.topology, at)?,
+        retain: message.retain.map(|retain| Retain {
+            late_subscribers: retain.late_subscribers,
+            filter: retain.filter,
+        }),
         topics: message.topics.map(|tree| TopicTree {
             pattern: tree.pattern,
             counts: tree.counts.into_iter().collect(),
@@ -235,6 +240,10 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
             publishers: spec.publishers,
             subscribers: spec.subscribers,
             topology: pb::Topology::from(spec.topology).into(),
+            retain: spec.retain.as_ref().map(|retain| pb::Retain {
+                late_subscribers: retain.late_subscribers,
+                filter: retain.filter.clone(),
+            }),
             topics: spec.topics.as_ref().map(|tree| pb::TopicTree {
                 pattern: tree.pattern.clone(),
                 counts: tree.counts.clone().into_iter().collect(),
@@ -408,6 +417,7 @@ pub(super) mod tests {
             shard: None,
             run_id: None,
             churn: None,
+            retain: None,
         }
     }
 
@@ -469,6 +479,7 @@ pub(super) mod tests {
                 connections: 10_000,
                 hold: Duration::from_millis(1_500),
             }),
+            retain: None,
         }
     }
 

@@ -1,0 +1,162 @@
+//! Retained messages: publishers publish with RETAIN, and once publishing has ended, late
+//! subscribers connect and must receive exactly the last message of each topic their filter
+//! matches (a dashboard that connects late gets the state of the fleet). The run then clears
+//! every topic it retained (an empty retained payload) and checks with a fresh subscriber
+//! that nothing is left behind on the broker.
+
+use serde::{Deserialize, Serialize};
+
+use super::{SpecError, TopicFilter, Topology, WorkloadSpec};
+
+/// Most late subscribers one run connects.
+pub const MAX_LATE_SUBSCRIBERS: u32 = 10_000;
+
+/// Publishers retain their messages; late subscribers check what the broker kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retain {
+    /// Subscribers that connect after publishing has ended, each judged on its own.
+    pub late_subscribers: u32,
+    /// Their filter, below the run's prefix: every topic of the run by default.
+    #[serde(default = "every_topic")]
+    pub filter: String,
+}
+
+fn every_topic() -> String {
+    "#".to_string()
+}
+
+fn invalid(path: &str, value: impl std::fmt::Display, problem: impl Into<String>) -> SpecError {
+    SpecError {
+        path: path.to_string(),
+        value: value.to_string(),
+        problem: problem.into(),
+    }
+}
+
+impl WorkloadSpec {
+    /// Publishers whose topic the late subscribers' filter matches (one topic each).
+    pub fn retained_publishers(&self) -> Vec<u32> {
+        let Some(retain) = &self.retain else {
+            return Vec::new();
+        };
+        let Ok(filter) =
+            TopicFilter::parse(&format!("{}/run/{}", self.topic_prefix, retain.filter))
+        else {
+            return Vec::new();
+        };
+        (0..self.publishers)
+            .filter(|p| filter.matches(&self.topic_of("run", *p)))
+            .collect()
+    }
+
+    /// The checks of `retain`: a filter that is not shared and matches some topic, one
+    /// publisher per topic (else "the last value" of a topic is a race between publishers),
+    /// every publisher in one instance (the late subscribers judge against what it sent), and
+    /// no reconnecting subscribers (a SUBSCRIBE again would bring retained copies mid-run).
+    pub(super) fn validate_retain(&self) -> Result<(), SpecError> {
+        let Some(retain) = &self.retain else {
+            return Ok(());
+        };
+        if retain.late_subscribers == 0 || retain.late_subscribers > MAX_LATE_SUBSCRIBERS {
+            return Err(invalid(
+                "retain.late_subscribers",
+                retain.late_subscribers,
+                format!("at least 1 and at most {MAX_LATE_SUBSCRIBERS}"),
+            ));
+        }
+        let filter = TopicFilter::parse(&retain.filter)
+            .map_err(|problem| invalid("retain.filter", format!("{:?}", retain.filter), problem))?;
+        if filter.group().is_some() {
+            return Err(invalid(
+                "retain.filter",
+                format!("{:?}", retain.filter),
+                "a shared subscription gets no retained messages (MQTT 5 §4.8.2)",
+            ));
+        }
+        let one_per_topic = match self.topology {
+            Topology::Shared => self.publishers == 1,
+            Topology::Pairs | Topology::FanOut => true,
+            Topology::Tree => self
+                .topics
+                .as_ref()
+                .and_then(|tree| tree.names().ok())
+                .is_some_and(|names| names.len() == u64::from(self.publishers)),
+        };
+        if !one_per_topic {
+            return Err(invalid(
+                "retain",
+                "(set)",
+                format!(
+                    "needs one publisher per topic (topology \"{}\" with {} publishers shares topics): \
+                     the last value of a shared topic would be a race",
+                    self.topology, self.publishers
+                ),
+            ));
+        }
+        if self.retained_publishers().is_empty() {
+            return Err(invalid(
+                "retain.filter",
+                format!("{:?}", retain.filter),
+                "matches none of the run's topics",
+            ));
+        }
+        if let Some(shard) = &self.shard
+            && shard.publishers != (0..self.publishers)
+        {
+            return Err(invalid(
+                "shard.publishers",
+                format!("{:?}", shard.publishers),
+                "retain needs every publisher in one instance: the late subscribers judge against what they sent",
+            ));
+        }
+        if self.connection.reconnect.is_some() {
+            return Err(invalid(
+                "retain",
+                "(set)",
+                "not with connection.reconnect: a subscriber subscribing again gets retained copies mid-run",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retained(late: u32, filter: &str) -> WorkloadSpec {
+        let mut spec = super::super::tests::example();
+        spec.retain = Some(Retain {
+            late_subscribers: late,
+            filter: filter.to_string(),
+        });
+        spec
+    }
+
+    #[test]
+    fn late_subscribers_expect_the_topics_their_filter_matches() {
+        let spec = retained(3, "#");
+        spec.validate().expect("valid");
+        assert_eq!(spec.retained_publishers(), [0, 1, 2, 3]);
+        assert_eq!(retained(1, "p2").retained_publishers(), [2]);
+    }
+
+    #[test]
+    fn retain_that_cannot_be_judged_is_refused_naming_the_field() {
+        let path = |spec: WorkloadSpec| spec.validate().expect_err("refused").path;
+        assert_eq!(path(retained(0, "#")), "retain.late_subscribers");
+        assert_eq!(path(retained(1, "a/#/b")), "retain.filter");
+        assert_eq!(path(retained(1, "$share/g/#")), "retain.filter");
+        assert_eq!(path(retained(1, "nothing/here")), "retain.filter");
+        let mut shared = retained(1, "#");
+        shared.topology = Topology::Shared;
+        assert_eq!(path(shared), "retain");
+        let mut part = retained(1, "#");
+        part.shard = Some(super::super::Shard {
+            publishers: 0..2,
+            subscribers: 0..4,
+        });
+        assert_eq!(path(part), "shard.publishers");
+    }
+}

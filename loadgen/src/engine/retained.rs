@@ -1,0 +1,326 @@
+//! Retained messages, checked once publishing has ended: late subscribers each must get the
+//! last value of every topic their filter matches, once; then the run clears every topic it
+//! retained and a fresh subscriber to all of them checks that nothing was left behind.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use super::prepare::Run;
+use crate::codec::{AckKind, Incoming};
+use crate::retained::RetainedOutcome;
+use crate::session::{self, READ_CHUNK, Session};
+use crate::spec::{Qos, WorkloadSpec};
+
+/// What one late subscriber found.
+#[derive(Debug, Default)]
+struct Found {
+    current: u64,
+    stale: u64,
+    missing: u64,
+    extra: u64,
+    all_received_ns: Option<u64>,
+}
+
+impl Found {
+    /// Judges one message, (publisher, seq) when it was retained and readable, against the
+    /// owed topics' last values; true when it is the first for an owed topic.
+    fn judge(
+        &mut self,
+        message: Option<(u32, u32)>,
+        owed: &[(u32, Option<u32>)],
+        got: &mut [bool],
+    ) -> bool {
+        let owed_last = message.and_then(|(publisher, seq)| {
+            owed.iter()
+                .find(|(p, _)| *p == publisher)
+                .and_then(|(_, last)| last.map(|last| (publisher, seq, last)))
+        });
+        match owed_last {
+            Some((publisher, seq, last)) if !got[publisher as usize] => {
+                got[publisher as usize] = true;
+                if seq == last {
+                    self.current += 1;
+                } else {
+                    self.stale += 1;
+                }
+                true
+            }
+            _ => {
+                self.extra += 1;
+                false
+            }
+        }
+    }
+}
+
+/// Runs the late subscribers, then the clean-up and its check. `published` is per global
+/// publisher (this instance holds them all: validation sees to it).
+pub(super) async fn check(run: &Run<'_>, published: &[u64]) -> RetainedOutcome {
+    let spec = run.spec;
+    let Some(retain) = &spec.retain else {
+        return RetainedOutcome::default();
+    };
+    // A publisher's last message is the one the broker keeps: its seq is the count sent - 1.
+    let owed: Vec<(u32, Option<u32>)> = spec
+        .retained_publishers()
+        .into_iter()
+        .map(|p| {
+            let sent = published.get(p as usize).copied().unwrap_or(0);
+            (
+                p,
+                sent.checked_sub(1)
+                    .and_then(|last| u32::try_from(last).ok()),
+            )
+        })
+        .collect();
+    let filter = format!("{}/{}/{}", spec.topic_prefix, run.run_id, retain.filter);
+    let mut late = JoinSet::new();
+    for index in 0..retain.late_subscribers {
+        let client_id = format!(
+            "{}-{}-late{index}",
+            spec.connection.client_id_prefix, run.run_id
+        );
+        let (dialer, codec, spec) = (run.dialer.clone(), run.codec, spec.clone());
+        let (filter, owed) = (filter.clone(), owed.clone());
+        late.spawn(async move {
+            late_subscriber(&spec, dialer, codec, &client_id, &filter, &owed).await
+        });
+    }
+    let mut outcome = RetainedOutcome {
+        expected_each: owed.iter().filter(|(_, last)| last.is_some()).count() as u64,
+        ..RetainedOutcome::default()
+    };
+    while let Some(joined) = late.join_next().await {
+        match joined {
+            Ok(Some(found)) => {
+                outcome.late_subscribers += 1;
+                outcome.current += found.current;
+                outcome.stale += found.stale;
+                outcome.missing += found.missing;
+                outcome.extra += found.extra;
+                outcome.all_received_ns.extend(found.all_received_ns);
+            }
+            Ok(None) | Err(_) => outcome.failed += 1,
+        }
+    }
+    outcome.all_received_ns.sort_unstable();
+    let topics: Vec<String> = (0..spec.publishers)
+        .map(|p| spec.topic_of(&run.run_id, p))
+        .collect();
+    if clear(run, &topics).await {
+        outcome.cleared = topics.len() as u64;
+        let everything = format!("{}/{}/#", spec.topic_prefix, run.run_id);
+        outcome.left_after_clear = still_retained(run, &everything).await;
+    }
+    outcome
+}
+
+/// One late subscriber: connects, subscribes, and judges each retained message against the
+/// last value its topic was sent; `None` when it could not connect or subscribe.
+async fn late_subscriber(
+    spec: &WorkloadSpec,
+    dialer: crate::transport::Dialer,
+    codec: crate::codec::Codec,
+    client_id: &str,
+    filter: &str,
+    owed: &[(u32, Option<u32>)],
+) -> Option<Found> {
+    let began = Instant::now();
+    let fields = session::connect_fields(spec, client_id);
+    // QoS 1 at most: a retained message is checked, not measured.
+    let qos = spec.qos.min(Qos::AtLeastOnce);
+    let mut session = session::open(
+        &dialer,
+        codec,
+        &fields,
+        Some((filter, qos)),
+        spec.connection.connect_timeout,
+    )
+    .await
+    .ok()?;
+    let header = spec.header_encoding();
+    let expected = owed.iter().filter(|(_, last)| last.is_some()).count();
+    let mut got = vec![false; spec.publishers as usize];
+    let mut found = Found::default();
+    let mut distinct = 0usize;
+    let deadline = Instant::now() + spec.drain.timeout;
+    let mut out = BytesMut::new();
+    while distinct < expected && Instant::now() < deadline {
+        for packet in decode_all(&mut session) {
+            let Incoming::Publish {
+                qos,
+                pkid,
+                payload,
+                retain,
+            } = packet
+            else {
+                continue;
+            };
+            if qos == 1 {
+                let _ = session.codec.ack(AckKind::PubAck, pkid, &mut out);
+            }
+            let message = header.decode(&payload).map(|h| (h.publisher, h.seq));
+            if found.judge(message.filter(|_| retain), owed, &mut got) {
+                distinct += 1;
+            }
+        }
+        if !out.is_empty() {
+            let _ = session.writer.write_all(&out).await;
+            let _ = session.writer.flush().await;
+            out.clear();
+        }
+        if distinct == expected {
+            found.all_received_ns = Some(began.elapsed().as_nanos() as u64);
+            break;
+        }
+        if !read_within(&mut session, spec.drain.idle).await {
+            break;
+        }
+    }
+    // Copies that follow the last owed message are extras too: wait one short quiet spell.
+    if found.all_received_ns.is_some() && read_within(&mut session, QUIET).await {
+        found.extra += decode_all(&mut session)
+            .iter()
+            .filter(|p| matches!(p, Incoming::Publish { .. }))
+            .count() as u64;
+    }
+    found.missing = (expected - distinct) as u64;
+    goodbye(&mut session).await;
+    Some(found)
+}
+
+/// How long a subscriber listens for what should not come.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Every complete packet in the session's buffer.
+fn decode_all(session: &mut Session) -> Vec<Incoming> {
+    let mut packets = Vec::new();
+    while let Ok(Some(packet)) = session.codec.decode(&mut session.read_buffer) {
+        packets.push(packet);
+    }
+    packets
+}
+
+/// Reads once, waiting at most `within`; false when nothing came or the connection ended.
+async fn read_within(session: &mut Session, within: Duration) -> bool {
+    session.read_buffer.reserve(READ_CHUNK);
+    matches!(
+        tokio::time::timeout(within, session.reader.read_buf(&mut session.read_buffer)).await,
+        Ok(Ok(read)) if read > 0
+    )
+}
+
+/// Publishes an empty retained message to every topic (QoS 0), then waits for the answer to
+/// a PINGREQ: the broker handles one connection's packets in order, so by then it has
+/// cleared them all. False when it could not.
+async fn clear(run: &Run<'_>, topics: &[String]) -> bool {
+    let spec = run.spec;
+    let client_id = format!("{}-{}-clear", spec.connection.client_id_prefix, run.run_id);
+    let fields = session::connect_fields(spec, &client_id);
+    let Ok(mut session) = session::open(
+        &run.dialer,
+        run.codec,
+        &fields,
+        None,
+        spec.connection.connect_timeout,
+    )
+    .await
+    else {
+        return false;
+    };
+    let mut out = BytesMut::new();
+    for topic in topics {
+        let Ok(template) = run.codec.publish_template(topic, Qos::AtMostOnce, 0) else {
+            return false;
+        };
+        template.retained().write_prefix(0, &mut out);
+    }
+    if session.codec.ping(&mut out).is_err()
+        || session.writer.write_all(&out).await.is_err()
+        || session.writer.flush().await.is_err()
+    {
+        return false;
+    }
+    let deadline = Instant::now() + spec.drain.timeout;
+    let mut answered = false;
+    while !answered && Instant::now() < deadline {
+        if !read_within(&mut session, spec.drain.timeout).await {
+            break;
+        }
+        answered = decode_all(&mut session)
+            .iter()
+            .any(|p| matches!(p, Incoming::PingResp));
+    }
+    goodbye(&mut session).await;
+    answered
+}
+
+/// Retained messages a fresh subscriber to `filter` gets; `None` when it could not subscribe.
+async fn still_retained(run: &Run<'_>, filter: &str) -> Option<u64> {
+    let spec = run.spec;
+    let client_id = format!("{}-{}-left", spec.connection.client_id_prefix, run.run_id);
+    let fields = session::connect_fields(spec, &client_id);
+    let mut session = session::open(
+        &run.dialer,
+        run.codec,
+        &fields,
+        Some((filter, Qos::AtMostOnce)),
+        spec.connection.connect_timeout,
+    )
+    .await
+    .ok()?;
+    let mut left = 0;
+    let deadline = Instant::now() + spec.drain.timeout;
+    loop {
+        left += decode_all(&mut session)
+            .iter()
+            .filter(|p| matches!(p, Incoming::Publish { retain: true, .. }))
+            .count() as u64;
+        if Instant::now() >= deadline || !read_within(&mut session, QUIET).await {
+            break;
+        }
+    }
+    goodbye(&mut session).await;
+    Some(left)
+}
+
+async fn goodbye(session: &mut Session) {
+    let mut out = BytesMut::new();
+    if session.codec.disconnect(&mut out).is_ok() {
+        let _ = session.writer.write_all(&out).await;
+        let _ = session.writer.flush().await;
+        let _ = session.writer.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_retained_message_is_current_stale_or_extra() {
+        // Publishers 0 and 2 are owed (last seqs 9 and 4); publisher 1 sent nothing.
+        let owed = [(0, Some(9)), (1, None), (2, Some(4))];
+        let mut got = vec![false; 3];
+        let mut found = Found::default();
+        assert!(found.judge(Some((0, 9)), &owed, &mut got));
+        assert!(
+            found.judge(Some((2, 3)), &owed, &mut got),
+            "stale, but the topic's first"
+        );
+        assert!(!found.judge(Some((0, 9)), &owed, &mut got), "a second copy");
+        assert!(
+            !found.judge(Some((1, 0)), &owed, &mut got),
+            "nothing owed there"
+        );
+        assert!(
+            !found.judge(Some((7, 0)), &owed, &mut got),
+            "not a publisher of the run"
+        );
+        assert!(!found.judge(None, &owed, &mut got), "live, or unreadable");
+        assert_eq!((found.current, found.stale, found.extra), (1, 1, 4));
+    }
+}
