@@ -274,3 +274,128 @@ fn killing_one_of_three_agents_mid_cell_fails_that_cell_naming_it() -> Result<()
     );
     Ok(())
 }
+
+/// Two shared subscriptions on one filter of a 100-topic tree, their twelve members spread
+/// four per node over the three agents (six per group, two of each group on every node).
+const SHARED_GROUPS: &str = r#"
+[[tests]]
+kind = "custom"
+loadgen = ["tester", "headnode", "worker"]
+[tests.workload]
+publishers = 100
+subscribers = 12
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "open-loop", interval = "50ms" }
+broker = { protocol = "5" }
+[tests.workload.topics]
+pattern = "site/{site}/device/{device}/temp"
+counts = { site = 4, device = 25 }
+subscribe = ["$share/backend/site/+/device/+/temp", "$share/audit/site/+/device/+/temp"]
+# The same tree retained, read late by 20 subscribers of the tester.
+[[tests]]
+kind = "custom"
+loadgen = ["tester"]
+[tests.workload]
+publishers = 100
+subscribers = 1
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "burst" }
+[tests.workload.topics]
+pattern = "site/{site}/device/{device}/temp"
+counts = { site = 4, device = 25 }
+subscribe = ["site/#"]
+[tests.workload.retain]
+late_subscribers = 20
+filter = "site/+/device/+/temp"
+"#;
+
+#[test]
+fn a_shared_group_spread_over_three_agents_gets_every_message_once() -> Result<()> {
+    isolated_netns_test!(Ok(()));
+    if !tests::components_available(&[MOSQUITTO_BINARY]) {
+        return Ok(());
+    }
+    let bed = AgentBed::start_with("spreadshare", |_, _| Ok(String::new()))?;
+    let mosquitto = worker_mosquitto(&bed)?;
+    let work = tempfile::tempdir()?;
+    let before = mosquitto.counters_settled()?;
+    let summary = run(
+        &bed,
+        &plan_text(&bed, &work.path().join("results"), SHARED_GROUPS),
+    )?;
+    assert_eq!((summary.measured, summary.failed), (2, 0), "{summary:?}");
+    let rows = results::read_rows(&summary.dir.join("summary.csv"))?;
+    let row = &rows[0];
+    let result = result_of(&summary.dir, &row.cell)?;
+    // Every node held members of both groups.
+    assert_eq!(
+        shares(&result)?
+            .iter()
+            .map(|(node, _, subscribers)| (node.clone(), subscribers.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("tester".to_string(), 0..4),
+            ("headnode".to_string(), 4..8),
+            ("worker".to_string(), 8..12),
+        ]
+    );
+    let figures = loadgen::Summary::of(&result);
+    assert_eq!(
+        figures.expected_deliveries,
+        2 * 100 * 10,
+        "owed once per group"
+    );
+    assert_eq!((figures.lost, figures.duplicates), (Some(0), 0));
+    assert_eq!(figures.shared_groups.len(), 2);
+    for group in &figures.shared_groups {
+        assert_eq!(group.members, 6, "{group:?}");
+        assert_eq!((group.delivered, group.expected), (1000, 1000), "{group:?}");
+        assert_eq!((group.lost, group.duplicates), (Some(0), 0), "{group:?}");
+        assert!(group.share_min > 0, "every member took part: {group:?}");
+    }
+    let retained = result_of(&summary.dir, &rows[1].cell)?;
+    let late = retained
+        .retained
+        .as_ref()
+        .context("the late subscribers' verdict")?;
+    assert_eq!(
+        (
+            late.late_subscribers,
+            late.current,
+            late.stale,
+            late.missing,
+            late.extra
+        ),
+        (20, 20 * 100, 0, 0, 0)
+    );
+    assert_eq!(late.left_after_clear, Some(0));
+    let after = mosquitto.counters_settled()?;
+    // Mosquitto leaves retained publishes out of its received count (see mosquitto_sys.rs);
+    // what it sent is every delivery counted by the two cells' subscribers, plus the 2000
+    // retained messages the late subscribers were owed and got.
+    assert_eq!(
+        (
+            figures.published,
+            figures.received + retained.received + 2000
+        ),
+        (
+            after.publish_received - before.publish_received,
+            after.publish_sent - before.publish_sent
+        ),
+        "the agents' merged counts vs Mosquitto's $SYS"
+    );
+    let report = std::fs::read_to_string(summary.dir.join("report.md"))?;
+    assert!(
+        report.contains("## Shared subscriptions")
+            && report
+                .contains("| $share/audit/site/+/device/+/temp | 1 | 6 | 1000 / 1000 | 0 | 0 |"),
+        "{report}"
+    );
+    Ok(())
+}

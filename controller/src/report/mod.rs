@@ -50,6 +50,7 @@ mod custom;
 mod emulation;
 mod estimate;
 mod findings;
+mod fleet;
 mod frame;
 pub mod glance;
 mod grouped;
@@ -160,6 +161,8 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(custom::sections(data));
     sections.extend(churn::section(data));
     sections.extend(reconnect::section(data));
+    sections.extend(fleet::shared_section(data));
+    sections.extend(fleet::retained_section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
