@@ -313,9 +313,20 @@ pub fn sets(table: &toml::Table, path: &str) -> bool {
 
 fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
     let mut steps = path.split('.');
-    let mut value = table.get(steps.next()?)?;
+    let mut value = step_into(table, steps.next()?)?;
     for step in steps {
-        value = value.as_table()?.get(step)?;
+        value = step_into(value.as_table()?, step)?;
     }
     Some(value)
+}
+
+/// One step of a path: a key, or a key and an index into its array (`subscribe[1]`).
+fn step_into<'a>(table: &'a toml::Table, step: &str) -> Option<&'a toml::Value> {
+    match step.strip_suffix(']').and_then(|s| s.split_once('[')) {
+        Some((key, index)) => table
+            .get(key)?
+            .as_array()?
+            .get(index.parse::<usize>().ok()?),
+        None => table.get(step),
+    }
 }

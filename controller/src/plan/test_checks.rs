@@ -407,6 +407,18 @@ impl Plan {
                     ),
                 ));
             }
+            let publishing = placed
+                .iter()
+                .filter(|p| !p.shard.publishers.is_empty())
+                .count();
+            if spec.retain.is_some() && publishing > 1 {
+                return Err(invalid(
+                    path("loadgen"),
+                    format!("{:?}", test.loadgen),
+                    "retain needs every publisher on one loadgen node (the late subscribers \
+                     judge against what they sent): name one node, or spread = \"split\"",
+                ));
+            }
         }
         Ok(())
     }

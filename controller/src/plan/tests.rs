@@ -433,6 +433,56 @@ fn custom_test_mistakes_name_the_toml_path() {
     assert_eq!(spec.topology, loadgen::spec::Topology::FanOut);
 }
 
+/// Trees, shared subscriptions and retained messages come from the custom table; what
+/// loadgen refuses is named at its TOML path, and retain over several publishing nodes is
+/// refused before anything runs.
+#[test]
+fn fleet_workloads_are_checked_when_the_plan_is_read() {
+    let tree = "publishers = 4\nsubscribers = 2\ntopology = \"tree\"\nqos = 1\npayload = \"32B\"\n\
+                messages_per_publisher = 5\npacing = { mode = \"burst\" }\n\
+                [tests.workload.topics]\npattern = \"d/{n}\"\ncounts = { n = 4 }\n";
+    let plan = |loadgen: &str, tail: &str| {
+        format!(
+            "{BASE}[[nodes]]\nname = \"m\"\nagent = \"local\"\nroles = [\"loadgen\"]\n\
+             [[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n\
+             [[tests]]\nkind = \"custom\"\nloadgen = {loadgen}\n[tests.workload]\n{tree}{tail}"
+        )
+    };
+    let good = "subscribe = [\"d/+\", \"$share/g/d/#\"]\n";
+    Plan::parse(&plan("[\"n\", \"m\"]", good), "plan.toml").expect("a tree over two nodes");
+    let cases = [
+        (
+            plan("[\"n\"]", "subscribe = [\"d/#/x\"]\n"),
+            "tests[1].workload.topics.subscribe[0] = \"d/#/x\": # is the last level of a filter",
+        ),
+        (
+            plan("[\"n\"]", "subscribe = [\"$share//d/+\"]\n"),
+            "tests[1].workload.topics.subscribe[0]",
+        ),
+        (
+            plan(
+                "[\"n\", \"m\"]",
+                &format!("{good}[tests.workload.retain]\nlate_subscribers = 3\n"),
+            ),
+            "tests[1].loadgen = [\"n\", \"m\"]: retain needs every publisher on one loadgen node",
+        ),
+        (
+            plan(
+                "[\"n\"]",
+                &format!("{good}[tests.workload.retain]\nlate_subscribers = 3\nfilter = \"e/#\"\n"),
+            ),
+            "tests[1].workload.retain.filter = \"e/#\": matches none of the run's topics",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(
+            error.contains(expected),
+            "{error}\n  should contain: {expected}"
+        );
+    }
+}
+
 #[test]
 fn websocket_tests_reach_every_broker_or_name_the_one_they_cannot() {
     let ws = "[tests.workload.broker]\ntransport = \"websocket\"\n";

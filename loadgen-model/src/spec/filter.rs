@@ -45,7 +45,10 @@ impl TopicFilter {
         }
         let levels: Vec<&str> = filter.split('/').collect();
         for (at, level) in levels.iter().enumerate() {
-            if level.contains('#') && (*level != "#" || at + 1 != levels.len()) {
+            if *level == "#" && at + 1 != levels.len() {
+                return Err("# is the last level of a filter: no level may follow it".to_string());
+            }
+            if level.contains('#') && *level != "#" {
                 return Err(format!(
                     "# stands alone as the last level of a filter, not in {level:?}"
                 ));
