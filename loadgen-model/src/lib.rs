@@ -26,6 +26,7 @@
 //!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay.
 
 pub mod broker_on_host;
+pub mod capabilities;
 pub mod clock;
 pub mod generator;
 pub mod groups;

@@ -22,6 +22,8 @@ pub enum Incoming {
         receive_maximum: Option<u16>,
         /// The broker still had this client's session (clean session off).
         session_present: bool,
+        /// MQTT 5: what the broker says it allows (empty for 3.1.1).
+        limits: ServerLimits,
     },
     /// SUBACK with the number of refused filters.
     SubAck {
@@ -55,6 +57,24 @@ pub enum Incoming {
     Disconnect(String),
     /// Anything a load client does not act on.
     Other,
+}
+
+/// What an MQTT 5 CONNACK's properties say the broker allows; absent ones are MQTT 5's
+/// defaults (QoS 2, retain, wildcards and shared subscriptions available, no topic alias).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Maximum QoS.
+    pub maximum_qos: Option<u8>,
+    /// Retain Available.
+    pub retain_available: Option<bool>,
+    /// Wildcard Subscription Available.
+    pub wildcards_available: Option<bool>,
+    /// Shared Subscription Available.
+    pub shared_available: Option<bool>,
+    /// Topic Alias Maximum.
+    pub topic_alias_maximum: Option<u16>,
+    /// Maximum Packet Size.
+    pub maximum_packet_size: Option<u32>,
 }
 
 /// A packet could not be decoded or encoded.
@@ -357,6 +377,7 @@ fn from_v4(packet: v4::Packet) -> Incoming {
                 .then(|| format!("{:?}", ack.code)),
             receive_maximum: None,
             session_present: ack.session_present,
+            limits: ServerLimits::default(),
         },
         v4::Packet::SubAck(ack) => Incoming::SubAck {
             pkid: ack.pkid,
@@ -387,8 +408,20 @@ fn from_v5(packet: v5::Packet) -> Incoming {
         v5::Packet::ConnAck(ack) => Incoming::ConnAck {
             refusal: (ack.code != v5::ConnectReturnCode::Success)
                 .then(|| format!("{:?}", ack.code)),
-            receive_maximum: ack.properties.and_then(|p| p.receive_max),
+            receive_maximum: ack.properties.as_ref().and_then(|p| p.receive_max),
             session_present: ack.session_present,
+            limits: ack
+                .properties
+                .as_ref()
+                .map(|p| ServerLimits {
+                    maximum_qos: p.max_qos,
+                    retain_available: p.retain_available.map(|v| v != 0),
+                    wildcards_available: p.wildcard_subscription_available.map(|v| v != 0),
+                    shared_available: p.shared_subscription_available.map(|v| v != 0),
+                    topic_alias_maximum: p.topic_alias_max,
+                    maximum_packet_size: p.max_packet_size,
+                })
+                .unwrap_or_default(),
         },
         v5::Packet::SubAck(ack) => Incoming::SubAck {
             pkid: ack.pkid,

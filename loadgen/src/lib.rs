@@ -32,8 +32,8 @@
 // The spec, result, summary and their kin are `loadgen-model`'s, so that crates speaking the
 // contract need not build the engine; re-exported so `loadgen::spec` and `crate::spec` stay.
 pub use loadgen_model::{
-    clock, generator, groups, header, histogram_v2, presets, result, result_checks, retained,
-    saturation, series, size, spec, steadiness, summary, tail,
+    capabilities, clock, generator, groups, header, histogram_v2, presets, result, result_checks,
+    retained, saturation, series, size, spec, steadiness, summary, tail,
 };
 
 pub mod accounting;
@@ -46,6 +46,7 @@ mod live;
 pub mod local_broker;
 pub mod output;
 mod pacer;
+pub mod probe;
 mod publisher;
 mod reconnect;
 pub mod runtime;

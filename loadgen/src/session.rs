@@ -24,6 +24,8 @@ pub(crate) struct Session {
     pub receive_maximum: Option<u16>,
     /// CONNACK said the broker had kept this client's session.
     pub session_present: bool,
+    /// MQTT 5: what CONNACK said the broker allows.
+    pub limits: crate::codec::ServerLimits,
 }
 
 /// Why a connection could not be opened.
@@ -142,6 +144,7 @@ async fn open_unbounded(
         codec,
         receive_maximum: None,
         session_present: false,
+        limits: crate::codec::ServerLimits::default(),
     };
     let mut out = BytesMut::new();
     codec
@@ -153,9 +156,11 @@ async fn open_unbounded(
             refusal: None,
             receive_maximum,
             session_present,
+            limits,
         } => {
             session.receive_maximum = receive_maximum;
             session.session_present = session_present;
+            session.limits = limits;
         }
         Incoming::ConnAck {
             refusal: Some(code),

@@ -56,7 +56,13 @@ impl BrokerControl {
         if let Some(ttl) = lease {
             self.leases.hold(&self.brokers, &name, ttl);
         }
-        Ok(status_to_message(&status))
+        let mut message = status_to_message(&status);
+        if let Some(address) = status.address {
+            message.capabilities = probe(address)
+                .await
+                .map(|caps| pb::BrokerCapabilities::from(&caps));
+        }
+        Ok(message)
     }
 
     /// Extends the lease of broker `name`.
@@ -133,6 +139,32 @@ fn from_broker(error: BrokerError) -> Status {
     Status::new(code, error.to_string())
 }
 
+/// Whole probe's bound: a broker that stalls it must not stall the run's deploy.
+const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// What the broker at `address` supports (plain MQTT over TCP, no login: the brokers an
+/// agent starts take anonymous clients); `None` when it could not be probed.
+async fn probe(address: std::net::SocketAddr) -> Option<loadgen::capabilities::Capabilities> {
+    let mut target = loadgen::presets::latency().broker;
+    target.host = address.ip().to_string();
+    target.port = address.port();
+    let probed = tokio::time::timeout(
+        PROBE_WITHIN,
+        loadgen::probe::probe(&target, std::time::Duration::from_secs(3)),
+    )
+    .await;
+    match probed {
+        Ok(Some(caps)) => {
+            tracing::info!(%address, capabilities = %caps.summary(), "broker probed");
+            Some(caps)
+        }
+        _ => {
+            tracing::warn!(%address, "the broker could not be probed");
+            None
+        }
+    }
+}
+
 /// A registry status as a message.
 pub(crate) fn status_to_message(status: &BrokerStatus) -> pb::BrokerStatus {
     let (state, detail) = match &status.state {
@@ -153,6 +185,7 @@ pub(crate) fn status_to_message(status: &BrokerStatus) -> pb::BrokerStatus {
             .unwrap_or_default(),
         pid: status.pid.unwrap_or(0),
         detail,
+        capabilities: None,
     }
 }
 

@@ -84,6 +84,7 @@ impl TryFrom<pb::BrokerStatus> for Started {
             address,
             websocket,
             detail: status.detail,
+            capabilities: status.capabilities.map(Into::into),
         })
     }
 }

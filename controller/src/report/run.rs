@@ -106,6 +106,7 @@ pub fn section(data: &RunData) -> Section {
             ]);
         }
         section.blocks.push(Block::Table(brokers));
+        capabilities_part(&mut section, manifest);
     }
     if let Some(testbed) = &manifest.testbed {
         testbed_part(&mut section, testbed);
@@ -317,6 +318,39 @@ fn grouped(notes: &[CellNote], by_place: bool) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// What each probed broker supports, and how the probe found out: a cell whose workload needs
+/// what its broker lacks was skipped with that reason (listed under "not measured").
+fn capabilities_part(section: &mut Section, manifest: &crate::results::Manifest) {
+    let probed: Vec<_> = manifest
+        .brokers
+        .iter()
+        .filter_map(|b| b.capabilities.as_ref().map(|caps| (b, caps)))
+        .collect();
+    if probed.is_empty() {
+        return;
+    }
+    section.heading("What each broker supports");
+    section.paragraph(
+        "Probed by the broker's agent once it was ready: an MQTT 3.1.1 and an MQTT 5 CONNECT, \
+         the MQTT 5 CONNACK's limits, and a round trip each for wildcard subscriptions, shared \
+         subscriptions and retained messages. A cell whose workload needs what its broker \
+         lacks is skipped with that reason rather than measured into errors.",
+    );
+    let mut table = Table::new(&["Broker", "Supports", "How the probe found out"], 3);
+    for (broker, caps) in probed {
+        table.row(vec![
+            broker.name.clone(),
+            caps.summary(),
+            if caps.notes.is_empty() {
+                "CONNECTs accepted, every round trip delivered".to_string()
+            } else {
+                caps.notes.join("; ")
+            },
+        ]);
+    }
+    section.blocks.push(Block::Table(table));
 }
 
 #[cfg(test)]

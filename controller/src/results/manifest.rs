@@ -233,6 +233,10 @@ pub struct BrokerRecord {
     pub websocket_address: Option<String>,
     /// What runs: product and process, or image, Deployment and node.
     pub detail: String,
+    /// What it supports, as probed when it was started; absent for an external broker or
+    /// one that could not be probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<loadgen::capabilities::Capabilities>,
 }
 
 /// What phases 2 and 3 left running, as the agents reported it.

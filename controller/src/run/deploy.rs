@@ -48,6 +48,8 @@ pub(super) struct Deployed {
     /// Where WebSocket clients dial it, when it has such a listener.
     pub websocket: Option<SocketAddr>,
     pub detail: String,
+    /// What the broker supports, as probed when it was started (none for an external one).
+    pub capabilities: Option<loadgen::capabilities::Capabilities>,
 }
 
 impl From<Started> for Deployed {
@@ -56,6 +58,7 @@ impl From<Started> for Deployed {
             address: started.address,
             websocket: started.websocket,
             detail: started.detail,
+            capabilities: started.capabilities,
         }
     }
 }
@@ -138,6 +141,7 @@ pub(super) async fn deploy(
                 .websocket
                 .map(|ws| SocketAddr::new(via.data_address, ws.port())),
             detail: started.detail,
+            capabilities: started.capabilities,
         });
     }
     enter_through(plan, broker, agent, via, entry, started).await
@@ -160,6 +164,7 @@ async fn external(address: &str, websocket: Option<&str>) -> Result<Deployed, De
         address: resolved,
         websocket,
         detail: "external: run by someone else".to_string(),
+        capabilities: None,
     })
 }
 
@@ -192,6 +197,8 @@ async fn enter_through(
                 "{}; entered through {entry}: {}",
                 started.detail, hop_started.detail
             ),
+            // Probed on the broker's own node: the hop relays the same broker.
+            capabilities: started.capabilities,
         }),
         Err(error) => {
             // Not guarded yet: stopped here, so the broker does not wait for its lease.

@@ -221,7 +221,10 @@ impl<'p> Run<'p> {
         let flow = Guard::new(deployment)
             .around(async {
                 self.record_broker(broker, &deployed).await?;
-                self.scenarios(b, &pending, deployed.endpoints()).await
+                let runnable = self
+                    .skip_what_it_lacks(broker, &pending, deployed.capabilities.as_ref())
+                    .await?;
+                self.scenarios(b, &runnable, deployed.endpoints()).await
             })
             .await?;
         if flow == Flow::Stop || self.cancel.is_cancelled() {
@@ -263,6 +266,37 @@ impl<'p> Run<'p> {
         Ok(Flow::Continue)
     }
 
+    /// The pending cells the broker can run: those whose workload needs what its probe
+    /// found missing are recorded as skipped, with that reason, and left out.
+    async fn skip_what_it_lacks(
+        &mut self,
+        broker: &BrokerEntry,
+        pending: &[Cell],
+        capabilities: Option<&loadgen::capabilities::Capabilities>,
+    ) -> Result<Vec<Cell>, RunError> {
+        let Some(capabilities) = capabilities else {
+            return Ok(pending.to_vec());
+        };
+        let mut runnable = Vec::new();
+        for cell in pending {
+            let lacks = self.workloads[cell.test]
+                .iter()
+                .find(|(point, _)| *point == cell.point)
+                .and_then(|(_, spec)| capabilities.lacks(spec));
+            match lacks {
+                Some(reason) => {
+                    let reason = format!("broker {}: {reason}", broker.name);
+                    let (results, plan) = (&self.results, self.plan);
+                    self.progress
+                        .record_unmeasured(results, plan, &[cell], CellStatus::Skipped, &reason)
+                        .await?;
+                }
+                None => runnable.push(cell.clone()),
+            }
+        }
+        Ok(runnable)
+    }
+
     async fn record_broker(
         &mut self,
         broker: &BrokerEntry,
@@ -276,6 +310,7 @@ impl<'p> Run<'p> {
             address: deployed.address.to_string(),
             websocket_address: deployed.websocket.map(|ws| ws.to_string()),
             detail: deployed.detail.clone(),
+            capabilities: deployed.capabilities.clone(),
         };
         self.manifest.brokers.retain(|b| b.name != record.name);
         self.manifest.brokers.push(record);

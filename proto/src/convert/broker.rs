@@ -248,6 +248,52 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
     }
 }
 
+impl From<&loadgen_model::capabilities::Capabilities> for pb::BrokerCapabilities {
+    fn from(caps: &loadgen_model::capabilities::Capabilities) -> Self {
+        pb::BrokerCapabilities {
+            mqtt311: caps.mqtt311,
+            mqtt5: caps.mqtt5,
+            maximum_qos: caps.maximum_qos.map(u32::from),
+            retain: caps.retain,
+            wildcards: caps.wildcards,
+            shared_subscriptions: caps.shared_subscriptions,
+            topic_alias_maximum: caps.topic_alias_maximum.map(u32::from),
+            receive_maximum: caps.receive_maximum.map(u32::from),
+            maximum_packet_size: caps.maximum_packet_size,
+            notes: caps.notes.clone(),
+        }
+    }
+}
+
+/// What an agent reported; values out of MQTT's ranges are dropped as unknown, and notes are
+/// kept short (they reach the manifest and the report).
+impl From<pb::BrokerCapabilities> for loadgen_model::capabilities::Capabilities {
+    fn from(caps: pb::BrokerCapabilities) -> Self {
+        const MAX_NOTES: usize = 16;
+        const MAX_NOTE_CHARS: usize = 200;
+        loadgen_model::capabilities::Capabilities {
+            mqtt311: caps.mqtt311,
+            mqtt5: caps.mqtt5,
+            maximum_qos: caps
+                .maximum_qos
+                .and_then(|q| u8::try_from(q).ok())
+                .filter(|q| *q <= 2),
+            retain: caps.retain,
+            wildcards: caps.wildcards,
+            shared_subscriptions: caps.shared_subscriptions,
+            topic_alias_maximum: caps.topic_alias_maximum.and_then(|v| u16::try_from(v).ok()),
+            receive_maximum: caps.receive_maximum.and_then(|v| u16::try_from(v).ok()),
+            maximum_packet_size: caps.maximum_packet_size,
+            notes: caps
+                .notes
+                .into_iter()
+                .take(MAX_NOTES)
+                .map(|note| note.chars().take(MAX_NOTE_CHARS).collect())
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,5 +436,42 @@ mod tests {
             ..Default::default()
         }));
         assert!(message(no_product).starts_with("spec.kind.kubernetes.product"));
+    }
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use loadgen_model::capabilities::Capabilities;
+
+    use super::pb;
+
+    #[test]
+    fn capabilities_round_trip_and_out_of_range_values_are_unknown() {
+        let caps = Capabilities {
+            mqtt311: true,
+            mqtt5: true,
+            maximum_qos: Some(1),
+            retain: Some(true),
+            wildcards: Some(true),
+            shared_subscriptions: Some(false),
+            topic_alias_maximum: Some(10),
+            receive_maximum: Some(20),
+            maximum_packet_size: Some(1 << 20),
+            notes: vec!["shared subscription: SUBACK refused".into()],
+        };
+        assert_eq!(
+            Capabilities::from(pb::BrokerCapabilities::from(&caps)),
+            caps
+        );
+        let hostile = pb::BrokerCapabilities {
+            maximum_qos: Some(7),
+            receive_maximum: Some(70_000),
+            notes: vec!["x".repeat(10_000); 100],
+            ..pb::BrokerCapabilities::default()
+        };
+        let read = Capabilities::from(hostile);
+        assert_eq!((read.maximum_qos, read.receive_maximum), (None, None));
+        assert_eq!(read.notes.len(), 16);
+        assert!(read.notes.iter().all(|n| n.chars().count() == 200));
     }
 }

@@ -183,6 +183,8 @@ pub struct Started {
     pub websocket: Option<SocketAddr>,
     /// What runs (product, process or image, node).
     pub detail: String,
+    /// What the broker supports, as its agent probed it; `None` when it could not.
+    pub capabilities: Option<loadgen::capabilities::Capabilities>,
 }
 
 /// netem as a node's kernel holds it after an apply.

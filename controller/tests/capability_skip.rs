@@ -1,0 +1,162 @@
+//! The capability probe in a run: each broker's agent probes it once it is ready, the
+//! manifest and the report record what it supports, and a cell whose workload needs what its
+//! broker lacks is skipped with that reason instead of being measured into errors. Real
+//! brokers through the in-process agent (`agent = "local"`): Mosquitto 2.0 (MQTT 3.1.1 and 5,
+//! shared subscriptions), RabbitMQ 3.10 (3.1.1 only, no shared subscriptions) and the
+//! embedded rumqttd (3.1.1 only here; its shared subscriptions deliver).
+
+use controller::plan::Plan;
+use controller::results::{self, CellStatus, Manifest};
+use controller::run::{RunOptions, run_plan};
+use tests::mosquitto::MOSQUITTO_BINARY;
+use tests::rabbitmq::RABBITMQ_SERVER;
+use tokio_util::sync::CancellationToken;
+
+const PLAN: &str = r#"
+name = "probe"
+repetitions = 1
+[timeouts]
+connect = "10s"
+[[nodes]]
+name = "tester"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[brokers]]
+name = "mosquitto"
+kind = "native"
+product = "mosquitto"
+node = "tester"
+[[brokers]]
+name = "rabbitmq"
+kind = "native"
+product = "rabbitmq"
+node = "tester"
+[[brokers]]
+name = "embedded"
+kind = "embedded"
+node = "tester"
+[[scenarios]]
+name = "local"
+# 0: MQTT 3.1.1, every broker runs it.
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 4
+messages = 3
+warmup = 0
+interval = "20ms"
+# 1: MQTT 5 with a shared subscription over a small tree.
+[[tests]]
+kind = "custom"
+loadgen = ["tester"]
+[tests.workload]
+publishers = 4
+subscribers = 2
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "burst" }
+broker = { protocol = "5" }
+[tests.workload.topics]
+pattern = "d/{n}"
+counts = { n = 4 }
+subscribe = ["$share/g/d/+"]
+# 2: the same over MQTT 3.1.1 (the $share convention).
+[[tests]]
+kind = "custom"
+loadgen = ["tester"]
+[tests.workload]
+publishers = 4
+subscribers = 2
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "burst" }
+[tests.workload.topics]
+pattern = "d/{n}"
+counts = { n = 4 }
+subscribe = ["$share/g/d/+"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
+    if !tests::components_available(&[MOSQUITTO_BINARY, RABBITMQ_SERVER]) {
+        return;
+    }
+    let work = tempfile::tempdir().expect("temp dir");
+    let text = format!(
+        "results_dir = \"{}\"\n{PLAN}",
+        work.path().join("results").display()
+    );
+    let plan = Plan::parse(&text, "probe.toml").expect("a valid plan");
+    let summary = run_plan(
+        &plan,
+        &text,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("the run completes");
+    let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
+    let status = |broker: &str, test: &str| {
+        let row = rows
+            .iter()
+            .find(|r| r.cell.starts_with(&format!("{broker}/local/{test}")))
+            .unwrap_or_else(|| panic!("a row for {broker} {test}"));
+        (row.status, row.reason.clone())
+    };
+    for broker in ["mosquitto", "rabbitmq", "embedded"] {
+        assert_eq!(status(broker, "0-latency").0, CellStatus::Ok, "{broker}");
+    }
+    assert_eq!(status("mosquitto", "1-custom").0, CellStatus::Ok);
+    assert_eq!(status("mosquitto", "2-custom").0, CellStatus::Ok);
+    assert_eq!(
+        status("rabbitmq", "1-custom"),
+        (
+            CellStatus::Skipped,
+            "broker rabbitmq: needs MQTT 5, which the broker refused (probe)".to_string()
+        )
+    );
+    assert_eq!(
+        status("rabbitmq", "2-custom"),
+        (
+            CellStatus::Skipped,
+            "broker rabbitmq: needs shared subscriptions, which the broker does not support over MQTT 3.1.1 (probe)"
+                .to_string()
+        )
+    );
+    assert_eq!(status("embedded", "1-custom").0, CellStatus::Skipped);
+    // rumqttd's shared subscriptions deliver, as the probe's round trip found: the cell ran
+    // and the group got every message once.
+    assert_eq!(status("embedded", "2-custom").0, CellStatus::Ok);
+    let ran = rows
+        .iter()
+        .find(|r| r.cell.starts_with("embedded/local/2-custom"))
+        .expect("its row");
+    assert_eq!((ran.lost, ran.duplicates), (Some(0), Some(0)));
+    let manifest: Manifest = serde_json::from_str(
+        &std::fs::read_to_string(summary.dir.join("manifest.json")).expect("manifest"),
+    )
+    .expect("a manifest");
+    let caps = |name: &str| {
+        manifest
+            .brokers
+            .iter()
+            .find(|b| b.name == name)
+            .and_then(|b| b.capabilities.clone())
+            .unwrap_or_else(|| panic!("{name} was probed"))
+    };
+    assert!(caps("mosquitto").mqtt5 && caps("mosquitto").shared_subscriptions == Some(true));
+    assert!(caps("rabbitmq").mqtt311 && !caps("rabbitmq").mqtt5);
+    assert_eq!(caps("rabbitmq").shared_subscriptions, Some(false));
+    assert!(!caps("embedded").mqtt5);
+    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report");
+    assert!(
+        report.contains(
+            "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain yes; wildcards yes; shared subscriptions no |"
+        ),
+        "{report}"
+    );
+}

@@ -1,0 +1,191 @@
+//! What a broker supports, probed before its cells run: a workload that needs what the broker
+//! lacks measures an error, so such a cell is skipped with the reason instead.
+//!
+//! MQTT 5 says much of it in CONNACK (maximum QoS, retain, wildcard and shared subscriptions,
+//! topic alias maximum, receive maximum, maximum packet size); what a 3.1.1 broker cannot say
+//! is found by a short round trip each (a wildcard subscription that delivers, a shared one,
+//! a retained message a later subscription receives).
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{MqttVersion, TopicFilter, WorkloadSpec};
+
+/// A broker's answers to the probe; `None` where the probe could not tell.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// An MQTT 3.1.1 CONNECT was accepted.
+    pub mqtt311: bool,
+    /// An MQTT 5 CONNECT was accepted.
+    pub mqtt5: bool,
+    /// Highest QoS the broker accepts (MQTT 5 CONNACK; 2 when it says nothing).
+    #[serde(default)]
+    pub maximum_qos: Option<u8>,
+    /// Retained messages are kept and delivered.
+    #[serde(default)]
+    pub retain: Option<bool>,
+    /// Wildcard filters deliver.
+    #[serde(default)]
+    pub wildcards: Option<bool>,
+    /// Shared subscriptions deliver.
+    #[serde(default)]
+    pub shared_subscriptions: Option<bool>,
+    /// MQTT 5 topic aliases the broker accepts from a client (0: none).
+    #[serde(default)]
+    pub topic_alias_maximum: Option<u16>,
+    /// MQTT 5 in-flight QoS 1/2 messages the broker accepts from a client.
+    #[serde(default)]
+    pub receive_maximum: Option<u16>,
+    /// MQTT 5 largest packet the broker accepts, bytes.
+    #[serde(default)]
+    pub maximum_packet_size: Option<u32>,
+    /// How each answer was found, and what failed (one line each).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl Capabilities {
+    /// Why `spec` cannot run against this broker, when it needs what the broker lacks.
+    pub fn lacks(&self, spec: &WorkloadSpec) -> Option<String> {
+        let (mqtt5, protocol_ok) = match spec.broker.protocol {
+            MqttVersion::V5 => (true, self.mqtt5),
+            MqttVersion::V311 => (false, self.mqtt311),
+        };
+        if !protocol_ok {
+            return Some(format!(
+                "needs MQTT {}, which the broker refused (probe)",
+                spec.broker.protocol
+            ));
+        }
+        if let Some(most) = self.maximum_qos
+            && spec.qos.level() > most
+        {
+            return Some(format!(
+                "needs QoS {}, the broker allows at most QoS {most} (probe)",
+                spec.qos.level()
+            ));
+        }
+        let filters: Vec<TopicFilter> = spec
+            .topics
+            .iter()
+            .flat_map(|tree| &tree.subscribe)
+            .filter_map(|text| TopicFilter::parse(text).ok())
+            .collect();
+        let wildcard = |f: &TopicFilter| f.filter().split('/').any(|l| l == "+" || l == "#");
+        let needs = [
+            (
+                filters.iter().any(|f| f.group().is_some()),
+                self.shared_subscriptions,
+                "shared subscriptions",
+            ),
+            (
+                filters.iter().any(wildcard) || spec.retain.is_some(),
+                self.wildcards,
+                "wildcard subscriptions",
+            ),
+            (spec.retain.is_some(), self.retain, "retained messages"),
+        ];
+        for (needed, supported, what) in needs {
+            if needed && supported == Some(false) {
+                let version = if mqtt5 { "5" } else { "3.1.1" };
+                return Some(format!(
+                    "needs {what}, which the broker does not support over MQTT {version} (probe)"
+                ));
+            }
+        }
+        None
+    }
+
+    /// One short line: what the broker supports, as the report's broker table shows it.
+    pub fn summary(&self) -> String {
+        let yes_no = |value: Option<bool>| match value {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        let protocols = match (self.mqtt311, self.mqtt5) {
+            (true, true) => "3.1.1 and 5",
+            (true, false) => "3.1.1 only",
+            (false, true) => "5 only",
+            (false, false) => "none",
+        };
+        let mut line = format!(
+            "MQTT {protocols}; max QoS {}; retain {}; wildcards {}; shared subscriptions {}",
+            self.maximum_qos.map_or("?".to_string(), |q| q.to_string()),
+            yes_no(self.retain),
+            yes_no(self.wildcards),
+            yes_no(self.shared_subscriptions)
+        );
+        if let Some(aliases) = self.topic_alias_maximum {
+            line += &format!("; topic aliases {aliases}");
+        }
+        if let Some(receive) = self.receive_maximum {
+            line += &format!("; receive maximum {receive}");
+        }
+        if let Some(bytes) = self.maximum_packet_size {
+            line += &format!("; max packet {bytes} B");
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Qos;
+
+    fn rabbitmq_310() -> Capabilities {
+        Capabilities {
+            mqtt311: true,
+            mqtt5: false,
+            maximum_qos: None,
+            retain: Some(true),
+            wildcards: Some(true),
+            shared_subscriptions: Some(false),
+            ..Capabilities::default()
+        }
+    }
+
+    #[test]
+    fn a_workload_needing_what_the_broker_lacks_is_named_and_others_pass() {
+        let broker = rabbitmq_310();
+        let mut spec = crate::presets::latency();
+        assert_eq!(broker.lacks(&spec), None, "3.1.1, QoS 1, one topic");
+        spec.broker.protocol = MqttVersion::V5;
+        assert_eq!(
+            broker.lacks(&spec).as_deref(),
+            Some("needs MQTT 5, which the broker refused (probe)")
+        );
+        spec.broker.protocol = MqttVersion::V311;
+        spec.publishers = 4;
+        spec.topology = crate::spec::Topology::Tree;
+        spec.topics = Some(crate::spec::TopicTree {
+            pattern: "d/{n}".into(),
+            counts: [("n".to_string(), 4)].into(),
+            subscribe: vec!["$share/g/d/+".into()],
+        });
+        assert!(
+            broker
+                .lacks(&spec)
+                .is_some_and(|why| why.starts_with("needs shared subscriptions")),
+            "{:?}",
+            broker.lacks(&spec)
+        );
+        let capped = Capabilities {
+            maximum_qos: Some(1),
+            ..rabbitmq_310()
+        };
+        spec.topics = None;
+        spec.topology = crate::spec::Topology::Shared;
+        spec.qos = Qos::ExactlyOnce;
+        assert!(
+            capped
+                .lacks(&spec)
+                .is_some_and(|why| why.contains("at most QoS 1"))
+        );
+        assert_eq!(
+            rabbitmq_310().summary(),
+            "MQTT 3.1.1 only; max QoS ?; retain yes; wildcards yes; shared subscriptions no"
+        );
+    }
+}

@@ -1,0 +1,275 @@
+//! The capability probe ([`Capabilities`]): an MQTT 3.1.1 and an MQTT 5 CONNECT, the MQTT 5
+//! CONNACK's properties, then with the best version a round trip each for wildcards, shared
+//! subscriptions and retained messages (what a broker does, not only what it says). Every
+//! wait is bounded; the probe leaves nothing retained behind.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::capabilities::Capabilities;
+use crate::clock::unix_now_ns;
+use crate::codec::{Codec, ConnectFields, Incoming};
+use crate::session::{self, READ_CHUNK, Session};
+use crate::spec::{BrokerTarget, MqttVersion, Qos};
+use crate::transport::Dialer;
+
+/// How long a delivery the probe waits for may take.
+const ROUND_TRIP: Duration = Duration::from_secs(1);
+/// Largest packet the probe accepts.
+const MAX_PACKET: usize = 1 << 20;
+
+/// Probes the broker at `target` (its protocol field is ignored: both are tried), each
+/// connection within `connect_within`. `None` when neither version's CONNECT was accepted
+/// (credentials, a broker that is down): nothing is known then.
+pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Capabilities> {
+    let dialer = Dialer::new(target).ok()?;
+    let probe = Probe {
+        dialer,
+        target,
+        id: format!("continuum-probe-{:08x}", unix_now_ns() & 0xffff_ffff),
+        within: connect_within,
+    };
+    let mut caps = Capabilities::default();
+    match probe.open(MqttVersion::V311, "v4").await {
+        Ok(mut session) => {
+            caps.mqtt311 = true;
+            goodbye(&mut session).await;
+        }
+        Err(why) => caps.notes.push(format!("MQTT 3.1.1 CONNECT: {why}")),
+    }
+    match probe.open(MqttVersion::V5, "v5").await {
+        Ok(mut session) => {
+            caps.mqtt5 = true;
+            let limits = session.limits;
+            caps.maximum_qos = Some(limits.maximum_qos.unwrap_or(2));
+            caps.topic_alias_maximum = Some(limits.topic_alias_maximum.unwrap_or(0));
+            caps.receive_maximum = Some(session.receive_maximum.unwrap_or(u16::MAX));
+            caps.maximum_packet_size = limits.maximum_packet_size;
+            for (said, what) in [
+                (limits.retain_available, "Retain Available"),
+                (
+                    limits.wildcards_available,
+                    "Wildcard Subscription Available",
+                ),
+                (limits.shared_available, "Shared Subscription Available"),
+            ] {
+                if let Some(said) = said {
+                    caps.notes.push(format!("MQTT 5 CONNACK: {what} = {said}"));
+                }
+            }
+            goodbye(&mut session).await;
+        }
+        Err(why) => caps.notes.push(format!("MQTT 5 CONNECT: {why}")),
+    }
+    let version = match (caps.mqtt5, caps.mqtt311) {
+        (true, _) => MqttVersion::V5,
+        (false, true) => MqttVersion::V311,
+        (false, false) => return None,
+    };
+    caps.wildcards = probe
+        .delivers(version, "w", "+/w", "a/w", &mut caps.notes)
+        .await;
+    caps.shared_subscriptions = probe
+        .delivers(
+            version,
+            "s",
+            &format!("$share/{}/s", probe.id),
+            "s",
+            &mut caps.notes,
+        )
+        .await;
+    caps.retain = probe.retains(version, &mut caps.notes).await;
+    Some(caps)
+}
+
+struct Probe<'a> {
+    dialer: Dialer,
+    target: &'a BrokerTarget,
+    id: String,
+    within: Duration,
+}
+
+impl Probe<'_> {
+    /// The probe's topics live under `continuum-probe/<id>/`.
+    fn topic(&self, rest: &str) -> String {
+        format!("continuum-probe/{}/{rest}", self.id)
+    }
+
+    async fn open(
+        &self,
+        version: MqttVersion,
+        suffix: &str,
+    ) -> Result<Session, session::ConnectFailure> {
+        let client_id = format!("{}-{suffix}", self.id);
+        let fields = ConnectFields {
+            client_id: &client_id,
+            keep_alive_secs: 30,
+            clean_session: true,
+            login: self
+                .target
+                .username
+                .as_deref()
+                .map(|user| (user, self.target.password.as_deref().unwrap_or(""))),
+            max_packet_size: MAX_PACKET as u32,
+        };
+        session::open(
+            &self.dialer,
+            Codec::new(version, MAX_PACKET),
+            &fields,
+            None,
+            self.within,
+        )
+        .await
+    }
+
+    /// Whether a subscription to `filter` receives a message published to `topic` (both
+    /// below the probe's prefix, a `$share/...` filter's prefix before it); `None` when the
+    /// probe could not tell.
+    async fn delivers(
+        &self,
+        version: MqttVersion,
+        what: &str,
+        filter: &str,
+        topic: &str,
+        notes: &mut Vec<String>,
+    ) -> Option<bool> {
+        let filter = match filter.strip_prefix("$share/") {
+            Some(shared) => {
+                let (group, rest) = shared.split_once('/')?;
+                format!("$share/{group}/{}", self.topic(rest))
+            }
+            None => self.topic(filter),
+        };
+        let name = match what {
+            "w" => "wildcard subscription",
+            _ => "shared subscription",
+        };
+        let mut subscriber = self.open(version, &format!("{what}s")).await.ok()?;
+        let mut publisher = self.open(version, &format!("{what}p")).await.ok()?;
+        let outcome = async {
+            if !subscribe(&mut subscriber, &filter).await? {
+                notes.push(format!("{name}: SUBACK refused {filter}"));
+                return Some(false);
+            }
+            let marker = format!("probe-{what}");
+            publish(&mut publisher, &self.topic(topic), marker.as_bytes(), false).await?;
+            let arrived = wait_for(&mut subscriber, |p| {
+                matches!(p, Incoming::Publish { payload, .. } if payload.as_ref() == marker.as_bytes())
+            })
+            .await;
+            if !arrived {
+                notes.push(format!("{name}: subscribed, but nothing arrived within {ROUND_TRIP:?}"));
+            }
+            Some(arrived)
+        }
+        .await;
+        goodbye(&mut subscriber).await;
+        goodbye(&mut publisher).await;
+        outcome
+    }
+
+    /// Whether a retained message reaches a later subscription (then cleared).
+    async fn retains(&self, version: MqttVersion, notes: &mut Vec<String>) -> Option<bool> {
+        let topic = self.topic("r");
+        let mut publisher = self.open(version, "rp").await.ok()?;
+        let kept = async {
+            publish(&mut publisher, &topic, b"probe-r", true).await?;
+            let mut subscriber = self.open(version, "rs").await.ok()?;
+            let delivered = subscribe(&mut subscriber, &topic).await? && wait_for(&mut subscriber, |p| {
+                matches!(p, Incoming::Publish { retain: true, payload, .. } if payload.as_ref() == b"probe-r")
+            })
+            .await;
+            goodbye(&mut subscriber).await;
+            Some(delivered)
+        }
+        .await;
+        // An empty retained message clears the topic, whatever the answer was.
+        let _ = publish(&mut publisher, &topic, b"", true).await;
+        goodbye(&mut publisher).await;
+        if kept == Some(false) {
+            notes.push(format!(
+                "retained message: a later subscription got none within {ROUND_TRIP:?}"
+            ));
+        }
+        kept
+    }
+}
+
+/// Subscribes to `filter` at QoS 0; false when the SUBACK refused it.
+async fn subscribe(session: &mut Session, filter: &str) -> Option<bool> {
+    let mut out = BytesMut::new();
+    session
+        .codec
+        .subscribe(7, filter, Qos::AtMostOnce, &mut out)
+        .ok()?;
+    session.writer.write_all(&out).await.ok()?;
+    session.writer.flush().await.ok()?;
+    let mut refused = None;
+    wait_for(session, |p| match p {
+        Incoming::SubAck {
+            pkid: 7,
+            refused: r,
+        } => {
+            refused = Some(*r);
+            true
+        }
+        _ => false,
+    })
+    .await;
+    refused.map(|r| r == 0)
+}
+
+/// Publishes at QoS 0, then waits for a PINGRESP: the broker handles a connection's packets
+/// in order, so by then it has routed (or kept) the message.
+async fn publish(session: &mut Session, topic: &str, payload: &[u8], retain: bool) -> Option<()> {
+    let template = session
+        .codec
+        .publish_template(topic, Qos::AtMostOnce, payload.len())
+        .ok()?;
+    let template = if retain {
+        template.retained()
+    } else {
+        template
+    };
+    let mut out = BytesMut::new();
+    template.write_prefix(0, &mut out);
+    out.extend_from_slice(payload);
+    session.codec.ping(&mut out).ok()?;
+    session.writer.write_all(&out).await.ok()?;
+    session.writer.flush().await.ok()?;
+    wait_for(session, |p| matches!(p, Incoming::PingResp))
+        .await
+        .then_some(())
+}
+
+/// Reads until a packet `wanted` accepts arrives (true) or [`ROUND_TRIP`] passes (false).
+async fn wait_for(session: &mut Session, mut wanted: impl FnMut(&Incoming) -> bool) -> bool {
+    let deadline = Instant::now() + ROUND_TRIP;
+    loop {
+        while let Ok(Some(packet)) = session.codec.decode(&mut session.read_buffer) {
+            if wanted(&packet) {
+                return true;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        session.read_buffer.reserve(READ_CHUNK);
+        match tokio::time::timeout(left, session.reader.read_buf(&mut session.read_buffer)).await {
+            Ok(Ok(read)) if read > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
+async fn goodbye(session: &mut Session) {
+    let mut out = BytesMut::new();
+    if session.codec.disconnect(&mut out).is_ok() {
+        let _ = session.writer.write_all(&out).await;
+        let _ = session.writer.flush().await;
+        let _ = session.writer.shutdown().await;
+    }
+}
