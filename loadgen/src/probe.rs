@@ -15,8 +15,10 @@ use crate::session::{self, READ_CHUNK, Session};
 use crate::spec::{BrokerTarget, MqttVersion, Qos};
 use crate::transport::Dialer;
 
-/// How long a delivery the probe waits for may take.
-const ROUND_TRIP: Duration = Duration::from_secs(1);
+/// How long a delivery the probe waits for may take: generous, since a broker taken for
+/// lacking a feature has its cells skipped, and a busy host can be slow; a feature that is
+/// missing costs this wait once per broker.
+const ROUND_TRIP: Duration = Duration::from_secs(3);
 /// Largest packet the probe accepts.
 const MAX_PACKET: usize = 1 << 20;
 
