@@ -30,6 +30,9 @@ fn the_shipped_plans_are_valid() {
     assert!(emulated.nodes.iter().all(NodeEntry::is_namespace));
     // Every scenario of every broker runs: the nodes have a link to emulate.
     assert_eq!(emulated.cells().len(), 2 * 3 * 2 * 3);
+    let fleet = Plan::load(&examples().join("fleet.toml")).expect("fleet.toml");
+    // 3 brokers x 1 scenario x 3 tests x 2 repetitions.
+    assert_eq!(fleet.cells().len(), 3 * 3 * 2);
 }
 
 /// The 1-based number of the first line of `text` that starts with `start`.
