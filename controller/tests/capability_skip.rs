@@ -123,7 +123,7 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
         status("rabbitmq", "2-custom"),
         (
             CellStatus::Skipped,
-            "broker rabbitmq: needs shared subscriptions, which the broker does not support over MQTT 3.1.1 (probe)"
+            "broker rabbitmq: needs shared subscriptions, which the broker did not deliver (probe)"
                 .to_string()
         )
     );
@@ -155,7 +155,7 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
     let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report");
     assert!(
         report.contains(
-            "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain yes; wildcards yes; shared subscriptions no |"
+            "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain exact subscriptions only; wildcards yes; shared subscriptions no |"
         ),
         "{report}"
     );

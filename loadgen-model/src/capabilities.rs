@@ -21,9 +21,13 @@ pub struct Capabilities {
     /// Highest QoS the broker accepts (MQTT 5 CONNACK; 2 when it says nothing).
     #[serde(default)]
     pub maximum_qos: Option<u8>,
-    /// Retained messages are kept and delivered.
+    /// Retained messages are kept and delivered to a later subscription of their topic.
     #[serde(default)]
     pub retain: Option<bool>,
+    /// ... and to a later wildcard subscription that matches it (RabbitMQ 3.10 keeps
+    /// retained messages but delivers them to exact subscriptions only).
+    #[serde(default)]
+    pub retain_to_wildcards: Option<bool>,
     /// Wildcard filters deliver.
     #[serde(default)]
     pub wildcards: Option<bool>,
@@ -47,9 +51,9 @@ pub struct Capabilities {
 impl Capabilities {
     /// Why `spec` cannot run against this broker, when it needs what the broker lacks.
     pub fn lacks(&self, spec: &WorkloadSpec) -> Option<String> {
-        let (mqtt5, protocol_ok) = match spec.broker.protocol {
-            MqttVersion::V5 => (true, self.mqtt5),
-            MqttVersion::V311 => (false, self.mqtt311),
+        let protocol_ok = match spec.broker.protocol {
+            MqttVersion::V5 => self.mqtt5,
+            MqttVersion::V311 => self.mqtt311,
         };
         if !protocol_ok {
             return Some(format!(
@@ -72,6 +76,10 @@ impl Capabilities {
             .filter_map(|text| TopicFilter::parse(text).ok())
             .collect();
         let wildcard = |f: &TopicFilter| f.filter().split('/').any(|l| l == "+" || l == "#");
+        let late_filter = spec
+            .retain
+            .as_ref()
+            .and_then(|retain| TopicFilter::parse(&retain.filter).ok());
         let needs = [
             (
                 filters.iter().any(|f| f.group().is_some()),
@@ -79,17 +87,21 @@ impl Capabilities {
                 "shared subscriptions",
             ),
             (
-                filters.iter().any(wildcard) || spec.retain.is_some(),
+                filters.iter().any(wildcard) || late_filter.as_ref().is_some_and(wildcard),
                 self.wildcards,
                 "wildcard subscriptions",
             ),
             (spec.retain.is_some(), self.retain, "retained messages"),
+            (
+                late_filter.as_ref().is_some_and(wildcard),
+                self.retain_to_wildcards,
+                "retained messages delivered to wildcard subscriptions",
+            ),
         ];
         for (needed, supported, what) in needs {
             if needed && supported == Some(false) {
-                let version = if mqtt5 { "5" } else { "3.1.1" };
                 return Some(format!(
-                    "needs {what}, which the broker does not support over MQTT {version} (probe)"
+                    "needs {what}, which the broker did not deliver (probe)"
                 ));
             }
         }
@@ -109,10 +121,13 @@ impl Capabilities {
             (false, true) => "5 only",
             (false, false) => "none",
         };
+        let retain = match (self.retain, self.retain_to_wildcards) {
+            (Some(true), Some(false)) => "exact subscriptions only",
+            (retain, _) => yes_no(retain),
+        };
         let mut line = format!(
-            "MQTT {protocols}; max QoS {}; retain {}; wildcards {}; shared subscriptions {}",
+            "MQTT {protocols}; max QoS {}; retain {retain}; wildcards {}; shared subscriptions {}",
             self.maximum_qos.map_or("?".to_string(), |q| q.to_string()),
-            yes_no(self.retain),
             yes_no(self.wildcards),
             yes_no(self.shared_subscriptions)
         );
@@ -140,6 +155,7 @@ mod tests {
             mqtt5: false,
             maximum_qos: None,
             retain: Some(true),
+            retain_to_wildcards: Some(false),
             wildcards: Some(true),
             shared_subscriptions: Some(false),
             ..Capabilities::default()
@@ -185,7 +201,29 @@ mod tests {
         );
         assert_eq!(
             rabbitmq_310().summary(),
-            "MQTT 3.1.1 only; max QoS ?; retain yes; wildcards yes; shared subscriptions no"
+            "MQTT 3.1.1 only; max QoS ?; retain exact subscriptions only; wildcards yes; shared subscriptions no"
+        );
+        spec.qos = Qos::AtLeastOnce;
+        spec.publishers = 1;
+        spec.retain = Some(crate::spec::Retain {
+            late_subscribers: 1,
+            filter: "#".into(),
+        });
+        assert!(
+            broker
+                .lacks(&spec)
+                .is_some_and(|why| why.contains("delivered to wildcard subscriptions")),
+            "{:?}",
+            broker.lacks(&spec)
+        );
+        spec.retain = Some(crate::spec::Retain {
+            late_subscribers: 1,
+            filter: "shared".into(),
+        });
+        assert_eq!(
+            broker.lacks(&spec),
+            None,
+            "an exact late filter gets retained messages"
         );
     }
 }

@@ -26,8 +26,9 @@ pub struct RetainedOutcome {
     pub all_received_ns: Vec<u64>,
     /// Topics cleared after the check (an empty retained message each).
     pub cleared: u64,
-    /// Retained messages a fresh subscriber to every topic of the run still got after the
-    /// clean-up; `None` when the clean-up could not run.
+    /// Retained messages a fresh subscriber to the late subscribers' filter still got after
+    /// the clean-up; `None` when the clean-up could not run, or when that filter carried no
+    /// retained message to the late subscribers (a check through it would prove nothing).
     pub left_after_clear: Option<u64>,
 }
 

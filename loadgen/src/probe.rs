@@ -34,12 +34,21 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
         within: connect_within,
     };
     let mut caps = Capabilities::default();
+    // Only an answer is a "no": a refusal, or the broker closing the connection on the
+    // CONNECT. A timeout or a socket error says nothing, and then nothing is known.
+    let answered = |why: &session::ConnectFailure| {
+        matches!(
+            why,
+            session::ConnectFailure::Refused(_) | session::ConnectFailure::Protocol(_)
+        )
+    };
     match probe.open(MqttVersion::V311, "v4").await {
         Ok(mut session) => {
             caps.mqtt311 = true;
             goodbye(&mut session).await;
         }
-        Err(why) => caps.notes.push(format!("MQTT 3.1.1 CONNECT: {why}")),
+        Err(why) if answered(&why) => caps.notes.push(format!("MQTT 3.1.1 CONNECT: {why}")),
+        Err(_) => return None,
     }
     match probe.open(MqttVersion::V5, "v5").await {
         Ok(mut session) => {
@@ -63,7 +72,8 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
             }
             goodbye(&mut session).await;
         }
-        Err(why) => caps.notes.push(format!("MQTT 5 CONNECT: {why}")),
+        Err(why) if answered(&why) => caps.notes.push(format!("MQTT 5 CONNECT: {why}")),
+        Err(_) => return None,
     }
     let version = match (caps.mqtt5, caps.mqtt311) {
         (true, _) => MqttVersion::V5,
@@ -82,7 +92,8 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
             &mut caps.notes,
         )
         .await;
-    caps.retain = probe.retains(version, &mut caps.notes).await;
+    caps.retain = probe.retains(version, "r", "r", &mut caps.notes).await;
+    caps.retain_to_wildcards = probe.retains(version, "q", "+", &mut caps.notes).await;
     Some(caps)
 }
 
@@ -172,15 +183,32 @@ impl Probe<'_> {
         outcome
     }
 
-    /// Whether a retained message reaches a later subscription (then cleared).
-    async fn retains(&self, version: MqttVersion, notes: &mut Vec<String>) -> Option<bool> {
-        let topic = self.topic("r");
-        let mut publisher = self.open(version, "rp").await.ok()?;
+    /// Whether a message retained on topic `<name>/r` reaches a later subscription to
+    /// `<name>/<filter>` (then cleared). A retained message may arrive before the SUBACK
+    /// (MQTT 5 §3.8.4): the wait takes either order.
+    async fn retains(
+        &self,
+        version: MqttVersion,
+        name: &str,
+        filter: &str,
+        notes: &mut Vec<String>,
+    ) -> Option<bool> {
+        let topic = self.topic(&format!("{name}/r"));
+        let marker = format!("probe-{name}");
+        let mut publisher = self.open(version, &format!("{name}p")).await.ok()?;
         let kept = async {
-            publish(&mut publisher, &topic, b"probe-r", true).await?;
-            let mut subscriber = self.open(version, "rs").await.ok()?;
-            let delivered = subscribe(&mut subscriber, &topic).await? && wait_for(&mut subscriber, |p| {
-                matches!(p, Incoming::Publish { retain: true, payload, .. } if payload.as_ref() == b"probe-r")
+            publish(&mut publisher, &topic, marker.as_bytes(), true).await?;
+            let mut subscriber = self.open(version, &format!("{name}s")).await.ok()?;
+            let mut out = BytesMut::new();
+            let full_filter = self.topic(&format!("{name}/{filter}"));
+            subscriber
+                .codec
+                .subscribe(7, &full_filter, Qos::AtMostOnce, &mut out)
+                .ok()?;
+            subscriber.writer.write_all(&out).await.ok()?;
+            subscriber.writer.flush().await.ok()?;
+            let delivered = wait_for(&mut subscriber, |p| {
+                matches!(p, Incoming::Publish { retain: true, payload, .. } if payload.as_ref() == marker.as_bytes())
             })
             .await;
             goodbye(&mut subscriber).await;
@@ -192,7 +220,7 @@ impl Probe<'_> {
         goodbye(&mut publisher).await;
         if kept == Some(false) {
             notes.push(format!(
-                "retained message: a later subscription got none within {ROUND_TRIP:?}"
+                "retained message: a later subscription to {filter:?} got none within {ROUND_TRIP:?}"
             ));
         }
         kept

@@ -1,7 +1,8 @@
 //! The capability probe against real brokers: what each says (MQTT 5 CONNACK) and does (a
 //! round trip per feature) must match what is known of it: Mosquitto 2.0 speaks both
 //! versions and supports everything probed; RabbitMQ 3.10 speaks 3.1.1 only, keeps retained
-//! messages and matches wildcards, and has no shared subscriptions.
+//! messages (delivered to exact subscriptions only) and matches wildcards, and has no shared
+//! subscriptions.
 
 use std::time::Duration;
 
@@ -25,8 +26,13 @@ async fn mosquitto_supports_everything_probed() {
     assert!(caps.mqtt311 && caps.mqtt5, "{caps:?}");
     assert_eq!(caps.maximum_qos, Some(2));
     assert_eq!(
-        (caps.wildcards, caps.shared_subscriptions, caps.retain),
-        (Some(true), Some(true), Some(true)),
+        (
+            caps.wildcards,
+            caps.shared_subscriptions,
+            caps.retain,
+            caps.retain_to_wildcards
+        ),
+        (Some(true), Some(true), Some(true), Some(true)),
         "{caps:?}"
     );
     assert_eq!(
@@ -60,6 +66,8 @@ async fn rabbitmq_310_speaks_311_only_and_has_no_shared_subscriptions() {
     assert!(caps.mqtt311 && !caps.mqtt5, "{caps:?}");
     assert_eq!(caps.wildcards, Some(true), "{caps:?}");
     assert_eq!(caps.retain, Some(true), "{caps:?}");
+    // 3.10 keeps retained messages but delivers them to exact subscriptions only.
+    assert_eq!(caps.retain_to_wildcards, Some(false), "{caps:?}");
     assert_eq!(caps.shared_subscriptions, Some(false), "{caps:?}");
     let mut v5 = loadgen::presets::latency();
     v5.broker.protocol = loadgen::spec::MqttVersion::V5;

@@ -52,15 +52,19 @@ impl BrokerControl {
         let spec = BrokerSpec::try_from(request.spec.ok_or_else(|| missing("spec"))?)?;
         let lease = request.lease.as_ref().map(lease_from).transpose()?;
         let name = spec.name.clone();
+        // A forwarding hop is no broker: nothing to probe.
+        let probed = !matches!(spec.kind, domain::BrokerKind::Forward { .. });
         let status = self.brokers.start(spec).await.map_err(from_broker)?;
         if let Some(ttl) = lease {
             self.leases.hold(&self.brokers, &name, ttl);
         }
         let mut message = status_to_message(&status);
-        if let Some(address) = status.address {
+        if let Some(address) = status.address.filter(|_| probed) {
             message.capabilities = probe(address)
                 .await
                 .map(|caps| pb::BrokerCapabilities::from(&caps));
+            // The lease runs from the answer: the controller renews it only from then on.
+            self.leases.renew(&name);
         }
         Ok(message)
     }
@@ -139,7 +143,8 @@ fn from_broker(error: BrokerError) -> Status {
     Status::new(code, error.to_string())
 }
 
-/// Whole probe's bound: a broker that stalls it must not stall the run's deploy.
+/// Whole probe's bound: a broker that stalls it must not stall the run's deploy (the
+/// controller allows this beyond its deploy timeout).
 const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// What the broker at `address` supports (plain MQTT over TCP, no login: the brokers an

@@ -407,11 +407,10 @@ impl Plan {
                     ),
                 ));
             }
-            let publishing = placed
-                .iter()
-                .filter(|p| !p.shard.publishers.is_empty())
-                .count();
-            if spec.retain.is_some() && publishing > 1 {
+            let split_publishers = placed.iter().any(|p| {
+                !p.shard.publishers.is_empty() && p.shard.publishers != (0..spec.publishers)
+            });
+            if spec.retain.is_some() && split_publishers {
                 return Err(invalid(
                     path("loadgen"),
                     format!("{:?}", test.loadgen),

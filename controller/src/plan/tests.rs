@@ -453,6 +453,12 @@ fn fleet_workloads_are_checked_when_the_plan_is_read() {
     };
     let good = "subscribe = [\"d/+\", \"$share/g/d/#\"]\n";
     Plan::parse(&plan("[\"n\", \"m\"]", good), "plan.toml").expect("a tree over two nodes");
+    let retained = format!("{good}[tests.workload.retain]\nlate_subscribers = 3\n");
+    let split = plan("[\"n\", \"m\"]", &retained).replace(
+        "loadgen = [\"n\", \"m\"]\n[tests.workload]",
+        "loadgen = [\"n\", \"m\"]\nspread = \"split\"\n[tests.workload]",
+    );
+    Plan::parse(&split, "plan.toml").expect("retain with every publisher on the first node");
     let cases = [
         (
             plan("[\"n\"]", "subscribe = [\"d/#/x\"]\n"),

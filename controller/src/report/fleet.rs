@@ -62,8 +62,11 @@ fn group_rows(runs: &[&Vec<GroupSummary>]) -> Vec<String> {
     let Some(first) = runs.first() else {
         return cells;
     };
-    for (at, group) in first.iter().enumerate() {
-        let same: Vec<&GroupSummary> = runs.iter().filter_map(|groups| groups.get(at)).collect();
+    for group in first.iter() {
+        let same: Vec<&GroupSummary> = runs
+            .iter()
+            .filter_map(|groups| groups.iter().find(|g| g.subscription == group.subscription))
+            .collect();
         let sum = |value: fn(&GroupSummary) -> u64| same.iter().map(|g| value(g)).sum::<u64>();
         let lost = same
             .iter()
@@ -123,8 +126,9 @@ pub fn retained_section(data: &RunData) -> Option<Section> {
          one) or extra (a second copy, or a topic not owed); a topic without one is missing. \
          Counts are summed over late subscribers and repetitions; the time runs from a late \
          subscriber's connecting to its last owed message (median over them, and the slowest). \
-         Afterwards the run cleared every topic and a fresh subscriber counted what was still \
-         retained.",
+         Afterwards the run cleared every topic and a fresh subscriber to the same filter \
+         counted what was still retained (\"not checked\" when that filter had carried no \
+         retained message at all).",
     );
     section.blocks.push(Block::Table(table));
     Some(section)

@@ -35,7 +35,7 @@ impl CellSeries {
         let window = result.measured_window?;
         let spec = &result.spec;
         // Deliveries owed per publish, on average over the publishers.
-        let fanout = loadgen::spec::Routing::of(spec).ok()?.tracks() as f64
+        let fanout = loadgen::spec::Routing::of(spec).ok()?.owed_per_round() as f64
             / f64::from(spec.publishers.max(1));
         const PER_STEP: usize = 10; // 10 buckets of 10 ms
         let bucket_s = loadgen::series::BUCKET_NS as f64 / 1e9;

@@ -225,10 +225,11 @@ async fn start_on(
     optional: bool,
 ) -> Result<Started, DeployError> {
     let started = tokio::time::timeout(
-        // Saturating: a plan's timeout may be as long as a Duration holds.
+        // Saturating: a plan's timeout may be as long as a Duration holds. Beyond it: the
+        // agent's capability probe, bounded at 20 s, and 5 s for the reply.
         plan.timeouts
             .deploy
-            .saturating_add(std::time::Duration::from_secs(5)),
+            .saturating_add(std::time::Duration::from_secs(25)),
         agent.agent.start_broker(spec, BROKER_LEASE),
     )
     .await

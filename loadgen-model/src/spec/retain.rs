@@ -52,7 +52,8 @@ impl WorkloadSpec {
 
     /// The checks of `retain`: a filter that is not shared and matches some topic, one
     /// publisher per topic (else "the last value" of a topic is a race between publishers),
-    /// every publisher in one instance (the late subscribers judge against what it sent), and
+    /// every publisher in one instance or none (the late subscribers run in the instance
+    /// holding them all and judge against what it sent), and
     /// no reconnecting subscribers (a SUBSCRIBE again would bring retained copies mid-run).
     pub(super) fn validate_retain(&self) -> Result<(), SpecError> {
         let Some(retain) = &self.retain else {
@@ -102,12 +103,14 @@ impl WorkloadSpec {
             ));
         }
         if let Some(shard) = &self.shard
+            && !shard.publishers.is_empty()
             && shard.publishers != (0..self.publishers)
         {
             return Err(invalid(
                 "shard.publishers",
                 format!("{:?}", shard.publishers),
-                "retain needs every publisher in one instance: the late subscribers judge against what they sent",
+                "retain needs every publisher in one instance (or none: the one with all of \
+                 them checks): the late subscribers judge against what they sent",
             ));
         }
         if self.connection.reconnect.is_some() {
@@ -158,5 +161,13 @@ mod tests {
             subscribers: 0..4,
         });
         assert_eq!(path(part), "shard.publishers");
+        let mut subscribing = retained(1, "#");
+        subscribing.shard = Some(super::super::Shard {
+            publishers: 0..0,
+            subscribers: 0..4,
+        });
+        subscribing
+            .validate()
+            .expect("an instance without publishers leaves the check to the other");
     }
 }

@@ -84,6 +84,8 @@ enum Kind {
         matched: Vec<Arc<MatchedPublishers>>,
         /// Per filter, true for a shared subscription (its members are one reader).
         shared: Vec<bool>,
+        /// Per filter, the subscribers that take it.
+        members: Vec<u32>,
         /// Per publisher, the subscribers that receive it.
         fanout: Vec<u32>,
     },
@@ -186,11 +188,26 @@ impl Routing {
         Some(owed)
     }
 
-    /// (subscriber, publisher) pairs the workload tracks.
-    pub fn tracks(&self) -> u64 {
+    /// Deliveries owed when every publisher sends one message (a group counts once).
+    pub fn owed_per_round(&self) -> u64 {
         (0..self.publishers)
             .map(|publisher| u64::from(self.fanout_of(publisher)))
             .sum()
+    }
+
+    /// (subscriber, publisher) tracks the subscribers keep: each member of a group tracks
+    /// every publisher its filter matches, so a group costs as many as it has members.
+    pub fn tracks(&self) -> u64 {
+        match &self.kind {
+            Kind::Fixed(_) => self.owed_per_round(),
+            Kind::Tree {
+                matched, members, ..
+            } => matched
+                .iter()
+                .zip(members)
+                .map(|(matched, members)| matched.publishers.len() as u64 * u64::from(*members))
+                .sum(),
+        }
     }
 }
 
@@ -275,10 +292,13 @@ fn tree_kind(spec: &WorkloadSpec, tree: &TopicTree) -> Result<Kind, super::SpecE
     let shared: Vec<bool> = filters.iter().map(|f| f.group().is_some()).collect();
     let filter_count = matched.len() as u32;
     let mut fanout = vec![0u32; spec.publishers as usize];
-    for ((filter, publishers), shared) in (0u32..).zip(&matched).zip(&shared) {
-        let members =
-            spec.subscribers / filter_count + u32::from(filter < spec.subscribers % filter_count);
-        let readers = if *shared { members.min(1) } else { members };
+    let members: Vec<u32> = (0..filter_count)
+        .map(|filter| {
+            spec.subscribers / filter_count + u32::from(filter < spec.subscribers % filter_count)
+        })
+        .collect();
+    for ((publishers, shared), members) in matched.iter().zip(&shared).zip(&members) {
+        let readers = if *shared { (*members).min(1) } else { *members };
         for &publisher in &publishers.publishers {
             fanout[publisher as usize] += readers;
         }
@@ -286,6 +306,7 @@ fn tree_kind(spec: &WorkloadSpec, tree: &TopicTree) -> Result<Kind, super::SpecE
     Ok(Kind::Tree {
         matched,
         shared,
+        members,
         fanout,
     })
 }
@@ -331,6 +352,7 @@ mod tests {
         assert_eq!(routing.publishers_of(2), everything);
         assert_eq!((routing.fanout_of(0), routing.fanout_of(60)), (2, 3));
         assert_eq!(routing.tracks(), 2 * 100 + 25);
+        assert_eq!(routing.owed_per_round(), 2 * 100 + 25);
         assert_eq!(
             spec.topic_of("r1", 61),
             "continuum/r1/site/2/device/11/temp"
@@ -365,6 +387,9 @@ mod tests {
         assert!(routing.has_groups());
         // Site 0: group g only; site 1: g, h and both plain subscribers.
         assert_eq!((routing.fanout_of(0), routing.fanout_of(30)), (1, 4));
+        // Owed once per group, but every member keeps its own tracks.
+        assert_eq!(routing.owed_per_round(), 100 + 25 * 3);
+        assert_eq!(routing.tracks(), 3 * 100 + 2 * 25 + 2 * 25);
         assert_eq!(
             spec.subscription_of("r", 3),
             "$share/g/continuum/r/site/+/device/+/temp"
@@ -407,6 +432,17 @@ mod tests {
         let mut untreed = tree_spec(100, 1, &["#"]);
         untreed.topics = None;
         assert_eq!(refused(untreed).0, "topology");
+        let mut closed = tree_spec(100, 1, &["site/1/#"]);
+        closed.pacing = crate::spec::Pacing::ClosedLoop;
+        closed.qos = crate::spec::Qos::AtMostOnce;
+        closed.messages_per_publisher = 0;
+        closed.duration = Some(std::time::Duration::from_secs(1));
+        let (path, problem) = refused(closed);
+        assert_eq!(path, "topics.subscribe");
+        assert!(
+            problem.contains("no filter reads publisher 0's topic"),
+            "{problem}"
+        );
         let mut stray = tree_spec(100, 1, &["#"]);
         stray.topology = Topology::Shared;
         assert_eq!(refused(stray).0, "topics");

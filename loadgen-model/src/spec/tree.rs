@@ -146,6 +146,27 @@ impl TopicTree {
         if !rest.is_empty() {
             pieces.push(Piece::Text(rest.to_string()));
         }
+        // Values are written in decimal without padding: a placeholder beside another one or
+        // beside a digit would give two topics one name ({a}{b}: a=1 b=11 and a=11 b=1).
+        for pair in pieces.windows(2) {
+            let ambiguous = match (&pair[0], &pair[1]) {
+                (Piece::Counted { .. }, Piece::Counted { .. }) => true,
+                (Piece::Text(text), Piece::Counted { .. }) => {
+                    text.ends_with(|c: char| c.is_ascii_digit())
+                }
+                (Piece::Counted { .. }, Piece::Text(text)) => {
+                    text.starts_with(|c: char| c.is_ascii_digit())
+                }
+                _ => false,
+            };
+            if ambiguous {
+                return Err(pattern_error(
+                    "a placeholder beside another one or a digit would give two topics one name: \
+                     put a separator between them (site{a}-{b})"
+                        .to_string(),
+                ));
+            }
+        }
         for (name, count) in &self.counts {
             let used = pieces
                 .iter()
@@ -270,6 +291,21 @@ mod tests {
         assert!(problem(tree("a/{x y}", &[("x y", 2)], &["#"])).contains("placeholder"));
         assert!(problem(tree("a/+/{x}", &[("x", 2)], &["#"])).contains("wildcard"));
         assert!(problem(tree("/a", &[], &["#"])).contains("starts nor ends"));
+        for ambiguous in ["{a}{b}", "x{a}1{b}", "d1{a}"] {
+            assert!(
+                problem(tree(
+                    ambiguous,
+                    &[("a", 12), ("b", 12)]
+                        .iter()
+                        .filter(|(n, _)| ambiguous.contains(&format!("{{{n}}}")))
+                        .copied()
+                        .collect::<Vec<_>>(),
+                    &["#"]
+                ))
+                .contains("one name"),
+                "{ambiguous}"
+            );
+        }
         assert!(
             problem(tree("{a}/{b}", &[("a", 100_000), ("b", 2)], &["#"])).contains("more than")
         );

@@ -170,6 +170,7 @@ impl WorkloadSpec {
         }
         self.validate_length(encoding)?;
         self.validate_memory()?;
+        self.validate_unread_topics()?;
         self.validate_retain()?;
         if u64::from(self.publishers) > encoding.max_publishers() {
             return Err(invalid(
@@ -397,6 +398,29 @@ impl WorkloadSpec {
             ));
         }
         Ok(())
+    }
+
+    /// A closed loop at QoS 0 paces each publisher by its deliveries: in a tree, a topic no
+    /// filter reads would stall its publisher's window for good.
+    fn validate_unread_topics(&self) -> Result<(), SpecError> {
+        if self.topology != Topology::Tree
+            || self.pacing != Pacing::ClosedLoop
+            || self.qos != Qos::AtMostOnce
+        {
+            return Ok(());
+        }
+        let routing = Routing::of(self)?;
+        match (0..self.publishers).find(|p| routing.fanout_of(*p) == 0) {
+            Some(unread) => Err(invalid(
+                "topics.subscribe",
+                format!("{:?}", self.topics.as_ref().map(|t| &t.subscribe)),
+                format!(
+                    "a closed loop at QoS 0 paces each publisher by its deliveries, and no filter reads publisher {unread}'s topic {:?}",
+                    self.topic_of("<run>", unread)
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// What the workload would hold in memory, bounded before anything is allocated: all

@@ -81,7 +81,11 @@ pub(crate) async fn run_scoped(
     let drained = drain(&run, &mut started, published).await?;
     let mut result = finish(&run, connected.result, started, drained).await;
     // After the measurement: the late subscribers' connections are not the load's.
-    if run.spec.retain.is_some() && !run.cancel.is_cancelled() {
+    // The instance holding every publisher checks; one without publishers leaves it to it.
+    if run.spec.retain.is_some()
+        && run.shard.publishers == (0..run.spec.publishers)
+        && !run.cancel.is_cancelled()
+    {
         result.retained = Some(retained::check(&run, &result.published).await);
     }
     Ok(result)

@@ -255,6 +255,7 @@ impl From<&loadgen_model::capabilities::Capabilities> for pb::BrokerCapabilities
             mqtt5: caps.mqtt5,
             maximum_qos: caps.maximum_qos.map(u32::from),
             retain: caps.retain,
+            retain_to_wildcards: caps.retain_to_wildcards,
             wildcards: caps.wildcards,
             shared_subscriptions: caps.shared_subscriptions,
             topic_alias_maximum: caps.topic_alias_maximum.map(u32::from),
@@ -279,6 +280,7 @@ impl From<pb::BrokerCapabilities> for loadgen_model::capabilities::Capabilities 
                 .and_then(|q| u8::try_from(q).ok())
                 .filter(|q| *q <= 2),
             retain: caps.retain,
+            retain_to_wildcards: caps.retain_to_wildcards,
             wildcards: caps.wildcards,
             shared_subscriptions: caps.shared_subscriptions,
             topic_alias_maximum: caps.topic_alias_maximum.and_then(|v| u16::try_from(v).ok()),
@@ -452,6 +454,7 @@ mod capability_tests {
             mqtt5: true,
             maximum_qos: Some(1),
             retain: Some(true),
+            retain_to_wildcards: Some(false),
             wildcards: Some(true),
             shared_subscriptions: Some(false),
             topic_alias_maximum: Some(10),
