@@ -13,7 +13,8 @@
 //!   options, reconnects, churn, validation; [`size`]: byte sizes.
 //! - [`presets`]: the study's tests (its Table III), each a workload and the points it sweeps;
 //!   [`saturation`]: the search for the highest rate a broker sustains (settings, probe,
-//!   search), which only decides what to run next.
+//!   search), which only decides what to run next; [`suite`]: the Open MQTT Benchmark
+//!   Suite's four scenarios, scaled.
 //! - [`header`]: the measurement header every payload carries; [`clock`]: the run clock and
 //!   wall-clock nanoseconds.
 //! - [`result`]: the raw mergeable result, with [`reconnect`] (a reconnect storm's figures)
@@ -44,6 +45,7 @@ pub mod series;
 pub mod size;
 pub mod spec;
 pub mod steadiness;
+pub mod suite;
 pub mod summary;
 pub mod tail;
 
