@@ -3,6 +3,7 @@
 //! traits instead of naming kinds, so a new kind is an entry in `test_kinds!` with its traits
 //! here, its preset (`presets.rs`) and, when no section shows its traits yet, a report section.
 
+use loadgen::suite::SuiteScenario;
 use serde::{Deserialize, Serialize};
 
 /// Declares [`TestKind`] and its [`TestKind::ALL`] from one list, so no kind can be left
@@ -40,6 +41,18 @@ test_kinds! {
     /// A workload of the plan's own: every field from `[tests.workload]` (loadgen's
     /// SPEC.toml), no preset, one cell per broker, scenario and repetition.
     Custom,
+    /// The Open MQTT Benchmark Suite's point to point: N publishers -> N subscribers, a topic
+    /// per pair, 1 msg/s each, QoS 1, 16 B, N = 50,000 x `scale`.
+    P2p,
+    /// The suite's fan-out: 5 publishers at 50 msg/s -> 1,000 x `scale` subscribers of all
+    /// five topics.
+    FanOut,
+    /// The suite's fan-in: 50,000 x `scale` publishers at 1 msg/s, a topic each, -> 500 x
+    /// `scale` members of one MQTT 5 shared subscription.
+    FanInShared,
+    /// The suite's connections: 1,000,000 x `scale` clients arriving at 5,000/s and staying
+    /// through the measured window, beside one publisher -> subscriber pair.
+    Connections,
 }
 
 /// What a test sweeps: one cell per point.
@@ -81,6 +94,10 @@ pub enum Measures {
     SaturationRate,
     /// Whatever the plan's own workload measures: shown, not ranked.
     AsWritten,
+    /// The Open MQTT Benchmark Suite's figures (messages in and out per second, average and
+    /// p99 latency, the broker's CPU and memory) beside Continuum's accounting: shown in the
+    /// suite's layout, not ranked.
+    SuiteFigures,
 }
 
 impl TestKind {
@@ -93,6 +110,22 @@ impl TestKind {
             TestKind::Burst => "burst",
             TestKind::Saturation => "saturation",
             TestKind::Custom => "custom",
+            TestKind::P2p => "p2p",
+            TestKind::FanOut => "fan-out",
+            TestKind::FanInShared => "fan-in-shared",
+            TestKind::Connections => "connections",
+        }
+    }
+
+    /// The Open MQTT Benchmark Suite's scenario the kind runs, if it is one; such a kind
+    /// takes `scale`.
+    pub fn suite_scenario(self) -> Option<SuiteScenario> {
+        match self {
+            TestKind::P2p => Some(SuiteScenario::PointToPoint),
+            TestKind::FanOut => Some(SuiteScenario::FanOut),
+            TestKind::FanInShared => Some(SuiteScenario::FanInShared),
+            TestKind::Connections => Some(SuiteScenario::Connections),
+            _ => None,
         }
     }
 
@@ -100,6 +133,9 @@ impl TestKind {
     pub fn sweep(self) -> Sweep {
         match self {
             TestKind::Latency | TestKind::Custom => Sweep::Single,
+            TestKind::P2p | TestKind::FanOut | TestKind::FanInShared | TestKind::Connections => {
+                Sweep::Single
+            }
             TestKind::Payload => Sweep::Payloads,
             TestKind::Throughput | TestKind::Burst | TestKind::Saturation => Sweep::Clients,
         }
@@ -109,7 +145,11 @@ impl TestKind {
     pub fn timing(self) -> Timing {
         match self {
             TestKind::Latency | TestKind::Payload | TestKind::Burst => Timing::Counted,
-            TestKind::Throughput => Timing::Timed,
+            TestKind::Throughput
+            | TestKind::P2p
+            | TestKind::FanOut
+            | TestKind::FanInShared
+            | TestKind::Connections => Timing::Timed,
             TestKind::Saturation => Timing::Searched,
             TestKind::Custom => Timing::AsWritten,
         }
@@ -123,6 +163,9 @@ impl TestKind {
             TestKind::Burst => Measures::BurstRate,
             TestKind::Saturation => Measures::SaturationRate,
             TestKind::Custom => Measures::AsWritten,
+            TestKind::P2p | TestKind::FanOut | TestKind::FanInShared | TestKind::Connections => {
+                Measures::SuiteFigures
+            }
         }
     }
 

@@ -24,6 +24,8 @@ mod path;
 mod presets;
 mod redact;
 mod spread;
+#[cfg(test)]
+mod suite_tests;
 mod test_checks;
 mod testbed;
 #[cfg(test)]
@@ -36,7 +38,7 @@ pub use cells::{Cell, CellId, CellPoint, NotACellId};
 pub use error::PlanError;
 pub use kinds::{Measures, Sweep, Timing, kind_names, kinds_named, sentence};
 pub use path::MessagePath;
-pub use presets::{scenario_preset, test_preset, workload_for};
+pub use presets::{FULL_SCALE, scenario_preset, test_preset, workload_for};
 pub use redact::{REDACTED, is_secret_key, redact_plan_text};
 pub use spread::{MAX_LOADGEN_NODES, MAX_WEIGHT, Placement};
 pub use types::*;

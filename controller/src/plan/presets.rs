@@ -41,9 +41,33 @@ pub fn test_preset(kind: TestKind) -> (WorkloadSpec, Vec<ByteSize>, Vec<u32>) {
             let preset = StudyTest::Latency.preset();
             return (preset.workload, Vec::new(), Vec::new());
         }
+        TestKind::P2p | TestKind::FanOut | TestKind::FanInShared | TestKind::Connections => {
+            let workload = suite_workload(kind, FULL_SCALE, None, None)
+                .unwrap_or_else(|| StudyTest::Latency.preset().workload);
+            return (workload, Vec::new(), Vec::new());
+        }
     };
     let preset = test.preset();
     (preset.workload, preset.payload_sizes, preset.client_pairs)
+}
+
+/// A suite scenario's `scale` when the plan gives none: the suite as it ran.
+pub const FULL_SCALE: f64 = 1.0;
+
+/// The workload of a suite kind at `scale`, with `publishers` and `subscribers` in place of
+/// the scaled counts where the plan sets them (so a fan-in tree keeps a topic per publisher);
+/// None for other kinds.
+fn suite_workload(
+    kind: TestKind,
+    scale: f64,
+    publishers: Option<u32>,
+    subscribers: Option<u32>,
+) -> Option<WorkloadSpec> {
+    let scenario = kind.suite_scenario()?;
+    let mut counts = scenario.counts(scale);
+    counts.publishers = publishers.unwrap_or(counts.publishers);
+    counts.subscribers = subscribers.unwrap_or(counts.subscribers);
+    Some(scenario.workload(counts))
 }
 
 /// The workload of one test at one point (payload size or client pairs), with the plan's
@@ -56,6 +80,10 @@ pub fn workload_for(
     clients: Option<u32>,
 ) -> Result<WorkloadSpec, String> {
     let (mut spec, _, _) = test_preset(test.kind);
+    let scale = test.scale.unwrap_or(FULL_SCALE);
+    if let Some(suite) = suite_workload(test.kind, scale, test.publishers, test.subscribers) {
+        spec = suite;
+    }
     if let Some(table) = &test.workload {
         spec =
             overlay_workload(spec, table).map_err(|error| error.within("workload").to_string())?;
@@ -99,6 +127,9 @@ pub fn workload_for(
     if let Some(pairs) = clients {
         spec.publishers = pairs;
         spec.subscribers = pairs;
+    }
+    if let Some(scenario) = test.kind.suite_scenario() {
+        scenario.settle(&mut spec);
     }
     Ok(spec)
 }

@@ -242,7 +242,7 @@ impl Plan {
     }
 
     /// The time test `i`'s load needs: its search budget, or its workload's duration and
-    /// warm-up (none for a counted load). A workload that is not valid is refused later with
+    /// warm-up, or its churn's span when longer (none for a counted load). A workload that is not valid is refused later with
     /// its own path.
     fn load_time(&self, i: usize, test: &TestEntry) -> Result<Option<Duration>, PlanError> {
         if test.kind.timing() == Timing::Searched {
@@ -257,10 +257,12 @@ impl Plan {
             .ok()
             .filter(|spec| spec.validate().is_ok())
             .and_then(|spec| {
-                Some(
-                    spec.duration?
-                        .saturating_add(spec.warmup.unwrap_or_default()),
-                )
+                let timed = spec
+                    .duration?
+                    .saturating_add(spec.warmup.unwrap_or_default());
+                // Arrivals go on until the last one's hold ends, past the window if need be.
+                let arrivals = spec.churn.as_ref().map_or(Duration::ZERO, |c| c.span());
+                Some(timed.max(arrivals))
             }))
     }
 
@@ -296,6 +298,7 @@ impl Plan {
             self.validate_spread(i, test)?;
             self.validate_loadgen_nodes(i, test)?;
             Self::validate_sweep(i, test)?;
+            Self::validate_scale(i, test)?;
             self.validate_points(i)?;
             if test.kind.writes_whole_workload() {
                 self.validate_custom(i, test)?;
@@ -357,6 +360,32 @@ impl Plan {
         Ok(())
     }
 
+    /// Test `i` gives `scale` only when its kind is one of the suite's scenarios, as a
+    /// fraction of the suite's client counts.
+    fn validate_scale(i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let Some(scale) = test.scale else {
+            return Ok(());
+        };
+        let path = format!("tests[{i}].scale");
+        if test.kind.suite_scenario().is_none() {
+            let suite = kinds_named(|k| k.suite_scenario().is_some());
+            return Err(invalid(
+                path,
+                scale,
+                format!("only {suite} (the Open MQTT Benchmark Suite's) take a scale"),
+            ));
+        }
+        if !(scale.is_finite() && scale > 0.0 && scale <= 1.0) {
+            return Err(invalid(
+                path,
+                scale,
+                "a fraction of the suite's client counts: more than 0, at most 1 \
+                 (0.01 is 500 -> 500 point to point)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Test `i`'s workload at every point is one loadgen accepts, each error named by the
     /// plan field that set the value, and leaves none of its loadgen nodes without a client.
     fn validate_workloads(&self, i: usize, test: &TestEntry) -> Result<(), PlanError> {
@@ -382,6 +411,8 @@ impl Plan {
                     "pacing.rate" => "rate",
                     "publishers" if clients.is_some() => "clients",
                     "payload" if payload.is_some() => "payloads",
+                    // The connections scenario holds each client through warm-up and window.
+                    "churn.hold" if test.kind.suite_scenario().is_some() => "duration",
                     other => other,
                 };
                 return Err(invalid(path(field), error.value, error.problem));

@@ -33,6 +33,11 @@ fn the_shipped_plans_are_valid() {
     let fleet = Plan::load(&examples().join("fleet.toml")).expect("fleet.toml");
     // 3 brokers x 1 scenario x 3 tests x 2 repetitions.
     assert_eq!(fleet.cells().len(), 3 * 3 * 2);
+    let suite = Plan::load(&examples().join("suite.toml")).expect("suite.toml");
+    // 3 brokers x 1 scenario x the suite's 4 scenarios x 2 repetitions.
+    assert_eq!(suite.cells().len(), 3 * 4 * 2);
+    let kinds: Vec<&str> = suite.tests.iter().map(|t| t.kind.name()).collect();
+    assert_eq!(kinds, ["p2p", "fan-out", "fan-in-shared", "connections"]);
 }
 
 /// The 1-based number of the first line of `text` that starts with `start`.
@@ -882,11 +887,11 @@ fn messages_built_from_the_kinds_traits_read_as_written() {
         ),
         (
             "kind = \"burst\"\nduration = \"10s\"\n",
-            "plan.toml: tests[1].duration = 10s: a burst test has no duration (only throughput does)",
+            "plan.toml: tests[1].duration = 10s: a burst test has no duration (only throughput, p2p, fan-out, fan-in-shared and connections do)",
         ),
         (
             "kind = \"saturation\"\nrate = 100\n",
-            "plan.toml: tests[1].rate = 100: a saturation test has no offered rate (only throughput does)",
+            "plan.toml: tests[1].rate = 100: a saturation test has no offered rate (only throughput, p2p, fan-out, fan-in-shared and connections do)",
         ),
         (
             "kind = \"latency\"\nsearch = { budget = \"10s\" }\n",
@@ -899,6 +904,10 @@ fn messages_built_from_the_kinds_traits_read_as_written() {
         (
             "kind = \"payload\"\nwarmup = \"2s\"\n",
             "plan.toml: tests[1].warmup = \"2s\": a payload test warms up by a number of messages",
+        ),
+        (
+            "kind = \"latency\"\nscale = 0.5\n",
+            "plan.toml: tests[1].scale = 0.5: only the p2p, fan-out, fan-in-shared and connections tests (the Open MQTT Benchmark Suite's) take a scale",
         ),
     ];
     for (body, expected) in cases {

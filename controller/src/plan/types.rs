@@ -490,6 +490,10 @@ pub struct TestEntry {
     /// How the saturation search runs (saturation).
     #[serde(default)]
     pub search: Option<loadgen::saturation::SearchSettings>,
+    /// The client counts as a fraction of the Open MQTT Benchmark Suite's (p2p, fan-out,
+    /// fan-in-shared, connections): `0.01` is 500 -> 500 point to point; 1 when absent.
+    #[serde(default)]
+    pub scale: Option<f64>,
     /// Any field of loadgen's workload spec, by its SPEC.toml name (`topology`, `qos`,
     /// `broker.protocol`, `connection.inflight`, ...), laid over the test's preset; the
     /// fields above and the sweep point apply after it. The broker's address and the shard

@@ -34,8 +34,9 @@
 //! is never written through, and stale figures are unlinked, never followed.
 //!
 //! Layout: `input.rs` reads the folder; `findings.rs`, `run.rs`, `latency.rs`, `payload.rs`,
-//! `throughput.rs`, `saturation.rs`, `burst.rs`, `custom.rs`, `comparison.rs`, `resources.rs`,
-//! `emulation.rs`, `study.rs` build one section each; `estimate.rs` gives medians with intervals;
+//! `throughput.rs`, `saturation.rs`, `burst.rs`, `custom.rs`, `suite.rs` (the Open MQTT
+//! Benchmark Suite's layout), `comparison.rs`, `resources.rs`, `emulation.rs`, `study.rs`
+//! build one section each; `estimate.rs` gives medians with intervals;
 //! `model.rs` is the document model; `svg.rs` (the drawing builder), `axes.rs` (scales,
 //! axes, legends), `frame.rs` (the canvas every chart shares: title fitted to the width,
 //! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
@@ -65,6 +66,7 @@ mod resources;
 mod run;
 mod saturation;
 mod study;
+mod suite;
 mod svg;
 mod throughput;
 mod timeseries;
@@ -159,6 +161,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(saturation::sections(data));
     sections.extend(burst::sections(data));
     sections.extend(custom::sections(data));
+    sections.extend(suite::section(data));
     sections.extend(churn::section(data));
     sections.extend(reconnect::section(data));
     sections.extend(fleet::shared_section(data));
