@@ -148,3 +148,79 @@ fn a_cell_timeout_must_cover_the_arrivals_leaving_after_the_window() {
     )
     .expect("room for the arrivals and the margin");
 }
+
+#[test]
+fn a_scale_too_large_for_one_loadgen_is_named_by_scale() {
+    // 500 members each tracking 50,000 publishers: over loadgen's delivery tracks.
+    let error = error_of("fan-in-shared", "");
+    assert!(
+        error.starts_with("plan.toml: tests[0].scale = 1: at this scale subscribers = 500: "),
+        "{error}"
+    );
+    workload("fan-in-shared", "scale = 0.1\n");
+}
+
+#[test]
+fn a_suite_scenarios_shape_is_not_the_workload_tables() {
+    assert_eq!(
+        error_of("p2p", "scale = 0.01\n[tests.workload]\npublishers = 5\n"),
+        "plan.toml: tests[0].workload.publishers = (set): set tests[0].publishers (the scenario keeps its shape)"
+    );
+    assert_eq!(
+        error_of(
+            "fan-in-shared",
+            "scale = 0.01\n[tests.workload.topics]\npattern = \"x/{n}\"\ncounts = { n = 3 }\nsubscribe = [\"x/#\"]\n"
+        ),
+        "plan.toml: tests[0].workload.topics = (set): the scenario's topics are its own"
+    );
+    assert_eq!(
+        error_of(
+            "connections",
+            "scale = 0.001\n[tests.workload.churn]\nrate = 10.0\nconnections = 10\nhold = \"1s\"\n"
+        ),
+        "plan.toml: tests[0].workload.churn.hold = (set): each arrival holds through the ramp, the warm-up and the measured window"
+    );
+    // What is not the shape may be laid over it.
+    let spec = workload("p2p", "scale = 0.01\n[tests.workload]\nqos = 2\n");
+    assert_eq!(spec.qos, Qos::ExactlyOnce);
+}
+
+#[test]
+fn arrivals_outlasting_loadgens_longest_schedule_are_named_by_duration() {
+    let error = Plan::parse(
+        &plan(
+            "[timeouts]\ncell = \"3h\"",
+            "connections",
+            "duration = \"55m\"\n",
+        ),
+        "plan.toml",
+    )
+    .expect_err("the last arrival leaves after an hour")
+    .to_string();
+    assert!(
+        error.starts_with(
+            "plan.toml: tests[0].duration = 55m: each arrival stays through the measured window, \
+             so the last of 1000000 at 5000/s leaves 1h 1m 49s after the first arrives"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn churn_in_a_counted_test_must_fit_the_cell_timeout() {
+    // 3,000 arrivals at 1/s: 50 minutes, whatever the counted load beside them takes.
+    let error = Plan::parse(
+        &plan(
+            "",
+            "latency",
+            "[tests.workload.churn]\nrate = 1.0\nconnections = 3000\nhold = \"1s\"\n",
+        ),
+        "plan.toml",
+    )
+    .expect_err("the churn outlasts the cell")
+    .to_string();
+    assert!(
+        error.starts_with("plan.toml: timeouts.cell = 10m: tests[0] (latency) needs 50m"),
+        "{error}"
+    );
+}

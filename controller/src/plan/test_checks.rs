@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use loadgen::spec::MAX_DURATION;
+use loadgen::WorkloadSpec;
+use loadgen::spec::{MAX_DURATION, SpecError};
+use loadgen::suite::SuiteScenario;
 
 use super::error::{PlanError, invalid, quoted};
 use super::kinds::{Sweep, TestKind, Timing, kind_names, kinds_named};
@@ -93,6 +95,28 @@ fn validate_password_source(i: usize, table: &toml::Table) -> Result<(), PlanErr
         ));
     }
     Ok(())
+}
+
+/// A loadgen limit a suite scenario's scaled counts break, named by `scale` (the plan wrote
+/// no count), with the count it made.
+fn scaled_count_refused(i: usize, test: &TestEntry, error: &SpecError) -> Option<PlanError> {
+    test.kind.suite_scenario()?;
+    let counted = match error.path.as_str() {
+        "publishers" => test.publishers.is_none(),
+        "subscribers" => test.subscribers.is_none(),
+        "churn.connections" => true,
+        path => path.starts_with("topics") && test.publishers.is_none(),
+    };
+    counted.then(|| {
+        invalid(
+            format!("tests[{i}].scale"),
+            test.scale.unwrap_or(super::presets::FULL_SCALE),
+            format!(
+                "at this scale {} = {}: {}",
+                error.path, error.value, error.problem
+            ),
+        )
+    })
 }
 
 impl Plan {
@@ -258,11 +282,11 @@ impl Plan {
             .filter(|spec| spec.validate().is_ok())
             .and_then(|spec| {
                 let timed = spec
-                    .duration?
-                    .saturating_add(spec.warmup.unwrap_or_default());
+                    .duration
+                    .map(|duration| duration.saturating_add(spec.warmup.unwrap_or_default()));
                 // Arrivals go on until the last one's hold ends, past the window if need be.
-                let arrivals = spec.churn.as_ref().map_or(Duration::ZERO, |c| c.span());
-                Some(timed.max(arrivals))
+                let arrivals = spec.churn.as_ref().map(|churn| churn.span());
+                timed.max(arrivals)
             }))
     }
 
@@ -298,7 +322,7 @@ impl Plan {
             self.validate_spread(i, test)?;
             self.validate_loadgen_nodes(i, test)?;
             Self::validate_sweep(i, test)?;
-            Self::validate_scale(i, test)?;
+            Self::validate_suite(i, test)?;
             self.validate_points(i)?;
             if test.kind.writes_whole_workload() {
                 self.validate_custom(i, test)?;
@@ -361,29 +385,95 @@ impl Plan {
     }
 
     /// Test `i` gives `scale` only when its kind is one of the suite's scenarios, as a
-    /// fraction of the suite's client counts.
-    fn validate_scale(i: usize, test: &TestEntry) -> Result<(), PlanError> {
-        let Some(scale) = test.scale else {
+    /// fraction of the suite's client counts; a suite scenario's shape (its clients, topics
+    /// and, for connections, each arrival's hold) is its own, not `[tests.workload]`'s.
+    fn validate_suite(i: usize, test: &TestEntry) -> Result<(), PlanError> {
+        let path = |field: &str| format!("tests[{i}].{field}");
+        let Some(scenario) = test.kind.suite_scenario() else {
+            if let Some(scale) = test.scale {
+                let suite = kinds_named(|k| k.suite_scenario().is_some());
+                return Err(invalid(
+                    path("scale"),
+                    scale,
+                    format!("only {suite} (the Open MQTT Benchmark Suite's) take a scale"),
+                ));
+            }
             return Ok(());
         };
-        let path = format!("tests[{i}].scale");
-        if test.kind.suite_scenario().is_none() {
-            let suite = kinds_named(|k| k.suite_scenario().is_some());
+        if let Some(scale) = test.scale
+            && !(scale.is_finite() && scale > 0.0 && scale <= 1.0)
+        {
             return Err(invalid(
-                path,
-                scale,
-                format!("only {suite} (the Open MQTT Benchmark Suite's) take a scale"),
-            ));
-        }
-        if !(scale.is_finite() && scale > 0.0 && scale <= 1.0) {
-            return Err(invalid(
-                path,
+                path("scale"),
                 scale,
                 "a fraction of the suite's client counts: more than 0, at most 1 \
                  (0.01 is 500 -> 500 point to point)",
             ));
         }
+        let Some(table) = &test.workload else {
+            return Ok(());
+        };
+        let mut owned = vec![
+            (
+                "publishers",
+                "set tests[i].publishers (the scenario keeps its shape)",
+            ),
+            (
+                "subscribers",
+                "set tests[i].subscribers (the scenario keeps its shape)",
+            ),
+            ("topology", "the scenario's topology is its own"),
+            ("topics", "the scenario's topics are its own"),
+        ];
+        if scenario == SuiteScenario::Connections {
+            owned.push((
+                "churn.hold",
+                "each arrival holds through the ramp, the warm-up and the measured window",
+            ));
+        }
+        for (field, problem) in owned {
+            if super::presets::sets(table, field) {
+                return Err(invalid(
+                    path(&format!("workload.{field}")),
+                    "(set)",
+                    problem.replace("tests[i]", &format!("tests[{i}]")),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// A connections scenario's last arrival leaves after the ramp, the warm-up and the
+    /// window: over loadgen's longest schedule, the plan's `duration` is what to shorten.
+    fn validate_departures(
+        i: usize,
+        test: &TestEntry,
+        spec: &WorkloadSpec,
+    ) -> Result<(), PlanError> {
+        let Some(churn) = spec
+            .churn
+            .as_ref()
+            .filter(|_| test.kind.suite_scenario() == Some(SuiteScenario::Connections))
+        else {
+            return Ok(());
+        };
+        if churn.span() <= MAX_DURATION {
+            return Ok(());
+        }
+        let written = test.duration.unwrap_or(loadgen::suite::SUITE_DURATION);
+        Err(invalid(
+            format!("tests[{i}].duration"),
+            humantime::format_duration(written),
+            format!(
+                "each arrival stays through the measured window, so the last of {} at {}/s \
+                 leaves {} after the first arrives (the ramp, the warm-up and this duration), \
+                 over loadgen's longest schedule, {}",
+                churn.connections,
+                churn.rate,
+                humantime::format_duration(Duration::from_secs(churn.span().as_secs())),
+                humantime::format_duration(MAX_DURATION)
+            ),
+        ))
     }
 
     /// Test `i`'s workload at every point is one loadgen accepts, each error named by the
@@ -395,7 +485,11 @@ impl Plan {
             .map_err(|problem| invalid(path("workload"), "{..}", problem))?;
         for (point, spec) in workloads {
             let (payload, clients) = point.overrides();
+            Self::validate_departures(i, test, &spec)?;
             if let Err(error) = spec.validate() {
+                if let Some(refused) = scaled_count_refused(i, test, &error) {
+                    return Err(refused);
+                }
                 let in_table = test
                     .workload
                     .as_ref()
@@ -411,8 +505,6 @@ impl Plan {
                     "pacing.rate" => "rate",
                     "publishers" if clients.is_some() => "clients",
                     "payload" if payload.is_some() => "payloads",
-                    // The connections scenario holds each client through warm-up and window.
-                    "churn.hold" if test.kind.suite_scenario().is_some() => "duration",
                     other => other,
                 };
                 return Err(invalid(path(field), error.value, error.problem));

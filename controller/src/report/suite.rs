@@ -17,13 +17,15 @@ const SUITE_MEANING: &str = "The suite (emqx/mqttbs) publishes, per broker: the 
      together over the measured window (sustained: after the warm-up, open loop at the \
      suite's per-client rates); latency is the transit latency (from the moment loadgen \
      handed a message to the socket to its arrival), its mean and 99th percentile; CPU is the \
-     broker process's mean over the window (percent of one core) and memory its peak \
-     resident size, sampled by its node's agent (the suite measures the whole host); \
+     broker process's mean over the measured window (percent of one core) and memory its \
+     peak resident size over the whole cell (warm-up, a connection ramp and the departures \
+     after the window included), sampled by its node's agent (the suite measures the whole \
+     host); \
      connections are the clients connected during the window (for the connections scenario, \
      the arrivals accepted plus its one publisher -> subscriber pair). Delivered / expected, \
      lost and duplicates are counted per message, summed over the repetitions. The suite's \
      full size is scale = 1 (50,000 -> 50,000 point to point); the scale used is in the \
-     table.";
+     table, marked where the plan set publishers or subscribers instead.";
 
 /// One section for every suite scenario in the plan, or none.
 pub fn section(data: &RunData) -> Option<Section> {
@@ -57,10 +59,11 @@ pub fn section(data: &RunData) -> Option<Section> {
         4,
     );
     for &test in &tests {
-        let scale = plan.tests[test]
-            .scale
-            .unwrap_or(crate::plan::FULL_SCALE)
-            .to_string();
+        let entry = &plan.tests[test];
+        let mut scale = entry.scale.unwrap_or(crate::plan::FULL_SCALE).to_string();
+        if entry.publishers.is_some() || entry.subscribers.is_some() {
+            scale.push_str(" (counts set)");
+        }
         for (b, broker) in plan.brokers.iter().enumerate() {
             for (s, scenario) in plan.scenarios.iter().enumerate() {
                 let cells: Vec<&CellFigures> = data
@@ -99,14 +102,7 @@ fn figures(cells: &[&CellFigures]) -> Vec<String> {
         let values: Vec<f64> = cells.iter().filter_map(|c| value(c)).collect();
         Estimate::of(&values).map_or_else(|| "n/a".to_string(), |e| e.text(text))
     };
-    let latency = |cell: &CellFigures| {
-        let summary = &cell.summary;
-        if summary.transit_latency.count > 0 {
-            summary.transit_latency
-        } else {
-            summary.latency
-        }
-    };
+    let latency = |cell: &CellFigures| cell.summary.transit_latency;
     let sum = |value: fn(&CellFigures) -> u64| cells.iter().map(|c| value(c)).sum::<u64>();
     let lost = cells
         .iter()
