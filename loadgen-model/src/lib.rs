@@ -48,6 +48,7 @@ pub mod steadiness;
 pub mod suite;
 pub mod summary;
 pub mod tail;
+pub mod wills;
 
 pub use result::RunResult;
 pub use spec::WorkloadSpec;

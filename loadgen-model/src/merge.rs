@@ -89,6 +89,17 @@ impl RunResult {
         if self.retained.is_none() {
             self.retained = other.retained.clone();
         }
+        // Only the instance holding publisher 0 runs the will clients.
+        match (&self.wills, &other.wills) {
+            (Some(_), Some(_)) => {
+                return Err(MergeError(
+                    "two instances ran the will clients (only the one holding publisher 0 does)"
+                        .to_string(),
+                ));
+            }
+            (None, Some(theirs)) => self.wills = Some(theirs.clone()),
+            (_, None) => {}
+        }
         match (&mut self.reconnect, &other.reconnect) {
             (Some(mine), Some(theirs)) => mine.merge(theirs).map_err(MergeError)?,
             (None, Some(theirs)) => self.reconnect = Some(theirs.clone()),

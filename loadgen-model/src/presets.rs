@@ -63,6 +63,7 @@ pub fn latency() -> WorkloadSpec {
         run_id: None,
         churn: None,
         retain: None,
+        wills: None,
     }
 }
 

@@ -248,6 +248,9 @@ pub struct RunResult {
     /// What the late subscribers found of the retained messages, when the workload retains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retained: Option<crate::retained::RetainedOutcome>,
+    /// What the will clients did and their watcher got, when the workload has wills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wills: Option<crate::wills::WillOutcome>,
 }
 
 /// What a run's churn fleet did ([`crate::spec::Churn`]); times on the run clock.
@@ -336,6 +339,7 @@ impl RunResult {
             instances: Vec::new(),
             churn: None,
             retained: None,
+            wills: None,
             reconnect: None,
             groups: Vec::new(),
         }
@@ -430,6 +434,7 @@ mod tests {
             run_id: Some("merge".into()),
             churn: None,
             retain: None,
+            wills: None,
         }
     }
 

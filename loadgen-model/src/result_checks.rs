@@ -210,7 +210,51 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
             clock("retained.all_received_ns", *ns)?;
         }
     }
+    if let Some(wills) = &result.wills {
+        check_wills(wills)?;
+    }
     check_groups(result)
+}
+
+/// Will clients: each count within the one before it (delivered of dropped of connected of
+/// the most a run makes), one time per delivered will, in order, each a time on the clock.
+fn check_wills(wills: &crate::wills::WillOutcome) -> Result<(), ResultProblem> {
+    let most = crate::spec::MAX_WILL_CLIENTS;
+    for (name, count, bound) in [
+        (
+            "wills.connected",
+            wills.connected.saturating_add(wills.failed),
+            most,
+        ),
+        ("wills.dropped", wills.dropped, wills.connected),
+        ("wills.delivered", wills.delivered, wills.dropped),
+        ("wills.disconnected", wills.disconnected, wills.connected),
+    ] {
+        if count > bound {
+            return Err(problem(name, format!("{count} is more than {bound}")));
+        }
+    }
+    total("wills.duplicates", [wills.duplicates])?;
+    total("wills.unexpected", [wills.unexpected])?;
+    total("wills.cleared", [wills.cleared])?;
+    if wills.from_drop_ns.len() != wills.delivered as usize {
+        return Err(problem(
+            "wills.from_drop_ns",
+            format!(
+                "{} times for {} wills",
+                wills.from_drop_ns.len(),
+                wills.delivered
+            ),
+        ));
+    }
+    if !wills.from_drop_ns.is_sorted() {
+        return Err(problem("wills.from_drop_ns", "not in order"));
+    }
+    for ns in &wills.from_drop_ns {
+        clock("wills.from_drop_ns", *ns)?;
+    }
+    clock("wills.drop_late_ns", wills.drop_late_ns)?;
+    clock("wills.delay_ns", wills.delay_ns)
 }
 
 /// Shared subscriptions: one per shared entry of the spec's filters, a bitmap slot per
@@ -405,6 +449,46 @@ mod tests {
         }
         result.latency.record(50_000).expect("in range");
         result
+    }
+
+    #[test]
+    fn will_counts_beyond_what_they_count_within_are_named() {
+        let wills = crate::wills::WillOutcome {
+            connected: 20,
+            dropped: 5,
+            delivered: 2,
+            watched: true,
+            from_drop_ns: vec![1_000, 2_000],
+            ..Default::default()
+        };
+        let mut sound = result();
+        sound.wills = Some(wills.clone());
+        check(&sound).expect("sound");
+        type Spoil = fn(&mut crate::wills::WillOutcome);
+        let cases: [(Spoil, &str); 5] = [
+            (|w| w.delivered = 6, "wills.delivered: 6 is more than 5"),
+            (|w| w.dropped = 21, "wills.dropped: 21 is more than 20"),
+            (
+                |w| w.connected = u32::MAX,
+                "wills.connected: 4294967295 is more than 10000",
+            ),
+            (
+                |w| w.from_drop_ns.push(3_000),
+                "wills.from_drop_ns: 3 times for 2 wills",
+            ),
+            (
+                |w| w.from_drop_ns.reverse(),
+                "wills.from_drop_ns: not in order",
+            ),
+        ];
+        for (spoil, expected) in cases {
+            let mut spoiled = wills.clone();
+            spoil(&mut spoiled);
+            let mut result = result();
+            result.wills = Some(spoiled);
+            let problem = check(&result).expect_err("refused").to_string();
+            assert!(problem.contains(expected), "{problem} lacks {expected}");
+        }
     }
 
     #[test]

@@ -227,6 +227,9 @@ pub struct Summary {
     /// What the late subscribers found of the retained messages, when the workload retains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retained: Option<crate::retained::RetainedOutcome>,
+    /// What the will clients did and their watcher got, when the workload has wills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wills: Option<crate::wills::WillOutcome>,
 }
 
 /// A reconnect storm: connections lost and back, how long the fleet took to be whole again,
@@ -423,6 +426,7 @@ impl Summary {
             reconnect: ReconnectSummary::of(result),
             shared_groups: crate::groups::GroupSummary::of_all(result),
             retained: result.retained.clone(),
+            wills: result.wills.clone(),
         }
     }
 }

@@ -111,6 +111,23 @@ pub struct ConnectFields<'a> {
     pub login: Option<(&'a str, &'a str)>,
     /// Largest packet we accept (announced in v5).
     pub max_packet_size: u32,
+    /// The client's will, if it has one.
+    pub will: Option<WillFields<'a>>,
+}
+
+/// A will, as CONNECT carries it.
+#[derive(Debug, Clone)]
+pub struct WillFields<'a> {
+    /// Where the broker publishes it.
+    pub topic: &'a str,
+    /// What it publishes.
+    pub payload: &'a [u8],
+    /// At which QoS.
+    pub qos: Qos,
+    /// Retained or not.
+    pub retain: bool,
+    /// MQTT 5 will delay interval, s.
+    pub delay_secs: Option<u32>,
 }
 
 /// Encoder and decoder for one protocol version.
@@ -162,6 +179,9 @@ impl Codec {
                 if let Some((user, password)) = fields.login {
                     connect.set_login(user, password);
                 }
+                connect.last_will = fields.will.as_ref().map(|will| {
+                    v4::LastWill::new(will.topic, will.payload, v4_qos(will.qos), will.retain)
+                });
                 self.write_v4(v4::Packet::Connect(connect), out)
             }
             MqttVersion::V5 => {
@@ -173,6 +193,13 @@ impl Codec {
                     properties.session_expiry_interval =
                         Some(u32::try_from(SESSION_EXPIRY.as_secs()).unwrap_or(u32::MAX));
                 }
+                let delay = fields.will.as_ref().and_then(|will| will.delay_secs);
+                if let Some(delay) = delay {
+                    // A will is published when its delay ends or its session does, whichever
+                    // comes first (MQTT 5 §3.1.3.2.2): the session must outlive the delay.
+                    let expiry = properties.session_expiry_interval.unwrap_or(0);
+                    properties.session_expiry_interval = Some(expiry.max(delay));
+                }
                 let connect = v5::Connect {
                     keep_alive: fields.keep_alive_secs,
                     client_id: fields.client_id.to_string(),
@@ -183,7 +210,25 @@ impl Codec {
                     username: username.to_string(),
                     password: password.to_string(),
                 });
-                self.write_v5(v5::Packet::Connect(connect, None, login), out)
+                let will = fields.will.as_ref().map(|will| {
+                    let properties = will.delay_secs.map(|delay| v5::LastWillProperties {
+                        delay_interval: Some(delay),
+                        payload_format_indicator: None,
+                        message_expiry_interval: None,
+                        content_type: None,
+                        response_topic: None,
+                        correlation_data: None,
+                        user_properties: Vec::new(),
+                    });
+                    v5::LastWill {
+                        topic: Bytes::copy_from_slice(will.topic.as_bytes()),
+                        message: Bytes::copy_from_slice(will.payload),
+                        qos: v5_qos(will.qos),
+                        retain: will.retain,
+                        properties,
+                    }
+                });
+                self.write_v5(v5::Packet::Connect(connect, will, login), out)
             }
         }
     }

@@ -33,7 +33,7 @@
 // contract need not build the engine; re-exported so `loadgen::spec` and `crate::spec` stay.
 pub use loadgen_model::{
     capabilities, clock, generator, groups, header, histogram_v2, presets, result, result_checks,
-    retained, saturation, series, size, spec, steadiness, suite, summary, tail,
+    retained, saturation, series, size, spec, steadiness, suite, summary, tail, wills,
 };
 
 pub mod accounting;

@@ -148,6 +148,9 @@ pub fn render_table(summary: &Summary) -> String {
     if let Some(retained) = &s.retained {
         retained_line(&mut out, retained);
     }
+    if let Some(wills) = &s.wills {
+        wills_line(&mut out, wills);
+    }
     let _ = writeln!(out, "\n{}", rate_kind_line(s));
     let _ = writeln!(
         out,
@@ -551,6 +554,48 @@ fn retained_line(out: &mut String, r: &crate::retained::RetainedOutcome) {
         r.missing,
         r.extra,
         r.cleared
+    );
+}
+
+/// The will clients: wills owed, delivered once, missing, copies and wills not owed, and the
+/// time from each drop to its will.
+fn wills_line(out: &mut String, w: &crate::wills::WillOutcome) {
+    if !w.watched {
+        let _ = writeln!(
+            out,
+            "\nwills: the watcher could not subscribe to the will topics; nothing was judged"
+        );
+        return;
+    }
+    let times = match (w.from_drop_ms(0.5), w.from_drop_ms(0.99), w.earliest_ms()) {
+        (Some(median), Some(p99), Some(earliest)) => format!(
+            "from the drop: median {median:.1} ms, p99 {p99:.1} ms, earliest {earliest:.1} ms"
+        ),
+        _ => "no will arrived".to_string(),
+    };
+    let delay = if w.delay_ns > 0 {
+        format!(
+            " (will delay {:.1} s: {} before it)",
+            w.delay_ns as f64 / 1e9,
+            w.before_delay()
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "\nwills: {} clients connected ({} failed), {} dropped without DISCONNECT ({:.1} ms late at \
+         most): {} wills delivered once, {} missing, {} duplicates, {} unexpected (of clean clients \
+         or none); {times}{delay}; {} disconnected cleanly",
+        w.connected,
+        w.failed,
+        w.dropped,
+        w.drop_late_ns as f64 / 1e6,
+        w.delivered,
+        w.missing(),
+        w.duplicates,
+        w.unexpected,
+        w.disconnected
     );
 }
 

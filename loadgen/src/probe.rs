@@ -126,6 +126,7 @@ impl Probe<'_> {
                 .as_deref()
                 .map(|user| (user, self.target.password.as_deref().unwrap_or(""))),
             max_packet_size: MAX_PACKET as u32,
+            will: None,
         };
         session::open(
             &self.dialer,

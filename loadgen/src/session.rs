@@ -246,5 +246,6 @@ pub(crate) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> 
             .as_deref()
             .map(|user| (user, spec.broker.password.as_deref().unwrap_or(""))),
         max_packet_size: u32::try_from(spec.max_packet_bytes()).unwrap_or(u32::MAX),
+        will: None,
     }
 }

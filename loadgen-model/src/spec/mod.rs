@@ -27,6 +27,7 @@ mod routing;
 mod topology;
 mod tree;
 mod validate;
+mod wills;
 
 pub use broker::{
     BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
@@ -46,6 +47,7 @@ pub use tree::{MAX_TREE_FILTERS, MAX_TREE_TOPICS, TopicNames, TopicTree};
 pub use validate::{
     MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
 };
+pub use wills::{MAX_WILL_CLIENTS, Wills};
 
 use std::time::Duration;
 
@@ -121,6 +123,11 @@ pub struct WorkloadSpec {
     /// Publishers retain their messages, and late subscribers check what the broker kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain: Option<Retain>,
+    /// Clients with a will beside the workload, some dropped without DISCONNECT, and a
+    /// watcher that must get each dropped client's will once; run by the instance holding
+    /// publisher 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wills: Option<Wills>,
 }
 
 /// Why TOML text gave no workload.
@@ -224,6 +231,7 @@ mod tests {
             run_id: None,
             churn: None,
             retain: None,
+            wills: None,
         }
     }
 

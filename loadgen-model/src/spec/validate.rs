@@ -172,6 +172,7 @@ impl WorkloadSpec {
         self.validate_memory()?;
         self.validate_unread_topics()?;
         self.validate_retain()?;
+        self.validate_wills()?;
         if u64::from(self.publishers) > encoding.max_publishers() {
             return Err(invalid(
                 "publishers",

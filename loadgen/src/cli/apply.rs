@@ -45,6 +45,18 @@ impl WorkloadArgs {
                     .unwrap_or_else(|| "#".to_string()),
             });
         }
+        if let (Some(clients), Some(dropped), Some(after)) =
+            (self.wills, self.wills_dropped, self.wills_after)
+        {
+            spec.wills = Some(crate::spec::Wills {
+                clients,
+                dropped,
+                after,
+                delay: self.will_delay,
+                qos: self.will_qos.unwrap_or(crate::spec::Qos::AtLeastOnce),
+                retain: self.will_retain,
+            });
+        }
         if let Some(pattern) = &self.topics {
             spec.topology = crate::spec::Topology::Tree;
             spec.topics = Some(crate::spec::TopicTree {
@@ -245,6 +257,55 @@ mod tests {
             (800, 800, 100)
         );
         assert_eq!((spec.broker.host.as_str(), spec.broker.port), ("::1", 1884));
+    }
+
+    #[test]
+    fn will_flags_make_the_wills_and_a_delay_needs_mqtt_5() {
+        let spec_of = |extra: &[&str]| {
+            let mut args = vec![
+                "loadgen",
+                "latency",
+                "--wills",
+                "200",
+                "--wills-dropped",
+                "50",
+                "--wills-after",
+                "2s",
+            ];
+            args.extend_from_slice(extra);
+            spec_for(&Cli::try_parse_from(args).expect("parses").command)
+        };
+        let wills = spec_of(&[]).expect("valid").wills.expect("wills");
+        assert_eq!((wills.clients, wills.dropped), (200, 50));
+        assert_eq!(wills.after, std::time::Duration::from_secs(2));
+        assert_eq!(
+            (wills.qos, wills.retain, wills.delay),
+            (crate::spec::Qos::AtLeastOnce, false, None)
+        );
+        let refused = spec_of(&["--will-delay", "2s"]).expect_err("3.1.1 has no will delay");
+        assert!(
+            refused.to_string().contains("wills.delay = 2s"),
+            "{refused}"
+        );
+        let delayed = spec_of(&[
+            "--will-delay",
+            "2s",
+            "--protocol",
+            "5",
+            "--will-qos",
+            "2",
+            "--will-retain",
+        ])
+        .expect("valid")
+        .wills
+        .expect("wills");
+        assert_eq!(delayed.delay, Some(std::time::Duration::from_secs(2)));
+        assert_eq!(
+            (delayed.qos, delayed.retain),
+            (crate::spec::Qos::ExactlyOnce, true)
+        );
+        // The three that define the wills go together.
+        assert!(Cli::try_parse_from(["loadgen", "latency", "--wills", "5"]).is_err());
     }
 
     #[test]

@@ -96,6 +96,25 @@ pub struct WorkloadArgs {
     /// The late subscribers' filter below the run's prefix (default #).
     #[arg(long, value_name = "FILTER", requires = "retain_late")]
     pub retain_filter: Option<String>,
+    /// Clients that connect with a will beside the workload; a watcher must get the will of
+    /// each one dropped (--wills-dropped) once, and none of the others.
+    #[arg(long, value_name = "COUNT", requires_all = ["wills_dropped", "wills_after"])]
+    pub wills: Option<u32>,
+    /// How many of the will clients close their socket without DISCONNECT.
+    #[arg(long, value_name = "COUNT", requires = "wills")]
+    pub wills_dropped: Option<u32>,
+    /// When they drop, from the start (e.g. 2s).
+    #[arg(long, value_name = "TIME", value_parser = humantime::parse_duration, requires = "wills")]
+    pub wills_after: Option<std::time::Duration>,
+    /// MQTT 5 will delay interval (e.g. 2s; needs --protocol 5).
+    #[arg(long, value_name = "TIME", value_parser = humantime::parse_duration, requires = "wills")]
+    pub will_delay: Option<std::time::Duration>,
+    /// The wills' QoS (default 1).
+    #[arg(long, value_parser = parse_qos, requires = "wills")]
+    pub will_qos: Option<Qos>,
+    /// The wills are retained (cleared once checked).
+    #[arg(long, requires = "wills")]
+    pub will_retain: bool,
     /// Payload size on the wire (e.g. 10B, 1KB, 10KB, 1MB; KiB/MiB for 1024).
     #[arg(long, visible_alias = "size")]
     pub payload: Option<ByteSize>,

@@ -17,6 +17,7 @@ use crate::publisher::PublisherOutcome;
 use crate::result::ChurnOutcome;
 use crate::spec::WorkloadSpec;
 use crate::subscriber::SubscriberOutcome;
+use crate::wills::WillOutcome;
 
 /// What every task of a run did, once all have ended.
 pub(super) struct Drained {
@@ -26,6 +27,8 @@ pub(super) struct Drained {
     pub(super) subscribers: Vec<SubscriberOutcome>,
     /// The churn fleet's, on the instance that ran it.
     pub(super) churn: Option<ChurnOutcome>,
+    /// The will clients', on the instance that ran them.
+    pub(super) wills: Option<WillOutcome>,
 }
 
 /// Waits for what is in flight, then stops the subscribers and collects every outcome.
@@ -61,10 +64,19 @@ pub(super) async fn drain(
         ),
         None => None,
     };
+    let wills = match started.wills.take() {
+        Some(wills) => Some(
+            wills
+                .await
+                .map_err(|e| LoadgenError::Internal(format!("wills task: {e}")))?,
+        ),
+        None => None,
+    };
     Ok(Drained {
         publishers,
         subscribers,
         churn,
+        wills,
     })
 }
 

@@ -23,6 +23,7 @@ pub(super) async fn finish(
     drained: Drained,
 ) -> RunResult {
     result.churn = drained.churn;
+    result.wills = drained.wills;
     let start_ns = started.timing.start_ns();
     let load_wall_ns = run.clock.now_ns().saturating_sub(start_ns);
     let usage_after = Reading::now(&run.scope);

@@ -10,10 +10,11 @@
 //!   process when it runs on this host.
 //! - `connect`: every connection, subscribers first, ramped up (`Connected`).
 //! - `start`: the start barrier: the CPU measurement begins, the first message's time and the
-//!   run's `Timing` are fixed, the subscribers and the churn fleet (`churn`) set off (`Started`).
+//!   run's `Timing` are fixed, the subscribers, the churn fleet (`churn`) and the will clients
+//!   (`wills`) set off (`Started`).
 //! - `publish`: the publisher tasks and an open loop's pacer, until the last publisher ends.
-//! - `drain`: waiting for what is in flight, then for every subscriber and churn client
-//!   (`Drained`).
+//! - `drain`: waiting for what is in flight, then for every subscriber, churn client and will
+//!   client (`Drained`).
 //! - `finish`: the measurement stops; every outcome is folded into the result with the
 //!   instance's load over the measured window.
 
@@ -27,6 +28,7 @@ mod publish;
 mod retained;
 mod start;
 mod state;
+mod wills;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -88,8 +88,14 @@ pub(super) fn prepare(
         .as_ref()
         .filter(|_| shard.publishers.contains(&0))
         .map_or(0, |churn| churn.most_open_at_once());
+    // The will clients and their watcher (and a clean-up connection).
+    let will_connections = spec
+        .wills
+        .as_ref()
+        .filter(|_| shard.publishers.contains(&0))
+        .map_or(0, |wills| u64::from(wills.clients) + 2);
     let planned_connections = (shard.publishers.len() + shard.subscribers.len()) as u64;
-    crate::limits::ensure_open_files(planned_connections + churn_connections)
+    crate::limits::ensure_open_files(planned_connections + churn_connections + will_connections)
         .map_err(LoadgenError::OpenFiles)?;
     status.update(|s| {
         s.planned_publishes = planned_publishes;

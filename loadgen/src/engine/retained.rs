@@ -9,10 +9,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use super::prepare::Run;
-use crate::codec::{AckKind, Incoming};
+use crate::codec::{AckKind, Codec, Incoming};
 use crate::retained::RetainedOutcome;
 use crate::session::{self, READ_CHUNK, Session};
 use crate::spec::{Qos, WorkloadSpec};
+use crate::transport::Dialer;
 
 /// What one late subscriber found.
 #[derive(Debug, Default)]
@@ -110,7 +111,7 @@ pub(super) async fn check(run: &Run<'_>, published: &[u64]) -> RetainedOutcome {
     let topics: Vec<String> = (0..spec.publishers)
         .map(|p| spec.topic_of(&run.run_id, p))
         .collect();
-    if clear(run, &topics).await {
+    if clear(spec, &run.run_id, &run.dialer, run.codec, &topics).await {
         outcome.cleared = topics.len() as u64;
         // Checked through the late subscribers' filter, and only when it was seen to carry
         // retained messages: a broker that delivers none to it would show 0 left regardless.
@@ -214,7 +215,7 @@ async fn subscribe(session: &mut Session, filter: &str, qos: Qos) -> Option<()> 
 const QUIET: Duration = Duration::from_millis(300);
 
 /// Every complete packet in the session's buffer.
-fn decode_all(session: &mut Session) -> Vec<Incoming> {
+pub(super) fn decode_all(session: &mut Session) -> Vec<Incoming> {
     let mut packets = Vec::new();
     while let Ok(Some(packet)) = session.codec.decode(&mut session.read_buffer) {
         packets.push(packet);
@@ -234,13 +235,18 @@ async fn read_within(session: &mut Session, within: Duration) -> bool {
 /// Publishes an empty retained message to every topic (QoS 0), then waits for the answer to
 /// a PINGREQ: the broker handles one connection's packets in order, so by then it has
 /// cleared them all. False when it could not.
-async fn clear(run: &Run<'_>, topics: &[String]) -> bool {
-    let spec = run.spec;
-    let client_id = format!("{}-{}-clear", spec.connection.client_id_prefix, run.run_id);
+pub(super) async fn clear(
+    spec: &WorkloadSpec,
+    run_id: &str,
+    dialer: &Dialer,
+    codec: Codec,
+    topics: &[String],
+) -> bool {
+    let client_id = format!("{}-{run_id}-clear", spec.connection.client_id_prefix);
     let fields = session::connect_fields(spec, &client_id);
     let Ok(mut session) = session::open(
-        &run.dialer,
-        run.codec,
+        dialer,
+        codec,
         &fields,
         None,
         spec.connection.connect_timeout,
@@ -251,7 +257,7 @@ async fn clear(run: &Run<'_>, topics: &[String]) -> bool {
     };
     let mut out = BytesMut::new();
     for topic in topics {
-        let Ok(template) = run.codec.publish_template(topic, Qos::AtMostOnce, 0) else {
+        let Ok(template) = codec.publish_template(topic, Qos::AtMostOnce, 0) else {
             return false;
         };
         template.retained().write_prefix(0, &mut out);
@@ -314,7 +320,7 @@ async fn still_retained(run: &Run<'_>, filter: &str) -> Option<u64> {
     Some(left)
 }
 
-async fn goodbye(session: &mut Session) {
+pub(super) async fn goodbye(session: &mut Session) {
     let mut out = BytesMut::new();
     if session.codec.disconnect(&mut out).is_ok() {
         let _ = session.writer.write_all(&out).await;

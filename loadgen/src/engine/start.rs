@@ -22,6 +22,7 @@ use crate::session::Session;
 use crate::spec::{RunLength, WorkloadSpec};
 use crate::subscriber::{self, SubscriberJob, SubscriberOutcome};
 use crate::usage::{Monitor, Reading};
+use crate::wills::WillOutcome;
 
 /// Time between the last connection and the first message, so every task is parked at start.
 const START_BARRIER_DELAY: Duration = Duration::from_millis(50);
@@ -38,6 +39,8 @@ pub(super) struct Started {
     pub(super) subscribers: Subscribers,
     /// The churn fleet's task, on the instance holding publisher 0.
     pub(super) churn: Option<JoinHandle<ChurnOutcome>>,
+    /// The will clients' task, on the instance holding publisher 0.
+    pub(super) wills: Option<JoinHandle<WillOutcome>>,
 }
 
 /// What measures this instance's load between the start barrier and the finish.
@@ -88,6 +91,7 @@ pub(super) fn start(
         subscribers.spawn(subscriber::run(session, job));
     }
     let churn = start_churn(run, &shared_spec, start_ns);
+    let wills = start_wills(run, &shared_spec, start_ns);
     Ok(Started {
         timing,
         meter: Meter {
@@ -101,6 +105,7 @@ pub(super) fn start(
             stop: stop_subscribers,
         },
         churn,
+        wills,
     })
 }
 
@@ -176,6 +181,31 @@ fn start_churn(
             let fleet = churn::Fleet {
                 spec: shared_spec.clone(),
                 churn,
+                run_id: run.run_id.clone(),
+                dialer: run.dialer.clone(),
+                codec: run.codec,
+                clock: run.clock,
+                start_ns,
+            };
+            tokio::spawn(fleet.run(run.cancel.clone()))
+        })
+}
+
+/// The will clients connect from the start barrier on, beside the workload, run by the
+/// instance holding publisher 0.
+fn start_wills(
+    run: &Run<'_>,
+    shared_spec: &Arc<WorkloadSpec>,
+    start_ns: u64,
+) -> Option<JoinHandle<WillOutcome>> {
+    run.spec
+        .wills
+        .clone()
+        .filter(|_| run.shard.publishers.contains(&0))
+        .map(|wills| {
+            let fleet = super::wills::Fleet {
+                spec: shared_spec.clone(),
+                wills,
                 run_id: run.run_id.clone(),
                 dialer: run.dialer.clone(),
                 codec: run.codec,

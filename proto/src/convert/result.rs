@@ -2,6 +2,7 @@
 
 use loadgen_model::groups::{GroupDeliveries, MemberShare};
 use loadgen_model::retained::RetainedOutcome;
+use loadgen_model::wills::WillOutcome;
 use std::ops::Range;
 
 use domain::FieldError;
@@ -231,6 +232,20 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
             all_received_ns: r.all_received_ns,
             cleared: r.cleared,
             left_after_clear: r.left_after_clear,
+        }),
+        wills: message.wills.map(|w| WillOutcome {
+            connected: w.connected,
+            failed: w.failed,
+            dropped: w.dropped,
+            delivered: w.delivered,
+            duplicates: w.duplicates,
+            unexpected: w.unexpected,
+            disconnected: w.disconnected,
+            watched: w.watched,
+            from_drop_ns: w.from_drop_ns,
+            drop_late_ns: w.drop_late_ns,
+            delay_ns: w.delay_ns,
+            cleared: w.cleared,
         }),
         groups: message
             .groups
@@ -475,6 +490,20 @@ impl TryFrom<&RunResult> for pb::RunResult {
                 cleared: r.cleared,
                 left_after_clear: r.left_after_clear,
             }),
+            wills: result.wills.as_ref().map(|w| pb::WillOutcome {
+                connected: w.connected,
+                failed: w.failed,
+                dropped: w.dropped,
+                delivered: w.delivered,
+                duplicates: w.duplicates,
+                unexpected: w.unexpected,
+                disconnected: w.disconnected,
+                watched: w.watched,
+                from_drop_ns: w.from_drop_ns.clone(),
+                drop_late_ns: w.drop_late_ns,
+                delay_ns: w.delay_ns,
+                cleared: w.cleared,
+            }),
             groups: result
                 .groups
                 .iter()
@@ -644,6 +673,20 @@ mod tests {
         storm.first_lost_ns = 1_200_000_000;
         storm.last_back_ns = 1_304_000_000;
         result.reconnect = Some(storm);
+        result.wills = Some(WillOutcome {
+            connected: 200,
+            failed: 0,
+            dropped: 50,
+            delivered: 3,
+            duplicates: 1,
+            unexpected: 2,
+            disconnected: 150,
+            watched: true,
+            from_drop_ns: vec![2_000_100_000, 2_000_300_000, 2_001_000_000],
+            drop_late_ns: 90_000,
+            delay_ns: 2_000_000_000,
+            cleared: 50,
+        });
         result
     }
 

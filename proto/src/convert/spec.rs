@@ -6,7 +6,7 @@ use domain::FieldError;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    OfflineGap, Pacing, Qos, Reconnect, Retain, Shard, TopicTree, Topology, Transport,
+    OfflineGap, Pacing, Qos, Reconnect, Retain, Shard, TopicTree, Topology, Transport, Wills,
     WorkloadSpec,
 };
 
@@ -41,6 +41,23 @@ pub(super) fn spec_from_proto(
             late_subscribers: retain.late_subscribers,
             filter: retain.filter,
         }),
+        wills: message
+            .wills
+            .map(|wills| -> Result<Wills, ConversionError> {
+                let at = field(at, "wills");
+                Ok(Wills {
+                    clients: wills.clients,
+                    dropped: wills.dropped,
+                    after: duration(wills.after, &at, "after")?,
+                    delay: wills
+                        .delay
+                        .map(|d| duration(Some(d), &at, "delay"))
+                        .transpose()?,
+                    qos: qos_from_proto(wills.qos, &at)?,
+                    retain: wills.retain,
+                })
+            })
+            .transpose()?,
         topics: message.topics.map(|tree| TopicTree {
             pattern: tree.pattern,
             counts: tree.counts.into_iter().collect(),
@@ -244,6 +261,14 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
                 late_subscribers: retain.late_subscribers,
                 filter: retain.filter.clone(),
             }),
+            wills: spec.wills.as_ref().map(|wills| pb::Wills {
+                clients: wills.clients,
+                dropped: wills.dropped,
+                after: Some(duration_to_proto(wills.after)),
+                delay: wills.delay.map(duration_to_proto),
+                qos: pb::Qos::from(wills.qos).into(),
+                retain: wills.retain,
+            }),
             topics: spec.topics.as_ref().map(|tree| pb::TopicTree {
                 pattern: tree.pattern.clone(),
                 counts: tree.counts.clone().into_iter().collect(),
@@ -418,6 +443,7 @@ pub(super) mod tests {
             run_id: None,
             churn: None,
             retain: None,
+            wills: None,
         }
     }
 
@@ -480,6 +506,7 @@ pub(super) mod tests {
                 hold: Duration::from_millis(1_500),
             }),
             retain: None,
+            wills: None,
         }
     }
 
@@ -512,6 +539,23 @@ pub(super) mod tests {
             subscribe: vec!["site/+/device/+".into(), "site/1/#".into()],
         });
         assert_eq!(round_trip(&tree), tree);
+    }
+
+    #[test]
+    fn wills_round_trip_with_and_without_their_delay() {
+        let mut spec = open_loop_spec();
+        spec.broker.protocol = MqttVersion::V5;
+        for delay in [Some(Duration::from_secs(2)), None] {
+            spec.wills = Some(Wills {
+                clients: 200,
+                dropped: 50,
+                after: Duration::from_millis(1_500),
+                delay,
+                qos: Qos::ExactlyOnce,
+                retain: true,
+            });
+            assert_eq!(round_trip(&spec), spec);
+        }
     }
 
     #[test]
