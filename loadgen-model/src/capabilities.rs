@@ -61,12 +61,13 @@ impl Capabilities {
                 spec.broker.protocol
             ));
         }
+        let will_qos = spec.wills.as_ref().map_or(0, |wills| wills.qos.level());
+        let qos = spec.qos.level().max(will_qos);
         if let Some(most) = self.maximum_qos
-            && spec.qos.level() > most
+            && qos > most
         {
             return Some(format!(
-                "needs QoS {}, the broker allows at most QoS {most} (probe)",
-                spec.qos.level()
+                "needs QoS {qos}, the broker allows at most QoS {most} (probe)"
             ));
         }
         let filters: Vec<TopicFilter> = spec
@@ -87,11 +88,18 @@ impl Capabilities {
                 "shared subscriptions",
             ),
             (
-                filters.iter().any(wildcard) || late_filter.as_ref().is_some_and(wildcard),
+                // The will watcher reads every will topic through `#`.
+                filters.iter().any(wildcard)
+                    || late_filter.as_ref().is_some_and(wildcard)
+                    || spec.wills.is_some(),
                 self.wildcards,
                 "wildcard subscriptions",
             ),
-            (spec.retain.is_some(), self.retain, "retained messages"),
+            (
+                spec.retain.is_some() || spec.wills.as_ref().is_some_and(|w| w.retain),
+                self.retain,
+                "retained messages",
+            ),
             (
                 late_filter.as_ref().is_some_and(wildcard),
                 self.retain_to_wildcards,
@@ -225,5 +233,45 @@ mod tests {
             None,
             "an exact late filter gets retained messages"
         );
+    }
+
+    #[test]
+    fn wills_need_their_qos_a_wildcard_watcher_and_retain_when_retained() {
+        let mut spec = crate::presets::latency();
+        spec.wills = Some(crate::spec::Wills {
+            clients: 4,
+            dropped: 1,
+            after: std::time::Duration::from_secs(1),
+            delay: None,
+            qos: Qos::ExactlyOnce,
+            retain: true,
+        });
+        let capped = Capabilities {
+            maximum_qos: Some(1),
+            ..rabbitmq_310()
+        };
+        assert_eq!(
+            capped.lacks(&spec).as_deref(),
+            Some("needs QoS 2, the broker allows at most QoS 1 (probe)")
+        );
+        let no_wildcards = Capabilities {
+            wildcards: Some(false),
+            ..rabbitmq_310()
+        };
+        assert!(
+            no_wildcards
+                .lacks(&spec)
+                .is_some_and(|why| why.starts_with("needs wildcard subscriptions"))
+        );
+        let no_retain = Capabilities {
+            retain: Some(false),
+            ..rabbitmq_310()
+        };
+        assert!(
+            no_retain
+                .lacks(&spec)
+                .is_some_and(|why| why.starts_with("needs retained messages"))
+        );
+        assert_eq!(rabbitmq_310().lacks(&spec), None);
     }
 }

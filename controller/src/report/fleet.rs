@@ -1,9 +1,11 @@
-//! Fleet-shaped traffic: shared subscriptions (each group judged once, the members' shares)
-//! and retained messages (what late subscribers found, and what the clean-up left), per test,
-//! broker and scenario over the repetitions.
+//! Fleet-shaped traffic: shared subscriptions (each group judged once, the members' shares),
+//! retained messages (what late subscribers found, and what the clean-up left) and wills (each
+//! dropped client's once, none of a clean one's), per test, broker and scenario over the
+//! repetitions.
 
 use loadgen::groups::GroupSummary;
 use loadgen::retained::RetainedOutcome;
+use loadgen::wills::WillOutcome;
 
 use super::grouped::rows_per_group;
 use super::input::RunData;
@@ -166,5 +168,93 @@ fn retained_row(runs: &[&RetainedOutcome]) -> Vec<String> {
         sum(|r| r.extra).to_string(),
         times,
         left,
+    ]
+}
+
+/// The wills section, when a measured cell had will clients.
+pub fn wills_section(data: &RunData) -> Option<Section> {
+    let mut table = Table::new(
+        &[
+            "Test",
+            "Broker",
+            "Scenario",
+            "Repetitions",
+            "Clients (failed)",
+            "Dropped",
+            "Delivered once",
+            "Missing",
+            "Duplicates",
+            "Unexpected",
+            "From the drop p50 / p99 / earliest (ms)",
+            "Will delay (s)",
+            "Before the delay",
+        ],
+        3,
+    );
+    for row in rows_per_group(data, |s| s.wills.as_ref(), wills_row) {
+        table.row(row);
+    }
+    if table.rows.is_empty() {
+        return None;
+    }
+    let mut section = Section::new("wills", "Wills: clients that vanished");
+    section.paragraph(
+        "Clients beside the workload connected with a will; at a set time some closed their \
+         socket without DISCONNECT, as a dying device does, and a watcher subscribed to the \
+         will topics had to receive each of their wills once. The others then disconnected \
+         cleanly, and a will of theirs is unexpected. Counts are summed over the \
+         repetitions; times run from each client's drop (its socket closed) to its will's \
+         arrival at the watcher, on one host's clock, pooled over the repetitions. With an \
+         MQTT 5 will delay, a will before the delay had passed is counted in the last column.",
+    );
+    section.blocks.push(Block::Table(table));
+    Some(section)
+}
+
+fn wills_row(runs: &[&WillOutcome]) -> Vec<String> {
+    let sum = |value: fn(&WillOutcome) -> u64| runs.iter().map(|w| value(w)).sum::<u64>();
+    let mut pooled = WillOutcome {
+        from_drop_ns: runs.iter().flat_map(|w| w.from_drop_ns.clone()).collect(),
+        ..WillOutcome::default()
+    };
+    pooled.from_drop_ns.sort_unstable();
+    let times = match (
+        pooled.from_drop_ms(0.5),
+        pooled.from_drop_ms(0.99),
+        pooled.earliest_ms(),
+    ) {
+        (Some(median), Some(p99), Some(earliest)) => format!(
+            "{} / {} / {}",
+            ms(median * 1e3),
+            ms(p99 * 1e3),
+            ms(earliest * 1e3)
+        ),
+        _ => "-".to_string(),
+    };
+    let delay = runs.first().map_or(0, |w| w.delay_ns);
+    let watched = runs.iter().all(|w| w.watched);
+    vec![
+        runs.len().to_string(),
+        format!(
+            "{} ({})",
+            sum(|w| u64::from(w.connected)),
+            sum(|w| u64::from(w.failed))
+        ),
+        sum(|w| u64::from(w.dropped)).to_string(),
+        sum(|w| u64::from(w.delivered)).to_string(),
+        if watched {
+            sum(|w| u64::from(w.missing())).to_string()
+        } else {
+            "not watched".to_string()
+        },
+        sum(|w| w.duplicates).to_string(),
+        sum(|w| w.unexpected).to_string(),
+        times,
+        if delay > 0 {
+            format!("{:.1}", delay as f64 / 1e9)
+        } else {
+            "none".to_string()
+        },
+        sum(|w| w.before_delay() as u64).to_string(),
     ]
 }

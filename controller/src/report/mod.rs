@@ -166,6 +166,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(reconnect::section(data));
     sections.extend(fleet::shared_section(data));
     sections.extend(fleet::retained_section(data));
+    sections.extend(fleet::wills_section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
