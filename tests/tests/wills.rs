@@ -4,6 +4,7 @@
 //! client, subscribed to the same topics, must see the same wills. Over MQTT 5 with a will
 //! delay, no will may come before the delay has passed.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -28,24 +29,47 @@ fn with_wills(port: u16, run_id: &str, wills: Wills) -> WorkloadSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_of_two_hundred_clients_dropped_each_leave_their_will_once() {
-    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY, "/usr/bin/mosquitto_sub");
+    skip_unless_installed!(
+        tests::mosquitto::MOSQUITTO_BINARY,
+        "/usr/bin/mosquitto_sub",
+        "/usr/bin/mosquitto_pub"
+    );
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
-    // Mosquitto's own client on the same topics, from before the run to after it.
+    // Mosquitto's own client on the same topics, from before the run to after it: ready once
+    // it has printed a message published after it started.
+    let port = broker.port().to_string();
     let mut referee = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &broker.port().to_string()])
+        .args(["-h", "127.0.0.1", "-p", &port])
         .args([
             "-t",
-            "continuum/wills200/will/#",
+            "continuum-wills/wills200/#",
             "-q",
             "1",
             "-v",
             "-W",
-            "60",
+            "120",
         ])
         .stdout(Stdio::piped())
         .spawn()
         .expect("mosquitto_sub runs");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = referee.stdout.take().expect("its output");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let ready = (0..100).any(|_| {
+        let _ = Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(["-t", "continuum-wills/wills200/ready", "-m", "ready"])
+            .status();
+        seen.recv_timeout(Duration::from_millis(200))
+            .is_ok_and(|line| line.ends_with(" ready"))
+    });
+    assert!(ready, "mosquitto_sub never subscribed");
     let spec = with_wills(
         broker.port(),
         "wills200",
@@ -74,10 +98,11 @@ async fn fifty_of_two_hundred_clients_dropped_each_leave_their_will_once() {
     // The referee saw the same 50 wills, one per dropped client, none of the clean ones.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = referee.kill();
-    let seen = referee.wait_with_output().expect("mosquitto_sub's output");
-    let mut clients: Vec<String> = String::from_utf8_lossy(&seen.stdout)
-        .lines()
+    let _ = referee.wait();
+    let mut clients: Vec<String> = seen
+        .try_iter()
         .map(|line| line.split(' ').nth(1).unwrap_or_default().to_string())
+        .filter(|payload| payload != "ready")
         .collect();
     clients.sort_by_key(|c| c.parse::<u32>().unwrap_or(u32::MAX));
     let dropped: Vec<String> = (0..50).map(|i| i.to_string()).collect();
@@ -119,7 +144,7 @@ async fn with_a_two_second_will_delay_no_will_comes_before_it() {
         .args(["-h", "127.0.0.1", "-p", &broker.port().to_string()])
         .args([
             "-t",
-            "continuum/willdelay/#",
+            "continuum-wills/willdelay/#",
             "--retained-only",
             "-W",
             "2",

@@ -363,3 +363,18 @@ fn duplicate_sweep_points_are_refused_naming_the_path() {
         parsed.cells().iter().map(|cell| cell.id(&parsed)).collect();
     assert_eq!(ids.len(), parsed.cells().len(), "one id per cell");
 }
+
+#[test]
+fn will_clients_outlasting_the_cell_are_refused_naming_the_cell_timeout() {
+    // Dropped at 20 minutes, then the drain timeout for their wills: past a 10-minute cell.
+    let wills = "[tests.workload.wills]\nclients = 4\ndropped = 1\nafter = \"20m\"\n";
+    let error = Plan::parse(&plan("", &test_of("latency", wills)), "plan.toml")
+        .expect_err("the wills outlast the cell")
+        .to_string();
+    assert!(
+        error.starts_with("plan.toml: timeouts.cell = 10m: tests[0] (latency) needs 20m"),
+        "{error}"
+    );
+    let soon = wills.replace("20m", "2s");
+    Plan::parse(&plan("", &test_of("latency", &soon)), "plan.toml").expect("room for the wills");
+}

@@ -266,7 +266,7 @@ impl Plan {
     }
 
     /// The time test `i`'s load needs: its search budget, or its workload's duration and
-    /// warm-up, or its churn's span when longer (none for a counted load). A workload that is not valid is refused later with
+    /// warm-up, or its churn's or will clients' span when longer (none for a counted load). A workload that is not valid is refused later with
     /// its own path.
     fn load_time(&self, i: usize, test: &TestEntry) -> Result<Option<Duration>, PlanError> {
         if test.kind.timing() == Timing::Searched {
@@ -284,9 +284,11 @@ impl Plan {
                 let timed = spec
                     .duration
                     .map(|duration| duration.saturating_add(spec.warmup.unwrap_or_default()));
-                // Arrivals go on until the last one's hold ends, past the window if need be.
+                // Arrivals go on until the last one's hold ends, and the will clients until
+                // their wills are in, past the window if need be.
                 let arrivals = spec.churn.as_ref().map(|churn| churn.span());
-                timed.max(arrivals)
+                let wills = spec.wills.as_ref().map(|w| w.span(spec.drain.timeout));
+                timed.max(arrivals).max(wills)
             }))
     }
 

@@ -47,7 +47,7 @@ pub use tree::{MAX_TREE_FILTERS, MAX_TREE_TOPICS, TopicNames, TopicTree};
 pub use validate::{
     MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
 };
-pub use wills::{MAX_WILL_CLIENTS, Wills};
+pub use wills::{MAX_WILL_CLIENTS, WILL_CLOSE_WAIT, WILL_QUIET, Wills};
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! Wills: clients beside the workload connect with a will, and at a set time some of them
 //! drop their connection without DISCONNECT (the socket closed, as a dying device's is). A
 //! watcher subscribed to their will topics must receive each dropped client's will once, and
-//! no will of a client that disconnected cleanly; how long a will took from the drop (and,
-//! with an MQTT 5 will delay, from the delay's end) is reported.
+//! no will of a client that disconnected cleanly; how long each will took from its drop is
+//! reported, and with an MQTT 5 will delay, any will that came before it.
 
 use std::time::Duration;
 
@@ -12,6 +12,12 @@ use super::{MAX_DURATION, MqttVersion, Qos, SpecError, WorkloadSpec};
 
 /// Most will clients one run connects.
 pub const MAX_WILL_CLIENTS: u32 = 10_000;
+/// How long the watcher listens, after the clean disconnects and the will delay, for wills
+/// that should not come: brokers check their will timers about once a second.
+pub const WILL_QUIET: Duration = Duration::from_millis(1_500);
+/// How long the clean disconnects wait for the broker to close each connection (so that no
+/// reset overtakes a DISCONNECT).
+pub const WILL_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Clients with a will beside the workload, some of them dropped mid-run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,11 +69,37 @@ impl Wills {
     }
 }
 
+impl Wills {
+    /// The delay as sent, whole seconds (none: zero).
+    pub fn delay_sent(&self) -> Duration {
+        Duration::from_secs(u64::from(self.delay_secs().unwrap_or(0)))
+    }
+
+    /// The longest the will clients take from the start barrier: the drop, the delay and
+    /// `drain_timeout` for the wills owed, the clean disconnects, then the delay and a quiet
+    /// spell for wills that should not come.
+    pub fn span(&self, drain_timeout: Duration) -> Duration {
+        let delay = self.delay_sent();
+        self.after
+            .saturating_add(delay)
+            .saturating_add(drain_timeout)
+            .saturating_add(WILL_CLOSE_WAIT)
+            .saturating_add(delay)
+            .saturating_add(WILL_QUIET)
+    }
+}
+
 impl WorkloadSpec {
-    /// The topic of will client `index`'s will: below the run's prefix and id, so that a
-    /// watcher of `{prefix}/{run}/will/#` sees this run's wills only.
+    /// The topic of will client `index`'s will: beside the run's topics, not below them, so
+    /// that no workload filter (`#` included) reads a will, and a watcher of
+    /// `{prefix}-wills/{run}/#` sees this run's wills only.
     pub fn will_topic(&self, run_id: &str, index: u32) -> String {
-        format!("{}/{run_id}/will/{index}", self.topic_prefix)
+        format!("{}/{index}", self.will_topics(run_id))
+    }
+
+    /// The level above every will topic of the run.
+    pub fn will_topics(&self, run_id: &str) -> String {
+        format!("{}-wills/{run_id}", self.topic_prefix)
     }
 
     /// The checks of `wills`: counts within bounds, times within loadgen's longest

@@ -15,13 +15,9 @@ use super::retained::{clear, decode_all, goodbye};
 use crate::clock::RunClock;
 use crate::codec::{AckKind, Codec, Incoming, WillFields};
 use crate::session::{self, READ_CHUNK, Session};
-use crate::spec::{Wills, WorkloadSpec};
+use crate::spec::{WILL_CLOSE_WAIT, WILL_QUIET, Wills, WorkloadSpec};
 use crate::transport::Dialer;
 use crate::wills::WillOutcome;
-
-/// How long the watcher listens, after the clean disconnects (and any will delay), for wills
-/// that should not come.
-const QUIET: Duration = Duration::from_millis(500);
 
 /// What one will run needs (owned: it runs on a task of its own beside the workload);
 /// `start_ns` is the start barrier on the run clock.
@@ -35,30 +31,45 @@ pub(super) struct Fleet {
     pub start_ns: u64,
 }
 
+/// Where a will client stands, as the watcher judges its will.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// Connected and not dropped: a will of it is unexpected.
+    Open,
+    /// Its connection failed: the broker may have taken its CONNECT, so a will of it is
+    /// neither owed nor wrong.
+    Failed,
+    /// Dropped at this time (run clock): its will is owed.
+    Dropped { at_ns: u64 },
+    /// Its will came.
+    Arrived,
+}
+
 /// The watcher's tally: each dropped client's first will, copies, and wills not owed.
 struct Tally {
-    /// Per client, when it was dropped (run clock), for those dropped.
-    dropped_at_ns: Vec<Option<u64>>,
-    /// Per client, whether its will arrived.
-    arrived: Vec<bool>,
+    clients: Vec<Client>,
     outcome: WillOutcome,
 }
 
 impl Tally {
-    /// Judges one will by the client index its payload names, arriving at `now_ns`.
-    fn judge(&mut self, payload: &[u8], now_ns: u64) {
+    /// Judges one will by the client index its payload names, arriving at `now_ns`. A
+    /// retained copy (sent from the broker's store to a new subscription) is no live will.
+    fn judge(&mut self, payload: &[u8], retained: bool, now_ns: u64) {
+        if retained {
+            return;
+        }
         let index = std::str::from_utf8(payload)
             .ok()
             .and_then(|text| text.parse::<usize>().ok());
-        let dropped_at = index.and_then(|i| Some((i, self.dropped_at_ns.get(i).copied()??)));
-        match dropped_at {
-            Some((i, _)) if self.arrived[i] => self.outcome.duplicates += 1,
-            Some((i, at_ns)) => {
-                self.arrived[i] = true;
+        match index.and_then(|i| Some((i, *self.clients.get(i)?))) {
+            Some((i, Client::Dropped { at_ns })) => {
+                self.clients[i] = Client::Arrived;
                 self.outcome.delivered += 1;
                 self.outcome.from_drop_ns.push(now_ns.saturating_sub(at_ns));
             }
-            None => self.outcome.unexpected += 1,
+            Some((_, Client::Arrived)) => self.outcome.duplicates += 1,
+            Some((_, Client::Failed)) => {}
+            Some((_, Client::Open)) | None => self.outcome.unexpected += 1,
         }
     }
 }
@@ -66,79 +77,85 @@ impl Tally {
 impl Fleet {
     /// Runs the watcher and the will clients to the end (or until `cancel`).
     pub(super) async fn run(self, cancel: CancellationToken) -> WillOutcome {
-        let mut outcome = WillOutcome {
-            delay_ns: self
-                .wills
-                .delay
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        let outcome = WillOutcome {
+            delay_ns: u64::try_from(self.wills.delay_sent().as_nanos()).unwrap_or(u64::MAX),
             ..WillOutcome::default()
         };
         let Some(mut watcher) = self.watch().await else {
             return outcome;
         };
-        outcome.watched = true;
-        let mut clients = self.connect_all(&cancel).await;
-        outcome.connected = clients.iter().filter(|c| c.is_some()).count() as u32;
-        outcome.failed = self.wills.clients - outcome.connected;
+        let mut sessions = self.connect_all(&cancel).await;
+        let mut tally = Tally {
+            clients: sessions
+                .iter()
+                .map(|s| {
+                    if s.is_some() {
+                        Client::Open
+                    } else {
+                        Client::Failed
+                    }
+                })
+                .collect(),
+            outcome,
+        };
+        tally.outcome.watched = true;
+        tally.outcome.connected = sessions.iter().filter(|s| s.is_some()).count() as u32;
+        tally.outcome.failed = self.wills.clients - tally.outcome.connected;
         let drop_due_ns = self
             .start_ns
             .saturating_add(crate::clock::saturating_nanos(self.wills.after));
+        // Wills that come before the drop are judged too: a client the broker let go.
         let due = self.clock.instant_at(drop_due_ns);
-        if !self
-            .hold_until(due, &mut clients, &mut watcher, &cancel)
-            .await
-        {
-            self.disconnect_all(&mut clients).await;
-            goodbye(&mut watcher).await;
-            return outcome;
+        let held = self
+            .watch_until(due, false, &mut sessions, &mut watcher, &mut tally, &cancel)
+            .await;
+        if held && !cancel.is_cancelled() {
+            for (index, session) in sessions
+                .iter_mut()
+                .enumerate()
+                .take(self.wills.dropped as usize)
+            {
+                // Closing the socket, no DISCONNECT: the broker must publish the will.
+                if let Some(session) = session.take() {
+                    let now_ns = self.clock.now_ns();
+                    drop(session);
+                    tally.clients[index] = Client::Dropped { at_ns: now_ns };
+                    tally.outcome.dropped += 1;
+                    let late = now_ns.saturating_sub(drop_due_ns);
+                    tally.outcome.drop_late_ns = tally.outcome.drop_late_ns.max(late);
+                }
+            }
+            let delay = self.wills.delay_sent();
+            let deadline = Instant::now() + delay + self.spec.drain.timeout;
+            self.watch_until(
+                deadline,
+                true,
+                &mut sessions,
+                &mut watcher,
+                &mut tally,
+                &cancel,
+            )
+            .await;
         }
-        let mut tally = Tally {
-            dropped_at_ns: vec![None; clients.len()],
-            arrived: vec![false; clients.len()],
-            outcome,
-        };
-        for (index, client) in clients
-            .iter_mut()
-            .enumerate()
-            .take(self.wills.dropped as usize)
-        {
-            // Closing the socket, no DISCONNECT: the broker must publish the will.
-            if let Some(session) = client.take() {
-                let now_ns = self.clock.now_ns();
-                drop(session);
-                tally.dropped_at_ns[index] = Some(now_ns);
-                tally.outcome.dropped += 1;
-                let late = now_ns.saturating_sub(drop_due_ns);
-                tally.outcome.drop_late_ns = tally.outcome.drop_late_ns.max(late);
-            }
-        }
-        let delay = self.wills.delay.unwrap_or_default();
-        let deadline = Instant::now() + delay + self.spec.drain.timeout;
-        let mut pinged = Instant::now();
-        while tally.outcome.delivered < tally.outcome.dropped && Instant::now() < deadline {
-            let until = deadline.min(Instant::now() + self.ping_every());
-            if cancel.is_cancelled() || !self.listen(&mut watcher, &mut tally, until).await {
-                break;
-            }
-            if pinged.elapsed() >= self.ping_every() {
-                self.ping_all(&mut clients, &mut watcher).await;
-                pinged = Instant::now();
-            }
-        }
-        tally.outcome.disconnected = self.disconnect_all(&mut clients).await;
-        // A broker that wrongly publishes a clean client's will does so after the delay.
-        let quiet_until = Instant::now() + delay + QUIET;
-        while Instant::now() < quiet_until && !cancel.is_cancelled() {
-            let until = quiet_until.min(Instant::now() + self.ping_every());
-            if !self.listen(&mut watcher, &mut tally, until).await {
-                break;
-            }
-            ping(&mut watcher).await;
+        let cancelled = cancel.is_cancelled();
+        tally.outcome.disconnected = disconnect_all(&mut sessions, !cancelled).await;
+        if !cancelled {
+            // A broker that wrongly publishes a clean client's will does so after the delay.
+            let quiet_until = Instant::now() + self.wills.delay_sent() + WILL_QUIET;
+            self.watch_until(
+                quiet_until,
+                false,
+                &mut sessions,
+                &mut watcher,
+                &mut tally,
+                &cancel,
+            )
+            .await;
         }
         goodbye(&mut watcher).await;
         let mut outcome = tally.outcome;
         outcome.from_drop_ns.sort_unstable();
-        if self.wills.retain {
+        if self.wills.retain && !cancel.is_cancelled() {
             let topics: Vec<String> = (0..self.wills.clients)
                 .map(|i| self.spec.will_topic(&self.run_id, i))
                 .collect();
@@ -156,7 +173,7 @@ impl Fleet {
             self.spec.connection.client_id_prefix, self.run_id
         );
         let fields = session::connect_fields(&self.spec, &client_id);
-        let filter = format!("{}/{}/will/#", self.spec.topic_prefix, self.run_id);
+        let filter = format!("{}/#", self.spec.will_topics(&self.run_id));
         session::open(
             &self.dialer,
             self.codec,
@@ -190,23 +207,29 @@ impl Fleet {
                     delay_secs: wills.delay_secs(),
                 });
                 let timeout = spec.connection.connect_timeout;
-                let session = session::open(&dialer, codec, &fields, None, timeout).await;
-                (index as usize, session.ok())
+                let mut session = session::open(&dialer, codec, &fields, None, timeout)
+                    .await
+                    .ok();
+                if let Some(session) = session.as_mut() {
+                    // Nothing is read on a will client but a ping's answer: no 64 KiB each.
+                    session.read_buffer = BytesMut::new();
+                }
+                (index as usize, session)
             });
         }
-        let mut clients: Vec<Option<Session>> = Vec::new();
-        clients.resize_with(self.wills.clients as usize, || None);
+        let mut sessions: Vec<Option<Session>> = Vec::new();
+        sessions.resize_with(self.wills.clients as usize, || None);
         loop {
             tokio::select! {
                 joined = connecting.join_next() => match joined {
-                    Some(Ok((index, session))) => clients[index] = session,
+                    Some(Ok((index, session))) => sessions[index] = session,
                     Some(Err(_)) => {}
                     None => break,
                 },
                 () = cancel.cancelled() => break,
             }
         }
-        clients
+        sessions
     }
 
     /// Half the keep-alive between pings, as MQTT clients do.
@@ -214,53 +237,70 @@ impl Fleet {
         (self.spec.connection.keep_alive / 2).max(Duration::from_secs(1))
     }
 
-    /// A PINGREQ on every open connection.
-    async fn ping_all(&self, clients: &mut [Option<Session>], watcher: &mut Session) {
-        for session in clients.iter_mut().flatten().chain(std::iter::once(watcher)) {
-            ping(session).await;
-        }
-    }
-
-    /// Waits until `due`, keeping every connection alive; false when cancelled.
-    async fn hold_until(
+    /// Reads the watcher until `until` (or, when `until_all`, until every owed will came),
+    /// judging each will and keeping every connection alive; false when cancelled or the
+    /// watcher's connection ended (then `watched` is false: the wills were not all seen).
+    async fn watch_until(
         &self,
-        due: Instant,
-        clients: &mut [Option<Session>],
+        until: Instant,
+        until_all: bool,
+        sessions: &mut [Option<Session>],
         watcher: &mut Session,
+        tally: &mut Tally,
         cancel: &CancellationToken,
     ) -> bool {
-        loop {
-            let next = (Instant::now() + self.ping_every()).min(due);
-            tokio::select! {
-                () = tokio::time::sleep_until(next.into()) => {}
-                () = cancel.cancelled() => return false,
-            }
-            if Instant::now() >= due {
+        let mut pinged = Instant::now();
+        while Instant::now() < until {
+            if until_all && tally.outcome.delivered >= tally.outcome.dropped {
                 return true;
             }
-            self.ping_all(clients, watcher).await;
+            let next = until.min(Instant::now() + self.ping_every());
+            if !self.listen(watcher, tally, next, cancel).await {
+                if !cancel.is_cancelled() {
+                    tally.outcome.watched = false;
+                }
+                return false;
+            }
+            if pinged.elapsed() >= self.ping_every() {
+                for session in sessions.iter_mut().flatten() {
+                    ping(session).await;
+                }
+                ping(watcher).await;
+                pinged = Instant::now();
+            }
         }
+        true
     }
 
     /// Reads the watcher once, waiting until `until` at most, judging each will and
-    /// acknowledging it; false when the connection ended.
-    async fn listen(&self, watcher: &mut Session, tally: &mut Tally, until: Instant) -> bool {
-        let within = until.saturating_duration_since(Instant::now());
+    /// acknowledging it; false when the connection ended or `cancel` came.
+    async fn listen(
+        &self,
+        watcher: &mut Session,
+        tally: &mut Tally,
+        until: Instant,
+        cancel: &CancellationToken,
+    ) -> bool {
         watcher.read_buffer.reserve(READ_CHUNK);
-        let read = tokio::time::timeout(within, watcher.reader.read_buf(&mut watcher.read_buffer));
-        match read.await {
-            Err(_) => return true,
-            Ok(Ok(0) | Err(_)) => return false,
-            Ok(Ok(_)) => {}
+        tokio::select! {
+            read = watcher.reader.read_buf(&mut watcher.read_buffer) => match read {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            },
+            () = tokio::time::sleep_until(until.into()) => return true,
+            () = cancel.cancelled() => return false,
         }
         let now_ns = self.clock.now_ns();
         let mut out = BytesMut::new();
         for packet in decode_all(watcher) {
             match packet {
                 Incoming::Publish {
-                    qos, pkid, payload, ..
+                    qos,
+                    pkid,
+                    payload,
+                    retain,
                 } => {
-                    tally.judge(&payload, now_ns);
+                    tally.judge(&payload, retain, now_ns);
                     let ack = match qos {
                         1 => Some(AckKind::PubAck),
                         2 => Some(AckKind::PubRec),
@@ -277,34 +317,43 @@ impl Fleet {
                 _ => {}
             }
         }
-        if !out.is_empty()
-            && (watcher.writer.write_all(&out).await.is_err()
-                || watcher.writer.flush().await.is_err())
-        {
-            return false;
-        }
-        true
-    }
-
-    /// Disconnects every client still open, cleanly (its will discarded); how many were.
-    async fn disconnect_all(&self, clients: &mut [Option<Session>]) -> u32 {
-        let mut disconnected = 0;
-        for session in clients.iter_mut().filter_map(Option::take) {
-            let mut session = session;
-            let mut out = BytesMut::new();
-            if session.codec.disconnect(&mut out).is_ok()
-                && session.writer.write_all(&out).await.is_ok()
-                && session.writer.flush().await.is_ok()
-            {
-                disconnected += 1;
-            }
-            let _ = session.writer.shutdown().await;
-        }
-        disconnected
+        out.is_empty()
+            || (watcher.writer.write_all(&out).await.is_ok()
+                && watcher.writer.flush().await.is_ok())
     }
 }
 
-/// Writes a PINGREQ; its answer is left unread (a few bytes per keep-alive).
+/// Disconnects every client still open, cleanly (its will discarded), and with `wait` lets
+/// each read until the broker closes it (at most [`WILL_CLOSE_WAIT`]), so that unread ping
+/// answers cannot turn the close into a reset that overtakes the DISCONNECT; how many
+/// DISCONNECTs were written.
+async fn disconnect_all(sessions: &mut [Option<Session>], wait: bool) -> u32 {
+    let mut closing = JoinSet::new();
+    for mut session in sessions.iter_mut().filter_map(Option::take) {
+        closing.spawn(async move {
+            let mut out = BytesMut::new();
+            let written = session.codec.disconnect(&mut out).is_ok()
+                && session.writer.write_all(&out).await.is_ok()
+                && session.writer.flush().await.is_ok();
+            let _ = session.writer.shutdown().await;
+            if wait {
+                let until_closed = async {
+                    let mut sink = [0u8; 512];
+                    while matches!(session.reader.read(&mut sink).await, Ok(read) if read > 0) {}
+                };
+                let _ = tokio::time::timeout(WILL_CLOSE_WAIT, until_closed).await;
+            }
+            written
+        });
+    }
+    let mut disconnected = 0;
+    while let Some(joined) = closing.join_next().await {
+        disconnected += u32::from(joined.unwrap_or(false));
+    }
+    disconnected
+}
+
+/// Writes a PINGREQ; its answer is left unread until the close (a few bytes per keep-alive).
 async fn ping(session: &mut Session) {
     let mut out = BytesMut::new();
     if session.codec.ping(&mut out).is_ok() {
@@ -317,27 +366,25 @@ async fn ping(session: &mut Session) {
 mod tests {
     use super::*;
 
-    fn tally(clients: usize, dropped: &[(usize, u64)]) -> Tally {
-        let mut dropped_at_ns = vec![None; clients];
-        for (index, at) in dropped {
-            dropped_at_ns[*index] = Some(*at);
-        }
-        Tally {
-            dropped_at_ns,
-            arrived: vec![false; clients],
-            outcome: WillOutcome::default(),
-        }
-    }
-
     #[test]
     fn a_will_counts_once_for_its_dropped_client_and_others_are_unexpected() {
-        let mut tally = tally(4, &[(0, 1_000), (2, 1_500)]);
-        tally.judge(b"0", 3_000);
-        tally.judge(b"0", 3_100);
-        tally.judge(b"2", 2_000);
-        tally.judge(b"1", 2_500); // disconnected cleanly: no will owed
-        tally.judge(b"9", 2_500); // no such client
-        tally.judge(b"not a number", 2_500);
+        let mut tally = Tally {
+            clients: vec![
+                Client::Dropped { at_ns: 1_000 },
+                Client::Open,
+                Client::Dropped { at_ns: 1_500 },
+                Client::Failed,
+            ],
+            outcome: WillOutcome::default(),
+        };
+        tally.judge(b"0", false, 3_000);
+        tally.judge(b"0", false, 3_100);
+        tally.judge(b"2", false, 2_000);
+        tally.judge(b"1", false, 2_500); // disconnected cleanly: no will owed
+        tally.judge(b"9", false, 2_500); // no such client
+        tally.judge(b"not a number", false, 2_500);
+        tally.judge(b"3", false, 2_500); // could not connect: its will may come
+        tally.judge(b"1", true, 2_500); // a stored copy, not a live will
         let outcome = tally.outcome;
         assert_eq!(outcome.delivered, 2);
         assert_eq!(outcome.duplicates, 1);
