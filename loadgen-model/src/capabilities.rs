@@ -62,7 +62,11 @@ impl Capabilities {
             ));
         }
         let will_qos = spec.wills.as_ref().map_or(0, |wills| wills.qos.level());
-        let qos = spec.qos.level().max(will_qos);
+        let qos = spec
+            .qos
+            .level()
+            .max(spec.subscription_qos().level())
+            .max(will_qos);
         if let Some(most) = self.maximum_qos
             && qos > most
         {

@@ -64,6 +64,7 @@ pub fn latency() -> WorkloadSpec {
         churn: None,
         retain: None,
         wills: None,
+        subscriber_qos: None,
     }
 }
 

@@ -435,6 +435,7 @@ mod tests {
             churn: None,
             retain: None,
             wills: None,
+            subscriber_qos: None,
         }
     }
 

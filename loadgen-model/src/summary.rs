@@ -120,8 +120,11 @@ pub struct Summary {
     pub broker: String,
     /// MQTT version.
     pub protocol: String,
-    /// QoS of publishes and subscriptions.
+    /// QoS of publishes (and of subscriptions unless `subscriber_qos` is given).
     pub qos: u8,
+    /// QoS of subscriptions, when not `qos`; deliveries are judged at the lower of the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscriber_qos: Option<u8>,
     /// Publisher connections.
     pub publishers: u32,
     /// Subscriber connections.
@@ -361,6 +364,10 @@ impl Summary {
             broker: spec.broker.to_string(),
             protocol: spec.broker.protocol.to_string(),
             qos: spec.qos.level(),
+            subscriber_qos: spec
+                .subscriber_qos
+                .filter(|qos| *qos != spec.qos)
+                .map(Qos::level),
             publishers: spec.publishers,
             subscribers: spec.subscribers,
             topology: spec.topology.to_string(),
@@ -386,7 +393,16 @@ impl Summary {
             lost_percent,
             duplicates: result.duplicates,
             out_of_order: result.out_of_order,
-            qos_violations: qos_violations(spec.qos, lost, result.duplicates),
+            qos_violations: qos_violations(
+                spec.effective_qos(),
+                lost,
+                result.duplicates,
+                result
+                    .errors
+                    .get(ABOVE_SUBSCRIPTION_QOS)
+                    .copied()
+                    .unwrap_or(0),
+            ),
             latency: LatencySummary::of(&result.latency),
             transit_latency: LatencySummary::of(&result.transit_latency),
             latency_tail: crate::tail::judge(
@@ -449,8 +465,18 @@ fn header_note(header: HeaderEncoding, payload: u64) -> String {
     }
 }
 
-fn qos_violations(qos: Qos, lost: Option<u64>, duplicates: u64) -> Vec<String> {
+/// The error count of deliveries above their subscription's QoS (loadgen's subscribers count
+/// it): a broker that did not downgrade.
+pub const ABOVE_SUBSCRIPTION_QOS: &str = "qos_above_subscription";
+
+/// What the effective QoS (the lower of publish and subscription) promised and was broken.
+fn qos_violations(qos: Qos, lost: Option<u64>, duplicates: u64, above: u64) -> Vec<String> {
     let mut violations = Vec::new();
+    if above > 0 {
+        violations.push(format!(
+            "{above} deliveries above the subscription's QoS (the broker did not downgrade)"
+        ));
+    }
     if qos != Qos::AtMostOnce && lost.is_some_and(|lost| lost > 0) {
         violations.push(format!(
             "QoS {} lost {} deliveries",
@@ -564,6 +590,29 @@ mod tests {
             last_ns,
             count,
         }
+    }
+
+    #[test]
+    fn a_run_is_judged_at_its_effective_qos_and_a_missed_downgrade_is_named() {
+        let mut spec = crate::presets::latency();
+        spec.subscriber_qos = Some(Qos::AtMostOnce);
+        assert_eq!(spec.effective_qos(), Qos::AtMostOnce);
+        // Losses at an effective QoS 0 are allowed; a delivery above the subscription is not.
+        assert!(qos_violations(spec.effective_qos(), Some(5), 0, 0).is_empty());
+        assert_eq!(
+            qos_violations(spec.effective_qos(), Some(5), 0, 3),
+            vec!["3 deliveries above the subscription's QoS (the broker did not downgrade)"]
+        );
+        spec.subscriber_qos = Some(Qos::ExactlyOnce);
+        assert_eq!(
+            spec.effective_qos(),
+            Qos::AtLeastOnce,
+            "never above the publish QoS"
+        );
+        assert_eq!(
+            qos_violations(spec.effective_qos(), Some(1), 2, 0),
+            vec!["QoS 1 lost 1 deliveries"]
+        );
     }
 
     #[test]

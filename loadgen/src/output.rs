@@ -103,8 +103,16 @@ pub fn render_table(summary: &Summary) -> String {
         "  duplicates           {:>12}   out of order {:>10}",
         s.duplicates, s.out_of_order
     );
+    let judged = match s.subscriber_qos {
+        Some(subscribed) => format!(
+            "published at QoS {}, subscribed at QoS {subscribed}, judged at QoS {}",
+            s.qos,
+            s.qos.min(subscribed)
+        ),
+        None => format!("QoS {}", s.qos),
+    };
     if s.qos_violations.is_empty() {
-        let _ = writeln!(out, "  QoS {}: kept", s.qos);
+        let _ = writeln!(out, "  {judged}: kept");
     } else {
         let _ = writeln!(out, "  QoS VIOLATED: {}", s.qos_violations.join("; "));
     }

@@ -39,6 +39,8 @@ pub(crate) struct SubscriberJob {
     /// this long after it ([`crate::spec::Coalescing`]).
     pub read_cadence: Option<Duration>,
     pub keep_alive: Duration,
+    /// The QoS it subscribed at: no delivery may come above it.
+    pub subscribed_qos: u8,
     pub clock: RunClock,
     pub live: Arc<Live>,
     /// Fired when the drain is over.
@@ -110,6 +112,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         series: LocalSeries::default(),
         errors: Vec::new(),
         negative_latency: 0,
+        above_subscription: 0,
     };
     let mut latencies = Latencies {
         open_loop: SampleBuffer::new(&job.live.latency),
@@ -358,6 +361,10 @@ impl State {
             .push(("negative_latency", self.negative_latency));
         self.errors
             .push(("foreign_message", self.tracker.foreign()));
+        self.errors.push((
+            crate::summary::ABOVE_SUBSCRIPTION_QOS,
+            self.above_subscription,
+        ));
         SubscriberOutcome {
             id: job.id,
             received: self.received,
@@ -377,6 +384,8 @@ struct State {
     series: LocalSeries,
     errors: Vec<(&'static str, u64)>,
     negative_latency: u64,
+    /// Deliveries at a QoS above the subscription's: the broker did not downgrade.
+    above_subscription: u64,
 }
 
 impl State {
@@ -404,6 +413,9 @@ impl State {
                     qos, pkid, payload, ..
                 } => {
                     self.received += 1;
+                    if qos > job.subscribed_qos {
+                        self.above_subscription += 1;
+                    }
                     let ack = match qos {
                         1 => Some(AckKind::PubAck),
                         2 => Some(AckKind::PubRec),

@@ -75,8 +75,13 @@ pub struct WorkloadSpec {
     /// First level of every topic; a run id is appended so runs never see each other's messages.
     #[serde(default = "default_topic_prefix")]
     pub topic_prefix: String,
-    /// QoS of publishes and subscriptions.
+    /// QoS of publishes, and of subscriptions unless `subscriber_qos` says otherwise.
     pub qos: Qos,
+    /// QoS the subscribers subscribe at, when not `qos`: below it, the broker must downgrade
+    /// each delivery (MQTT: a message reaches a subscriber at the lower of the two), and every
+    /// delivery is judged at that effective QoS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscriber_qos: Option<Qos>,
     /// Exact payload size of every PUBLISH, measurement header included.
     pub payload: ByteSize,
     /// Counted runs: messages each publisher sends, warm-up included. 0 in a timed run (one
@@ -152,6 +157,16 @@ impl WorkloadSpec {
             toml::from_str(text).map_err(|e| SpecReadError::Syntax(e.to_string()))?;
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// The QoS subscribers subscribe at.
+    pub fn subscription_qos(&self) -> Qos {
+        self.subscriber_qos.unwrap_or(self.qos)
+    }
+
+    /// The QoS every delivery is judged at: the lower of publish and subscription.
+    pub fn effective_qos(&self) -> Qos {
+        self.qos.min(self.subscription_qos())
     }
 
     /// The measurement header every payload carries.
@@ -232,6 +247,7 @@ mod tests {
             churn: None,
             retain: None,
             wills: None,
+            subscriber_qos: None,
         }
     }
 

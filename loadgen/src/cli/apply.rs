@@ -29,6 +29,9 @@ impl WorkloadArgs {
         }
         set(&mut spec.broker.protocol, self.protocol);
         set(&mut spec.qos, self.qos);
+        if self.subscriber_qos.is_some() {
+            spec.subscriber_qos = self.subscriber_qos;
+        }
         if let Some(clients) = self.clients {
             spec.publishers = clients;
             spec.subscribers = clients;

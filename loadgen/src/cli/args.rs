@@ -61,6 +61,10 @@ pub struct WorkloadArgs {
     /// QoS 0, 1 or 2.
     #[arg(long, value_parser = parse_qos)]
     pub qos: Option<Qos>,
+    /// QoS the subscribers subscribe at, when not --qos (lower: a QoS downgrade, each delivery
+    /// judged at the lower of the two).
+    #[arg(long, value_parser = parse_qos)]
+    pub subscriber_qos: Option<Qos>,
     /// Publishers and subscribers both (the throughput test's N).
     #[arg(long)]
     pub clients: Option<u32>,

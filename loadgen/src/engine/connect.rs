@@ -91,7 +91,10 @@ async fn connect_all(
             .map_err(|e| LoadgenError::Internal(e.to_string()))?;
         let client_id = client_id(run.spec, &run.run_id, role, id);
         let subscription = match role {
-            Role::Subscriber => Some((run.spec.subscription_of(&run.run_id, id), run.spec.qos)),
+            Role::Subscriber => Some((
+                run.spec.subscription_of(&run.run_id, id),
+                run.spec.subscription_qos(),
+            )),
             Role::Publisher => None,
         };
         let (spec, dialer, codec) = (run.spec.clone(), run.dialer.clone(), run.codec);

@@ -153,6 +153,7 @@ fn subscriber_job(
         rate_limit: spec.subscriber_rate_limit,
         read_cadence: spec.read_cadence(),
         keep_alive: spec.connection.keep_alive,
+        subscribed_qos: spec.subscription_qos().level(),
         clock: run.clock,
         live: run.live.clone(),
         stop: stop.clone(),
@@ -161,7 +162,7 @@ fn subscriber_job(
             reconnector: reconnector.clone(),
             client_id: connect::client_id(spec, run_id, Role::Subscriber, id),
             topic: spec.subscription_of(run_id, id),
-            qos: spec.qos,
+            qos: spec.subscription_qos(),
         }),
     }
 }

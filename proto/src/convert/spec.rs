@@ -65,6 +65,11 @@ pub(super) fn spec_from_proto(
         }),
         topic_prefix: message.topic_prefix,
         qos: qos_from_proto(message.qos, at)?,
+        // Unspecified (0) is "as qos"; any other value must be a QoS.
+        subscriber_qos: match message.subscriber_qos {
+            0 => None,
+            value => Some(qos_field(value, at, "subscriber_qos")?),
+        },
         payload: ByteSize(message.payload),
         messages_per_publisher: message.messages_per_publisher,
         warmup_messages: message.warmup_messages,
@@ -153,7 +158,12 @@ fn topology_from_proto(value: i32, at: &str) -> Result<Topology, ConversionError
 }
 
 fn qos_from_proto(value: i32, at: &str) -> Result<Qos, ConversionError> {
-    enumeration(value, at, "qos", "QoS", |v| match v {
+    qos_field(value, at, "qos")
+}
+
+/// The QoS in field `name` of the message at `at`.
+fn qos_field(value: i32, at: &str, name: &str) -> Result<Qos, ConversionError> {
+    enumeration(value, at, name, "QoS", |v| match v {
         pb::Qos::Unspecified => None,
         pb::Qos::AtMostOnce => Some(Qos::AtMostOnce),
         pb::Qos::AtLeastOnce => Some(Qos::AtLeastOnce),
@@ -276,6 +286,9 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
             }),
             topic_prefix: spec.topic_prefix.clone(),
             qos: pb::Qos::from(spec.qos).into(),
+            subscriber_qos: spec
+                .subscriber_qos
+                .map_or(0, |qos| pb::Qos::from(qos).into()),
             payload: spec.payload.bytes(),
             messages_per_publisher: spec.messages_per_publisher,
             warmup_messages: spec.warmup_messages,
@@ -444,6 +457,7 @@ pub(super) mod tests {
             churn: None,
             retain: None,
             wills: None,
+            subscriber_qos: None,
         }
     }
 
@@ -507,6 +521,7 @@ pub(super) mod tests {
             }),
             retain: None,
             wills: None,
+            subscriber_qos: Some(Qos::AtMostOnce),
         }
     }
 
