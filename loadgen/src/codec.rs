@@ -47,6 +47,15 @@ pub enum Incoming {
     PubAck(u16),
     /// PUBREC for a QoS 2 publish.
     PubRec(u16),
+    /// MQTT 5: a PUBACK or PUBREC whose reason code refuses the publish (0x80 and above):
+    /// the broker took the message and will not deliver it, and said why (an error count's
+    /// name, e.g. `puback_refused_not_authorized`).
+    PubRefused {
+        /// Packet id of the refused PUBLISH.
+        pkid: u16,
+        /// The refusal, as an error count names it.
+        refusal: &'static str,
+    },
     /// PUBREL of an incoming QoS 2 publish.
     PubRel(u16),
     /// PUBCOMP ends an outgoing QoS 2 publish.
@@ -448,6 +457,37 @@ fn from_v4(packet: v4::Packet) -> Incoming {
     }
 }
 
+/// A PUBACK's refusal, named; `None` for success and for 0x10 "no matching subscribers" (the
+/// broker took the message; nobody wanted it).
+fn puback_refusal(reason: &v5::PubAckReason) -> Option<&'static str> {
+    use v5::PubAckReason as R;
+    match reason {
+        R::Success | R::NoMatchingSubscribers => None,
+        R::UnspecifiedError => Some("puback_refused_unspecified_error"),
+        R::ImplementationSpecificError => Some("puback_refused_implementation_specific_error"),
+        R::NotAuthorized => Some("puback_refused_not_authorized"),
+        R::TopicNameInvalid => Some("puback_refused_topic_name_invalid"),
+        R::PacketIdentifierInUse => Some("puback_refused_packet_identifier_in_use"),
+        R::QuotaExceeded => Some("puback_refused_quota_exceeded"),
+        R::PayloadFormatInvalid => Some("puback_refused_payload_format_invalid"),
+    }
+}
+
+/// A PUBREC's refusal, named as [`puback_refusal`] names a PUBACK's.
+fn pubrec_refusal(reason: &v5::PubRecReason) -> Option<&'static str> {
+    use v5::PubRecReason as R;
+    match reason {
+        R::Success | R::NoMatchingSubscribers => None,
+        R::UnspecifiedError => Some("pubrec_refused_unspecified_error"),
+        R::ImplementationSpecificError => Some("pubrec_refused_implementation_specific_error"),
+        R::NotAuthorized => Some("pubrec_refused_not_authorized"),
+        R::TopicNameInvalid => Some("pubrec_refused_topic_name_invalid"),
+        R::PacketIdentifierInUse => Some("pubrec_refused_packet_identifier_in_use"),
+        R::QuotaExceeded => Some("pubrec_refused_quota_exceeded"),
+        R::PayloadFormatInvalid => Some("pubrec_refused_payload_format_invalid"),
+    }
+}
+
 fn from_v5(packet: v5::Packet) -> Incoming {
     match packet {
         v5::Packet::ConnAck(ack) => Incoming::ConnAck {
@@ -482,8 +522,20 @@ fn from_v5(packet: v5::Packet) -> Incoming {
             pkid: publish.pkid,
             payload: publish.payload,
         },
-        v5::Packet::PubAck(ack) => Incoming::PubAck(ack.pkid),
-        v5::Packet::PubRec(ack) => Incoming::PubRec(ack.pkid),
+        v5::Packet::PubAck(ack) => match puback_refusal(&ack.reason) {
+            None => Incoming::PubAck(ack.pkid),
+            Some(refusal) => Incoming::PubRefused {
+                pkid: ack.pkid,
+                refusal,
+            },
+        },
+        v5::Packet::PubRec(ack) => match pubrec_refusal(&ack.reason) {
+            None => Incoming::PubRec(ack.pkid),
+            Some(refusal) => Incoming::PubRefused {
+                pkid: ack.pkid,
+                refusal,
+            },
+        },
         v5::Packet::PubRel(ack) => Incoming::PubRel(ack.pkid),
         v5::Packet::PubComp(ack) => Incoming::PubComp(ack.pkid),
         v5::Packet::PingResp(_) => Incoming::PingResp,

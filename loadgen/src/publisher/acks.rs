@@ -109,7 +109,7 @@ pub(super) async fn read_loop(
             }
             Ok(_) => {}
         }
-        match handle_acks(&codec, &mut buffer, &pubrel_tx, links).await {
+        match handle_acks(&codec, &mut buffer, &pubrel_tx, links, &mut errors).await {
             Ok(()) => {}
             Err("broker_disconnected") if links.connection_lost() => break,
             Err(kind) => {
@@ -122,31 +122,47 @@ pub(super) async fn read_loop(
     errors
 }
 
+/// Ends the exchange of `pkid`: no longer kept for a resend, its window slot free.
+fn settle(links: &Links<'_>, pkid: u16) {
+    if let Some(unacked) = links.unacked {
+        let mut unacked = unacked.lock().unwrap_or_else(PoisonError::into_inner);
+        // Acknowledged in order (MQTT asks it of QoS 1); searched if not.
+        match unacked.iter().position(|message| message.pkid == pkid) {
+            Some(0) => {
+                unacked.pop_front();
+            }
+            Some(at) => {
+                unacked.remove(at);
+            }
+            None => {}
+        }
+    }
+    links.permits.add_permits(1);
+}
+
 async fn handle_acks(
     codec: &Codec,
     buffer: &mut BytesMut,
     pubrel_tx: &mpsc::Sender<u16>,
     links: &Links<'_>,
+    refusals: &mut Vec<(&'static str, u64)>,
 ) -> Result<(), &'static str> {
     loop {
         match codec.decode(buffer) {
             Ok(None) => return Ok(()),
             Ok(Some(Incoming::PubAck(pkid) | Incoming::PubComp(pkid))) => {
-                if let Some(unacked) = links.unacked {
-                    let mut unacked = unacked.lock().unwrap_or_else(PoisonError::into_inner);
-                    // Acknowledged in order (MQTT asks it of QoS 1); searched if not.
-                    match unacked.iter().position(|message| message.pkid == pkid) {
-                        Some(0) => {
-                            unacked.pop_front();
-                        }
-                        Some(at) => {
-                            unacked.remove(at);
-                        }
-                        None => {}
-                    }
-                }
+                settle(links, pkid);
                 links.acknowledged.fetch_add(1, Ordering::Relaxed);
-                links.permits.add_permits(1);
+            }
+            Ok(Some(Incoming::PubRefused { pkid, refusal })) => {
+                // The exchange is over and the message will reach no one: its window slot is
+                // free, and the broker's reason is counted (the deliveries it owed count as
+                // lost).
+                settle(links, pkid);
+                match refusals.iter_mut().find(|(name, _)| *name == refusal) {
+                    Some((_, count)) => *count += 1,
+                    None => refusals.push((refusal, 1)),
+                }
             }
             Ok(Some(Incoming::PubRec(pkid))) => {
                 // The writer may be gone at shutdown; then nobody needs the PUBREL.
