@@ -199,6 +199,10 @@ pub struct RunResult {
     /// publishers, or the broker's backpressure, fell behind the schedule).
     #[serde(default)]
     pub sent_late_after_end: u64,
+    /// Bytes the publishers wrote to the broker (their PUBLISHes and the few packets beside
+    /// them), summed over publishers: per message, what the wire carried.
+    #[serde(default)]
+    pub bytes_written: u64,
     /// Per global publisher: distinct (publisher, seq) received, summed over subscribers.
     pub delivered_unique: Vec<u64>,
     /// PUBLISH packets received by subscribers, copies included.
@@ -322,6 +326,7 @@ impl RunResult {
             published: vec![0; publishers],
             acknowledged: vec![0; publishers],
             sent_late_after_end: 0,
+            bytes_written: 0,
             delivered_unique: vec![0; publishers],
             received: 0,
             duplicates: 0,

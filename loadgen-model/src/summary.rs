@@ -169,6 +169,11 @@ pub struct Summary {
     pub duplicates: u64,
     /// First deliveries that came after a later message of the same publisher.
     pub out_of_order: u64,
+    /// Bytes the publishers wrote per message published (their PUBLISHes with the few
+    /// packets beside them): what one message costs on the wire; absent in results that
+    /// predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_publish: Option<f64>,
     /// What the QoS forbids and still happened (empty when the broker kept its promises).
     pub qos_violations: Vec<String>,
     /// End-to-end latency of measured messages (open loop: from the intended send time).
@@ -393,6 +398,8 @@ impl Summary {
             lost_percent,
             duplicates: result.duplicates,
             out_of_order: result.out_of_order,
+            bytes_per_publish: (result.bytes_written > 0 && published > 0)
+                .then(|| result.bytes_written as f64 / published as f64),
             qos_violations: qos_violations(
                 spec.effective_qos(),
                 lost,

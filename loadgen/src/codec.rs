@@ -347,6 +347,52 @@ impl Codec {
         Ok(PublishTemplate {
             prefix: packet.to_vec(),
             pkid_offset,
+            opening: None,
+            payload_len,
+        })
+    }
+
+    /// An MQTT 5 PUBLISH template whose topic travels as topic alias `alias`: the first
+    /// message on a connection carries the topic and sets the alias, every later one an
+    /// empty topic and the alias alone.
+    pub fn aliased_publish_template(
+        &self,
+        topic: &str,
+        qos: Qos,
+        payload_len: usize,
+        alias: u16,
+    ) -> Result<PublishTemplate, CodecError> {
+        if self.version != MqttVersion::V5 {
+            return Err(CodecError("topic aliases are MQTT 5".to_string()));
+        }
+        let prefix_of = |topic: &str| -> Result<(Vec<u8>, Option<usize>), CodecError> {
+            let mut packet = BytesMut::new();
+            let placeholder = Bytes::from(vec![0u8; payload_len]);
+            let properties = v5::PublishProperties {
+                topic_alias: Some(alias),
+                ..v5::PublishProperties::default()
+            };
+            let mut publish = v5::Publish::new(topic, v5_qos(qos), placeholder, Some(properties));
+            publish.pkid = u16::from(qos != Qos::AtMostOnce);
+            publish
+                .write(&mut packet)
+                .map_err(|e| CodecError(format!("{e:?}")))?;
+            let prefix_len = packet.len() - payload_len;
+            // Before the payload: the packet id, the property length (1 byte) and the alias
+            // property (identifier and two bytes).
+            let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2 - 1 - 3);
+            packet.truncate(prefix_len);
+            Ok((packet.to_vec(), pkid_offset))
+        };
+        let (opening, opening_pkid_offset) = prefix_of(topic)?;
+        let (prefix, pkid_offset) = prefix_of("")?;
+        Ok(PublishTemplate {
+            prefix,
+            pkid_offset,
+            opening: Some(Opening {
+                prefix: opening,
+                pkid_offset: opening_pkid_offset,
+            }),
             payload_len,
         })
     }
@@ -384,7 +430,25 @@ pub enum AckKind {
 pub struct PublishTemplate {
     prefix: Vec<u8>,
     pkid_offset: Option<usize>,
+    /// With a topic alias: the first message on a connection, which carries the topic.
+    opening: Option<Opening>,
     payload_len: usize,
+}
+
+/// The prefix of a connection's first PUBLISH when the others travel by topic alias.
+#[derive(Debug, Clone)]
+struct Opening {
+    prefix: Vec<u8>,
+    pkid_offset: Option<usize>,
+}
+
+/// `prefix` appended to `out` with `pkid` at `pkid_offset`.
+fn write_patched(prefix: &[u8], pkid_offset: Option<usize>, pkid: u16, out: &mut BytesMut) {
+    let start = out.len();
+    out.extend_from_slice(prefix);
+    if let Some(offset) = pkid_offset {
+        out[start + offset..start + offset + 2].copy_from_slice(&pkid.to_be_bytes());
+    }
 }
 
 impl PublishTemplate {
@@ -395,26 +459,39 @@ impl PublishTemplate {
 
     /// Appends the packet prefix with `pkid` patched in; the caller appends the payload.
     pub fn write_prefix(&self, pkid: u16, out: &mut BytesMut) {
-        let start = out.len();
-        out.extend_from_slice(&self.prefix);
-        if let Some(offset) = self.pkid_offset {
-            out[start + offset..start + offset + 2].copy_from_slice(&pkid.to_be_bytes());
+        write_patched(&self.prefix, self.pkid_offset, pkid, out);
+    }
+
+    /// [`Self::write_prefix`] of a connection's first message: with a topic alias, the one
+    /// that carries the topic and sets the alias.
+    pub fn write_opening_prefix(&self, pkid: u16, out: &mut BytesMut) {
+        match &self.opening {
+            Some(opening) => write_patched(&opening.prefix, opening.pkid_offset, pkid, out),
+            None => self.write_prefix(pkid, out),
         }
     }
 
     /// The same PUBLISH with RETAIN set: the broker keeps it as its topic's last value.
     pub fn retained(mut self) -> Self {
-        if let Some(first) = self.prefix.first_mut() {
-            *first |= RETAIN_FLAG;
+        let prefixes = std::iter::once(&mut self.prefix)
+            .chain(self.opening.as_mut().map(|opening| &mut opening.prefix));
+        for prefix in prefixes {
+            if let Some(first) = prefix.first_mut() {
+                *first |= RETAIN_FLAG;
+            }
         }
         self
     }
 
-    /// [`Self::write_prefix`] of a message sent again after a reconnect: the DUP flag set,
-    /// as MQTT asks of a re-delivery.
-    pub fn write_prefix_again(&self, pkid: u16, out: &mut BytesMut) {
+    /// [`Self::write_prefix`] (or, `opening`, [`Self::write_opening_prefix`]) of a message
+    /// sent again after a reconnect: the DUP flag set, as MQTT asks of a re-delivery.
+    pub fn write_prefix_again(&self, pkid: u16, out: &mut BytesMut, opening: bool) {
         let start = out.len();
-        self.write_prefix(pkid, out);
+        if opening {
+            self.write_opening_prefix(pkid, out);
+        } else {
+            self.write_prefix(pkid, out);
+        }
         out[start] |= DUP_FLAG;
     }
 }

@@ -116,6 +116,18 @@ pub fn render_table(summary: &Summary) -> String {
     } else {
         let _ = writeln!(out, "  QoS VIOLATED: {}", s.qos_violations.join("; "));
     }
+    if let Some(bytes) = s.bytes_per_publish {
+        let _ = writeln!(
+            out,
+            "  wire: {bytes:.1} bytes written by the publishers per message (PUBLISH with its \
+             topic{}, and the few packets beside)",
+            if s.errors.contains_key("topic_alias_not_allowed") {
+                "; a topic alias was asked for and the broker allows none"
+            } else {
+                ""
+            }
+        );
+    }
     let _ = writeln!(
         out,
         "\nlatency (µs)              count      min      p50      p90      p99    p99.9      max     mean      IQR"

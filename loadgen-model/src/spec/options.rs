@@ -40,6 +40,10 @@ pub struct ConnectionOptions {
     /// it, a lost connection ends that client and is counted as an error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reconnect: Option<super::Reconnect>,
+    /// MQTT 5: each publisher's topic travels as a topic alias after the connection's first
+    /// message (when the broker's CONNACK allows one), saving its length on every message.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub topic_alias: bool,
 }
 
 /// When subscribers are offline: from `after` the start barrier, for `gap`.
@@ -71,6 +75,7 @@ impl Default for ConnectionOptions {
             max_packet_size: None,
             offline: None,
             reconnect: None,
+            topic_alias: false,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE, Reconnect};
+use super::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE, MqttVersion, Reconnect};
 use super::{
     Coalescing, MAX_COALESCING, MAX_DURATION, MAX_RATE, MQTT_MAX_REMAINING_LENGTH, Pacing, Qos,
     Routing, Topology, Transport, WorkloadSpec,
@@ -276,6 +276,13 @@ impl WorkloadSpec {
         bounded.extend(self.churn.as_ref().map(|churn| ("churn.hold", churn.hold)));
         for (path, value) in bounded {
             at_most(path, value, MAX_DURATION)?;
+        }
+        if connection.topic_alias && self.broker.protocol != MqttVersion::V5 {
+            return Err(invalid(
+                "connection.topic_alias",
+                true,
+                "a topic alias is an MQTT 5 property: set broker.protocol = \"5\"",
+            ));
         }
         if connection.keep_alive.as_secs() > u64::from(u16::MAX) {
             return Err(invalid(
@@ -699,6 +706,10 @@ mod tests {
         type Mutation = Box<dyn Fn(&mut WorkloadSpec)>;
         let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|s| s.publishers = 0), "publishers = 0"),
+            (
+                Box::new(|s| s.connection.topic_alias = true),
+                "connection.topic_alias = true: a topic alias is an MQTT 5 property",
+            ),
             (
                 Box::new(|s| {
                     s.pacing = Pacing::OpenLoop {

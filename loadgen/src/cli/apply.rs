@@ -32,6 +32,9 @@ impl WorkloadArgs {
         if self.subscriber_qos.is_some() {
             spec.subscriber_qos = self.subscriber_qos;
         }
+        if self.topic_alias {
+            spec.connection.topic_alias = true;
+        }
         if let Some(clients) = self.clients {
             spec.publishers = clients;
             spec.subscribers = clients;

@@ -61,6 +61,10 @@ pub struct WorkloadArgs {
     /// QoS 0, 1 or 2.
     #[arg(long, value_parser = parse_qos)]
     pub qos: Option<Qos>,
+    /// MQTT 5: publishers send their topic as a topic alias after each connection's first
+    /// message (saving its length on every later one).
+    #[arg(long)]
+    pub topic_alias: bool,
     /// QoS the subscribers subscribe at, when not --qos (lower: a QoS downgrade, each delivery
     /// judged at the lower of the two).
     #[arg(long, value_parser = parse_qos)]

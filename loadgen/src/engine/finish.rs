@@ -95,6 +95,7 @@ fn fill_result(
         let slot = outcome.id as usize;
         result.published[slot] += outcome.published;
         result.sent_late_after_end += outcome.sent_late_after_end;
+        result.bytes_written += outcome.bytes_written;
         result.acknowledged[slot] += outcome.acknowledged;
         result.publisher_windows.extend(outcome.window);
         outcome.series.fold_into(&mut result.publish_series);

@@ -58,10 +58,21 @@ fn start_publishers(
     let mut sessions = sessions;
     sessions.sort_by_key(|(id, _)| *id);
     for (id, session) in sessions {
-        let template = run
-            .codec
-            .publish_template(&spec.topic_of(run_id, id), spec.qos, payload_len)
-            .map_err(|e| LoadgenError::Internal(e.to_string()))?;
+        let topic = spec.topic_of(run_id, id);
+        // A topic alias only where the broker's CONNACK allows one (MQTT 5's default: none).
+        let aliased = spec.connection.topic_alias
+            && session
+                .limits
+                .topic_alias_maximum
+                .is_some_and(|most| most >= 1);
+        let template = if aliased {
+            run.codec
+                .aliased_publish_template(&topic, spec.qos, payload_len, 1)
+        } else {
+            run.codec.publish_template(&topic, spec.qos, payload_len)
+        }
+        .map_err(|e| LoadgenError::Internal(e.to_string()))?;
+        let alias_refused = spec.connection.topic_alias && !aliased;
         let template = if spec.retain.is_some() {
             template.retained()
         } else {
@@ -106,6 +117,7 @@ fn start_publishers(
                 reconnector: reconnector.clone(),
                 client_id: super::connect::client_id(spec, run_id, Role::Publisher, id),
             }),
+            alias_refused,
         };
         tasks.spawn(publisher::run(session, job));
     }

@@ -105,6 +105,8 @@ pub(crate) struct PublisherJob {
     pub cancel: CancellationToken,
     /// How it comes back after a lost connection ([`crate::spec::Reconnect`]).
     pub reconnect: Option<Reconnecting>,
+    /// A topic alias was asked for and the broker allows none: the topic travels whole.
+    pub alias_refused: bool,
 }
 
 /// How a publisher comes back after a lost connection: it connects again and sends its
@@ -142,6 +144,8 @@ pub(crate) struct PublisherOutcome {
     /// it (the publisher, or the broker's backpressure, could not keep up).
     pub sent_late_after_end: u64,
     pub acknowledged: u64,
+    /// Bytes written to the broker: its PUBLISHes and the few packets beside them.
+    pub bytes_written: u64,
     pub window: Option<ClientWindow>,
     pub series: LocalSeries,
     pub errors: Vec<(&'static str, u64)>,
@@ -159,6 +163,9 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
     let unacked: Option<UnackedQueue> = (job.reconnect.is_some() && job.qos != Qos::AtMostOnce)
         .then(|| Mutex::new(VecDeque::with_capacity(window)));
     let mut written = Written::default();
+    if job.alias_refused {
+        written.errors.push(("topic_alias_not_allowed", 1));
+    }
     let mut cut_at = job
         .reconnect
         .as_ref()
@@ -233,6 +240,7 @@ pub(crate) async fn run(session: Session, job: PublisherJob) -> PublisherOutcome
         published: written.published,
         sent_late_after_end: written.sent_late_after_end,
         acknowledged: acknowledged.load(Ordering::Relaxed),
+        bytes_written: written.bytes,
         window: written.window.finish(job.id),
         series: written.series,
         errors: written.errors,
@@ -277,6 +285,8 @@ struct Written {
     next_seq: u64,
     published: u64,
     sent_late_after_end: u64,
+    /// Bytes written to the socket, every packet.
+    bytes: u64,
     window: WindowTracker,
     series: LocalSeries,
     errors: Vec<(&'static str, u64)>,
@@ -298,6 +308,8 @@ struct Writer<'a> {
     cancel: &'a CancellationToken,
     /// A write was given up after the stop; later ones are not tried.
     stuck: bool,
+    /// This connection has had its first PUBLISH (with a topic alias: the one that set it).
+    opened: bool,
 }
 
 impl Writer<'_> {
@@ -335,6 +347,7 @@ impl Writer<'_> {
             }
             return Err(Stopped);
         }
+        self.written.bytes += self.out.len() as u64;
         self.out.clear();
         self.count_published();
         self.last_write = Instant::now();
@@ -382,6 +395,7 @@ async fn write_loop(
         lost: links.lost,
         cancel: &job.cancel,
         stuck: false,
+        opened: false,
     };
     if !resend || send_again(job, &mut writer, links).await.is_ok() {
         let mut waits = Waits::new(job, links);
@@ -422,7 +436,8 @@ async fn send_again(
     let header_len = job.header.len();
     for message in &again {
         job.template
-            .write_prefix_again(message.pkid, &mut writer.out);
+            .write_prefix_again(message.pkid, &mut writer.out, !writer.opened);
+        writer.opened = true;
         let header = MessageHeader {
             publisher: job.id,
             seq: message.seq,
@@ -513,7 +528,12 @@ async fn publish_all(
         };
         // Packet ids cycle through 1..=65535; the window never exceeds 65535.
         let pkid = (seq % 65_535) as u16 + 1;
-        job.template.write_prefix(pkid, &mut writer.out);
+        if writer.opened {
+            job.template.write_prefix(pkid, &mut writer.out);
+        } else {
+            job.template.write_opening_prefix(pkid, &mut writer.out);
+            writer.opened = true;
+        }
         let header = MessageHeader {
             publisher: job.id,
             seq: seq as u32,

@@ -240,6 +240,7 @@ fn connection_from_proto(
                 })
             })
             .transpose()?,
+        topic_alias: message.topic_alias,
     })
 }
 
@@ -372,6 +373,7 @@ impl From<&ConnectionOptions> for pb::ConnectionOptions {
                 retry: Some(duration_to_proto(policy.retry)),
                 cut_all_at: policy.cut_all_at.map(duration_to_proto),
             }),
+            topic_alias: connection.topic_alias,
         }
     }
 }
@@ -499,6 +501,7 @@ pub(super) mod tests {
                     gap: Duration::from_secs(2),
                 }),
                 reconnect: None,
+                topic_alias: true,
             },
             engine: EngineOptions {
                 threads: 3,
