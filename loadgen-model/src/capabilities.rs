@@ -62,11 +62,8 @@ impl Capabilities {
             ));
         }
         let will_qos = spec.wills.as_ref().map_or(0, |wills| wills.qos.level());
-        let qos = spec
-            .qos
-            .level()
-            .max(spec.subscription_qos().level())
-            .max(will_qos);
+        // MQTT 5's Maximum QoS bounds PUBLISH only: a subscription above it is granted lower.
+        let qos = spec.qos.level().max(will_qos);
         if let Some(most) = self.maximum_qos
             && qos > most
         {

@@ -199,8 +199,9 @@ pub struct RunResult {
     /// publishers, or the broker's backpressure, fell behind the schedule).
     #[serde(default)]
     pub sent_late_after_end: u64,
-    /// Bytes the publishers wrote to the broker (their PUBLISHes and the few packets beside
-    /// them), summed over publishers: per message, what the wire carried.
+    /// MQTT bytes the publishers wrote to the broker after CONNECT (their PUBLISHes, resends
+    /// included, with PUBRELs and DISCONNECT), before any TLS or WebSocket framing, summed
+    /// over publishers; 0 in results that predate it.
     #[serde(default)]
     pub bytes_written: u64,
     /// Per global publisher: distinct (publisher, seq) received, summed over subscribers.

@@ -102,6 +102,7 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         ("duplicates", result.duplicates),
         ("out_of_order", result.out_of_order),
         ("sent_late_after_end", result.sent_late_after_end),
+        ("bytes_written", result.bytes_written),
     ] {
         total(name, [count])?;
     }

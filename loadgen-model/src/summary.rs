@@ -169,9 +169,9 @@ pub struct Summary {
     pub duplicates: u64,
     /// First deliveries that came after a later message of the same publisher.
     pub out_of_order: u64,
-    /// Bytes the publishers wrote per message published (their PUBLISHes with the few
-    /// packets beside them): what one message costs on the wire; absent in results that
-    /// predate it.
+    /// MQTT bytes the publishers wrote per message published (their PUBLISHes with the few
+    /// packets beside them, before TLS or WebSocket framing): what one message costs; absent
+    /// in results that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_publish: Option<f64>,
     /// What the QoS forbids and still happened (empty when the broker kept its promises).
@@ -400,16 +400,7 @@ impl Summary {
             out_of_order: result.out_of_order,
             bytes_per_publish: (result.bytes_written > 0 && published > 0)
                 .then(|| result.bytes_written as f64 / published as f64),
-            qos_violations: qos_violations(
-                spec.effective_qos(),
-                lost,
-                result.duplicates,
-                result
-                    .errors
-                    .get(ABOVE_SUBSCRIPTION_QOS)
-                    .copied()
-                    .unwrap_or(0),
-            ),
+            qos_violations: qos_violations(spec, lost, result.duplicates, &result.errors),
             latency: LatencySummary::of(&result.latency),
             transit_latency: LatencySummary::of(&result.transit_latency),
             latency_tail: crate::tail::judge(
@@ -477,21 +468,41 @@ fn header_note(header: HeaderEncoding, payload: u64) -> String {
 pub const ABOVE_SUBSCRIPTION_QOS: &str = "qos_above_subscription";
 
 /// What the effective QoS (the lower of publish and subscription) promised and was broken.
-fn qos_violations(qos: Qos, lost: Option<u64>, duplicates: u64, above: u64) -> Vec<String> {
+/// A loss the broker announced by reason code is named with its refusals; duplicates are
+/// legal wherever QoS 1 is on the way (a QoS 1 publish may reach a QoS 0 subscription twice).
+fn qos_violations(
+    spec: &crate::spec::WorkloadSpec,
+    lost: Option<u64>,
+    duplicates: u64,
+    errors: &BTreeMap<String, u64>,
+) -> Vec<String> {
+    let qos = spec.effective_qos();
     let mut violations = Vec::new();
+    let above = errors.get(ABOVE_SUBSCRIPTION_QOS).copied().unwrap_or(0);
     if above > 0 {
         violations.push(format!(
             "{above} deliveries above the subscription's QoS (the broker did not downgrade)"
         ));
     }
     if qos != Qos::AtMostOnce && lost.is_some_and(|lost| lost > 0) {
+        let refused: u64 = errors
+            .iter()
+            .filter(|(name, _)| name.contains("_refused_"))
+            .map(|(_, count)| *count)
+            .sum();
+        let announced = if refused > 0 {
+            format!(" ({refused} messages refused by the broker's reason code, its answer)")
+        } else {
+            String::new()
+        };
         violations.push(format!(
-            "QoS {} lost {} deliveries",
+            "QoS {} lost {} deliveries{announced}",
             qos.level(),
             lost.unwrap_or(0)
         ));
     }
-    if qos != Qos::AtLeastOnce && duplicates > 0 {
+    let at_least_once = qos == Qos::AtLeastOnce || spec.qos == Qos::AtLeastOnce;
+    if !at_least_once && duplicates > 0 {
         violations.push(format!(
             "QoS {} delivered {duplicates} duplicates",
             qos.level()
@@ -604,10 +615,13 @@ mod tests {
         let mut spec = crate::presets::latency();
         spec.subscriber_qos = Some(Qos::AtMostOnce);
         assert_eq!(spec.effective_qos(), Qos::AtMostOnce);
-        // Losses at an effective QoS 0 are allowed; a delivery above the subscription is not.
-        assert!(qos_violations(spec.effective_qos(), Some(5), 0, 0).is_empty());
+        let none = BTreeMap::new();
+        let above = BTreeMap::from([(ABOVE_SUBSCRIPTION_QOS.to_string(), 3)]);
+        // Losses at an effective QoS 0 are allowed, and so are the duplicates a QoS 1
+        // publish may bring; a delivery above the subscription is not.
+        assert!(qos_violations(&spec, Some(5), 2, &none).is_empty());
         assert_eq!(
-            qos_violations(spec.effective_qos(), Some(5), 0, 3),
+            qos_violations(&spec, Some(5), 0, &above),
             vec!["3 deliveries above the subscription's QoS (the broker did not downgrade)"]
         );
         spec.subscriber_qos = Some(Qos::ExactlyOnce);
@@ -617,8 +631,22 @@ mod tests {
             "never above the publish QoS"
         );
         assert_eq!(
-            qos_violations(spec.effective_qos(), Some(1), 2, 0),
+            qos_violations(&spec, Some(1), 2, &none),
             vec!["QoS 1 lost 1 deliveries"]
+        );
+        let refused = BTreeMap::from([("puback_refused_not_authorized".to_string(), 40)]);
+        assert_eq!(
+            qos_violations(&spec, Some(40), 0, &refused),
+            vec![
+                "QoS 1 lost 40 deliveries (40 messages refused by the broker's reason code, \
+                 its answer)"
+            ]
+        );
+        spec.qos = Qos::AtMostOnce;
+        spec.subscriber_qos = Some(Qos::AtMostOnce);
+        assert_eq!(
+            qos_violations(&spec, None, 1, &none),
+            vec!["QoS 0 delivered 1 duplicates"]
         );
     }
 

@@ -119,8 +119,8 @@ pub fn render_table(summary: &Summary) -> String {
     if let Some(bytes) = s.bytes_per_publish {
         let _ = writeln!(
             out,
-            "  wire: {bytes:.1} bytes written by the publishers per message (PUBLISH with its \
-             topic{}, and the few packets beside)",
+            "  wire: {bytes:.1} MQTT bytes written by the publishers per message (PUBLISH with \
+             its topic{}, and the few packets beside; before TLS or WebSocket framing)",
             if s.errors.contains_key("topic_alias_not_allowed") {
                 "; a topic alias was asked for and the broker allows none"
             } else {

@@ -157,10 +157,11 @@ impl Coalescing {
 }
 
 /// How often one subscriber reads at most while deliveries keep coming: the
-/// coalescing cap for QoS 0, none for QoS 1/2 (see [`Coalescing`]).
+/// coalescing cap for deliveries at QoS 0 (the effective QoS: nothing to acknowledge), none
+/// at QoS 1/2 (see [`Coalescing`]).
 impl WorkloadSpec {
     pub fn read_cadence(&self) -> Option<Duration> {
-        match self.qos {
+        match self.effective_qos() {
             super::Qos::AtMostOnce => self.engine.coalescing.sleep_for(self),
             super::Qos::AtLeastOnce | super::Qos::ExactlyOnce => None,
         }
