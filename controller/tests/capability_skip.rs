@@ -5,12 +5,12 @@
 //! shared subscriptions), RabbitMQ 3.10 (3.1.1 only, no shared subscriptions) and the
 //! embedded rumqttd (3.1.1 only here; its shared subscriptions deliver).
 
-use controller::plan::Plan;
-use controller::results::{self, CellStatus, Manifest};
-use controller::run::{RunOptions, run_plan};
+mod local_run;
+
+use controller::results::{CellStatus, Manifest};
+use local_run::LocalRun;
 use tests::mosquitto::MOSQUITTO_BINARY;
 use tests::rabbitmq::RABBITMQ_SERVER;
-use tokio_util::sync::CancellationToken;
 
 const PLAN: &str = r#"
 name = "probe"
@@ -85,21 +85,8 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
     if !tests::components_available(&[MOSQUITTO_BINARY, RABBITMQ_SERVER]) {
         return;
     }
-    let work = tempfile::tempdir().expect("temp dir");
-    let text = format!(
-        "results_dir = \"{}\"\n{PLAN}",
-        work.path().join("results").display()
-    );
-    let plan = Plan::parse(&text, "probe.toml").expect("a valid plan");
-    let summary = run_plan(
-        &plan,
-        &text,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run completes");
-    let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
+    let run = LocalRun::of(PLAN, "probe.toml").await;
+    let rows = &run.rows;
     let status = |broker: &str, test: &str| {
         let row = rows
             .iter()
@@ -136,10 +123,7 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
         .find(|r| r.cell.starts_with("embedded/local/2-custom"))
         .expect("its row");
     assert_eq!((ran.lost, ran.duplicates), (Some(0), Some(0)));
-    let manifest: Manifest = serde_json::from_str(
-        &std::fs::read_to_string(summary.dir.join("manifest.json")).expect("manifest"),
-    )
-    .expect("a manifest");
+    let manifest: Manifest = serde_json::from_str(&run.text("manifest.json")).expect("a manifest");
     let caps = |name: &str| {
         manifest
             .brokers
@@ -152,7 +136,7 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
     assert!(caps("rabbitmq").mqtt311 && !caps("rabbitmq").mqtt5);
     assert_eq!(caps("rabbitmq").shared_subscriptions, Some(false));
     assert!(!caps("embedded").mqtt5);
-    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report");
+    let report = run.text("report.md");
     assert!(
         report.contains(
             "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain exact subscriptions only; wildcards yes; shared subscriptions no |"

@@ -2,11 +2,11 @@
 //! a real Mosquitto through the in-process agent: every cell measured with every message
 //! accounted for, and the report's suite table showing what the cells' records hold.
 
-use controller::plan::Plan;
-use controller::results::{self, CellRecord, CellStatus};
-use controller::run::{RunOptions, run_plan};
+mod local_run;
+
+use controller::results::{CellRecord, CellStatus};
+use local_run::LocalRun;
 use tests::mosquitto::MOSQUITTO_BINARY;
-use tokio_util::sync::CancellationToken;
 
 const PLAN: &str = r#"
 name = "suite"
@@ -75,21 +75,8 @@ async fn the_suites_scenarios_run_on_mosquitto_and_fill_the_suites_table() {
     if !tests::components_available(&[MOSQUITTO_BINARY]) {
         return;
     }
-    let work = tempfile::tempdir().expect("temp dir");
-    let text = format!(
-        "results_dir = \"{}\"\n{PLAN}",
-        work.path().join("results").display()
-    );
-    let plan = Plan::parse(&text, "suite.toml").expect("a valid plan");
-    let summary = run_plan(
-        &plan,
-        &text,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run completes");
-    let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
+    let run = LocalRun::of(PLAN, "suite.toml").await;
+    let rows = &run.rows;
     assert_eq!(rows.len(), 4);
     let record = |test: &str| -> CellRecord {
         let row = rows
@@ -97,15 +84,9 @@ async fn the_suites_scenarios_run_on_mosquitto_and_fill_the_suites_table() {
             .find(|r| r.cell.starts_with(&format!("mosquitto/local/{test}")))
             .unwrap_or_else(|| panic!("a row for {test}"));
         assert_eq!(row.status, CellStatus::Ok, "{test}: {}", row.reason);
-        let path = summary
-            .dir
-            .join("cells")
-            .join(&row.cell)
-            .join("record.json");
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("record.json"))
-            .expect("a record")
+        run.record(&row.cell)
     };
-    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report");
+    let report = run.text("report.md");
     let table = suite_rows(&report);
     for (test, scenario, publishers, subscribers) in [
         ("0-p2p", "p2p", 10, 10),

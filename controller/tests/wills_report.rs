@@ -2,11 +2,11 @@
 //! in-process agent, a real Mosquitto publishes the dropped clients' wills, and the report's
 //! wills table sums what each repetition's record holds.
 
-use controller::plan::Plan;
-use controller::results::{self, CellRecord, CellStatus};
-use controller::run::{RunOptions, run_plan};
+mod local_run;
+
+use controller::results::CellStatus;
+use local_run::LocalRun;
 use tests::mosquitto::MOSQUITTO_BINARY;
-use tokio_util::sync::CancellationToken;
 
 const PLAN: &str = r#"
 name = "wills"
@@ -42,34 +42,14 @@ async fn each_repetitions_wills_reach_the_report() {
     if !tests::components_available(&[MOSQUITTO_BINARY]) {
         return;
     }
-    let work = tempfile::tempdir().expect("temp dir");
-    let text = format!(
-        "results_dir = \"{}\"\n{PLAN}",
-        work.path().join("results").display()
-    );
-    let plan = Plan::parse(&text, "wills.toml").expect("a valid plan");
-    let summary = run_plan(
-        &plan,
-        &text,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run completes");
-    let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
+    let run = LocalRun::of(PLAN, "wills.toml").await;
+    let rows = &run.rows;
     assert_eq!(rows.len(), 2);
     let mut delivered = 0;
-    for row in &rows {
+    for row in rows {
         assert_eq!(row.status, CellStatus::Ok, "{}", row.reason);
-        let path = summary
-            .dir
-            .join("cells")
-            .join(&row.cell)
-            .join("record.json");
-        let record: CellRecord =
-            serde_json::from_str(&std::fs::read_to_string(&path).expect("record.json"))
-                .expect("a record");
-        let wills = record
+        let wills = run
+            .record(&row.cell)
             .summary
             .and_then(|s| s.wills)
             .expect("the watcher's verdict");
@@ -81,7 +61,7 @@ async fn each_repetitions_wills_reach_the_report() {
         delivered, 20,
         "each dropped client's will, in each repetition"
     );
-    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report");
+    let report = run.text("report.md");
     let section = report
         .split("## Wills: clients that vanished")
         .nth(1)
