@@ -61,6 +61,7 @@ impl RunResult {
         self.shards.extend(other.shards.iter().cloned());
         self.sent_late_after_end += other.sent_late_after_end;
         self.bytes_written = self.bytes_written.saturating_add(other.bytes_written);
+        self.expired = self.expired.saturating_add(other.expired);
         self.received += other.received;
         self.duplicates += other.duplicates;
         self.out_of_order += other.out_of_order;

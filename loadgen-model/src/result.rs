@@ -210,6 +210,11 @@ pub struct RunResult {
     pub received: u64,
     /// Copies of messages a subscriber had already received.
     pub duplicates: u64,
+    /// Deliveries owed that never arrived because their message expiry ran out while the
+    /// broker held them for an absent subscriber ([`crate::spec::expirable_due_range`]):
+    /// the broker's duty, not a loss. 0 in results that predate it.
+    #[serde(default)]
+    pub expired: u64,
     /// First deliveries that arrived after a later message of the same publisher.
     pub out_of_order: u64,
     /// Measured messages published per 10 ms bucket.
@@ -331,6 +336,7 @@ impl RunResult {
             delivered_unique: vec![0; publishers],
             received: 0,
             duplicates: 0,
+            expired: 0,
             out_of_order: 0,
             publish_series: RateSeries::default(),
             receive_series: RateSeries::default(),
@@ -389,12 +395,15 @@ impl RunResult {
             .sum()
     }
 
-    /// Deliveries owed and never received; `None` when the result does not cover the whole
-    /// workload (a shard alone cannot tell).
+    /// Deliveries owed and never received, those that expired apart; `None` when the result
+    /// does not cover the whole workload (a shard alone cannot tell).
     pub fn lost_deliveries(&self) -> Option<u64> {
         let delivered: u64 = self.delivered_unique.iter().sum();
-        self.covers_whole_workload()
-            .then(|| self.expected_deliveries().saturating_sub(delivered))
+        self.covers_whole_workload().then(|| {
+            self.expected_deliveries()
+                .saturating_sub(delivered)
+                .saturating_sub(self.expired)
+        })
     }
 }
 

@@ -103,6 +103,7 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         ("out_of_order", result.out_of_order),
         ("sent_late_after_end", result.sent_late_after_end),
         ("bytes_written", result.bytes_written),
+        ("expired", result.expired),
     ] {
         total(name, [count])?;
     }

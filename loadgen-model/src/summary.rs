@@ -165,6 +165,10 @@ pub struct Summary {
     pub lost: Option<u64>,
     /// Lost as a share of expected deliveries.
     pub lost_percent: Option<f64>,
+    /// Expected deliveries the broker dropped because their MQTT 5 message expiry ran out
+    /// while it held them for an absent subscriber: not lost, and not delivered.
+    #[serde(default)]
+    pub expired: u64,
     /// Copies of messages already received.
     pub duplicates: u64,
     /// First deliveries that came after a later message of the same publisher.
@@ -396,6 +400,7 @@ impl Summary {
             delivered_unique,
             lost,
             lost_percent,
+            expired: result.expired,
             duplicates: result.duplicates,
             out_of_order: result.out_of_order,
             bytes_per_publish: (result.bytes_written > 0 && published > 0)
@@ -467,6 +472,11 @@ fn header_note(header: HeaderEncoding, payload: u64) -> String {
 /// it): a broker that did not downgrade.
 pub const ABOVE_SUBSCRIPTION_QOS: &str = "qos_above_subscription";
 
+/// The error count of deliveries older than their MQTT 5 message expiry by more than
+/// brokers' whole-second clocks allow ([`crate::spec::delivered_past_expiry`]): messages the
+/// broker should have dropped.
+pub const DELIVERED_PAST_EXPIRY: &str = "delivered_past_expiry";
+
 /// What the effective QoS (the lower of publish and subscription) promised and was broken.
 /// A loss the broker announced by reason code is named with its refusals; duplicates are
 /// legal wherever QoS 1 is on the way (a QoS 1 publish may reach a QoS 0 subscription twice).
@@ -482,6 +492,12 @@ fn qos_violations(
     if above > 0 {
         violations.push(format!(
             "{above} deliveries above the subscription's QoS (the broker did not downgrade)"
+        ));
+    }
+    let past_expiry = errors.get(DELIVERED_PAST_EXPIRY).copied().unwrap_or(0);
+    if past_expiry > 0 {
+        violations.push(format!(
+            "{past_expiry} deliveries past their message expiry (the broker should have dropped them)"
         ));
     }
     if qos != Qos::AtMostOnce && lost.is_some_and(|lost| lost > 0) {

@@ -110,6 +110,26 @@ impl DeliveryTracker {
             })
     }
 
+    /// How many of `publisher`'s messages numbered `seqs` this subscriber never received
+    /// (all of them for a publisher it does not read: none of those were owed).
+    pub fn unseen(&self, publisher: u32, seqs: std::ops::Range<u64>) -> u64 {
+        let Some(slot) = self.publishers.slot(publisher) else {
+            return 0;
+        };
+        let seqs = seqs.start..seqs.end.min(self.messages_per_publisher);
+        let Some(track) = &self.tracks[slot] else {
+            return seqs.end.saturating_sub(seqs.start);
+        };
+        seqs.filter(|&seq| {
+            let word = usize::try_from(seq / 64).unwrap_or(usize::MAX);
+            track
+                .seen
+                .get(word)
+                .is_none_or(|bits| bits & (1u64 << (seq % 64)) == 0)
+        })
+        .count() as u64
+    }
+
     /// Copies of already-received messages.
     pub fn duplicates(&self) -> u64 {
         self.duplicates
@@ -169,6 +189,26 @@ mod tests {
         assert_eq!(
             tracker.unique_by_publisher().collect::<Vec<_>>(),
             vec![(11, 4)]
+        );
+    }
+
+    #[test]
+    fn unseen_counts_the_gaps_of_a_range_and_nothing_of_strangers() {
+        let mut tracker = DeliveryTracker::new(Subscribed::Range(0..2), 200);
+        for seq in (0..150).filter(|seq| !(40..50).contains(seq)) {
+            tracker.record(0, seq);
+        }
+        assert_eq!(tracker.unseen(0, 30..60), 10);
+        assert_eq!(
+            tracker.unseen(0, 140..300),
+            50,
+            "beyond the bitmap, capped at 200"
+        );
+        assert_eq!(tracker.unseen(1, 0..5), 5, "a publisher never heard from");
+        assert_eq!(
+            tracker.unseen(7, 0..5),
+            0,
+            "not this subscriber's publisher"
         );
     }
 

@@ -316,36 +316,40 @@ impl Codec {
         qos: Qos,
         payload_len: usize,
     ) -> Result<PublishTemplate, CodecError> {
-        let mut packet = BytesMut::new();
-        let placeholder = Bytes::from(vec![0u8; payload_len]);
-        let pkid = u16::from(qos != Qos::AtMostOnce);
-        match self.version {
+        self.publish_template_with(topic, qos, payload_len, None)
+    }
+
+    /// [`Self::publish_template`], with an MQTT 5 message expiry interval (seconds) on every
+    /// message.
+    pub fn publish_template_with(
+        &self,
+        topic: &str,
+        qos: Qos,
+        payload_len: usize,
+        expiry_secs: Option<u32>,
+    ) -> Result<PublishTemplate, CodecError> {
+        let (prefix, pkid_offset) = match self.version {
             MqttVersion::V311 => {
+                if expiry_secs.is_some() {
+                    return Err(CodecError("message expiry is MQTT 5".to_string()));
+                }
+                let mut packet = BytesMut::new();
+                let placeholder = Bytes::from(vec![0u8; payload_len]);
                 let mut publish = v4::Publish::from_bytes(topic, v4_qos(qos), placeholder);
-                publish.pkid = pkid;
+                publish.pkid = u16::from(qos != Qos::AtMostOnce);
                 publish
                     .write(&mut packet)
                     .map_err(|e| CodecError(format!("{e:?}")))?;
+                let prefix_len = packet.len() - payload_len;
+                packet.truncate(prefix_len);
+                // The packet id sits right before the payload.
+                let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2);
+                (packet.to_vec(), pkid_offset)
             }
-            MqttVersion::V5 => {
-                let mut publish = v5::Publish::new(topic, v5_qos(qos), placeholder, None);
-                publish.pkid = pkid;
-                publish
-                    .write(&mut packet)
-                    .map_err(|e| CodecError(format!("{e:?}")))?;
-            }
-        }
-        let prefix_len = packet.len() - payload_len;
-        // The packet id sits right before the payload (v4) or before the one-byte empty
-        // property length (v5).
-        let pkid_offset = match (qos, self.version) {
-            (Qos::AtMostOnce, _) => None,
-            (_, MqttVersion::V311) => Some(prefix_len - 2),
-            (_, MqttVersion::V5) => Some(prefix_len - 3),
+            MqttVersion::V5 => v5_publish_prefix(topic, qos, payload_len, None, expiry_secs)?,
         };
-        packet.truncate(prefix_len);
         Ok(PublishTemplate {
-            prefix: packet.to_vec(),
+            prefix,
             pkid_offset,
             opening: None,
             payload_len,
@@ -361,31 +365,15 @@ impl Codec {
         qos: Qos,
         payload_len: usize,
         alias: u16,
+        expiry_secs: Option<u32>,
     ) -> Result<PublishTemplate, CodecError> {
         if self.version != MqttVersion::V5 {
             return Err(CodecError("topic aliases are MQTT 5".to_string()));
         }
-        let prefix_of = |topic: &str| -> Result<(Vec<u8>, Option<usize>), CodecError> {
-            let mut packet = BytesMut::new();
-            let placeholder = Bytes::from(vec![0u8; payload_len]);
-            let properties = v5::PublishProperties {
-                topic_alias: Some(alias),
-                ..v5::PublishProperties::default()
-            };
-            let mut publish = v5::Publish::new(topic, v5_qos(qos), placeholder, Some(properties));
-            publish.pkid = u16::from(qos != Qos::AtMostOnce);
-            publish
-                .write(&mut packet)
-                .map_err(|e| CodecError(format!("{e:?}")))?;
-            let prefix_len = packet.len() - payload_len;
-            // Before the payload: the packet id, the property length (1 byte) and the alias
-            // property (identifier and two bytes).
-            let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2 - 1 - 3);
-            packet.truncate(prefix_len);
-            Ok((packet.to_vec(), pkid_offset))
-        };
-        let (opening, opening_pkid_offset) = prefix_of(topic)?;
-        let (prefix, pkid_offset) = prefix_of("")?;
+        let (opening, opening_pkid_offset) =
+            v5_publish_prefix(topic, qos, payload_len, Some(alias), expiry_secs)?;
+        let (prefix, pkid_offset) =
+            v5_publish_prefix("", qos, payload_len, Some(alias), expiry_secs)?;
         Ok(PublishTemplate {
             prefix,
             pkid_offset,
@@ -410,6 +398,35 @@ impl Codec {
             .map(|_| ())
             .map_err(|e| CodecError(format!("{e:?}")))
     }
+}
+
+/// An MQTT 5 PUBLISH up to its payload, with the offset of its packet id (none at QoS 0).
+fn v5_publish_prefix(
+    topic: &str,
+    qos: Qos,
+    payload_len: usize,
+    alias: Option<u16>,
+    expiry_secs: Option<u32>,
+) -> Result<(Vec<u8>, Option<usize>), CodecError> {
+    let mut packet = BytesMut::new();
+    let placeholder = Bytes::from(vec![0u8; payload_len]);
+    let properties = (alias.is_some() || expiry_secs.is_some()).then(|| v5::PublishProperties {
+        topic_alias: alias,
+        message_expiry_interval: expiry_secs,
+        ..v5::PublishProperties::default()
+    });
+    let mut publish = v5::Publish::new(topic, v5_qos(qos), placeholder, properties);
+    publish.pkid = u16::from(qos != Qos::AtMostOnce);
+    publish
+        .write(&mut packet)
+        .map_err(|e| CodecError(format!("{e:?}")))?;
+    let prefix_len = packet.len() - payload_len;
+    // Between the packet id and the payload: the properties' one-byte length, then the
+    // alias (identifier and two bytes) and the expiry (identifier and four bytes).
+    let properties_len = 1 + alias.map_or(0, |_| 3) + expiry_secs.map_or(0, |_| 5);
+    let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2 - properties_len);
+    packet.truncate(prefix_len);
+    Ok((packet.to_vec(), pkid_offset))
 }
 
 /// The four publish acknowledgements.
@@ -660,6 +677,66 @@ mod tests {
                 assert_eq!(payload, b"hello world!");
             }
         }
+    }
+
+    /// The properties an MQTT 5 broker reads from a stamped template, the aliased one's
+    /// opening and later messages alike.
+    #[test]
+    fn expiry_and_alias_ride_every_stamped_v5_publish() {
+        let codec = Codec::new(MqttVersion::V5, 1 << 20);
+        let read = |out: &BytesMut| match v5::Packet::read(&mut out.clone(), None) {
+            Ok(v5::Packet::Publish(publish)) => publish,
+            other => panic!("expected a publish, got {other:?}"),
+        };
+        for qos in [Qos::AtMostOnce, Qos::AtLeastOnce, Qos::ExactlyOnce] {
+            let plain = codec
+                .publish_template_with("a/b", qos, 4, Some(7))
+                .expect("encodes");
+            let mut out = BytesMut::new();
+            plain.write_prefix(0xBEEF, &mut out);
+            out.extend_from_slice(b"ping");
+            let publish = read(&out);
+            assert_eq!(
+                publish.pkid,
+                if qos == Qos::AtMostOnce { 0 } else { 0xBEEF }
+            );
+            assert_eq!(
+                publish.properties.and_then(|p| p.message_expiry_interval),
+                Some(7)
+            );
+            assert_eq!(&publish.payload[..], b"ping");
+
+            let aliased = codec
+                .aliased_publish_template("a/b", qos, 4, 1, Some(9))
+                .expect("encodes");
+            for opening in [true, false] {
+                let mut out = BytesMut::new();
+                if opening {
+                    aliased.write_opening_prefix(0x1234, &mut out);
+                } else {
+                    aliased.write_prefix(0x1234, &mut out);
+                }
+                out.extend_from_slice(b"pong");
+                let publish = read(&out);
+                let properties = publish.properties.expect("properties");
+                assert_eq!(
+                    (properties.topic_alias, properties.message_expiry_interval),
+                    (Some(1), Some(9)),
+                    "{qos:?} opening {opening}"
+                );
+                assert_eq!(
+                    publish.pkid,
+                    if qos == Qos::AtMostOnce { 0 } else { 0x1234 }
+                );
+                assert_eq!(&publish.topic[..], if opening { &b"a/b"[..] } else { b"" });
+            }
+        }
+        assert!(
+            Codec::new(MqttVersion::V311, 1 << 20)
+                .publish_template_with("a", Qos::AtLeastOnce, 4, Some(1))
+                .is_err(),
+            "3.1.1 has no properties"
+        );
     }
 
     #[test]

@@ -103,6 +103,13 @@ pub fn render_table(summary: &Summary) -> String {
         "  duplicates           {:>12}   out of order {:>10}",
         s.duplicates, s.out_of_order
     );
+    if s.expired > 0 {
+        let _ = writeln!(
+            out,
+            "  expired              {:>12}   (message expiry ran out while the broker held them for an absent subscriber: not lost)",
+            s.expired
+        );
+    }
     let judged = match s.subscriber_qos {
         Some(subscribed) => format!(
             "published at QoS {}, subscribed at QoS {subscribed}, judged at QoS {}",

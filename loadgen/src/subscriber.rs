@@ -49,6 +49,17 @@ pub(crate) struct SubscriberJob {
     pub offline: Option<Offline>,
     /// How it comes back after a lost connection ([`crate::spec::Reconnect`]).
     pub reconnect: Option<Resubscribe>,
+    /// MQTT 5: the expiry interval the publishes carry; a delivery older than it (beyond
+    /// brokers' whole-second rounding) is counted as one the broker should have dropped.
+    pub message_expiry: Option<Duration>,
+}
+
+/// When a subscriber was away ([`Offline`]), on the run clock: from writing DISCONNECT to the
+/// CONNACK of its return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Absence {
+    pub left_ns: u64,
+    pub back_ns: u64,
 }
 
 /// A subscriber's one absence: it disconnects at `at_ns` (run clock), stays away for `gap`,
@@ -81,6 +92,8 @@ pub(crate) struct SubscriberOutcome {
     pub window: Option<ClientWindow>,
     pub series: LocalSeries,
     pub errors: Vec<(&'static str, u64)>,
+    /// When it was away, if it went offline and came back.
+    pub absence: Option<Absence>,
 }
 
 /// The two latencies of each measured delivery, batched into the run's histograms.
@@ -113,6 +126,8 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         errors: Vec::new(),
         negative_latency: 0,
         above_subscription: 0,
+        past_expiry: 0,
+        absence: None,
     };
     let mut latencies = Latencies {
         open_loop: SampleBuffer::new(&job.live.latency),
@@ -155,8 +170,13 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             }
             _ = &mut offline_at, if offline.is_some() => {
                 let Some(away) = offline.take() else { continue };
+                let left_ns = job.clock.now_ns();
                 match go_offline(session, away, session_codec, &job.stop).await {
                     Some(back) => {
+                        state.absence = Some(Absence {
+                            left_ns,
+                            back_ns: job.clock.now_ns(),
+                        });
                         session = back;
                         last_write = Instant::now();
                         continue;
@@ -365,6 +385,8 @@ impl State {
             crate::summary::ABOVE_SUBSCRIPTION_QOS,
             self.above_subscription,
         ));
+        self.errors
+            .push((crate::summary::DELIVERED_PAST_EXPIRY, self.past_expiry));
         SubscriberOutcome {
             id: job.id,
             received: self.received,
@@ -372,6 +394,7 @@ impl State {
             series: self.series,
             errors: self.errors,
             tracker: self.tracker,
+            absence: self.absence,
         }
     }
 }
@@ -386,6 +409,9 @@ struct State {
     negative_latency: u64,
     /// Deliveries at a QoS above the subscription's: the broker did not downgrade.
     above_subscription: u64,
+    /// First deliveries older than their expiry allows.
+    past_expiry: u64,
+    absence: Option<Absence>,
 }
 
 impl State {
@@ -444,6 +470,11 @@ impl State {
                     // truncated, so restore it from the transit latency.
                     let transit = job.header.latency_ns(header.stamp_ns, now_ns);
                     let sent_ns = transit.map_or(header.stamp_ns, |l| now_ns.saturating_sub(l));
+                    if let (Some(expiry), Some(age)) = (job.message_expiry, transit)
+                        && crate::spec::delivered_past_expiry(Duration::from_nanos(age), expiry)
+                    {
+                        self.past_expiry += 1;
+                    }
                     let due_ns = job.timetable.map_or(sent_ns, |timetable| {
                         timetable.intended_ns(header.publisher, u64::from(header.seq))
                     });

@@ -98,11 +98,16 @@ fn section(data: &RunData, test: usize) -> Section {
             if kinds.iter().any(|k| *k != kinds[0]) {
                 kind = kinds.join(", ");
             }
-            let lost = cells
+            let mut lost = cells
                 .iter()
                 .map(|c| c.lost)
                 .sum::<Option<u64>>()
                 .map_or_else(|| "not judged".to_string(), |l| l.to_string());
+            let expired = sum(|c| c.expired);
+            if expired > 0 {
+                // Dropped by the broker as MQTT 5 message expiry asks: not a loss.
+                lost.push_str(&format!(" ({expired} expired)"));
+            }
             let violations: Vec<&String> =
                 cells.iter().flat_map(|c| c.qos_violations.iter()).collect();
             results.row(vec![

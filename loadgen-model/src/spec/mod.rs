@@ -14,10 +14,12 @@
 //! connection, engine and drain settings (`options`), a fleet of connecting and
 //! disconnecting clients beside the workload (`churn`), MQTT topic filters and how they match
 //! (`filter`), topic trees named by a pattern (`tree`), who receives whose messages
-//! (`routing`), retained messages and their late subscribers (`retain`), and the checks with their TOML paths (`validate`).
+//! (`routing`), retained messages and their late subscribers (`retain`), MQTT 5 message
+//! expiry and how missing messages are judged against it (`expiry`), and the checks with their TOML paths (`validate`).
 
 mod broker;
 mod churn;
+mod expiry;
 mod filter;
 mod options;
 mod pacing;
@@ -33,6 +35,10 @@ pub use broker::{
     BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
 };
 pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
+pub use expiry::{
+    EXPIRY_GRANULARITY, EXPIRY_RETURN_SLACK, MAX_MESSAGE_EXPIRY, delivered_past_expiry,
+    expirable_due_range,
+};
 pub use filter::{MAX_TOPIC_BYTES, TopicFilter, check_topic_name};
 pub use options::{
     AUTO_COALESCING_BURST, AUTO_COALESCING_RATE, CLOSED_LOOP_FLOOR, Coalescing, ConnectionOptions,

@@ -44,6 +44,15 @@ pub struct ConnectionOptions {
     /// message (when the broker's CONNACK allows one), saving its length on every message.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub topic_alias: bool,
+    /// MQTT 5: every publish carries this message expiry interval (whole seconds); what a
+    /// broker held longer than that for an absent subscriber must not arrive, and is counted
+    /// expired, not lost ([`super::expirable_due_range`]).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub message_expiry: Option<Duration>,
 }
 
 /// When subscribers are offline: from `after` the start barrier, for `gap`.
@@ -76,6 +85,7 @@ impl Default for ConnectionOptions {
             offline: None,
             reconnect: None,
             topic_alias: false,
+            message_expiry: None,
         }
     }
 }

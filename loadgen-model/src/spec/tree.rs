@@ -91,6 +91,13 @@ impl TopicNames {
 }
 
 impl TopicTree {
+    /// Whether some subscribers read through a shared subscription (`$share/<group>/...`).
+    pub fn has_shared(&self) -> bool {
+        self.subscribe
+            .iter()
+            .any(|entry| entry.starts_with("$share/"))
+    }
+
     /// The pattern's topics, checked: every placeholder counted once, every count used and
     /// at least 1, at most [`MAX_TREE_TOPICS`] topics, each a topic name without wildcards.
     /// The error is (TOML path below `topics`, value, problem).

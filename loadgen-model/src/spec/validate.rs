@@ -184,6 +184,7 @@ impl WorkloadSpec {
             ));
         }
         self.validate_connection()?;
+        super::expiry::validate_message_expiry(self)?;
         self.validate_engine()?;
         if self.drain.timeout.is_zero() {
             return Err(invalid("drain.timeout", "0s", "must be above zero"));

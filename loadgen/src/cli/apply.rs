@@ -35,6 +35,9 @@ impl WorkloadArgs {
         if self.topic_alias {
             spec.connection.topic_alias = true;
         }
+        if self.message_expiry.is_some() {
+            spec.connection.message_expiry = self.message_expiry;
+        }
         if let Some(clients) = self.clients {
             spec.publishers = clients;
             spec.subscribers = clients;

@@ -65,6 +65,10 @@ pub struct WorkloadArgs {
     /// message (saving its length on every later one).
     #[arg(long)]
     pub topic_alias: bool,
+    /// MQTT 5: every publish carries this message expiry interval (whole seconds, e.g. 1s);
+    /// with --offline-after/--offline-gap, what the broker held longer is counted expired.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub message_expiry: Option<Duration>,
     /// QoS the subscribers subscribe at, when not --qos (lower: a QoS downgrade, each delivery
     /// judged at the lower of the two).
     #[arg(long, value_parser = parse_qos)]

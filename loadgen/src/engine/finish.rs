@@ -29,12 +29,14 @@ pub(super) async fn finish(
     let usage_after = Reading::now(&run.scope);
     let samples = started.meter.monitor.finish().await;
 
+    let expiry = ExpiryJudge::of(run, start_ns);
     fill_result(
         &mut result,
         drained.publishers,
         drained.subscribers,
         &run.live,
         &run.routing,
+        expiry.as_ref(),
     );
     result.reconnect = started.reconnector.map(|reconnector| reconnector.outcome());
     result.load_wall_ns = load_wall_ns;
@@ -90,6 +92,7 @@ fn fill_result(
     subscribers: Vec<SubscriberOutcome>,
     live: &Live,
     routing: &Routing,
+    expiry: Option<&ExpiryJudge>,
 ) {
     for outcome in publishers {
         let slot = outcome.id as usize;
@@ -112,6 +115,9 @@ fn fill_result(
             }
             Some(filter) => join_member(result, filter, &outcome),
         }
+        if let Some(judge) = expiry {
+            result.expired += judge.expired_at(&outcome, routing, &result.published);
+        }
         result.received += outcome.received;
         result.duplicates += outcome.tracker.duplicates();
         result.out_of_order += outcome.tracker.out_of_order();
@@ -129,6 +135,60 @@ fn fill_result(
     result.latency = lock(&live.latency);
     result.transit_latency = lock(&live.transit_latency);
     result.send_delay = lock(&live.send_delay);
+}
+
+/// Judges which messages an absent subscriber missed because they expired
+/// ([`crate::spec::expirable_due_range`]), from the timetable.
+struct ExpiryJudge {
+    expiry: std::time::Duration,
+    timetable: crate::spec::Timetable,
+    /// Publishers this instance ran: their published counts bound what was owed.
+    local_publishers: std::ops::Range<u32>,
+}
+
+impl ExpiryJudge {
+    fn of(run: &Run<'_>, start_ns: u64) -> Option<Self> {
+        let spec = run.spec;
+        if !spec.judges_expiry() {
+            return None;
+        }
+        Some(ExpiryJudge {
+            expiry: spec.connection.message_expiry?,
+            timetable: spec.timetable()?.starting_at(start_ns),
+            local_publishers: run.shard.publishers.clone(),
+        })
+    }
+
+    /// The messages `subscriber` missed that were due in its expirable span; of a publisher
+    /// this instance ran, only those it published.
+    fn expired_at(
+        &self,
+        subscriber: &SubscriberOutcome,
+        routing: &Routing,
+        published: &[u64],
+    ) -> u64 {
+        let Some(absence) = subscriber.absence else {
+            return 0;
+        };
+        if routing.group_of(subscriber.id).is_some() {
+            return 0;
+        }
+        let due = crate::spec::expirable_due_range(absence.left_ns, absence.back_ns, self.expiry);
+        routing
+            .publishers_of(subscriber.id)
+            .iter()
+            .map(|publisher| {
+                let schedule = self.timetable.schedule_of(publisher);
+                let mut seqs =
+                    schedule.messages_before(due.start)..schedule.messages_before(due.end);
+                if self.local_publishers.contains(&publisher) {
+                    let sent = published.get(publisher as usize).copied().unwrap_or(0);
+                    seqs.end = seqs.end.min(sent);
+                }
+                subscriber.tracker.unseen(publisher, seqs)
+            })
+            .sum()
+    }
 }
 
 /// Joins a shared subscription's member into its group: a message another member already

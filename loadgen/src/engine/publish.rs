@@ -65,11 +65,13 @@ fn start_publishers(
                 .limits
                 .topic_alias_maximum
                 .is_some_and(|most| most >= 1);
+        let expiry_secs = spec.message_expiry_secs();
         let template = if aliased {
             run.codec
-                .aliased_publish_template(&topic, spec.qos, payload_len, 1)
+                .aliased_publish_template(&topic, spec.qos, payload_len, 1, expiry_secs)
         } else {
-            run.codec.publish_template(&topic, spec.qos, payload_len)
+            run.codec
+                .publish_template_with(&topic, spec.qos, payload_len, expiry_secs)
         }
         .map_err(|e| LoadgenError::Internal(e.to_string()))?;
         let alias_refused = spec.connection.topic_alias && !aliased;

@@ -158,6 +158,7 @@ fn subscriber_job(
         live: run.live.clone(),
         stop: stop.clone(),
         offline,
+        message_expiry: spec.connection.message_expiry,
         reconnect: reconnector.map(|reconnector| subscriber::Resubscribe {
             reconnector: reconnector.clone(),
             client_id: connect::client_id(spec, run_id, Role::Subscriber, id),

@@ -241,6 +241,10 @@ fn connection_from_proto(
             })
             .transpose()?,
         topic_alias: message.topic_alias,
+        message_expiry: message
+            .message_expiry
+            .map(|expiry| duration(Some(expiry), at, "message_expiry"))
+            .transpose()?,
     })
 }
 
@@ -374,6 +378,7 @@ impl From<&ConnectionOptions> for pb::ConnectionOptions {
                 cut_all_at: policy.cut_all_at.map(duration_to_proto),
             }),
             topic_alias: connection.topic_alias,
+            message_expiry: connection.message_expiry.map(duration_to_proto),
         }
     }
 }
@@ -502,6 +507,7 @@ pub(super) mod tests {
                 }),
                 reconnect: None,
                 topic_alias: true,
+                message_expiry: Some(Duration::from_secs(3)),
             },
             engine: EngineOptions {
                 threads: 3,
