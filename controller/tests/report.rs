@@ -275,6 +275,12 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
         if test.kind == TestKind::Burst {
             let rate = [8_000.0, 5_000.0][cell.broker] * (0.9 + 0.1 * f64::from(cell.repetition));
             fill_throughput(&mut result, broker, rate);
+            if cell.broker == 1 {
+                // The broker's answers by reason code, one count per code.
+                result.count_error("puback_refused_quota_exceeded", 3);
+                result.count_error("disconnect_server_busy", 1);
+                result.count_error("connection_closed", 1);
+            }
             throughput.push((id.clone(), Summary::of(&result)));
         } else {
             let payload = payload.map_or(0, |size| size.bytes());
@@ -385,6 +391,26 @@ fn the_report_shows_what_was_recorded() {
         check_svg(&format!("<svg {svg}</svg>")).expect("inline SVG");
     }
     assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href=\"http"));
+
+    // The broker's answers by reason code, summed over the repetitions; other errors are not
+    // answers.
+    let answers = table(
+        &md,
+        "| Test | Broker | Scenario | Repetitions | Answers by reason code",
+    );
+    assert!(!answers.is_empty(), "an answers table");
+    for row in &answers {
+        assert_eq!(get(row, "Broker"), "rabbitmq", "{row:?}");
+        let repetitions: u64 = get(row, "Repetitions").parse().expect("a count");
+        assert_eq!(
+            get(row, "Answers by reason code (summed)"),
+            format!(
+                "disconnect_server_busy: {}; puback_refused_quota_exceeded: {}",
+                repetitions,
+                3 * repetitions
+            )
+        );
+    }
 
     // Latency: merged medians of both repetitions; the retried cell counts once.
     let rows = table(&md, "| Broker | Scenario | Median (ms)");

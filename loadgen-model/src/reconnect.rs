@@ -23,7 +23,8 @@ pub struct ReconnectOutcome {
     pub interrupted: u64,
     /// CONNECTs tried, failed ones included.
     pub attempts: u64,
-    /// Failed attempts by kind (`connect_io`, `connect_timeout`, `connect_refused`, ...).
+    /// Failed attempts by kind (`connect_io`, `connect_timeout`, a refusal by its reason code
+    /// such as `connack_refused_server_busy`, ...).
     pub failures: BTreeMap<String, u64>,
     /// Reconnections whose CONNACK said the broker had kept the session.
     pub sessions_resumed: u64,

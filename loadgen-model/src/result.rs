@@ -274,7 +274,8 @@ pub struct ChurnOutcome {
     pub disconnected: u64,
     /// Arrivals the run's end (cancel) cut short.
     pub cancelled: u64,
-    /// What went wrong, by kind: `connect_refused: <the broker's reason>`, `connect_timeout`,
+    /// What went wrong, by kind: a refusal by its reason code (`connack_refused_server_busy`),
+    /// `connect_timeout`,
     /// `connect_io`, `connect_protocol`, `disconnect_failed`.
     pub failures: BTreeMap<String, u64>,
     /// TCP (+ TLS, + WebSocket upgrade) + CONNECT/CONNACK of each accepted arrival.

@@ -472,6 +472,41 @@ fn header_note(header: HeaderEncoding, payload: u64) -> String {
 /// it): a broker that did not downgrade.
 pub const ABOVE_SUBSCRIPTION_QOS: &str = "qos_above_subscription";
 
+/// The prefixes of the counts that are a broker's answer by reason code: refusals of CONNECT,
+/// SUBSCRIBE and PUBLISH, subscriptions granted below the QoS asked, and the broker's own
+/// DISCONNECTs.
+pub const BROKER_ANSWER_PREFIXES: [&str; 6] = [
+    "connack_refused_",
+    "suback_refused_",
+    "suback_granted_",
+    "puback_refused_",
+    "pubrec_refused_",
+    "disconnect_",
+];
+
+/// Whether the count `kind` is a broker's answer by reason code.
+pub fn is_broker_answer(kind: &str) -> bool {
+    BROKER_ANSWER_PREFIXES
+        .iter()
+        .any(|prefix| kind.starts_with(prefix))
+}
+
+impl Summary {
+    /// Every count of the broker's answers by reason code: the run's, its churn fleet's and
+    /// its reconnecting clients'.
+    pub fn broker_answers(&self) -> BTreeMap<String, u64> {
+        let mut answers = BTreeMap::new();
+        let churn = self.churn.iter().flat_map(|c| &c.failures);
+        let reconnect = self.reconnect.iter().flat_map(|r| &r.failures);
+        for (kind, count) in self.errors.iter().chain(churn).chain(reconnect) {
+            if is_broker_answer(kind) {
+                *answers.entry(kind.clone()).or_insert(0) += count;
+            }
+        }
+        answers
+    }
+}
+
 /// The error count of deliveries older than their MQTT 5 message expiry by more than
 /// brokers' whole-second clocks allow ([`crate::spec::delivered_past_expiry`]): messages the
 /// broker should have dropped.

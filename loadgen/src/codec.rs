@@ -16,8 +16,9 @@ use crate::spec::{MqttVersion, Qos, SESSION_EXPIRY};
 pub enum Incoming {
     /// CONNACK: accepted or the broker's reason, and v5 limits.
     ConnAck {
-        /// `None` when accepted, else the broker's return/reason code.
-        refusal: Option<String>,
+        /// `None` when accepted, else the broker's return/reason code, named
+        /// ([`crate::reason_codes`]).
+        refusal: Option<&'static str>,
         /// MQTT 5 receive maximum: in-flight QoS 1/2 messages the broker accepts.
         receive_maximum: Option<u16>,
         /// The broker still had this client's session (clean session off).
@@ -25,12 +26,16 @@ pub enum Incoming {
         /// MQTT 5: what the broker says it allows (empty for 3.1.1).
         limits: ServerLimits,
     },
-    /// SUBACK with the number of refused filters.
+    /// SUBACK: how many filters were refused and why, and the QoS granted.
     SubAck {
         /// Packet id of the SUBSCRIBE.
         pkid: u16,
         /// Filters the broker refused.
         refused: usize,
+        /// The first refusal's reason code, named (`suback_refused_...`).
+        refusal: Option<&'static str>,
+        /// The lowest QoS granted to an accepted filter (a broker may grant less than asked).
+        granted: Option<u8>,
     },
     /// An application message.
     Publish {
@@ -62,8 +67,9 @@ pub enum Incoming {
     PubComp(u16),
     /// Answer to our PINGREQ.
     PingResp,
-    /// The broker ends the connection (v5 carries a reason).
-    Disconnect(String),
+    /// The broker ends the connection: its reason code, named (`disconnect_...`; 3.1.1 has
+    /// none).
+    Disconnect(&'static str),
     /// Anything a load client does not act on.
     Other,
 }
@@ -164,6 +170,9 @@ impl Codec {
                 Err(error) => Err(CodecError(format!("{error:?}"))),
             },
             MqttVersion::V5 => {
+                if let Some(short) = short_v5_disconnect(buffer) {
+                    return Ok(short);
+                }
                 let limit = u32::try_from(self.max_incoming).unwrap_or(u32::MAX);
                 match v5::Packet::read(buffer, Some(limit)) {
                     Ok(packet) => Ok(Some(from_v5(packet))),
@@ -518,23 +527,64 @@ const RETAIN_FLAG: u8 = 0x01;
 /// The DUP bit of a PUBLISH's first byte.
 const DUP_FLAG: u8 = 0x08;
 
+/// An MQTT 5 DISCONNECT of fewer than two bytes after its header (the reason code alone, or
+/// nothing: normal), which MQTT 5 allows and rumqttc misreads as incomplete (and drops).
+/// `None` for anything else, left to rumqttc; `Some(None)` while the packet is incomplete.
+fn short_v5_disconnect(buffer: &mut BytesMut) -> Option<Option<Incoming>> {
+    const DISCONNECT: u8 = 0xE0;
+    match buffer.as_ref() {
+        [DISCONNECT] => Some(None),
+        [DISCONNECT, 0, ..] => {
+            let _ = buffer.split_to(2);
+            Some(Some(Incoming::Disconnect(
+                crate::reason_codes::disconnect_v5(v5::DisconnectReasonCode::NormalDisconnection),
+            )))
+        }
+        [DISCONNECT, 1] => Some(None),
+        [DISCONNECT, 1, reason, ..] => {
+            let reason = v5::DisconnectReasonCode::try_from(*reason).map_or(
+                crate::reason_codes::DISCONNECT_UNKNOWN,
+                crate::reason_codes::disconnect_v5,
+            );
+            let _ = buffer.split_to(3);
+            Some(Some(Incoming::Disconnect(reason)))
+        }
+        _ => None,
+    }
+}
+
+/// A SUBACK from its answers per filter (the QoS granted, or the refusal named).
+fn suback(pkid: u16, answers: impl Iterator<Item = Result<u8, &'static str>>) -> Incoming {
+    let (mut refused, mut refusal, mut granted) = (0, None, None::<u8>);
+    for answer in answers {
+        match answer {
+            Ok(qos) => granted = Some(granted.map_or(qos, |lowest| lowest.min(qos))),
+            Err(name) => {
+                refused += 1;
+                refusal = refusal.or(Some(name));
+            }
+        }
+    }
+    Incoming::SubAck {
+        pkid,
+        refused,
+        refusal,
+        granted,
+    }
+}
+
 fn from_v4(packet: v4::Packet) -> Incoming {
     match packet {
         v4::Packet::ConnAck(ack) => Incoming::ConnAck {
-            refusal: (ack.code != v4::ConnectReturnCode::Success)
-                .then(|| format!("{:?}", ack.code)),
+            refusal: crate::reason_codes::connack_v4(ack.code),
             receive_maximum: None,
             session_present: ack.session_present,
             limits: ServerLimits::default(),
         },
-        v4::Packet::SubAck(ack) => Incoming::SubAck {
-            pkid: ack.pkid,
-            refused: ack
-                .return_codes
-                .iter()
-                .filter(|code| matches!(code, v4::SubscribeReasonCode::Failure))
-                .count(),
-        },
+        v4::Packet::SubAck(ack) => suback(
+            ack.pkid,
+            ack.return_codes.iter().map(crate::reason_codes::suback_v4),
+        ),
         v4::Packet::Publish(publish) => Incoming::Publish {
             qos: publish.qos as u8,
             retain: publish.retain,
@@ -546,47 +596,15 @@ fn from_v4(packet: v4::Packet) -> Incoming {
         v4::Packet::PubRel(ack) => Incoming::PubRel(ack.pkid),
         v4::Packet::PubComp(ack) => Incoming::PubComp(ack.pkid),
         v4::Packet::PingResp => Incoming::PingResp,
-        v4::Packet::Disconnect => Incoming::Disconnect("DISCONNECT".to_string()),
+        v4::Packet::Disconnect => Incoming::Disconnect(crate::reason_codes::DISCONNECT_V4),
         _ => Incoming::Other,
-    }
-}
-
-/// A PUBACK's refusal, named; `None` for success and for 0x10 "no matching subscribers" (the
-/// broker took the message; nobody wanted it).
-fn puback_refusal(reason: &v5::PubAckReason) -> Option<&'static str> {
-    use v5::PubAckReason as R;
-    match reason {
-        R::Success | R::NoMatchingSubscribers => None,
-        R::UnspecifiedError => Some("puback_refused_unspecified_error"),
-        R::ImplementationSpecificError => Some("puback_refused_implementation_specific_error"),
-        R::NotAuthorized => Some("puback_refused_not_authorized"),
-        R::TopicNameInvalid => Some("puback_refused_topic_name_invalid"),
-        R::PacketIdentifierInUse => Some("puback_refused_packet_identifier_in_use"),
-        R::QuotaExceeded => Some("puback_refused_quota_exceeded"),
-        R::PayloadFormatInvalid => Some("puback_refused_payload_format_invalid"),
-    }
-}
-
-/// A PUBREC's refusal, named as [`puback_refusal`] names a PUBACK's.
-fn pubrec_refusal(reason: &v5::PubRecReason) -> Option<&'static str> {
-    use v5::PubRecReason as R;
-    match reason {
-        R::Success | R::NoMatchingSubscribers => None,
-        R::UnspecifiedError => Some("pubrec_refused_unspecified_error"),
-        R::ImplementationSpecificError => Some("pubrec_refused_implementation_specific_error"),
-        R::NotAuthorized => Some("pubrec_refused_not_authorized"),
-        R::TopicNameInvalid => Some("pubrec_refused_topic_name_invalid"),
-        R::PacketIdentifierInUse => Some("pubrec_refused_packet_identifier_in_use"),
-        R::QuotaExceeded => Some("pubrec_refused_quota_exceeded"),
-        R::PayloadFormatInvalid => Some("pubrec_refused_payload_format_invalid"),
     }
 }
 
 fn from_v5(packet: v5::Packet) -> Incoming {
     match packet {
         v5::Packet::ConnAck(ack) => Incoming::ConnAck {
-            refusal: (ack.code != v5::ConnectReturnCode::Success)
-                .then(|| format!("{:?}", ack.code)),
+            refusal: crate::reason_codes::connack_v5(ack.code),
             receive_maximum: ack.properties.as_ref().and_then(|p| p.receive_max),
             session_present: ack.session_present,
             limits: ack
@@ -602,28 +620,24 @@ fn from_v5(packet: v5::Packet) -> Incoming {
                 })
                 .unwrap_or_default(),
         },
-        v5::Packet::SubAck(ack) => Incoming::SubAck {
-            pkid: ack.pkid,
-            refused: ack
-                .return_codes
-                .iter()
-                .filter(|code| !matches!(code, v5::SubscribeReasonCode::Success(_)))
-                .count(),
-        },
+        v5::Packet::SubAck(ack) => suback(
+            ack.pkid,
+            ack.return_codes.iter().map(crate::reason_codes::suback_v5),
+        ),
         v5::Packet::Publish(publish) => Incoming::Publish {
             qos: publish.qos as u8,
             retain: publish.retain,
             pkid: publish.pkid,
             payload: publish.payload,
         },
-        v5::Packet::PubAck(ack) => match puback_refusal(&ack.reason) {
+        v5::Packet::PubAck(ack) => match crate::reason_codes::puback_refusal(&ack.reason) {
             None => Incoming::PubAck(ack.pkid),
             Some(refusal) => Incoming::PubRefused {
                 pkid: ack.pkid,
                 refusal,
             },
         },
-        v5::Packet::PubRec(ack) => match pubrec_refusal(&ack.reason) {
+        v5::Packet::PubRec(ack) => match crate::reason_codes::pubrec_refusal(&ack.reason) {
             None => Incoming::PubRec(ack.pkid),
             Some(refusal) => Incoming::PubRefused {
                 pkid: ack.pkid,
@@ -634,7 +648,7 @@ fn from_v5(packet: v5::Packet) -> Incoming {
         v5::Packet::PubComp(ack) => Incoming::PubComp(ack.pkid),
         v5::Packet::PingResp(_) => Incoming::PingResp,
         v5::Packet::Disconnect(disconnect) => {
-            Incoming::Disconnect(format!("{:?}", disconnect.reason_code))
+            Incoming::Disconnect(crate::reason_codes::disconnect_v5(disconnect.reason_code))
         }
         _ => Incoming::Other,
     }
@@ -737,6 +751,79 @@ mod tests {
                 .is_err(),
             "3.1.1 has no properties"
         );
+    }
+
+    /// The broker's answers are named by their reason codes, one count each.
+    #[test]
+    fn suback_and_disconnect_reason_codes_are_named() {
+        let v5_codec = Codec::new(MqttVersion::V5, 1 << 20);
+        let decode = |packet: v5::Packet| {
+            let mut out = BytesMut::new();
+            packet.write(&mut out, None).expect("encodes");
+            let bytes = out.to_vec();
+            v5_codec
+                .decode(&mut out)
+                .expect("decodes")
+                .unwrap_or_else(|| panic!("whole: {bytes:02x?}"))
+        };
+        let suback = v5::SubAck {
+            pkid: 3,
+            return_codes: vec![
+                v5::SubscribeReasonCode::Success(V5QoS::AtLeastOnce),
+                v5::SubscribeReasonCode::SharedSubscriptionsNotSupported,
+                v5::SubscribeReasonCode::Success(V5QoS::AtMostOnce),
+            ],
+            properties: None,
+        };
+        assert_eq!(
+            decode(v5::Packet::SubAck(suback)),
+            Incoming::SubAck {
+                pkid: 3,
+                refused: 1,
+                refusal: Some("suback_refused_shared_subscriptions_not_supported"),
+                granted: Some(0),
+            }
+        );
+        // A DISCONNECT with its reason alone, with an empty property length, and bare; each
+        // followed by a PINGRESP that must still be read.
+        for bytes in [
+            &[0xE0, 0x01, 0x8E][..],
+            &[0xE0, 0x02, 0x8E, 0x00],
+            &[0xE0, 0x00],
+        ] {
+            let mut buffer = BytesMut::from(bytes);
+            buffer.extend_from_slice(&[0xD0, 0x00]);
+            let expected = if bytes.len() == 2 {
+                "disconnect_normal"
+            } else {
+                "disconnect_session_taken_over"
+            };
+            assert_eq!(
+                v5_codec.decode(&mut buffer),
+                Ok(Some(Incoming::Disconnect(expected))),
+                "{bytes:02x?}"
+            );
+            assert_eq!(v5_codec.decode(&mut buffer), Ok(Some(Incoming::PingResp)));
+        }
+        let mut partial = BytesMut::from(&[0xE0, 0x01][..]);
+        assert_eq!(v5_codec.decode(&mut partial), Ok(None));
+        assert_eq!(
+            partial.len(),
+            2,
+            "an incomplete DISCONNECT waits for its reason"
+        );
+        let connack = v5::ConnAck {
+            session_present: false,
+            code: v5::ConnectReturnCode::ServerBusy,
+            properties: None,
+        };
+        assert!(matches!(
+            decode(v5::Packet::ConnAck(connack)),
+            Incoming::ConnAck {
+                refusal: Some("connack_refused_server_busy"),
+                ..
+            }
+        ));
     }
 
     #[test]

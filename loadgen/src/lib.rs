@@ -48,6 +48,7 @@ pub mod output;
 mod pacer;
 pub mod probe;
 mod publisher;
+mod reason_codes;
 mod reconnect;
 pub mod runtime;
 mod session;

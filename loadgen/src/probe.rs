@@ -242,6 +242,7 @@ async fn subscribe(session: &mut Session, filter: &str) -> Option<bool> {
         Incoming::SubAck {
             pkid: 7,
             refused: r,
+            ..
         } => {
             refused = Some(*r);
             true

@@ -26,6 +26,8 @@ pub(crate) struct Session {
     pub session_present: bool,
     /// MQTT 5: what CONNACK said the broker allows.
     pub limits: crate::codec::ServerLimits,
+    /// The QoS SUBACK granted the subscription (a broker may grant less than asked).
+    pub granted_qos: Option<u8>,
 }
 
 /// Why a connection could not be opened.
@@ -37,12 +39,17 @@ pub enum ConnectFailure {
     /// The broker did not answer within the deadline.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    /// The broker answered CONNACK with a refusal.
+    /// The broker answered CONNACK with a refusal (its reason code, named).
     #[error("the broker refused CONNECT: {0}")]
-    Refused(String),
-    /// The broker refused the subscription.
-    #[error("the broker refused SUBSCRIBE to {0}")]
-    SubscribeRefused(String),
+    Refused(&'static str),
+    /// The broker refused the subscription to `filter` (its reason code, named).
+    #[error("the broker refused SUBSCRIBE to {filter}: {refusal}")]
+    SubscribeRefused {
+        /// The filter refused.
+        filter: String,
+        /// Why, as the SUBACK's reason code names it.
+        refusal: &'static str,
+    },
     /// The broker closed the connection or sent something unexpected.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -54,8 +61,9 @@ impl ConnectFailure {
         match self {
             ConnectFailure::Io(_) => "connect_io",
             ConnectFailure::Timeout(_) => "connect_timeout",
-            ConnectFailure::Refused(_) => "connect_refused",
-            ConnectFailure::SubscribeRefused(_) => "subscribe_refused",
+            // The broker's answer, one count per reason code.
+            ConnectFailure::Refused(refusal) => refusal,
+            ConnectFailure::SubscribeRefused { refusal, .. } => refusal,
             ConnectFailure::Protocol(_) => "connect_protocol",
         }
     }
@@ -145,6 +153,7 @@ async fn open_unbounded(
         receive_maximum: None,
         session_present: false,
         limits: crate::codec::ServerLimits::default(),
+        granted_qos: None,
     };
     let mut out = BytesMut::new();
     codec
@@ -184,9 +193,14 @@ async fn open_unbounded(
             Incoming::SubAck {
                 pkid: 1,
                 refused: 0,
-            } => {}
-            Incoming::SubAck { .. } => {
-                return Err(ConnectFailure::SubscribeRefused(filter.to_string()));
+                granted,
+                ..
+            } => session.granted_qos = granted,
+            Incoming::SubAck { refusal, .. } => {
+                return Err(ConnectFailure::SubscribeRefused {
+                    filter: filter.to_string(),
+                    refusal: refusal.unwrap_or("suback_refused_failure"),
+                });
             }
             other => {
                 return Err(ConnectFailure::Protocol(format!(

@@ -133,6 +133,13 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         open_loop: SampleBuffer::new(&job.live.latency),
         transit: SampleBuffer::new(&job.live.transit_latency),
     };
+    if let Some(granted) = session
+        .granted_qos
+        .filter(|granted| *granted < job.subscribed_qos)
+    {
+        // The broker's answer: deliveries can come no higher than it granted.
+        state.errors.push((granted_below_asked(granted), 1));
+    }
     let session_codec = session.codec;
     let mut out = BytesMut::new();
     let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
@@ -282,6 +289,14 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     latencies.flush();
     say_goodbye(&mut session).await;
     state.finish(&job)
+}
+
+/// The count of subscriptions a SUBACK granted at QoS `granted`, below what was asked.
+fn granted_below_asked(granted: u8) -> &'static str {
+    match granted {
+        0 => "suback_granted_qos_0_below_asked",
+        _ => "suback_granted_qos_1_below_asked",
+    }
 }
 
 /// How a subscriber comes back after its connection was lost.
@@ -502,7 +517,11 @@ impl State {
                 {
                     return Err(Ended("encode_failed"));
                 }
-                Incoming::Disconnect(_) => return Err(Ended("broker_disconnected")),
+                Incoming::Disconnect(reason) => {
+                    // The broker's answer, by its reason code, beside the lost connection.
+                    self.errors.push((reason, 1));
+                    return Err(Ended("broker_disconnected"));
+                }
                 _ => {}
             }
         }

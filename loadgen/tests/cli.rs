@@ -178,7 +178,11 @@ fn a_refusing_broker_fails_with_its_reason() {
         "--password-file",
         utf8(&secret),
     ]);
-    assert_one_line_error(&output, 1, "refused CONNECT: NotAuthorized");
+    assert_one_line_error(
+        &output,
+        1,
+        "refused CONNECT: connack_refused_not_authorized",
+    );
     // A password on the command line is no longer accepted at all.
     let output = loadgen(&["latency", "--broker", &address, "--password", "wrong"]);
     assert_one_line_error(&output, 2, "--password");

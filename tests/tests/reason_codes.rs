@@ -2,7 +2,12 @@
 //! not publish: over MQTT 5 it answers each QoS 1 and QoS 2 PUBLISH with reason 0x87 (not
 //! authorized), which loadgen counts by name as the broker's answer, with every delivery the
 //! refused messages owed counted lost; over MQTT 3.1.1 the broker has no way to say so, and the
-//! same messages are only lost.
+//! same messages are only lost. A CONNACK refusal ends a run with the refusal named by its
+//! code, and a subscription granted below the QoS asked is counted. (SUBACK refusals and a
+//! broker's own DISCONNECT are counted by their reason codes too, but Mosquitto 2.0.11 gives
+//! neither: it grants subscriptions its ACL denies reading, and closes the socket without a
+//! DISCONNECT on a session takeover, on shutdown, above `max_qos` and above its maximum packet
+//! size alike; the codec's tests decode both.)
 
 use std::time::Duration;
 
@@ -76,5 +81,54 @@ async fn publishes_refused_by_reason_code_are_counted_as_the_brokers_answer() {
         !summary.errors.keys().any(|k| k.contains("refused")),
         "{:?}",
         summary.errors
+    );
+}
+
+/// A run whose connections the broker refuses ends with the refusal named by its code.
+async fn refusal_of(spec: &WorkloadSpec) -> String {
+    match loadgen::run(spec, tokio_util::sync::CancellationToken::new(), None).await {
+        Ok(_) => panic!("the broker was to refuse {:?}", spec.broker.protocol),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connack_refusal_is_named_by_its_reason_code() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    // Only client ids starting `continuum` (the harness's own) may connect.
+    let closed = Mosquitto::start(MosquittoOptions {
+        extra_config: vec!["clientid_prefixes continuum".to_string()],
+        ..MosquittoOptions::default()
+    })
+    .expect("mosquitto starts");
+    for protocol in [MqttVersion::V5, MqttVersion::V311] {
+        let mut spec = workload(closed.port(), protocol, Qos::AtLeastOnce);
+        spec.connection.client_id_prefix = "device".to_string();
+        let refused = refusal_of(&spec).await;
+        assert!(
+            refused.contains("the broker refused CONNECT: connack_refused_not_authorized"),
+            "MQTT {protocol}: {refused}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_granted_qos_is_counted_as_the_brokers_answer() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    // Mosquitto's `max_qos 1`: a QoS 2 subscription is granted QoS 1.
+    let broker = Mosquitto::start(MosquittoOptions {
+        extra_config: vec!["max_qos 1".to_string()],
+        ..MosquittoOptions::default()
+    })
+    .expect("mosquitto starts");
+    let mut spec = workload(broker.port(), MqttVersion::V5, Qos::AtLeastOnce);
+    spec.subscriber_qos = Some(Qos::ExactlyOnce);
+    let (_, granted) = run(&spec).await;
+    assert_eq!(granted.lost, Some(0), "{:?}", granted.errors);
+    assert_eq!(
+        granted.errors.get("suback_granted_qos_1_below_asked"),
+        Some(&1),
+        "{:?}",
+        granted.errors
     );
 }

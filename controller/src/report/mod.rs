@@ -42,6 +42,7 @@
 //! legend, plot area), `chart.rs` (line charts) and `timeseries.rs` (a cell over time)
 //! draw; `markdown.rs` and `html.rs` render.
 
+mod answers;
 mod axes;
 mod burst;
 mod chart;
@@ -167,6 +168,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(fleet::shared_section(data));
     sections.extend(fleet::retained_section(data));
     sections.extend(fleet::wills_section(data));
+    sections.extend(answers::section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));

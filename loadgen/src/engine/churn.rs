@@ -112,12 +112,8 @@ impl CountVisit for ChurnOutcome {
                 }
             }
             Visit::Failed(failure) => {
-                let kind = match &failure {
-                    // A refusal is counted by its reason code: the broker said why.
-                    ConnectFailure::Refused(reason) => format!("connect_refused: {reason}"),
-                    other => other.kind().to_string(),
-                };
-                *self.failures.entry(kind).or_insert(0) += 1;
+                // A refusal is counted by its reason code: the broker said why.
+                *self.failures.entry(failure.kind().to_string()).or_insert(0) += 1;
             }
             Visit::Cancelled => self.cancelled += 1,
         }

@@ -168,7 +168,11 @@ async fn handle_acks(
                 // The writer may be gone at shutdown; then nobody needs the PUBREL.
                 let _ = pubrel_tx.send(pkid).await;
             }
-            Ok(Some(Incoming::Disconnect(_))) => return Err("broker_disconnected"),
+            Ok(Some(Incoming::Disconnect(reason))) => {
+                // The broker's answer, by its reason code, beside the lost connection.
+                refusals.push((reason, 1));
+                return Err("broker_disconnected");
+            }
             Ok(Some(_)) => {}
             Err(_) => return Err("protocol_error"),
         }
