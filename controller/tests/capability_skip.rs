@@ -139,7 +139,7 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
     let report = run.text("report.md");
     assert!(
         report.contains(
-            "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain exact subscriptions only; wildcards yes; shared subscriptions no |"
+            "| rabbitmq | MQTT 3.1.1 only; max QoS ?; retain exact subscriptions only; wildcards yes; shared subscriptions no; kept sessions yes |"
         ),
         "{report}"
     );

@@ -4,7 +4,8 @@
 //! MQTT 5 says much of it in CONNACK (maximum QoS, retain, wildcard and shared subscriptions,
 //! topic alias maximum, receive maximum, maximum packet size); what a 3.1.1 broker cannot say
 //! is found by a short round trip each (a wildcard subscription that delivers, a shared one,
-//! a retained message a later subscription receives).
+//! a retained message a later subscription receives, a session kept across a reconnect, an
+//! MQTT 5 will held for its delay).
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,17 @@ pub struct Capabilities {
     /// MQTT 5 largest packet the broker accepts, bytes.
     #[serde(default)]
     pub maximum_packet_size: Option<u32>,
+    /// A session with clean session (clean start) off was still there when its client came
+    /// back: persistent sessions work.
+    #[serde(default)]
+    pub kept_sessions: Option<bool>,
+    /// MQTT 5: the session expiry interval the broker's CONNACK imposed in place of the one
+    /// asked, seconds (absent: the broker took the one asked).
+    #[serde(default)]
+    pub session_expiry_secs: Option<u32>,
+    /// MQTT 5: a will with a delay was published after the delay, not at once.
+    #[serde(default)]
+    pub will_delay: Option<bool>,
     /// How each answer was found, and what failed (one line each).
     #[serde(default)]
     pub notes: Vec<String>,
@@ -82,6 +94,7 @@ impl Capabilities {
             .retain
             .as_ref()
             .and_then(|retain| TopicFilter::parse(&retain.filter).ok());
+        let will_delayed = spec.wills.as_ref().is_some_and(|w| w.delay.is_some());
         let needs = [
             (
                 filters.iter().any(|f| f.group().is_some()),
@@ -106,6 +119,12 @@ impl Capabilities {
                 self.retain_to_wildcards,
                 "retained messages delivered to wildcard subscriptions",
             ),
+            (
+                spec.connection.offline.is_some(),
+                self.kept_sessions,
+                "sessions kept across a reconnect",
+            ),
+            (will_delayed, self.will_delay, "will delays honoured"),
         ];
         for (needed, supported, what) in needs {
             if needed && supported == Some(false) {
@@ -148,6 +167,15 @@ impl Capabilities {
         }
         if let Some(bytes) = self.maximum_packet_size {
             line += &format!("; max packet {bytes} B");
+        }
+        if self.kept_sessions.is_some() {
+            line += &format!("; kept sessions {}", yes_no(self.kept_sessions));
+        }
+        if let Some(secs) = self.session_expiry_secs {
+            line += &format!("; session expiry capped at {secs} s");
+        }
+        if self.will_delay.is_some() {
+            line += &format!("; will delay {}", yes_no(self.will_delay));
         }
         line
     }
@@ -274,5 +302,49 @@ mod tests {
                 .is_some_and(|why| why.starts_with("needs retained messages"))
         );
         assert_eq!(rabbitmq_310().lacks(&spec), None);
+        if let Some(wills) = spec.wills.as_mut() {
+            wills.delay = Some(std::time::Duration::from_secs(2));
+        }
+        let early = Capabilities {
+            will_delay: Some(false),
+            ..rabbitmq_310()
+        };
+        assert!(
+            early
+                .lacks(&spec)
+                .is_some_and(|why| why.starts_with("needs will delays honoured")),
+            "{:?}",
+            early.lacks(&spec)
+        );
+    }
+
+    #[test]
+    fn an_absence_needs_kept_sessions() {
+        let mut spec = crate::presets::latency();
+        spec.connection.clean_session = false;
+        spec.connection.offline = Some(crate::spec::OfflineGap {
+            after: std::time::Duration::from_secs(1),
+            gap: std::time::Duration::from_secs(1),
+        });
+        let forgetful = Capabilities {
+            kept_sessions: Some(false),
+            ..rabbitmq_310()
+        };
+        assert!(
+            forgetful
+                .lacks(&spec)
+                .is_some_and(|why| why.starts_with("needs sessions kept across a reconnect"))
+        );
+        assert_eq!(rabbitmq_310().lacks(&spec), None, "not probed: not refused");
+        assert!(
+            Capabilities {
+                kept_sessions: Some(true),
+                session_expiry_secs: Some(60),
+                will_delay: Some(true),
+                ..rabbitmq_310()
+            }
+            .summary()
+            .ends_with("; kept sessions yes; session expiry capped at 60 s; will delay yes")
+        );
     }
 }

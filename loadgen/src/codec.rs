@@ -90,6 +90,8 @@ pub struct ServerLimits {
     pub topic_alias_maximum: Option<u16>,
     /// Maximum Packet Size.
     pub maximum_packet_size: Option<u32>,
+    /// Session Expiry Interval, when the broker imposes its own.
+    pub session_expiry_interval: Option<u32>,
 }
 
 /// A packet could not be decoded or encoded.
@@ -617,6 +619,7 @@ fn from_v5(packet: v5::Packet) -> Incoming {
                     shared_available: p.shared_subscription_available.map(|v| v != 0),
                     topic_alias_maximum: p.topic_alias_max,
                     maximum_packet_size: p.max_packet_size,
+                    session_expiry_interval: p.session_expiry_interval,
                 })
                 .unwrap_or_default(),
         },

@@ -1,7 +1,8 @@
 //! The capability probe ([`Capabilities`]): an MQTT 3.1.1 and an MQTT 5 CONNECT, the MQTT 5
 //! CONNACK's properties, then with the best version a round trip each for wildcards, shared
-//! subscriptions and retained messages (what a broker does, not only what it says). Every
-//! wait is bounded; the probe leaves nothing retained behind.
+//! subscriptions, retained messages and a session kept across a reconnect, and over MQTT 5 a
+//! will with a delay (what a broker does, not only what it says). Every wait is bounded; the
+//! probe leaves nothing retained and no session behind.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::capabilities::Capabilities;
 use crate::clock::unix_now_ns;
-use crate::codec::{Codec, ConnectFields, Incoming};
+use crate::codec::{Codec, ConnectFields, Incoming, WillFields};
 use crate::session::{self, READ_CHUNK, Session};
 use crate::spec::{BrokerTarget, MqttVersion, Qos};
 use crate::transport::Dialer;
@@ -21,6 +22,8 @@ use crate::transport::Dialer;
 const ROUND_TRIP: Duration = Duration::from_secs(3);
 /// Largest packet the probe accepts.
 const MAX_PACKET: usize = 1 << 20;
+/// The will delay the probe asks for: a will published sooner ignored it.
+const WILL_DELAY: Duration = Duration::from_secs(1);
 
 /// Probes the broker at `target` (its protocol field is ignored: both are tried), each
 /// connection within `connect_within`. `None` when neither version's CONNECT was accepted
@@ -58,6 +61,7 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
             caps.topic_alias_maximum = Some(limits.topic_alias_maximum.unwrap_or(0));
             caps.receive_maximum = Some(session.receive_maximum.unwrap_or(u16::MAX));
             caps.maximum_packet_size = limits.maximum_packet_size;
+            caps.session_expiry_secs = limits.session_expiry_interval;
             for (said, what) in [
                 (limits.retain_available, "Retain Available"),
                 (
@@ -94,6 +98,10 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
         .await;
     caps.retain = probe.retains(version, "r", "r", &mut caps.notes).await;
     caps.retain_to_wildcards = probe.retains(version, "q", "+", &mut caps.notes).await;
+    caps.kept_sessions = probe.keeps_sessions(version, &mut caps.notes).await;
+    if caps.mqtt5 {
+        caps.will_delay = probe.delays_wills(&mut caps.notes).await;
+    }
     Some(caps)
 }
 
@@ -115,18 +123,29 @@ impl Probe<'_> {
         version: MqttVersion,
         suffix: &str,
     ) -> Result<Session, session::ConnectFailure> {
+        self.open_as(version, suffix, true, None).await
+    }
+
+    /// [`Self::open`] with clean session (clean start) as `clean`, and a will.
+    async fn open_as(
+        &self,
+        version: MqttVersion,
+        suffix: &str,
+        clean: bool,
+        will: Option<WillFields<'_>>,
+    ) -> Result<Session, session::ConnectFailure> {
         let client_id = format!("{}-{suffix}", self.id);
         let fields = ConnectFields {
             client_id: &client_id,
             keep_alive_secs: 30,
-            clean_session: true,
+            clean_session: clean,
             login: self
                 .target
                 .username
                 .as_deref()
                 .map(|user| (user, self.target.password.as_deref().unwrap_or(""))),
             max_packet_size: MAX_PACKET as u32,
-            will: None,
+            will,
         };
         session::open(
             &self.dialer,
@@ -228,13 +247,100 @@ impl Probe<'_> {
     }
 }
 
+impl Probe<'_> {
+    /// Whether a session with clean session off, holding a subscription as the sessions a
+    /// workload keeps do, is still there when its client comes back; ended afterwards by a
+    /// clean connection of the same client. (RabbitMQ keeps a session only while it holds a
+    /// subscription at QoS 1: its queue.)
+    async fn keeps_sessions(&self, version: MqttVersion, notes: &mut Vec<String>) -> Option<bool> {
+        let mut first = self.open_as(version, "k", false, None).await.ok()?;
+        // At QoS 1: RabbitMQ keeps a QoS 0 subscription's queue with its connection only.
+        let subscribed = subscribe_at(&mut first, &self.topic("k"), Qos::AtLeastOnce).await;
+        goodbye(&mut first).await;
+        if subscribed != Some(true) {
+            return None;
+        }
+        let present = match self.open_as(version, "k", false, None).await {
+            Ok(mut again) => {
+                goodbye(&mut again).await;
+                Some(again.session_present)
+            }
+            Err(_) => None,
+        };
+        // A clean connection of the same client ends whatever session is left.
+        if let Ok(mut clean) = self.open_as(version, "k", true, None).await {
+            goodbye(&mut clean).await;
+        }
+        let present = present?;
+        if !present {
+            notes.push(
+                "persistent session: its client came back to no session (CONNACK session present 0)"
+                    .to_string(),
+            );
+        }
+        Some(present)
+    }
+
+    /// Whether an MQTT 5 will with a delay of [`WILL_DELAY`] is published after the delay
+    /// (its client's socket closed without DISCONNECT); `None` when no will came at all.
+    async fn delays_wills(&self, notes: &mut Vec<String>) -> Option<bool> {
+        let topic = self.topic("wd");
+        let mut watcher = self.open(MqttVersion::V5, "wdw").await.ok()?;
+        let marker = b"probe-wd";
+        let outcome =
+            async {
+                if !subscribe(&mut watcher, &topic).await? {
+                    return None;
+                }
+                let will = WillFields {
+                    topic: &topic,
+                    payload: marker,
+                    qos: Qos::AtMostOnce,
+                    retain: false,
+                    delay_secs: Some(u32::try_from(WILL_DELAY.as_secs()).unwrap_or(1)),
+                };
+                let client = self
+                    .open_as(MqttVersion::V5, "wdc", true, Some(will))
+                    .await
+                    .ok()?;
+                // Closed without DISCONNECT, as a device that dies: the broker owes the will.
+                drop(client);
+                let dropped = Instant::now();
+                let arrived = wait_within(&mut watcher, WILL_DELAY + ROUND_TRIP, |p| {
+                matches!(p, Incoming::Publish { payload, .. } if payload.as_ref() == marker)
+            })
+            .await;
+                let after = dropped.elapsed();
+                if !arrived {
+                    notes.push(format!(
+                        "will delay: no will within {:?} of its client's drop",
+                        WILL_DELAY + ROUND_TRIP
+                    ));
+                    return None;
+                }
+                if after < WILL_DELAY {
+                    notes.push(format!(
+                        "will delay: a will with a {WILL_DELAY:?} delay came {} ms after the drop",
+                        after.as_millis()
+                    ));
+                }
+                Some(after >= WILL_DELAY)
+            }
+            .await;
+        goodbye(&mut watcher).await;
+        outcome
+    }
+}
+
 /// Subscribes to `filter` at QoS 0; false when the SUBACK refused it.
 async fn subscribe(session: &mut Session, filter: &str) -> Option<bool> {
+    subscribe_at(session, filter, Qos::AtMostOnce).await
+}
+
+/// [`subscribe`] at `qos`.
+async fn subscribe_at(session: &mut Session, filter: &str, qos: Qos) -> Option<bool> {
     let mut out = BytesMut::new();
-    session
-        .codec
-        .subscribe(7, filter, Qos::AtMostOnce, &mut out)
-        .ok()?;
+    session.codec.subscribe(7, filter, qos, &mut out).ok()?;
     session.writer.write_all(&out).await.ok()?;
     session.writer.flush().await.ok()?;
     let mut refused = None;
@@ -277,8 +383,17 @@ async fn publish(session: &mut Session, topic: &str, payload: &[u8], retain: boo
 }
 
 /// Reads until a packet `wanted` accepts arrives (true) or [`ROUND_TRIP`] passes (false).
-async fn wait_for(session: &mut Session, mut wanted: impl FnMut(&Incoming) -> bool) -> bool {
-    let deadline = Instant::now() + ROUND_TRIP;
+async fn wait_for(session: &mut Session, wanted: impl FnMut(&Incoming) -> bool) -> bool {
+    wait_within(session, ROUND_TRIP, wanted).await
+}
+
+/// [`wait_for`] for up to `within`.
+async fn wait_within(
+    session: &mut Session,
+    within: Duration,
+    mut wanted: impl FnMut(&Incoming) -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
     loop {
         while let Ok(Some(packet)) = session.codec.decode(&mut session.read_buffer) {
             if wanted(&packet) {

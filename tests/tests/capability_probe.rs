@@ -2,7 +2,8 @@
 //! round trip per feature) must match what is known of it: Mosquitto 2.0 speaks both
 //! versions and supports everything probed; RabbitMQ 3.10 speaks 3.1.1 only, keeps retained
 //! messages (delivered to exact subscriptions only) and matches wildcards, and has no shared
-//! subscriptions.
+//! subscriptions. Both keep a session across a reconnect; Mosquitto holds an MQTT 5 will for
+//! its delay.
 
 use std::time::Duration;
 
@@ -33,6 +34,17 @@ async fn mosquitto_supports_everything_probed() {
             caps.retain_to_wildcards
         ),
         (Some(true), Some(true), Some(true), Some(true)),
+        "{caps:?}"
+    );
+    // A session kept across a reconnect, a will held for its 1 s delay, and no expiry of
+    // its own imposed on the session asked for.
+    assert_eq!(
+        (
+            caps.kept_sessions,
+            caps.will_delay,
+            caps.session_expiry_secs
+        ),
+        (Some(true), Some(true), None),
         "{caps:?}"
     );
     assert_eq!(
@@ -69,6 +81,12 @@ async fn rabbitmq_310_speaks_311_only_and_has_no_shared_subscriptions() {
     // 3.10 keeps retained messages but delivers them to exact subscriptions only.
     assert_eq!(caps.retain_to_wildcards, Some(false), "{caps:?}");
     assert_eq!(caps.shared_subscriptions, Some(false), "{caps:?}");
+    // Clean session off keeps a session (its queue); will delays are MQTT 5, not probed.
+    assert_eq!(
+        (caps.kept_sessions, caps.will_delay),
+        (Some(true), None),
+        "{caps:?}"
+    );
     let mut v5 = loadgen::presets::latency();
     v5.broker.protocol = loadgen::spec::MqttVersion::V5;
     assert!(caps.lacks(&v5).is_some_and(|why| why.contains("MQTT 5")));

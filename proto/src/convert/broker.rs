@@ -261,6 +261,9 @@ impl From<&loadgen_model::capabilities::Capabilities> for pb::BrokerCapabilities
             topic_alias_maximum: caps.topic_alias_maximum.map(u32::from),
             receive_maximum: caps.receive_maximum.map(u32::from),
             maximum_packet_size: caps.maximum_packet_size,
+            kept_sessions: caps.kept_sessions,
+            session_expiry_secs: caps.session_expiry_secs,
+            will_delay: caps.will_delay,
             notes: caps.notes.clone(),
         }
     }
@@ -286,6 +289,9 @@ impl From<pb::BrokerCapabilities> for loadgen_model::capabilities::Capabilities 
             topic_alias_maximum: caps.topic_alias_maximum.and_then(|v| u16::try_from(v).ok()),
             receive_maximum: caps.receive_maximum.and_then(|v| u16::try_from(v).ok()),
             maximum_packet_size: caps.maximum_packet_size,
+            kept_sessions: caps.kept_sessions,
+            session_expiry_secs: caps.session_expiry_secs,
+            will_delay: caps.will_delay,
             notes: caps
                 .notes
                 .into_iter()
@@ -460,6 +466,9 @@ mod capability_tests {
             topic_alias_maximum: Some(10),
             receive_maximum: Some(20),
             maximum_packet_size: Some(1 << 20),
+            kept_sessions: Some(true),
+            session_expiry_secs: Some(300),
+            will_delay: Some(false),
             notes: vec!["shared subscription: SUBACK refused".into()],
         };
         assert_eq!(
