@@ -62,6 +62,7 @@ impl RunResult {
         self.sent_late_after_end += other.sent_late_after_end;
         self.bytes_written = self.bytes_written.saturating_add(other.bytes_written);
         self.expired = self.expired.saturating_add(other.expired);
+        self.most_unacknowledged = self.most_unacknowledged.max(other.most_unacknowledged);
         self.received += other.received;
         self.duplicates += other.duplicates;
         self.out_of_order += other.out_of_order;

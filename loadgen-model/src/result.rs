@@ -215,6 +215,12 @@ pub struct RunResult {
     /// the broker's duty, not a loss. 0 in results that predate it.
     #[serde(default)]
     pub expired: u64,
+    /// Most QoS 1/2 deliveries one subscriber received in one read before acknowledging any
+    /// of them: a lower bound of the broker's largest window of unacknowledged deliveries to
+    /// a subscriber (MQTT 5 bounds it by the subscriber's receive maximum). 0 in results that
+    /// predate it.
+    #[serde(default)]
+    pub most_unacknowledged: u64,
     /// First deliveries that arrived after a later message of the same publisher.
     pub out_of_order: u64,
     /// Measured messages published per 10 ms bucket.
@@ -338,6 +344,7 @@ impl RunResult {
             received: 0,
             duplicates: 0,
             expired: 0,
+            most_unacknowledged: 0,
             out_of_order: 0,
             publish_series: RateSeries::default(),
             receive_series: RateSeries::default(),

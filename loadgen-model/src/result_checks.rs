@@ -104,6 +104,7 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         ("sent_late_after_end", result.sent_late_after_end),
         ("bytes_written", result.bytes_written),
         ("expired", result.expired),
+        ("most_unacknowledged", result.most_unacknowledged),
     ] {
         total(name, [count])?;
     }

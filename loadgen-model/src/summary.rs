@@ -169,6 +169,11 @@ pub struct Summary {
     /// while it held them for an absent subscriber: not lost, and not delivered.
     #[serde(default)]
     pub expired: u64,
+    /// Most QoS 1/2 deliveries one subscriber received at once before acknowledging any (a
+    /// lower bound of the broker's window to a subscriber; above an MQTT 5 receive maximum,
+    /// a violation).
+    #[serde(default)]
+    pub most_unacknowledged: u64,
     /// Copies of messages already received.
     pub duplicates: u64,
     /// First deliveries that came after a later message of the same publisher.
@@ -401,11 +406,18 @@ impl Summary {
             lost,
             lost_percent,
             expired: result.expired,
+            most_unacknowledged: result.most_unacknowledged,
             duplicates: result.duplicates,
             out_of_order: result.out_of_order,
             bytes_per_publish: (result.bytes_written > 0 && published > 0)
                 .then(|| result.bytes_written as f64 / published as f64),
-            qos_violations: qos_violations(spec, lost, result.duplicates, &result.errors),
+            qos_violations: qos_violations(
+                spec,
+                lost,
+                result.duplicates,
+                result.most_unacknowledged,
+                &result.errors,
+            ),
             latency: LatencySummary::of(&result.latency),
             transit_latency: LatencySummary::of(&result.transit_latency),
             latency_tail: crate::tail::judge(
@@ -519,6 +531,7 @@ fn qos_violations(
     spec: &crate::spec::WorkloadSpec,
     lost: Option<u64>,
     duplicates: u64,
+    most_unacknowledged: u64,
     errors: &BTreeMap<String, u64>,
 ) -> Vec<String> {
     let qos = spec.effective_qos();
@@ -527,6 +540,13 @@ fn qos_violations(
     if above > 0 {
         violations.push(format!(
             "{above} deliveries above the subscription's QoS (the broker did not downgrade)"
+        ));
+    }
+    if let Some(most) = spec.connection.receive_maximum
+        && most_unacknowledged > u64::from(most)
+    {
+        violations.push(format!(
+            "{most_unacknowledged} QoS 1/2 deliveries reached a subscriber at once, above its receive maximum {most}"
         ));
     }
     let past_expiry = errors.get(DELIVERED_PAST_EXPIRY).copied().unwrap_or(0);
@@ -670,9 +690,9 @@ mod tests {
         let above = BTreeMap::from([(ABOVE_SUBSCRIPTION_QOS.to_string(), 3)]);
         // Losses at an effective QoS 0 are allowed, and so are the duplicates a QoS 1
         // publish may bring; a delivery above the subscription is not.
-        assert!(qos_violations(&spec, Some(5), 2, &none).is_empty());
+        assert!(qos_violations(&spec, Some(5), 2, 0, &none).is_empty());
         assert_eq!(
-            qos_violations(&spec, Some(5), 0, &above),
+            qos_violations(&spec, Some(5), 0, 0, &above),
             vec!["3 deliveries above the subscription's QoS (the broker did not downgrade)"]
         );
         spec.subscriber_qos = Some(Qos::ExactlyOnce);
@@ -682,12 +702,12 @@ mod tests {
             "never above the publish QoS"
         );
         assert_eq!(
-            qos_violations(&spec, Some(1), 2, &none),
+            qos_violations(&spec, Some(1), 2, 0, &none),
             vec!["QoS 1 lost 1 deliveries"]
         );
         let refused = BTreeMap::from([("puback_refused_not_authorized".to_string(), 40)]);
         assert_eq!(
-            qos_violations(&spec, Some(40), 0, &refused),
+            qos_violations(&spec, Some(40), 0, 0, &refused),
             vec![
                 "QoS 1 lost 40 deliveries (40 messages refused by the broker's reason code, \
                  its answer)"
@@ -696,8 +716,15 @@ mod tests {
         spec.qos = Qos::AtMostOnce;
         spec.subscriber_qos = Some(Qos::AtMostOnce);
         assert_eq!(
-            qos_violations(&spec, None, 1, &none),
+            qos_violations(&spec, None, 1, 0, &none),
             vec!["QoS 0 delivered 1 duplicates"]
+        );
+        spec.broker.protocol = crate::spec::MqttVersion::V5;
+        spec.connection.receive_maximum = Some(2);
+        assert!(qos_violations(&spec, None, 0, 2, &none).is_empty());
+        assert_eq!(
+            qos_violations(&spec, None, 0, 3, &none),
+            vec!["3 QoS 1/2 deliveries reached a subscriber at once, above its receive maximum 2"]
         );
     }
 

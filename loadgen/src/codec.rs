@@ -128,6 +128,8 @@ pub struct ConnectFields<'a> {
     pub login: Option<(&'a str, &'a str)>,
     /// Largest packet we accept (announced in v5).
     pub max_packet_size: u32,
+    /// QoS 1/2 deliveries we accept unacknowledged (announced in v5).
+    pub receive_maximum: u16,
     /// The client's will, if it has one.
     pub will: Option<WillFields<'a>>,
 }
@@ -207,7 +209,7 @@ impl Codec {
             MqttVersion::V5 => {
                 let mut properties = v5::ConnectProperties::new();
                 properties.max_packet_size = Some(fields.max_packet_size);
-                properties.receive_maximum = Some(u16::MAX);
+                properties.receive_maximum = Some(fields.receive_maximum.max(1));
                 if !fields.clean_session {
                     // MQTT 5 ends a session when its client leaves unless told otherwise.
                     properties.session_expiry_interval =

@@ -103,6 +103,13 @@ pub fn render_table(summary: &Summary) -> String {
         "  duplicates           {:>12}   out of order {:>10}",
         s.duplicates, s.out_of_order
     );
+    if s.most_unacknowledged > 0 {
+        let _ = writeln!(
+            out,
+            "  at a subscriber     up to {} QoS 1/2 deliveries unacknowledged at once (seen in one read; the broker's window is at least that)",
+            s.most_unacknowledged
+        );
+    }
     if s.expired > 0 {
         let _ = writeln!(
             out,

@@ -145,6 +145,7 @@ impl Probe<'_> {
                 .as_deref()
                 .map(|user| (user, self.target.password.as_deref().unwrap_or(""))),
             max_packet_size: MAX_PACKET as u32,
+            receive_maximum: u16::MAX,
             will,
         };
         session::open(

@@ -260,6 +260,7 @@ pub(crate) fn connect_fields<'a>(spec: &'a WorkloadSpec, client_id: &'a str) -> 
             .as_deref()
             .map(|user| (user, spec.broker.password.as_deref().unwrap_or(""))),
         max_packet_size: u32::try_from(spec.max_packet_bytes()).unwrap_or(u32::MAX),
+        receive_maximum: spec.connection.receive_maximum.unwrap_or(u16::MAX),
         will: None,
     }
 }

@@ -94,6 +94,9 @@ pub(crate) struct SubscriberOutcome {
     pub errors: Vec<(&'static str, u64)>,
     /// When it was away, if it went offline and came back.
     pub absence: Option<Absence>,
+    /// Most QoS 1/2 deliveries that arrived in one read, before any of them was acknowledged:
+    /// at that moment the broker had at least that many unacknowledged at this subscriber.
+    pub most_unacknowledged: u64,
 }
 
 /// The two latencies of each measured delivery, batched into the run's histograms.
@@ -128,6 +131,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         above_subscription: 0,
         past_expiry: 0,
         absence: None,
+        most_unacknowledged: 0,
     };
     let mut latencies = Latencies {
         open_loop: SampleBuffer::new(&job.live.latency),
@@ -410,6 +414,7 @@ impl State {
             errors: self.errors,
             tracker: self.tracker,
             absence: self.absence,
+            most_unacknowledged: self.most_unacknowledged,
         }
     }
 }
@@ -427,6 +432,7 @@ struct State {
     /// First deliveries older than their expiry allows.
     past_expiry: u64,
     absence: Option<Absence>,
+    most_unacknowledged: u64,
 }
 
 impl State {
@@ -443,10 +449,15 @@ impl State {
         out: &mut BytesMut,
         latencies: &mut Latencies<'_>,
     ) -> Result<(), Ended> {
+        // QoS 1/2 deliveries of this read: none is acknowledged before all are decoded.
+        let mut unacknowledged = 0u64;
         loop {
             let packet = match session.codec.decode(&mut session.read_buffer) {
                 Ok(Some(packet)) => packet,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    self.most_unacknowledged = self.most_unacknowledged.max(unacknowledged);
+                    return Ok(());
+                }
                 Err(_) => return Err(Ended("protocol_error")),
             };
             match packet {
@@ -462,10 +473,11 @@ impl State {
                         2 => Some(AckKind::PubRec),
                         _ => None,
                     };
-                    if let Some(kind) = ack
-                        && session.codec.ack(kind, pkid, out).is_err()
-                    {
-                        return Err(Ended("encode_failed"));
+                    if let Some(kind) = ack {
+                        unacknowledged += 1;
+                        if session.codec.ack(kind, pkid, out).is_err() {
+                            return Err(Ended("encode_failed"));
+                        }
                     }
                     let Some(header) = job.header.decode(&payload) else {
                         self.errors.push(("short_payload", 1));

@@ -53,6 +53,10 @@ pub struct ConnectionOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub message_expiry: Option<Duration>,
+    /// MQTT 5: the receive maximum every client announces in CONNECT: QoS 1/2 deliveries the
+    /// broker may have unacknowledged at one subscriber (absent: 65535, MQTT's largest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_maximum: Option<u16>,
 }
 
 /// When subscribers are offline: from `after` the start barrier, for `gap`.
@@ -86,6 +90,7 @@ impl Default for ConnectionOptions {
             reconnect: None,
             topic_alias: false,
             message_expiry: None,
+            receive_maximum: None,
         }
     }
 }

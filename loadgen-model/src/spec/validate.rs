@@ -278,6 +278,22 @@ impl WorkloadSpec {
         for (path, value) in bounded {
             at_most(path, value, MAX_DURATION)?;
         }
+        if let Some(most) = connection.receive_maximum {
+            if self.broker.protocol != MqttVersion::V5 {
+                return Err(invalid(
+                    "connection.receive_maximum",
+                    most,
+                    "a receive maximum is an MQTT 5 property: set broker.protocol = \"5\"",
+                ));
+            }
+            if most == 0 {
+                return Err(invalid(
+                    "connection.receive_maximum",
+                    0,
+                    "MQTT 5 allows 1 to 65535",
+                ));
+            }
+        }
         if connection.topic_alias && self.broker.protocol != MqttVersion::V5 {
             return Err(invalid(
                 "connection.topic_alias",

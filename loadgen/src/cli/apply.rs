@@ -38,6 +38,9 @@ impl WorkloadArgs {
         if self.message_expiry.is_some() {
             spec.connection.message_expiry = self.message_expiry;
         }
+        if self.receive_maximum.is_some() {
+            spec.connection.receive_maximum = self.receive_maximum;
+        }
         if let Some(clients) = self.clients {
             spec.publishers = clients;
             spec.subscribers = clients;

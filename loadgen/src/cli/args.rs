@@ -69,6 +69,10 @@ pub struct WorkloadArgs {
     /// with --offline-after/--offline-gap, what the broker held longer is counted expired.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub message_expiry: Option<Duration>,
+    /// MQTT 5: the receive maximum clients announce (1-65535): QoS 1/2 deliveries the broker
+    /// may have unacknowledged at one subscriber.
+    #[arg(long)]
+    pub receive_maximum: Option<u16>,
     /// QoS the subscribers subscribe at, when not --qos (lower: a QoS downgrade, each delivery
     /// judged at the lower of the two).
     #[arg(long, value_parser = parse_qos)]

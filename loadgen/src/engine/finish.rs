@@ -119,6 +119,7 @@ fn fill_result(
             result.expired += judge.expired_at(&outcome, routing, &result.published);
         }
         result.received += outcome.received;
+        result.most_unacknowledged = result.most_unacknowledged.max(outcome.most_unacknowledged);
         result.duplicates += outcome.tracker.duplicates();
         result.out_of_order += outcome.tracker.out_of_order();
         result.subscriber_windows.extend(outcome.window);

@@ -179,6 +179,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         sent_late_after_end: message.sent_late_after_end,
         bytes_written: message.bytes_written,
         expired: message.expired,
+        most_unacknowledged: message.most_unacknowledged,
         measured_window: message.measured_window.map(|w| MeasuredWindow {
             start_ns: w.start_ns,
             from_ns: w.from_ns,
@@ -411,6 +412,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
             sent_late_after_end: result.sent_late_after_end,
             bytes_written: result.bytes_written,
             expired: result.expired,
+            most_unacknowledged: result.most_unacknowledged,
             clock_origin_unix_ns: result.clock_origin_unix_ns,
             measured_window: result.measured_window.map(|w| pb::MeasuredWindow {
                 start_ns: w.start_ns,
@@ -622,6 +624,7 @@ mod tests {
         result.sent_late_after_end = 7;
         result.bytes_written = 123_456;
         result.expired = 17;
+        result.most_unacknowledged = 9;
         result.clock_origin_unix_ns = 1_764_590_000_123_456_789;
         result.measured_window = Some(MeasuredWindow {
             start_ns: 50_000_000,

@@ -245,6 +245,10 @@ fn connection_from_proto(
             .message_expiry
             .map(|expiry| duration(Some(expiry), at, "message_expiry"))
             .transpose()?,
+        receive_maximum: message
+            .receive_maximum
+            .map(|most| narrow_u16(most, at, "receive_maximum"))
+            .transpose()?,
     })
 }
 
@@ -379,6 +383,7 @@ impl From<&ConnectionOptions> for pb::ConnectionOptions {
             }),
             topic_alias: connection.topic_alias,
             message_expiry: connection.message_expiry.map(duration_to_proto),
+            receive_maximum: connection.receive_maximum.map(u32::from),
         }
     }
 }
@@ -508,6 +513,7 @@ pub(super) mod tests {
                 reconnect: None,
                 topic_alias: true,
                 message_expiry: Some(Duration::from_secs(3)),
+                receive_maximum: Some(5),
             },
             engine: EngineOptions {
                 threads: 3,
