@@ -278,7 +278,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             if cell.broker == 1 {
                 // The broker's answers by reason code, one count per code.
                 result.count_error("puback_refused_quota_exceeded", 3);
-                result.count_error("disconnect_server_busy", 1);
+                result.count_error("broker_disconnect_server_busy", 1);
                 result.count_error("connection_closed", 1);
             }
             throughput.push((id.clone(), Summary::of(&result)));
@@ -405,7 +405,7 @@ fn the_report_shows_what_was_recorded() {
         assert_eq!(
             get(row, "Answers by reason code (summed)"),
             format!(
-                "disconnect_server_busy: {}; puback_refused_quota_exceeded: {}",
+                "broker_disconnect_server_busy: {}; puback_refused_quota_exceeded: {}",
                 repetitions,
                 3 * repetitions
             )

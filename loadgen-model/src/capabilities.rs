@@ -126,6 +126,14 @@ impl Capabilities {
             ),
             (will_delayed, self.will_delay, "will delays honoured"),
         ];
+        if let (Some(offline), Some(secs)) = (spec.connection.offline, self.session_expiry_secs)
+            && offline.gap.as_secs() >= u64::from(secs)
+        {
+            return Some(format!(
+                "needs sessions kept for {}, the broker keeps them {secs} s at most (probe)",
+                humantime::format_duration(offline.gap)
+            ));
+        }
         for (needed, supported, what) in needs {
             if needed && supported == Some(false) {
                 return Some(format!(
@@ -245,6 +253,8 @@ mod tests {
         spec.retain = Some(crate::spec::Retain {
             late_subscribers: 1,
             filter: "#".into(),
+            handling: 0,
+            as_published: false,
         });
         assert!(
             broker
@@ -256,6 +266,8 @@ mod tests {
         spec.retain = Some(crate::spec::Retain {
             late_subscribers: 1,
             filter: "shared".into(),
+            handling: 0,
+            as_published: false,
         });
         assert_eq!(
             broker.lacks(&spec),
@@ -336,6 +348,15 @@ mod tests {
                 .is_some_and(|why| why.starts_with("needs sessions kept across a reconnect"))
         );
         assert_eq!(rabbitmq_310().lacks(&spec), None, "not probed: not refused");
+        let capped = Capabilities {
+            kept_sessions: Some(true),
+            session_expiry_secs: Some(1),
+            ..rabbitmq_310()
+        };
+        assert_eq!(
+            capped.lacks(&spec).as_deref(),
+            Some("needs sessions kept for 1s, the broker keeps them 1 s at most (probe)")
+        );
         assert!(
             Capabilities {
                 kept_sessions: Some(true),

@@ -211,7 +211,7 @@ pub struct RunResult {
     /// Copies of messages a subscriber had already received.
     pub duplicates: u64,
     /// Deliveries owed that never arrived because their message expiry ran out while the
-    /// broker held them for an absent subscriber ([`crate::spec::expirable_due_range`]):
+    /// broker held them for an absent subscriber ([`crate::spec::expirable_until`]):
     /// the broker's duty, not a loss. 0 in results that predate it.
     #[serde(default)]
     pub expired: u64,

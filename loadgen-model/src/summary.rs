@@ -493,7 +493,7 @@ pub const BROKER_ANSWER_PREFIXES: [&str; 6] = [
     "suback_granted_",
     "puback_refused_",
     "pubrec_refused_",
-    "disconnect_",
+    "broker_disconnect_",
 ];
 
 /// Whether the count `kind` is a broker's answer by reason code.
@@ -501,6 +501,30 @@ pub fn is_broker_answer(kind: &str) -> bool {
     BROKER_ANSWER_PREFIXES
         .iter()
         .any(|prefix| kind.starts_with(prefix))
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::is_broker_answer;
+
+    #[test]
+    fn only_the_brokers_reason_codes_are_its_answers() {
+        for answer in [
+            "connack_refused_not_authorized",
+            "suback_granted_qos_0_below_asked",
+            "broker_disconnect_server_busy",
+        ] {
+            assert!(is_broker_answer(answer), "{answer}");
+        }
+        // loadgen's own failures, and the lost connection a DISCONNECT comes with.
+        for own in [
+            "disconnect_failed",
+            "broker_disconnected",
+            "connect_timeout",
+        ] {
+            assert!(!is_broker_answer(own), "{own}");
+        }
+    }
 }
 
 impl Summary {
@@ -518,6 +542,11 @@ impl Summary {
         answers
     }
 }
+
+/// The error count of live deliveries whose RETAIN flag their subscription did not allow:
+/// set without retain-as-published (MQTT §3.3.1.3: a broker clears it on a delivery to an
+/// established subscription), or cleared with it on a retained publish.
+pub const RETAIN_FLAG_WRONG: &str = "retain_flag_wrong";
 
 /// The error count of deliveries older than their MQTT 5 message expiry by more than
 /// brokers' whole-second clocks allow ([`crate::spec::delivered_past_expiry`]): messages the
@@ -547,6 +576,17 @@ fn qos_violations(
     {
         violations.push(format!(
             "{most_unacknowledged} QoS 1/2 deliveries reached a subscriber at once, above its receive maximum {most}"
+        ));
+    }
+    let retain_flag_wrong = errors.get(RETAIN_FLAG_WRONG).copied().unwrap_or(0);
+    if retain_flag_wrong > 0 {
+        let (flag, subscription) = if spec.live_retain_flag() {
+            ("cleared", "with retain-as-published")
+        } else {
+            ("set", "without retain-as-published")
+        };
+        violations.push(format!(
+            "{retain_flag_wrong} live deliveries with the RETAIN flag {flag} on a subscription {subscription} (MQTT §3.3.1.3)"
         ));
     }
     let past_expiry = errors.get(DELIVERED_PAST_EXPIRY).copied().unwrap_or(0);

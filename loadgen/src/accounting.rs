@@ -130,6 +130,19 @@ impl DeliveryTracker {
         .count() as u64
     }
 
+    /// Per publisher heard from: its global index and the highest sequence received so far.
+    pub fn highest_by_publisher(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.tracks
+            .iter()
+            .zip(self.publishers.iter())
+            .filter_map(|(track, publisher)| {
+                track
+                    .as_ref()
+                    .and_then(|t| t.highest)
+                    .map(|highest| (publisher, highest))
+            })
+    }
+
     /// Copies of already-received messages.
     pub fn duplicates(&self) -> u64 {
         self.duplicates

@@ -67,7 +67,7 @@ pub enum Incoming {
     PubComp(u16),
     /// Answer to our PINGREQ.
     PingResp,
-    /// The broker ends the connection: its reason code, named (`disconnect_...`; 3.1.1 has
+    /// The broker ends the connection: its reason code, named (`broker_disconnect_...`; 3.1.1 has
     /// none).
     Disconnect(&'static str),
     /// Anything a load client does not act on.
@@ -154,6 +154,8 @@ pub struct WillFields<'a> {
 pub struct Codec {
     version: MqttVersion,
     max_incoming: usize,
+    /// MQTT 5: its SUBSCRIBEs ask for retain-as-published.
+    retain_as_published: bool,
 }
 
 impl Codec {
@@ -162,6 +164,15 @@ impl Codec {
         Codec {
             version,
             max_incoming,
+            retain_as_published: false,
+        }
+    }
+
+    /// The same codec, its MQTT 5 SUBSCRIBEs asking for retain-as-published when `on`.
+    pub fn with_retain_as_published(self, on: bool) -> Self {
+        Codec {
+            retain_as_published: on,
+            ..self
         }
     }
 
@@ -263,14 +274,37 @@ impl Codec {
         qos: Qos,
         out: &mut BytesMut,
     ) -> Result<(), CodecError> {
+        self.subscribe_handling(pkid, filter, qos, 0, out)
+    }
+
+    /// [`Self::subscribe`] with MQTT 5 retain handling `handling` (0: retained messages at
+    /// every subscribe, 1: only to a new subscription, 2: never; 3.1.1 has only 0).
+    pub fn subscribe_handling(
+        &self,
+        pkid: u16,
+        filter: &str,
+        qos: Qos,
+        handling: u8,
+        out: &mut BytesMut,
+    ) -> Result<(), CodecError> {
         match self.version {
             MqttVersion::V311 => {
+                if handling != 0 {
+                    return Err(CodecError("retain handling is MQTT 5".to_string()));
+                }
                 let mut subscribe = v4::Subscribe::new(filter, v4_qos(qos));
                 subscribe.pkid = pkid;
                 self.write_v4(v4::Packet::Subscribe(subscribe), out)
             }
             MqttVersion::V5 => {
-                let mut subscribe = v5::Subscribe::new(v5::Filter::new(filter, v5_qos(qos)), None);
+                let mut options = v5::Filter::new(filter, v5_qos(qos));
+                options.preserve_retain = self.retain_as_published;
+                options.retain_forward_rule = match handling {
+                    0 => v5::RetainForwardRule::OnEverySubscribe,
+                    1 => v5::RetainForwardRule::OnNewSubscribe,
+                    _ => v5::RetainForwardRule::Never,
+                };
+                let mut subscribe = v5::Subscribe::new(options, None);
                 subscribe.pkid = pkid;
                 self.write_v5(v5::Packet::Subscribe(subscribe), out)
             }
@@ -799,9 +833,9 @@ mod tests {
             let mut buffer = BytesMut::from(bytes);
             buffer.extend_from_slice(&[0xD0, 0x00]);
             let expected = if bytes.len() == 2 {
-                "disconnect_normal"
+                "broker_disconnect_normal"
             } else {
-                "disconnect_session_taken_over"
+                "broker_disconnect_session_taken_over"
             };
             assert_eq!(
                 v5_codec.decode(&mut buffer),

@@ -61,7 +61,6 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
             caps.topic_alias_maximum = Some(limits.topic_alias_maximum.unwrap_or(0));
             caps.receive_maximum = Some(session.receive_maximum.unwrap_or(u16::MAX));
             caps.maximum_packet_size = limits.maximum_packet_size;
-            caps.session_expiry_secs = limits.session_expiry_interval;
             for (said, what) in [
                 (limits.retain_available, "Retain Available"),
                 (
@@ -98,7 +97,8 @@ pub async fn probe(target: &BrokerTarget, connect_within: Duration) -> Option<Ca
         .await;
     caps.retain = probe.retains(version, "r", "r", &mut caps.notes).await;
     caps.retain_to_wildcards = probe.retains(version, "q", "+", &mut caps.notes).await;
-    caps.kept_sessions = probe.keeps_sessions(version, &mut caps.notes).await;
+    (caps.kept_sessions, caps.session_expiry_secs) =
+        probe.keeps_sessions(version, &mut caps.notes).await;
     if caps.mqtt5 {
         caps.will_delay = probe.delays_wills(&mut caps.notes).await;
     }
@@ -250,36 +250,43 @@ impl Probe<'_> {
 
 impl Probe<'_> {
     /// Whether a session with clean session off, holding a subscription as the sessions a
-    /// workload keeps do, is still there when its client comes back; ended afterwards by a
-    /// clean connection of the same client. (RabbitMQ keeps a session only while it holds a
-    /// subscription at QoS 1: its queue.)
-    async fn keeps_sessions(&self, version: MqttVersion, notes: &mut Vec<String>) -> Option<bool> {
-        let mut first = self.open_as(version, "k", false, None).await.ok()?;
-        // At QoS 1: RabbitMQ keeps a QoS 0 subscription's queue with its connection only.
-        let subscribed = subscribe_at(&mut first, &self.topic("k"), Qos::AtLeastOnce).await;
-        goodbye(&mut first).await;
-        if subscribed != Some(true) {
-            return None;
-        }
-        let present = match self.open_as(version, "k", false, None).await {
-            Ok(mut again) => {
-                goodbye(&mut again).await;
-                Some(again.session_present)
+    /// workload keeps do, is still there when its client comes back, with the session expiry
+    /// an MQTT 5 CONNACK imposed in place of the one asked; the session is ended afterwards by
+    /// a clean connection of the same client, whatever happened. (RabbitMQ keeps a session
+    /// only while it holds a subscription at QoS 1: its queue.)
+    async fn keeps_sessions(
+        &self,
+        version: MqttVersion,
+        notes: &mut Vec<String>,
+    ) -> (Option<bool>, Option<u32>) {
+        let attempt = async {
+            let mut first = self.open_as(version, "k", false, None).await.ok()?;
+            let imposed = first.limits.session_expiry_interval;
+            // At QoS 1: RabbitMQ keeps a QoS 0 subscription's queue with its connection only.
+            let subscribed = subscribe_at(&mut first, &self.topic("k"), Qos::AtLeastOnce).await;
+            goodbye(&mut first).await;
+            if subscribed != Some(true) {
+                return None;
             }
-            Err(_) => None,
-        };
+            let mut again = self.open_as(version, "k", false, None).await.ok()?;
+            goodbye(&mut again).await;
+            Some((again.session_present, imposed))
+        }
+        .await;
         // A clean connection of the same client ends whatever session is left.
         if let Ok(mut clean) = self.open_as(version, "k", true, None).await {
             goodbye(&mut clean).await;
         }
-        let present = present?;
+        let Some((present, imposed)) = attempt else {
+            return (None, None);
+        };
         if !present {
             notes.push(
                 "persistent session: its client came back to no session (CONNACK session present 0)"
                     .to_string(),
             );
         }
-        Some(present)
+        (Some(present), imposed)
     }
 
     /// Whether an MQTT 5 will with a delay of [`WILL_DELAY`] is published after the delay

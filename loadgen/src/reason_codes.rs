@@ -1,6 +1,6 @@
 //! The broker's answers by reason code, named as the run's error counts name them: one count
 //! per code (`connack_refused_not_authorized`, `suback_refused_shared_subscriptions_not_supported`,
-//! `puback_refused_quota_exceeded`, `disconnect_server_shutting_down`, ...), so a refusal reads
+//! `puback_refused_quota_exceeded`, `broker_disconnect_server_shutting_down`, ...), so a refusal reads
 //! as the broker's answer in the result, `summary.csv` and the report.
 
 use rumqttc::mqttbytes::v4;
@@ -113,43 +113,45 @@ pub(crate) fn pubrec_refusal(reason: &v5::PubRecReason) -> Option<&'static str> 
 pub(crate) fn disconnect_v5(code: v5::DisconnectReasonCode) -> &'static str {
     use v5::DisconnectReasonCode as D;
     match code {
-        D::NormalDisconnection => "disconnect_normal",
-        D::DisconnectWithWillMessage => "disconnect_with_will_message",
-        D::UnspecifiedError => "disconnect_unspecified_error",
-        D::MalformedPacket => "disconnect_malformed_packet",
-        D::ProtocolError => "disconnect_protocol_error",
-        D::ImplementationSpecificError => "disconnect_implementation_specific_error",
-        D::NotAuthorized => "disconnect_not_authorized",
-        D::ServerBusy => "disconnect_server_busy",
-        D::ServerShuttingDown => "disconnect_server_shutting_down",
-        D::KeepAliveTimeout => "disconnect_keep_alive_timeout",
-        D::SessionTakenOver => "disconnect_session_taken_over",
-        D::TopicFilterInvalid => "disconnect_topic_filter_invalid",
-        D::TopicNameInvalid => "disconnect_topic_name_invalid",
-        D::ReceiveMaximumExceeded => "disconnect_receive_maximum_exceeded",
-        D::TopicAliasInvalid => "disconnect_topic_alias_invalid",
-        D::PacketTooLarge => "disconnect_packet_too_large",
-        D::MessageRateTooHigh => "disconnect_message_rate_too_high",
-        D::QuotaExceeded => "disconnect_quota_exceeded",
-        D::AdministrativeAction => "disconnect_administrative_action",
-        D::PayloadFormatInvalid => "disconnect_payload_format_invalid",
-        D::RetainNotSupported => "disconnect_retain_not_supported",
-        D::QoSNotSupported => "disconnect_qos_not_supported",
-        D::UseAnotherServer => "disconnect_use_another_server",
-        D::ServerMoved => "disconnect_server_moved",
-        D::SharedSubscriptionNotSupported => "disconnect_shared_subscriptions_not_supported",
-        D::ConnectionRateExceeded => "disconnect_connection_rate_exceeded",
-        D::MaximumConnectTime => "disconnect_maximum_connect_time",
+        D::NormalDisconnection => "broker_disconnect_normal",
+        D::DisconnectWithWillMessage => "broker_disconnect_with_will_message",
+        D::UnspecifiedError => "broker_disconnect_unspecified_error",
+        D::MalformedPacket => "broker_disconnect_malformed_packet",
+        D::ProtocolError => "broker_disconnect_protocol_error",
+        D::ImplementationSpecificError => "broker_disconnect_implementation_specific_error",
+        D::NotAuthorized => "broker_disconnect_not_authorized",
+        D::ServerBusy => "broker_disconnect_server_busy",
+        D::ServerShuttingDown => "broker_disconnect_server_shutting_down",
+        D::KeepAliveTimeout => "broker_disconnect_keep_alive_timeout",
+        D::SessionTakenOver => "broker_disconnect_session_taken_over",
+        D::TopicFilterInvalid => "broker_disconnect_topic_filter_invalid",
+        D::TopicNameInvalid => "broker_disconnect_topic_name_invalid",
+        D::ReceiveMaximumExceeded => "broker_disconnect_receive_maximum_exceeded",
+        D::TopicAliasInvalid => "broker_disconnect_topic_alias_invalid",
+        D::PacketTooLarge => "broker_disconnect_packet_too_large",
+        D::MessageRateTooHigh => "broker_disconnect_message_rate_too_high",
+        D::QuotaExceeded => "broker_disconnect_quota_exceeded",
+        D::AdministrativeAction => "broker_disconnect_administrative_action",
+        D::PayloadFormatInvalid => "broker_disconnect_payload_format_invalid",
+        D::RetainNotSupported => "broker_disconnect_retain_not_supported",
+        D::QoSNotSupported => "broker_disconnect_qos_not_supported",
+        D::UseAnotherServer => "broker_disconnect_use_another_server",
+        D::ServerMoved => "broker_disconnect_server_moved",
+        D::SharedSubscriptionNotSupported => "broker_disconnect_shared_subscriptions_not_supported",
+        D::ConnectionRateExceeded => "broker_disconnect_connection_rate_exceeded",
+        D::MaximumConnectTime => "broker_disconnect_maximum_connect_time",
         D::SubscriptionIdentifiersNotSupported => {
-            "disconnect_subscription_identifiers_not_supported"
+            "broker_disconnect_subscription_identifiers_not_supported"
         }
-        D::WildcardSubscriptionsNotSupported => "disconnect_wildcard_subscriptions_not_supported",
+        D::WildcardSubscriptionsNotSupported => {
+            "broker_disconnect_wildcard_subscriptions_not_supported"
+        }
     }
 }
 
 /// A DISCONNECT whose reason code MQTT 5 does not define.
-pub(crate) const DISCONNECT_UNKNOWN: &str = "disconnect_unknown_reason";
+pub(crate) const DISCONNECT_UNKNOWN: &str = "broker_disconnect_unknown_reason";
 
 /// The count a 3.1.1 broker's closing of the connection gets: 3.1.1 has no DISCONNECT from the
 /// server, so one arriving is itself the answer.
-pub(crate) const DISCONNECT_V4: &str = "disconnect_without_reason";
+pub(crate) const DISCONNECT_V4: &str = "broker_disconnect_without_reason";

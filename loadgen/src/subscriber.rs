@@ -41,6 +41,8 @@ pub(crate) struct SubscriberJob {
     pub keep_alive: Duration,
     /// The QoS it subscribed at: no delivery may come above it.
     pub subscribed_qos: u8,
+    /// The RETAIN flag every delivery must carry ([`crate::spec::WorkloadSpec::live_retain_flag`]).
+    pub retain_flag: bool,
     pub clock: RunClock,
     pub live: Arc<Live>,
     /// Fired when the drain is over.
@@ -49,17 +51,24 @@ pub(crate) struct SubscriberJob {
     pub offline: Option<Offline>,
     /// How it comes back after a lost connection ([`crate::spec::Reconnect`]).
     pub reconnect: Option<Resubscribe>,
-    /// MQTT 5: the expiry interval the publishes carry; a delivery older than it (beyond
-    /// brokers' whole-second rounding) is counted as one the broker should have dropped.
+    /// MQTT 5, when expiry is judged ([`crate::spec::WorkloadSpec::judges_expiry`]): the
+    /// expiry interval the publishes carry; a message the broker held through the absence
+    /// and delivered older than it (beyond brokers' whole-second rounding) is counted as one
+    /// it should have dropped.
     pub message_expiry: Option<Duration>,
 }
 
 /// When a subscriber was away ([`Offline`]), on the run clock: from writing DISCONNECT to the
-/// CONNACK of its return.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// CONNACK of its return; what it had received by then, and whether the broker had kept its
+/// session (if not, nothing was held for it, and whatever it missed is lost).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Absence {
     pub left_ns: u64,
     pub back_ns: u64,
+    pub kept: bool,
+    /// Per publisher: the highest sequence received before leaving (MQTT keeps one
+    /// publisher's messages in order: what it missed came after).
+    pub highest_before: std::collections::BTreeMap<u32, u32>,
 }
 
 /// A subscriber's one absence: it disconnects at `at_ns` (run clock), stays away for `gap`,
@@ -132,6 +141,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         past_expiry: 0,
         absence: None,
         most_unacknowledged: 0,
+        retain_flag_wrong: 0,
     };
     let mut latencies = Latencies {
         open_loop: SampleBuffer::new(&job.live.latency),
@@ -182,11 +192,14 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             _ = &mut offline_at, if offline.is_some() => {
                 let Some(away) = offline.take() else { continue };
                 let left_ns = job.clock.now_ns();
+                let highest_before = state.tracker.highest_by_publisher().collect();
                 match go_offline(session, away, session_codec, &job.stop).await {
                     Some(back) => {
                         state.absence = Some(Absence {
                             left_ns,
                             back_ns: job.clock.now_ns(),
+                            kept: back.session_present,
+                            highest_before,
                         });
                         session = back;
                         last_write = Instant::now();
@@ -406,6 +419,8 @@ impl State {
         ));
         self.errors
             .push((crate::summary::DELIVERED_PAST_EXPIRY, self.past_expiry));
+        self.errors
+            .push((crate::summary::RETAIN_FLAG_WRONG, self.retain_flag_wrong));
         SubscriberOutcome {
             id: job.id,
             received: self.received,
@@ -433,6 +448,8 @@ struct State {
     past_expiry: u64,
     absence: Option<Absence>,
     most_unacknowledged: u64,
+    /// Deliveries whose RETAIN flag the subscription did not allow.
+    retain_flag_wrong: u64,
 }
 
 impl State {
@@ -462,9 +479,15 @@ impl State {
             };
             match packet {
                 Incoming::Publish {
-                    qos, pkid, payload, ..
+                    qos,
+                    pkid,
+                    payload,
+                    retain,
                 } => {
                     self.received += 1;
+                    if retain != job.retain_flag {
+                        self.retain_flag_wrong += 1;
+                    }
                     if qos > job.subscribed_qos {
                         self.above_subscription += 1;
                     }
@@ -497,14 +520,17 @@ impl State {
                     // truncated, so restore it from the transit latency.
                     let transit = job.header.latency_ns(header.stamp_ns, now_ns);
                     let sent_ns = transit.map_or(header.stamp_ns, |l| now_ns.saturating_sub(l));
-                    if let (Some(expiry), Some(age)) = (job.message_expiry, transit)
-                        && crate::spec::delivered_past_expiry(Duration::from_nanos(age), expiry)
-                    {
-                        self.past_expiry += 1;
-                    }
                     let due_ns = job.timetable.map_or(sent_ns, |timetable| {
                         timetable.intended_ns(header.publisher, u64::from(header.seq))
                     });
+                    if let (Some(expiry), Some(absence), Some(age)) =
+                        (job.message_expiry, &self.absence, transit)
+                        && due_ns < absence.back_ns
+                        && crate::spec::delivered_past_expiry(Duration::from_nanos(age), expiry)
+                    {
+                        // Held through the absence, and older than the broker may keep it.
+                        self.past_expiry += 1;
+                    }
                     let measured = job.warmup.measured(u64::from(header.seq), due_ns);
                     if measured {
                         self.window.add(now_ns);

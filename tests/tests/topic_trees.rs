@@ -181,6 +181,8 @@ async fn late_subscribers_get_exactly_the_last_retained_value_of_each_topic() {
     spec.retain = Some(loadgen::spec::Retain {
         late_subscribers: 20,
         filter: "site/+/device/+/temp".to_string(),
+        handling: 0,
+        as_published: false,
     });
     let (_, summary) = run(&spec).await;
     assert_nothing_lost(&summary);

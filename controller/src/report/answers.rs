@@ -43,14 +43,15 @@ pub fn section(data: &RunData) -> Option<Section> {
     let mut section = Section::new("answers", "The broker's answers by reason code");
     section.paragraph(
         "What the broker answered by reason code instead of doing what was asked, one count \
-         per code, summed over the repetitions: CONNECTs it refused (`connack_refused_*`, of \
-         the workload's, churn and reconnecting clients), subscriptions it refused \
-         (`suback_refused_*`) or granted below the QoS asked (`suback_granted_*`, each once \
-         per subscriber), MQTT 5 publishes it refused by PUBACK or PUBREC (`puback_refused_*`, \
-         `pubrec_refused_*`: the deliveries they owed count as lost, and are the broker's \
-         answer, not a silent loss) and connections it ended with a DISCONNECT of its own \
-         (`disconnect_*`). A PUBACK 0x10 (no matching subscribers) accepts the message and is \
-         not counted.",
+         per code, summed over the repetitions: CONNECTs and SUBSCRIBEs of churn and \
+         reconnecting clients it refused (`connack_refused_*`, `suback_refused_*`; a refusal \
+         of the workload's own clients fails the cell, with the reason under \"not \
+         measured\"), subscriptions it granted below the QoS asked (`suback_granted_*`, each \
+         once per subscriber), MQTT 5 publishes it refused by PUBACK or PUBREC \
+         (`puback_refused_*`, `pubrec_refused_*`: the deliveries they owed count as lost, and \
+         are the broker's answer, not a silent loss) and connections it ended with a \
+         DISCONNECT of its own (`broker_disconnect_*`). A PUBACK 0x10 (no matching \
+         subscribers) accepts the message and is not counted.",
     );
     section.blocks.push(Block::Table(table));
     Some(section)

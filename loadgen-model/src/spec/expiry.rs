@@ -2,12 +2,12 @@
 //! broker held for an absent subscriber longer than that must not arrive: they are counted
 //! expired, not lost.
 //!
-//! Which missing messages are expired is judged from the open-loop timetable (a message that
-//! never arrived has no header to read): those due from `expiry` before the subscriber left
-//! until `expiry` before it came back. The first bound takes in what was still in flight when
-//! it left; a message due earlier that never arrived was lost while the subscriber was there.
+//! Which missing messages are expired is judged per publisher (MQTT keeps one publisher's
+//! messages in order) and from the open-loop timetable (a message that never arrived has no
+//! header to read): those after the last one the subscriber received before it left, and due
+//! more than `expiry` before it came back, provided the broker kept its session. A message
+//! before that last one was lost while the subscriber was there; a later, younger one was owed.
 
-use std::ops::Range;
 use std::time::Duration;
 
 use super::validate::SpecError;
@@ -43,20 +43,14 @@ impl WorkloadSpec {
     }
 }
 
-/// The due times (run clock, ns) of the messages a subscriber away from `left_ns` to
-/// `back_ns` may miss because they expired: due from `expiry` before it left until `expiry`
-/// (plus [`EXPIRY_RETURN_SLACK`]) before it came back. Empty when it was away for less than
-/// the expiry.
-pub fn expirable_due_range(left_ns: u64, back_ns: u64, expiry: Duration) -> Range<u64> {
+/// The latest due time (run clock, ns, exclusive) of a message a subscriber back at
+/// `back_ns` may have missed because it expired: `expiry` (plus [`EXPIRY_RETURN_SLACK`])
+/// before it came back. `None` when it came back before anything could be that old.
+pub fn expirable_until(back_ns: u64, expiry: Duration) -> Option<u64> {
     let expiry_ns = u64::try_from(expiry.as_nanos()).unwrap_or(u64::MAX);
     let slack_ns = u64::try_from(EXPIRY_RETURN_SLACK.as_nanos()).unwrap_or(0);
-    let Some(oldest_kept) = back_ns.checked_sub(expiry_ns) else {
-        // Back before anything could be older than its expiry.
-        return 0..0;
-    };
-    let from = left_ns.saturating_sub(expiry_ns);
-    let until = oldest_kept.saturating_add(slack_ns).min(back_ns);
-    from..until.max(from)
+    let oldest_kept = back_ns.checked_sub(expiry_ns)?;
+    Some(oldest_kept.saturating_add(slack_ns).min(back_ns))
 }
 
 /// Whether a message that arrived `age` after it left had outlived its expiry by more than
@@ -92,6 +86,13 @@ pub(super) fn validate_message_expiry(spec: &WorkloadSpec) -> Result<(), SpecErr
                 "with connection.offline needs an open-loop pacing (interval or rate): a missing message's due time tells whether it outlived its expiry",
             );
         }
+        if spec.shard.as_ref().is_some_and(|shard| {
+            shard.publishers != (0..spec.publishers) || shard.subscribers != (0..spec.subscribers)
+        }) {
+            return refuse(
+                "with connection.offline is judged in one instance holding the whole workload: what each publisher sent bounds what could expire",
+            );
+        }
         if spec.topics.as_ref().is_some_and(|tree| tree.has_shared()) {
             return refuse(
                 "with connection.offline is not judged for shared subscriptions: a group's member away does not tell what the group missed",
@@ -108,16 +109,14 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     #[test]
-    fn the_expirable_span_runs_from_expiry_before_leaving_to_expiry_before_returning() {
-        // Away from 10 s to 13 s, expiry 1 s: due 9 s .. 12.1 s may have expired.
-        let range = expirable_due_range(10 * S, 13 * S, Duration::from_secs(1));
-        assert_eq!(range, 9 * S..12 * S + 100_000_000);
-        // Away for less than the expiry: the span ends at the return, so whatever was due
-        // before leaving may still have expired (it waited the whole absence).
-        let short = expirable_due_range(10 * S, 10 * S + S / 2, Duration::from_secs(5));
-        assert_eq!(short, 5 * S..5 * S + S / 2 + 100_000_000);
-        // Near the clock's origin nothing underflows.
-        assert_eq!(expirable_due_range(0, S / 2, Duration::from_secs(1)), 0..0);
+    fn what_may_have_expired_was_due_an_expiry_before_the_return() {
+        // Back at 13 s, expiry 1 s: due before 12.1 s may have expired.
+        assert_eq!(
+            expirable_until(13 * S, Duration::from_secs(1)),
+            Some(12 * S + 100_000_000)
+        );
+        // Back before anything could be that old, near the clock's origin.
+        assert_eq!(expirable_until(S / 2, Duration::from_secs(1)), None);
     }
 
     #[test]
@@ -155,6 +154,12 @@ mod tests {
         let mut burst = spec_with(Duration::from_secs(1));
         burst.pacing = Pacing::Burst;
         assert!(problem(burst).contains("open-loop pacing"));
+        let mut part = spec_with(Duration::from_secs(1));
+        part.shard = Some(super::super::Shard {
+            publishers: 0..0,
+            subscribers: 0..1,
+        });
+        assert!(problem(part).contains("one instance holding the whole workload"));
         spec_with(Duration::from_secs(1))
             .validate()
             .expect("an open loop with an absence is judged");

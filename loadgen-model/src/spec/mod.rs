@@ -37,7 +37,7 @@ pub use broker::{
 pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
 pub use expiry::{
     EXPIRY_GRANULARITY, EXPIRY_RETURN_SLACK, MAX_MESSAGE_EXPIRY, delivered_past_expiry,
-    expirable_due_range,
+    expirable_until,
 };
 pub use filter::{MAX_TOPIC_BYTES, TopicFilter, check_topic_name};
 pub use options::{

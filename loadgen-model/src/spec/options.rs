@@ -46,7 +46,7 @@ pub struct ConnectionOptions {
     pub topic_alias: bool,
     /// MQTT 5: every publish carries this message expiry interval (whole seconds); what a
     /// broker held longer than that for an absent subscriber must not arrive, and is counted
-    /// expired, not lost ([`super::expirable_due_range`]).
+    /// expired, not lost ([`super::expirable_until`]).
     #[serde(
         default,
         with = "humantime_serde",

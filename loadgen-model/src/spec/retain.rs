@@ -20,6 +20,44 @@ pub struct Retain {
     /// Their filter, below the run's prefix: every topic of the run by default.
     #[serde(default = "every_topic")]
     pub filter: String,
+    /// MQTT 5 retain handling of the late subscribers' SUBSCRIBE: 0 the broker sends the
+    /// retained messages at every subscribe, 1 only to a new subscription (each late
+    /// subscriber then subscribes twice, and the second must bring none), 2 never (none is
+    /// owed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub handling: u8,
+    /// MQTT 5 retain-as-published on the workload's subscriptions: live deliveries of the
+    /// retaining publishers keep RETAIN set; without it the broker must clear it (MQTT
+    /// §3.3.1.3), which every run checks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub as_published: bool,
+}
+
+fn is_zero(value: &u8) -> bool {
+    *value == 0
+}
+
+impl Retain {
+    /// SUBSCRIBEs each late subscriber sends: two to see retain handling 1 send nothing for
+    /// a subscription that exists.
+    pub fn late_subscribes(&self) -> u16 {
+        if self.handling == 1 { 2 } else { 1 }
+    }
+
+    /// Whether late subscribers are owed the retained messages (not with handling 2).
+    pub fn owes_late_subscribers(&self) -> bool {
+        self.handling != 2
+    }
+}
+
+impl WorkloadSpec {
+    /// The RETAIN flag a live delivery must carry: set only for retained publishes to a
+    /// subscription with retain-as-published (MQTT §3.3.1.3; MQTT 3.1.1 always clears it).
+    pub fn live_retain_flag(&self) -> bool {
+        self.retain
+            .as_ref()
+            .is_some_and(|retain| retain.as_published)
+    }
 }
 
 fn every_topic() -> String {
@@ -64,6 +102,28 @@ impl WorkloadSpec {
                 "retain.late_subscribers",
                 retain.late_subscribers,
                 format!("at least 1 and at most {MAX_LATE_SUBSCRIBERS}"),
+            ));
+        }
+        if retain.handling > 2 {
+            return Err(invalid(
+                "retain.handling",
+                retain.handling,
+                "0 (sent at every subscribe), 1 (only to a new subscription) or 2 (never)",
+            ));
+        }
+        let version_5 = self.broker.protocol == super::MqttVersion::V5;
+        if retain.handling != 0 && !version_5 {
+            return Err(invalid(
+                "retain.handling",
+                retain.handling,
+                "retain handling is an MQTT 5 subscription option: set broker.protocol = \"5\"",
+            ));
+        }
+        if retain.as_published && !version_5 {
+            return Err(invalid(
+                "retain.as_published",
+                true,
+                "retain-as-published is an MQTT 5 subscription option: set broker.protocol = \"5\"",
             ));
         }
         let filter = TopicFilter::parse(&retain.filter)
@@ -133,6 +193,8 @@ mod tests {
         spec.retain = Some(Retain {
             late_subscribers: late,
             filter: filter.to_string(),
+            handling: 0,
+            as_published: false,
         });
         spec
     }
@@ -161,6 +223,22 @@ mod tests {
             subscribers: 0..4,
         });
         assert_eq!(path(part), "shard.publishers");
+        let mut handled = retained(1, "#");
+        if let Some(retain) = handled.retain.as_mut() {
+            retain.handling = 2;
+        }
+        assert_eq!(path(handled.clone()), "retain.handling", "MQTT 5 only");
+        handled.broker.protocol = super::super::MqttVersion::V5;
+        handled.validate().expect("MQTT 5");
+        if let Some(retain) = handled.retain.as_mut() {
+            retain.handling = 3;
+        }
+        assert_eq!(path(handled), "retain.handling");
+        let mut published = retained(1, "#");
+        if let Some(retain) = published.retain.as_mut() {
+            retain.as_published = true;
+        }
+        assert_eq!(path(published), "retain.as_published");
         let mut subscribing = retained(1, "#");
         subscribing.shard = Some(super::super::Shard {
             publishers: 0..0,

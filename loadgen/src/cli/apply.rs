@@ -55,6 +55,8 @@ impl WorkloadArgs {
                     .retain_filter
                     .clone()
                     .unwrap_or_else(|| "#".to_string()),
+                handling: self.retain_handling.unwrap_or(0),
+                as_published: self.retain_as_published,
             });
         }
         if let (Some(clients), Some(dropped), Some(after)) =

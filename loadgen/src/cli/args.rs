@@ -112,6 +112,14 @@ pub struct WorkloadArgs {
     /// The late subscribers' filter below the run's prefix (default #).
     #[arg(long, value_name = "FILTER", requires = "retain_late")]
     pub retain_filter: Option<String>,
+    /// MQTT 5 retain handling of the late subscribers' SUBSCRIBE: 0 at every subscribe, 1
+    /// only to a new subscription, 2 never.
+    #[arg(long, value_name = "0|1|2", requires = "retain_late")]
+    pub retain_handling: Option<u8>,
+    /// MQTT 5 retain-as-published on the workload's subscriptions: live deliveries of
+    /// retained publishes keep RETAIN set.
+    #[arg(long, requires = "retain_late")]
+    pub retain_as_published: bool,
     /// Clients that connect with a will beside the workload; a watcher must get the will of
     /// each one dropped (--wills-dropped) once, and none of the others.
     #[arg(long, value_name = "COUNT", requires_all = ["wills_dropped", "wills_after"])]

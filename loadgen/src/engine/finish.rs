@@ -139,12 +139,11 @@ fn fill_result(
 }
 
 /// Judges which messages an absent subscriber missed because they expired
-/// ([`crate::spec::expirable_due_range`]), from the timetable.
+/// ([`crate::spec::expirable_until`]), from the timetable: one instance holds every publisher
+/// (validation sees to it), so what each published bounds what was owed.
 struct ExpiryJudge {
     expiry: std::time::Duration,
     timetable: crate::spec::Timetable,
-    /// Publishers this instance ran: their published counts bound what was owed.
-    local_publishers: std::ops::Range<u32>,
 }
 
 impl ExpiryJudge {
@@ -156,37 +155,41 @@ impl ExpiryJudge {
         Some(ExpiryJudge {
             expiry: spec.connection.message_expiry?,
             timetable: spec.timetable()?.starting_at(start_ns),
-            local_publishers: run.shard.publishers.clone(),
         })
     }
 
-    /// The messages `subscriber` missed that were due in its expirable span; of a publisher
-    /// this instance ran, only those it published.
+    /// The messages `subscriber` missed that came after the last it received from their
+    /// publisher before it left and were due an expiry before it came back; none when the
+    /// broker had not kept its session (then nothing was held, and all it missed is lost).
     fn expired_at(
         &self,
         subscriber: &SubscriberOutcome,
         routing: &Routing,
         published: &[u64],
     ) -> u64 {
-        let Some(absence) = subscriber.absence else {
+        let Some(absence) = subscriber.absence.as_ref().filter(|a| a.kept) else {
             return 0;
         };
         if routing.group_of(subscriber.id).is_some() {
             return 0;
         }
-        let due = crate::spec::expirable_due_range(absence.left_ns, absence.back_ns, self.expiry);
+        let Some(until_ns) = crate::spec::expirable_until(absence.back_ns, self.expiry) else {
+            return 0;
+        };
         routing
             .publishers_of(subscriber.id)
             .iter()
             .map(|publisher| {
                 let schedule = self.timetable.schedule_of(publisher);
-                let mut seqs =
-                    schedule.messages_before(due.start)..schedule.messages_before(due.end);
-                if self.local_publishers.contains(&publisher) {
-                    let sent = published.get(publisher as usize).copied().unwrap_or(0);
-                    seqs.end = seqs.end.min(sent);
-                }
-                subscriber.tracker.unseen(publisher, seqs)
+                // After the last received before leaving; from a publisher not heard from,
+                // what was due after leaving.
+                let first = absence.highest_before.get(&publisher).map_or_else(
+                    || schedule.messages_before(absence.left_ns),
+                    |seq| u64::from(*seq) + 1,
+                );
+                let sent = published.get(publisher as usize).copied().unwrap_or(0);
+                let last = schedule.messages_before(until_ns).min(sent);
+                subscriber.tracker.unseen(publisher, first..last.max(first))
             })
             .sum()
     }

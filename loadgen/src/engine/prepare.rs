@@ -68,7 +68,8 @@ pub(super) fn prepare(
     let shard = spec.effective_shard();
     let routing = Arc::new(Routing::of(spec)?);
     let dialer = Dialer::new(&spec.broker)?.with_max_packet(spec.max_packet_bytes());
-    let codec = Codec::new(spec.broker.protocol, spec.max_packet_bytes());
+    let codec = Codec::new(spec.broker.protocol, spec.max_packet_bytes())
+        .with_retain_as_published(spec.live_retain_flag());
     let clock = barrier
         .origin_unix_ns
         .map_or_else(RunClock::start_now, RunClock::aligned_to_unix);

@@ -91,7 +91,11 @@ pub(super) async fn check(run: &Run<'_>, published: &[u64]) -> RetainedOutcome {
         });
     }
     let mut outcome = RetainedOutcome {
-        expected_each: owed.iter().filter(|(_, last)| last.is_some()).count() as u64,
+        expected_each: if retain.owes_late_subscribers() {
+            owed.iter().filter(|(_, last)| last.is_some()).count() as u64
+        } else {
+            0
+        },
         ..RetainedOutcome::default()
     };
     while let Some(joined) = late.join_next().await {
@@ -114,7 +118,8 @@ pub(super) async fn check(run: &Run<'_>, published: &[u64]) -> RetainedOutcome {
     if clear(spec, &run.run_id, &run.dialer, run.codec, &topics).await {
         outcome.cleared = topics.len() as u64;
         // Checked through the late subscribers' filter, and only when it was seen to carry
-        // retained messages: a broker that delivers none to it would show 0 left regardless.
+        // retained messages: a broker that delivers none to it would show 0 left regardless
+        // (so not with retain handling 2 either).
         if outcome.current + outcome.stale > 0 {
             outcome.left_after_clear = still_retained(run, &filter).await;
         }
@@ -122,8 +127,10 @@ pub(super) async fn check(run: &Run<'_>, published: &[u64]) -> RetainedOutcome {
     outcome
 }
 
-/// One late subscriber: connects, subscribes, and judges each retained message against the
-/// last value its topic was sent; `None` when it could not connect or subscribe.
+/// One late subscriber: connects, subscribes (twice with retain handling 1: the second must
+/// bring nothing), and judges each retained message against the last value its topic was
+/// sent (with retain handling 2, none is owed and any is extra); `None` when it could not
+/// connect or subscribe.
 async fn late_subscriber(
     spec: &WorkloadSpec,
     dialer: crate::transport::Dialer,
@@ -147,15 +154,28 @@ async fn late_subscriber(
     .ok()?;
     // Subscribed here rather than by `open`: retained messages may come before the SUBACK
     // (MQTT 5 §3.8.4), and every one counts.
-    subscribe(&mut session, filter, qos).await?;
+    let (handling, subscribes) = spec
+        .retain
+        .as_ref()
+        .map_or((0, 1), |retain| (retain.handling, retain.late_subscribes()));
+    for pkid in 1..=subscribes {
+        subscribe(&mut session, pkid, filter, qos, handling).await?;
+    }
+    let mut subacks = 0u16;
     let header = spec.header_encoding();
-    let expected = owed.iter().filter(|(_, last)| last.is_some()).count();
+    let expected = if handling == 2 {
+        0
+    } else {
+        owed.iter().filter(|(_, last)| last.is_some()).count()
+    };
     let mut got = vec![false; spec.publishers as usize];
     let mut found = Found::default();
     let mut distinct = 0usize;
     let deadline = Instant::now() + spec.drain.timeout;
     let mut out = BytesMut::new();
-    while distinct < expected && Instant::now() < deadline {
+    // Until every owed message came and every SUBSCRIBE was answered: what a SUBSCRIBE
+    // brings comes before its SUBACK.
+    while (distinct < expected || subacks < subscribes) && Instant::now() < deadline {
         for packet in decode_all(&mut session) {
             let (qos, pkid, payload, retain) = match packet {
                 Incoming::Publish {
@@ -167,6 +187,10 @@ async fn late_subscriber(
                 Incoming::SubAck { refused, .. } if refused > 0 => {
                     goodbye(&mut session).await;
                     return None;
+                }
+                Incoming::SubAck { .. } => {
+                    subacks += 1;
+                    continue;
                 }
                 _ => continue,
             };
@@ -183,8 +207,10 @@ async fn late_subscriber(
             let _ = session.writer.flush().await;
             out.clear();
         }
-        if distinct == expected {
+        if distinct == expected && found.all_received_ns.is_none() && expected > 0 {
             found.all_received_ns = Some(began.elapsed().as_nanos() as u64);
+        }
+        if distinct == expected && subacks == subscribes {
             break;
         }
         if !read_within(&mut session, spec.drain.idle).await {
@@ -192,7 +218,8 @@ async fn late_subscriber(
         }
     }
     // Copies that follow the last owed message are extras too: wait one short quiet spell.
-    if found.all_received_ns.is_some() && read_within(&mut session, QUIET).await {
+    let all_came = distinct == expected && subacks == subscribes;
+    if all_came && read_within(&mut session, QUIET).await {
         found.extra += decode_all(&mut session)
             .iter()
             .filter(|p| matches!(p, Incoming::Publish { .. }))
@@ -203,10 +230,20 @@ async fn late_subscriber(
     Some(found)
 }
 
-/// Writes a SUBSCRIBE; its SUBACK is read with whatever the broker sends around it.
-async fn subscribe(session: &mut Session, filter: &str, qos: Qos) -> Option<()> {
+/// Writes a SUBSCRIBE with retain handling `handling`; its SUBACK is read with whatever the
+/// broker sends around it.
+async fn subscribe(
+    session: &mut Session,
+    pkid: u16,
+    filter: &str,
+    qos: Qos,
+    handling: u8,
+) -> Option<()> {
     let mut out = BytesMut::new();
-    session.codec.subscribe(1, filter, qos, &mut out).ok()?;
+    session
+        .codec
+        .subscribe_handling(pkid, filter, qos, handling, &mut out)
+        .ok()?;
     session.writer.write_all(&out).await.ok()?;
     session.writer.flush().await.ok()
 }
@@ -296,7 +333,7 @@ async fn still_retained(run: &Run<'_>, filter: &str) -> Option<u64> {
     )
     .await
     .ok()?;
-    subscribe(&mut session, filter, Qos::AtMostOnce).await?;
+    subscribe(&mut session, 1, filter, Qos::AtMostOnce, 0).await?;
     let mut left = 0;
     let deadline = Instant::now() + spec.drain.timeout;
     loop {

@@ -154,11 +154,15 @@ fn subscriber_job(
         read_cadence: spec.read_cadence(),
         keep_alive: spec.connection.keep_alive,
         subscribed_qos: spec.subscription_qos().level(),
+        retain_flag: spec.live_retain_flag(),
         clock: run.clock,
         live: run.live.clone(),
         stop: stop.clone(),
         offline,
-        message_expiry: spec.connection.message_expiry,
+        message_expiry: spec
+            .connection
+            .message_expiry
+            .filter(|_| spec.judges_expiry()),
         reconnect: reconnector.map(|reconnector| subscriber::Resubscribe {
             reconnector: reconnector.clone(),
             client_id: connect::client_id(spec, run_id, Role::Subscriber, id),

@@ -132,6 +132,16 @@ fn narrow_u16(value: u32, at: &str, name: &str) -> Result<u16, ConversionError> 
     })
 }
 
+fn narrow_u8(value: u32, at: &str, name: &str) -> Result<u8, ConversionError> {
+    u8::try_from(value).map_err(|_| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, name),
+            value: value.to_string(),
+            problem: format!("must be at most {}", u8::MAX),
+        })
+    })
+}
+
 /// A required, non-negative `google.protobuf.Duration`.
 fn duration(
     value: Option<prost_types::Duration>,

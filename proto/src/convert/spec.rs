@@ -11,7 +11,8 @@ use loadgen_model::spec::{
 };
 
 use super::{
-    ConversionError, duration, duration_to_proto, enumeration, field, narrow_u16, required,
+    ConversionError, duration, duration_to_proto, enumeration, field, narrow_u8, narrow_u16,
+    required,
 };
 use crate::loadgen::v1 as pb;
 
@@ -37,10 +38,17 @@ pub(super) fn spec_from_proto(
         publishers: message.publishers,
         subscribers: message.subscribers,
         topology: topology_from_proto(message.topology, at)?,
-        retain: message.retain.map(|retain| Retain {
-            late_subscribers: retain.late_subscribers,
-            filter: retain.filter,
-        }),
+        retain: message
+            .retain
+            .map(|retain| -> Result<Retain, ConversionError> {
+                Ok(Retain {
+                    late_subscribers: retain.late_subscribers,
+                    filter: retain.filter,
+                    handling: narrow_u8(retain.handling, &field(at, "retain"), "handling")?,
+                    as_published: retain.as_published,
+                })
+            })
+            .transpose()?,
         wills: message
             .wills
             .map(|wills| -> Result<Wills, ConversionError> {
@@ -279,6 +287,8 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
             retain: spec.retain.as_ref().map(|retain| pb::Retain {
                 late_subscribers: retain.late_subscribers,
                 filter: retain.filter.clone(),
+                handling: u32::from(retain.handling),
+                as_published: retain.as_published,
             }),
             wills: spec.wills.as_ref().map(|wills| pb::Wills {
                 clients: wills.clients,
