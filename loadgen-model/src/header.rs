@@ -11,6 +11,60 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// Where the header travels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", value(rename_all = "kebab-case"))]
+pub enum HeaderPlace {
+    /// At the start of the payload (MQTT 3.1.1 and 5).
+    #[default]
+    Payload,
+    /// MQTT 5: in a user property ([`HEADER_PROPERTY`], the full header as 32 hex digits),
+    /// so the payload is exactly what a device sends (zeros of the payload's size), down to
+    /// none at all; each PUBLISH is [`PROPERTY_OVERHEAD`] bytes longer.
+    UserProperty,
+}
+
+impl HeaderPlace {
+    /// Whether the header travels in a user property.
+    pub fn is_property(self) -> bool {
+        self == HeaderPlace::UserProperty
+    }
+}
+
+/// The user property's name.
+pub const HEADER_PROPERTY: &str = "continuum-header";
+/// The user property's value: the full header as lowercase hex.
+pub const PROPERTY_HEX_LEN: usize = 32;
+/// Bytes the user property adds to a PUBLISH: its identifier, the name and the value, each
+/// string with its two-byte length.
+pub const PROPERTY_OVERHEAD: usize = 1 + 2 + HEADER_PROPERTY.len() + 2 + PROPERTY_HEX_LEN;
+
+/// Writes the full header `bytes` as the property's hex value into `out` (32 bytes).
+pub fn property_hex(bytes: &[u8; 16], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    }
+}
+
+/// Reads the property's hex value back into the full header's bytes; `None` unless it is
+/// exactly 32 hex digits.
+pub fn from_property_hex(text: &str) -> Option<[u8; 16]> {
+    let text = text.as_bytes();
+    if text.len() != PROPERTY_HEX_LEN {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut bytes = [0u8; 16];
+    for (byte, pair) in bytes.iter_mut().zip(text.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(bytes)
+}
+
 /// Which header a payload carries; fixed by the payload size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -197,5 +251,25 @@ mod tests {
         );
         assert_eq!(HeaderEncoding::for_payload(16), Some(HeaderEncoding::Full));
         assert_eq!(HeaderEncoding::Full.decode(&[0u8; 15]), None);
+    }
+
+    #[test]
+    fn the_property_value_is_the_full_header_in_hex_and_back() {
+        let header = MessageHeader {
+            publisher: 0xdead_beef,
+            seq: 7,
+            stamp_ns: 0x0123_4567_89ab_cdef,
+        };
+        let mut bytes = [0u8; 16];
+        HeaderEncoding::Full.encode(header, &mut bytes);
+        let mut text = [0u8; PROPERTY_HEX_LEN];
+        property_hex(&bytes, &mut text);
+        let text = std::str::from_utf8(&text).expect("hex is text");
+        assert_eq!(text, "deadbeef000000070123456789abcdef");
+        let back = from_property_hex(text).expect("reads back");
+        assert_eq!(HeaderEncoding::Full.decode(&back), Some(header));
+        assert_eq!(from_property_hex("xy"), None);
+        assert_eq!(from_property_hex(&"g".repeat(32)), None);
+        assert_eq!(PROPERTY_OVERHEAD, 53);
     }
 }

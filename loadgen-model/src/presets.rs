@@ -48,6 +48,7 @@ pub fn latency() -> WorkloadSpec {
         topic_prefix: "continuum".to_string(),
         qos: Qos::AtLeastOnce,
         payload: ByteSize(10),
+        header_in: Default::default(),
         messages_per_publisher: 20,
         warmup_messages: 2,
         duration: None,

@@ -444,6 +444,7 @@ mod tests {
             topic_prefix: "t".into(),
             qos: Qos::AtLeastOnce,
             payload: ByteSize(16),
+            header_in: Default::default(),
             messages_per_publisher: 50,
             warmup_messages: 0,
             duration: None,

@@ -122,6 +122,7 @@ impl SuiteScenario {
             subscribers: counts.subscribers,
             qos: Qos::AtLeastOnce,
             payload: SUITE_PAYLOAD,
+            header_in: Default::default(),
             messages_per_publisher: 0,
             warmup_messages: 0,
             duration: Some(SUITE_DURATION),

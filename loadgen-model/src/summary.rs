@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::generator::GeneratorCheck;
-use crate::header::HeaderEncoding;
+use crate::header::{HEADER_PROPERTY, HeaderEncoding, HeaderPlace, PROPERTY_OVERHEAD};
 pub use crate::percentiles::LatencySummary;
 use crate::result::{ClientWindow, RunResult};
 use crate::series::RateSeries;
@@ -395,7 +395,7 @@ impl Summary {
                 .map(|_| spec.warmup.unwrap_or_default().as_secs_f64()),
             rate_kind,
             payload_bytes: spec.payload.bytes(),
-            header: header_note(result.header, spec.payload.bytes()),
+            header: header_note(result.header, spec.payload.bytes(), spec.header_in),
             messages_per_publisher: spec.messages_per_publisher,
             warmup_messages: spec.warmup_messages,
             published,
@@ -470,7 +470,12 @@ fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn header_note(header: HeaderEncoding, payload: u64) -> String {
+fn header_note(header: HeaderEncoding, payload: u64, place: HeaderPlace) -> String {
+    if place.is_property() {
+        return format!(
+            "{header} header in the MQTT 5 user property \"{HEADER_PROPERTY}\" ({PROPERTY_OVERHEAD} B per PUBLISH), outside the {payload} B payload"
+        );
+    }
     match header {
         HeaderEncoding::Full => format!("{header} header inside the {payload} B payload"),
         HeaderEncoding::Compact => format!(

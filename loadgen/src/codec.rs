@@ -45,8 +45,11 @@ pub enum Incoming {
         retain: bool,
         /// Packet id (0 at QoS 0).
         pkid: u16,
-        /// The payload, measurement header first.
+        /// The payload, measurement header first (unless it came as a property).
         payload: Bytes,
+        /// MQTT 5: the measurement header from its user property
+        /// ([`crate::header::HEADER_PROPERTY`]), when the message carried one.
+        header: Option<[u8; 16]>,
     },
     /// PUBACK for a QoS 1 publish.
     PubAck(u16),
@@ -363,22 +366,21 @@ impl Codec {
         qos: Qos,
         payload_len: usize,
     ) -> Result<PublishTemplate, CodecError> {
-        self.publish_template_with(topic, qos, payload_len, None)
+        self.publish_template_with(topic, qos, payload_len, PublishExtras::default())
     }
 
-    /// [`Self::publish_template`], with an MQTT 5 message expiry interval (seconds) on every
-    /// message.
+    /// [`Self::publish_template`], with MQTT 5 properties on every message.
     pub fn publish_template_with(
         &self,
         topic: &str,
         qos: Qos,
         payload_len: usize,
-        expiry_secs: Option<u32>,
+        extras: PublishExtras,
     ) -> Result<PublishTemplate, CodecError> {
         let (prefix, pkid_offset) = match self.version {
             MqttVersion::V311 => {
-                if expiry_secs.is_some() {
-                    return Err(CodecError("message expiry is MQTT 5".to_string()));
+                if extras != PublishExtras::default() {
+                    return Err(CodecError("publish properties are MQTT 5".to_string()));
                 }
                 let mut packet = BytesMut::new();
                 let placeholder = Bytes::from(vec![0u8; payload_len]);
@@ -393,13 +395,14 @@ impl Codec {
                 let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2);
                 (packet.to_vec(), pkid_offset)
             }
-            MqttVersion::V5 => v5_publish_prefix(topic, qos, payload_len, None, expiry_secs)?,
+            MqttVersion::V5 => v5_publish_prefix(topic, qos, payload_len, None, extras)?,
         };
         Ok(PublishTemplate {
             prefix,
             pkid_offset,
             opening: None,
             payload_len,
+            header_property: extras.header_property,
         })
     }
 
@@ -412,15 +415,14 @@ impl Codec {
         qos: Qos,
         payload_len: usize,
         alias: u16,
-        expiry_secs: Option<u32>,
+        extras: PublishExtras,
     ) -> Result<PublishTemplate, CodecError> {
         if self.version != MqttVersion::V5 {
             return Err(CodecError("topic aliases are MQTT 5".to_string()));
         }
         let (opening, opening_pkid_offset) =
-            v5_publish_prefix(topic, qos, payload_len, Some(alias), expiry_secs)?;
-        let (prefix, pkid_offset) =
-            v5_publish_prefix("", qos, payload_len, Some(alias), expiry_secs)?;
+            v5_publish_prefix(topic, qos, payload_len, Some(alias), extras)?;
+        let (prefix, pkid_offset) = v5_publish_prefix("", qos, payload_len, Some(alias), extras)?;
         Ok(PublishTemplate {
             prefix,
             pkid_offset,
@@ -429,6 +431,7 @@ impl Codec {
                 pkid_offset: opening_pkid_offset,
             }),
             payload_len,
+            header_property: extras.header_property,
         })
     }
 
@@ -447,19 +450,39 @@ impl Codec {
     }
 }
 
+/// The MQTT 5 properties every PUBLISH of a template carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishExtras {
+    /// Message expiry interval, seconds.
+    pub expiry_secs: Option<u32>,
+    /// The measurement header travels in a user property ([`crate::header::HEADER_PROPERTY`]),
+    /// its value the last bytes before the payload.
+    pub header_property: bool,
+}
+
 /// An MQTT 5 PUBLISH up to its payload, with the offset of its packet id (none at QoS 0).
 fn v5_publish_prefix(
     topic: &str,
     qos: Qos,
     payload_len: usize,
     alias: Option<u16>,
-    expiry_secs: Option<u32>,
+    extras: PublishExtras,
 ) -> Result<(Vec<u8>, Option<usize>), CodecError> {
     let mut packet = BytesMut::new();
     let placeholder = Bytes::from(vec![0u8; payload_len]);
-    let properties = (alias.is_some() || expiry_secs.is_some()).then(|| v5::PublishProperties {
+    let expiry_secs = extras.expiry_secs;
+    let user_properties = if extras.header_property {
+        // User properties come last: the value's 32 digits end right before the payload.
+        let placeholder = "0".repeat(crate::header::PROPERTY_HEX_LEN);
+        vec![(crate::header::HEADER_PROPERTY.to_string(), placeholder)]
+    } else {
+        Vec::new()
+    };
+    let any = alias.is_some() || expiry_secs.is_some() || extras.header_property;
+    let properties = any.then(|| v5::PublishProperties {
         topic_alias: alias,
         message_expiry_interval: expiry_secs,
+        user_properties,
         ..v5::PublishProperties::default()
     });
     let mut publish = v5::Publish::new(topic, v5_qos(qos), placeholder, properties);
@@ -470,7 +493,12 @@ fn v5_publish_prefix(
     let prefix_len = packet.len() - payload_len;
     // Between the packet id and the payload: the properties' one-byte length, then the
     // alias (identifier and two bytes) and the expiry (identifier and four bytes).
-    let properties_len = 1 + alias.map_or(0, |_| 3) + expiry_secs.map_or(0, |_| 5);
+    let header_len = if extras.header_property {
+        crate::header::PROPERTY_OVERHEAD
+    } else {
+        0
+    };
+    let properties_len = 1 + alias.map_or(0, |_| 3) + expiry_secs.map_or(0, |_| 5) + header_len;
     let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2 - properties_len);
     packet.truncate(prefix_len);
     Ok((packet.to_vec(), pkid_offset))
@@ -497,6 +525,8 @@ pub struct PublishTemplate {
     /// With a topic alias: the first message on a connection, which carries the topic.
     opening: Option<Opening>,
     payload_len: usize,
+    /// The prefix ends with the header property's value, stamped per message.
+    header_property: bool,
 }
 
 /// The prefix of a connection's first PUBLISH when the others travel by topic alias.
@@ -516,6 +546,22 @@ fn write_patched(prefix: &[u8], pkid_offset: Option<usize>, pkid: u16, out: &mut
 }
 
 impl PublishTemplate {
+    /// Appends a message's measurement header and the rest of its payload after a prefix
+    /// just written: the header at the payload's start, or (a header property) as the hex
+    /// value the prefix ends with, the payload then all `padding`.
+    pub fn write_header(&self, header: &[u8], padding: &[u8], out: &mut BytesMut) {
+        if self.header_property {
+            let end = out.len();
+            let value = end - crate::header::PROPERTY_HEX_LEN;
+            if let Ok(full) = <&[u8; 16]>::try_from(header) {
+                crate::header::property_hex(full, &mut out[value..end]);
+            }
+        } else {
+            out.extend_from_slice(header);
+        }
+        out.extend_from_slice(padding);
+    }
+
     /// Bytes of one packet on the wire.
     pub fn packet_len(&self) -> usize {
         self.prefix.len() + self.payload_len
@@ -628,6 +674,7 @@ fn from_v4(packet: v4::Packet) -> Incoming {
             retain: publish.retain,
             pkid: publish.pkid,
             payload: publish.payload,
+            header: None,
         },
         v4::Packet::PubAck(ack) => Incoming::PubAck(ack.pkid),
         v4::Packet::PubRec(ack) => Incoming::PubRec(ack.pkid),
@@ -667,6 +714,13 @@ fn from_v5(packet: v5::Packet) -> Incoming {
             qos: publish.qos as u8,
             retain: publish.retain,
             pkid: publish.pkid,
+            header: publish.properties.as_ref().and_then(|properties| {
+                properties
+                    .user_properties
+                    .iter()
+                    .find(|(name, _)| name == crate::header::HEADER_PROPERTY)
+                    .and_then(|(_, value)| crate::header::from_property_hex(value))
+            }),
             payload: publish.payload,
         },
         v5::Packet::PubAck(ack) => match crate::reason_codes::puback_refusal(&ack.reason) {
@@ -733,9 +787,9 @@ mod tests {
     }
 
     /// The properties an MQTT 5 broker reads from a stamped template, the aliased one's
-    /// opening and later messages alike.
+    /// opening and later messages alike, the header property stamped per message.
     #[test]
-    fn expiry_and_alias_ride_every_stamped_v5_publish() {
+    fn expiry_alias_and_the_header_property_ride_every_stamped_v5_publish() {
         let codec = Codec::new(MqttVersion::V5, 1 << 20);
         let read = |out: &BytesMut| match v5::Packet::read(&mut out.clone(), None) {
             Ok(v5::Packet::Publish(publish)) => publish,
@@ -743,7 +797,15 @@ mod tests {
         };
         for qos in [Qos::AtMostOnce, Qos::AtLeastOnce, Qos::ExactlyOnce] {
             let plain = codec
-                .publish_template_with("a/b", qos, 4, Some(7))
+                .publish_template_with(
+                    "a/b",
+                    qos,
+                    4,
+                    PublishExtras {
+                        expiry_secs: Some(7),
+                        header_property: false,
+                    },
+                )
                 .expect("encodes");
             let mut out = BytesMut::new();
             plain.write_prefix(0xBEEF, &mut out);
@@ -760,7 +822,16 @@ mod tests {
             assert_eq!(&publish.payload[..], b"ping");
 
             let aliased = codec
-                .aliased_publish_template("a/b", qos, 4, 1, Some(9))
+                .aliased_publish_template(
+                    "a/b",
+                    qos,
+                    4,
+                    1,
+                    PublishExtras {
+                        expiry_secs: Some(9),
+                        header_property: true,
+                    },
+                )
                 .expect("encodes");
             for opening in [true, false] {
                 let mut out = BytesMut::new();
@@ -769,7 +840,22 @@ mod tests {
                 } else {
                     aliased.write_prefix(0x1234, &mut out);
                 }
-                out.extend_from_slice(b"pong");
+                let header: Vec<u8> = (0..16).collect();
+                aliased.write_header(&header, b"pong", &mut out);
+                if !opening {
+                    assert_eq!(out.len(), aliased.packet_len());
+                }
+                match codec.decode(&mut out.clone()) {
+                    Ok(Some(Incoming::Publish {
+                        header: Some(read_back),
+                        payload,
+                        ..
+                    })) => {
+                        assert_eq!(read_back.to_vec(), header, "{qos:?} opening {opening}");
+                        assert_eq!(&payload[..], b"pong", "the payload is the device's alone");
+                    }
+                    other => panic!("expected a publish with its header, got {other:?}"),
+                }
                 let publish = read(&out);
                 let properties = publish.properties.expect("properties");
                 assert_eq!(
@@ -786,7 +872,15 @@ mod tests {
         }
         assert!(
             Codec::new(MqttVersion::V311, 1 << 20)
-                .publish_template_with("a", Qos::AtLeastOnce, 4, Some(1))
+                .publish_template_with(
+                    "a",
+                    Qos::AtLeastOnce,
+                    4,
+                    PublishExtras {
+                        expiry_secs: Some(1),
+                        header_property: false,
+                    }
+                )
                 .is_err(),
             "3.1.1 has no properties"
         );

@@ -33,6 +33,8 @@ pub(crate) struct SubscriberJob {
     /// Open loop: when each message was due (the header carries when it actually left).
     pub timetable: Option<Timetable>,
     pub header: HeaderEncoding,
+    /// MQTT 5: the header comes in a user property, never in the payload.
+    pub header_in_property: bool,
     /// Messages per second this subscriber reads at most.
     pub rate_limit: Option<u32>,
     /// Receive coalescing: after a read that drained the socket, the next read waits until
@@ -483,6 +485,7 @@ impl State {
                     pkid,
                     payload,
                     retain,
+                    header: property,
                 } => {
                     self.received += 1;
                     if retain != job.retain_flag {
@@ -502,7 +505,15 @@ impl State {
                             return Err(Ended("encode_failed"));
                         }
                     }
-                    let Some(header) = job.header.decode(&payload) else {
+                    let header = match (&property, job.header_in_property) {
+                        (Some(bytes), _) => job.header.decode(bytes),
+                        (None, false) => job.header.decode(&payload),
+                        (None, true) => {
+                            self.errors.push(("header_property_missing", 1));
+                            continue;
+                        }
+                    };
+                    let Some(header) = header else {
                         self.errors.push(("short_payload", 1));
                         continue;
                     };

@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::HeaderEncoding;
+use crate::header::{HeaderEncoding, HeaderPlace};
 use crate::size::ByteSize;
 
 /// One loadgen workload.
@@ -88,8 +88,13 @@ pub struct WorkloadSpec {
     /// delivery is judged at that effective QoS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscriber_qos: Option<Qos>,
-    /// Exact payload size of every PUBLISH, measurement header included.
+    /// Exact payload size of every PUBLISH, measurement header included (unless the header
+    /// travels in a user property: `header_in`).
     pub payload: ByteSize,
+    /// Where the measurement header travels: in the payload, or (MQTT 5) in a user property,
+    /// leaving the payload exactly what a device sends.
+    #[serde(default, skip_serializing_if = "is_default_place")]
+    pub header_in: HeaderPlace,
     /// Counted runs: messages each publisher sends, warm-up included. 0 in a timed run (one
     /// with a `duration`).
     #[serde(default)]
@@ -152,6 +157,10 @@ pub enum SpecReadError {
     Invalid(#[from] SpecError),
 }
 
+fn is_default_place(place: &HeaderPlace) -> bool {
+    *place == HeaderPlace::Payload
+}
+
 fn default_topic_prefix() -> String {
     "continuum".to_string()
 }
@@ -175,8 +184,12 @@ impl WorkloadSpec {
         self.qos.min(self.subscription_qos())
     }
 
-    /// The measurement header every payload carries.
+    /// The measurement header every message carries: the full one in a user property,
+    /// else the one the payload has room for.
     pub fn header_encoding(&self) -> HeaderEncoding {
+        if self.header_in.is_property() {
+            return HeaderEncoding::Full;
+        }
         HeaderEncoding::for_payload(self.payload.bytes()).unwrap_or(HeaderEncoding::Compact)
     }
 
@@ -239,6 +252,7 @@ mod tests {
             topic_prefix: default_topic_prefix(),
             qos: Qos::AtLeastOnce,
             payload: ByteSize(10),
+            header_in: HeaderPlace::Payload,
             messages_per_publisher: 10,
             warmup_messages: 0,
             duration: None,

@@ -150,7 +150,20 @@ impl WorkloadSpec {
             ));
         }
         let payload = self.payload.bytes();
-        let encoding = HeaderEncoding::for_payload(payload).ok_or_else(|| {
+        if self.header_in.is_property() && self.broker.protocol != MqttVersion::V5 {
+            return Err(invalid(
+                "header_in",
+                "\"user-property\"",
+                "a user property is MQTT 5: set broker.protocol = \"5\"",
+            ));
+        }
+        // In a user property the header is the full one, whatever the payload (even none).
+        let encoding = if self.header_in.is_property() {
+            Some(HeaderEncoding::Full)
+        } else {
+            HeaderEncoding::for_payload(payload)
+        };
+        let encoding = encoding.ok_or_else(|| {
             invalid(
                 "payload",
                 self.payload,

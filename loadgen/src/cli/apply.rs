@@ -38,6 +38,7 @@ impl WorkloadArgs {
         if self.message_expiry.is_some() {
             spec.connection.message_expiry = self.message_expiry;
         }
+        set(&mut spec.header_in, self.header_in);
         if self.receive_maximum.is_some() {
             spec.connection.receive_maximum = self.receive_maximum;
         }

@@ -65,6 +65,10 @@ pub struct WorkloadArgs {
     /// message (saving its length on every later one).
     #[arg(long)]
     pub topic_alias: bool,
+    /// Where the measurement header travels: in the payload, or (MQTT 5) in a user property,
+    /// leaving the payload exactly --payload bytes of zeros (0 B allowed).
+    #[arg(long, value_enum)]
+    pub header_in: Option<crate::header::HeaderPlace>,
     /// MQTT 5: every publish carries this message expiry interval (whole seconds, e.g. 1s);
     /// with --offline-after/--offline-gap, what the broker held longer is counted expired.
     #[arg(long, value_parser = humantime::parse_duration)]

@@ -11,6 +11,7 @@ use super::prepare::{Run, StatusFeed};
 use super::start::{Started, Timing};
 use super::state::{Phase, Role};
 use crate::LoadgenError;
+use crate::codec::PublishExtras;
 use crate::live::Live;
 use crate::pacer::{self, PacedPublisher, Release};
 use crate::publisher::{self, PublisherJob, PublisherOutcome, PublisherPacing};
@@ -52,7 +53,13 @@ fn start_publishers(
     let header = spec.header_encoding();
     let payload_len =
         usize::try_from(spec.payload.bytes()).map_err(|e| LoadgenError::Internal(e.to_string()))?;
-    let padding: Arc<[u8]> = vec![0u8; payload_len - header.len()].into();
+    // The payload is the header and zeros, or zeros alone when the header is a property.
+    let in_payload = if spec.header_in.is_property() {
+        0
+    } else {
+        header.len()
+    };
+    let padding: Arc<[u8]> = vec![0u8; payload_len - in_payload].into();
     let mut paced = Vec::new();
     let mut tasks = JoinSet::new();
     let mut sessions = sessions;
@@ -65,13 +72,16 @@ fn start_publishers(
                 .limits
                 .topic_alias_maximum
                 .is_some_and(|most| most >= 1);
-        let expiry_secs = spec.message_expiry_secs();
+        let extras = PublishExtras {
+            expiry_secs: spec.message_expiry_secs(),
+            header_property: spec.header_in.is_property(),
+        };
         let template = if aliased {
             run.codec
-                .aliased_publish_template(&topic, spec.qos, payload_len, 1, expiry_secs)
+                .aliased_publish_template(&topic, spec.qos, payload_len, 1, extras)
         } else {
             run.codec
-                .publish_template_with(&topic, spec.qos, payload_len, expiry_secs)
+                .publish_template_with(&topic, spec.qos, payload_len, extras)
         }
         .map_err(|e| LoadgenError::Internal(e.to_string()))?;
         let alias_refused = spec.connection.topic_alias && !aliased;

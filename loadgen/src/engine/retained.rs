@@ -177,13 +177,14 @@ async fn late_subscriber(
     // brings comes before its SUBACK.
     while (distinct < expected || subacks < subscribes) && Instant::now() < deadline {
         for packet in decode_all(&mut session) {
-            let (qos, pkid, payload, retain) = match packet {
+            let (qos, pkid, payload, retain, property) = match packet {
                 Incoming::Publish {
                     qos,
                     pkid,
                     payload,
                     retain,
-                } => (qos, pkid, payload, retain),
+                    header,
+                } => (qos, pkid, payload, retain, header),
                 Incoming::SubAck { refused, .. } if refused > 0 => {
                     goodbye(&mut session).await;
                     return None;
@@ -197,7 +198,13 @@ async fn late_subscriber(
             if qos == 1 {
                 let _ = session.codec.ack(AckKind::PubAck, pkid, &mut out);
             }
-            let message = header.decode(&payload).map(|h| (h.publisher, h.seq));
+            let bytes = match &property {
+                Some(bytes) => Some(&bytes[..]),
+                None => (!spec.header_in.is_property()).then_some(&payload[..]),
+            };
+            let message = bytes
+                .and_then(|bytes| header.decode(bytes))
+                .map(|h| (h.publisher, h.seq));
             if found.judge(message.filter(|_| retain), owed, &mut got) {
                 distinct += 1;
             }

@@ -150,6 +150,7 @@ fn subscriber_job(
             .timetable()
             .map(|timetable| timetable.starting_at(timing.start_ns())),
         header: spec.header_encoding(),
+        header_in_property: spec.header_in.is_property(),
         rate_limit: spec.subscriber_rate_limit,
         read_cadence: spec.read_cadence(),
         keep_alive: spec.connection.keep_alive,

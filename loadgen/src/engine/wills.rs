@@ -299,6 +299,7 @@ impl Fleet {
                     pkid,
                     payload,
                     retain,
+                    ..
                 } => {
                     tally.judge(&payload, retain, now_ns);
                     let ack = match qos {

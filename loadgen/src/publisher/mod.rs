@@ -444,8 +444,8 @@ async fn send_again(
             stamp_ns: message.stamp_ns,
         };
         job.header.encode(header, &mut header_bytes);
-        writer.out.extend_from_slice(&header_bytes[..header_len]);
-        writer.out.extend_from_slice(&job.padding);
+        job.template
+            .write_header(&header_bytes[..header_len], &job.padding, &mut writer.out);
         if writer.out.len() >= BATCH_BYTES {
             writer.flush().await?;
         }
@@ -540,8 +540,8 @@ async fn publish_all(
             stamp_ns,
         };
         job.header.encode(header, &mut header_bytes);
-        writer.out.extend_from_slice(&header_bytes[..header_len]);
-        writer.out.extend_from_slice(&job.padding);
+        job.template
+            .write_header(&header_bytes[..header_len], &job.padding, &mut writer.out);
         if let Some(unacked) = links.unacked {
             unacked
                 .lock()

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use domain::FieldError;
+use loadgen_model::header::HeaderPlace;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
@@ -79,6 +80,11 @@ pub(super) fn spec_from_proto(
             value => Some(qos_field(value, at, "subscriber_qos")?),
         },
         payload: ByteSize(message.payload),
+        header_in: if message.header_in_user_property {
+            HeaderPlace::UserProperty
+        } else {
+            HeaderPlace::Payload
+        },
         messages_per_publisher: message.messages_per_publisher,
         warmup_messages: message.warmup_messages,
         duration: message
@@ -309,6 +315,7 @@ impl From<&WorkloadSpec> for pb::WorkloadSpec {
                 .subscriber_qos
                 .map_or(0, |qos| pb::Qos::from(qos).into()),
             payload: spec.payload.bytes(),
+            header_in_user_property: spec.header_in.is_property(),
             messages_per_publisher: spec.messages_per_publisher,
             warmup_messages: spec.warmup_messages,
             pacing: Some(match spec.pacing {
@@ -463,6 +470,7 @@ pub(super) mod tests {
             topic_prefix: "continuum".into(),
             qos: Qos::AtLeastOnce,
             payload: ByteSize(10),
+            header_in: Default::default(),
             messages_per_publisher: 40,
             warmup_messages: 4,
             duration: None,
@@ -503,6 +511,7 @@ pub(super) mod tests {
             topic_prefix: "lab/edge".into(),
             qos: Qos::ExactlyOnce,
             payload: ByteSize(1_000_000),
+            header_in: HeaderPlace::UserProperty,
             messages_per_publisher: 1_000,
             warmup_messages: 0,
             duration: None,
