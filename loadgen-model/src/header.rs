@@ -20,9 +20,8 @@ pub enum HeaderPlace {
     /// At the start of the payload (MQTT 3.1.1 and 5).
     #[default]
     Payload,
-    /// MQTT 5: in a user property ([`HEADER_PROPERTY`], the full header as 32 hex digits),
-    /// so the payload is exactly what a device sends (zeros of the payload's size), down to
-    /// none at all; each PUBLISH is [`PROPERTY_OVERHEAD`] bytes longer.
+    /// MQTT 5: in the user property "continuum-header" (the full header as 32 hex digits),
+    /// the payload exactly --payload bytes of zeros, down to none; 53 more bytes per PUBLISH.
     UserProperty,
 }
 

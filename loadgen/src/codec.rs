@@ -491,15 +491,21 @@ fn v5_publish_prefix(
         .write(&mut packet)
         .map_err(|e| CodecError(format!("{e:?}")))?;
     let prefix_len = packet.len() - payload_len;
-    // Between the packet id and the payload: the properties' one-byte length, then the
-    // alias (identifier and two bytes) and the expiry (identifier and four bytes).
-    let header_len = if extras.header_property {
-        crate::header::PROPERTY_OVERHEAD
-    } else {
-        0
-    };
-    let properties_len = 1 + alias.map_or(0, |_| 3) + expiry_secs.map_or(0, |_| 5) + header_len;
-    let pkid_offset = (qos != Qos::AtMostOnce).then(|| prefix_len - 2 - properties_len);
+    // The packet id follows the fixed header (its type byte and a remaining length of one to
+    // four bytes, the last without the continuation bit) and the topic with its length.
+    let remaining_len_bytes = packet[1..]
+        .iter()
+        .take(4)
+        .position(|byte| byte & 0x80 == 0)
+        .map_or(4, |last| last + 1);
+    let pkid_offset = (qos != Qos::AtMostOnce).then(|| 1 + remaining_len_bytes + 2 + topic.len());
+    if extras.header_property
+        && !packet[..prefix_len].ends_with(&[b'0'; crate::header::PROPERTY_HEX_LEN])
+    {
+        return Err(CodecError(
+            "the header property is not the last before the payload".to_string(),
+        ));
+    }
     packet.truncate(prefix_len);
     Ok((packet.to_vec(), pkid_offset))
 }
@@ -551,6 +557,12 @@ impl PublishTemplate {
     /// value the prefix ends with, the payload then all `padding`.
     pub fn write_header(&self, header: &[u8], padding: &[u8], out: &mut BytesMut) {
         if self.header_property {
+            // A property carries the full header only (the spec makes it so).
+            debug_assert_eq!(
+                header.len(),
+                16,
+                "a header property carries the full header"
+            );
             let end = out.len();
             let value = end - crate::header::PROPERTY_HEX_LEN;
             if let Ok(full) = <&[u8; 16]>::try_from(header) {

@@ -92,3 +92,28 @@ async fn retain_handling_and_retain_as_published_are_what_the_subscription_asked
         eprintln!("retain handling {handling}, as published {as_published}: {retained:?}");
     }
 }
+
+/// Retain-as-published is asked by the workload's subscriptions only: the will watcher's live
+/// wills, retained ones included, still arrive with RETAIN cleared, and each counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_as_published_leaves_the_will_watcher_alone() {
+    skip_unless_installed!(tests::mosquitto::MOSQUITTO_BINARY);
+    let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
+    let mut spec = workload(broker.port(), "rapwills", 0, true);
+    spec.wills = Some(loadgen::spec::Wills {
+        clients: 4,
+        dropped: 2,
+        after: Duration::from_millis(100),
+        delay: None,
+        qos: Qos::AtLeastOnce,
+        retain: true,
+    });
+    let (_, summary) = run(&spec).await;
+    assert_nothing_lost(&summary);
+    let wills = summary.wills.as_ref().expect("the wills' verdict");
+    assert_eq!(
+        (wills.dropped, wills.delivered, wills.unexpected),
+        (2, 2, 0),
+        "{wills:?}"
+    );
+}

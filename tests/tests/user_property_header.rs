@@ -38,31 +38,41 @@ async fn a_header_in_a_user_property_times_payloads_too_small_for_one() {
     let broker = Mosquitto::start(MosquittoOptions::default()).expect("mosquitto starts");
     // Mosquitto's own subscriber reads the first message of the property run: its payload
     // length and its user properties.
-    let watcher = std::process::Command::new("mosquitto_sub")
+    let port = broker.port().to_string();
+    // Line-buffered, so that its debug line about the SUBACK arrives when it is printed.
+    let mut watcher = std::process::Command::new("stdbuf")
         .args([
+            "-oL",
+            "mosquitto_sub",
             "-V",
             "mqttv5",
             "-h",
             "127.0.0.1",
             "-p",
-            &broker.port().to_string(),
+            &port,
         ])
-        .args([
-            "-t",
-            "continuum/property/#",
-            "-C",
-            "1",
-            "-W",
-            "20",
-            "-F",
-            "%l %P",
-        ])
+        .args(["-t", "continuum/property/#", "-C", "1", "-W", "30", "-d"])
+        .args(["-F", "%l %P"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("mosquitto_sub runs");
-    // Let it subscribe before the run publishes (it may come a little late: the run
-    // publishes for a second, and any of its messages will do).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let output = watcher.stdout.take().expect("its output");
+    let (subscribed, suback) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let lines = std::io::BufRead::lines(std::io::BufReader::new(output));
+        for line in lines.map_while(Result::ok) {
+            if line.contains("received SUBACK") {
+                let _ = subscribed.send(());
+            }
+            seen.push(line);
+        }
+        seen
+    });
+    // The run publishes once mosquitto_sub has its SUBACK (its debug output says so).
+    suback
+        .recv_timeout(Duration::from_secs(20))
+        .expect("mosquitto_sub subscribed");
     let (_, property) = run(&workload(
         broker.port(),
         "property",
@@ -70,10 +80,11 @@ async fn a_header_in_a_user_property_times_payloads_too_small_for_one() {
         HeaderPlace::UserProperty,
     ))
     .await;
-    let seen = watcher.wait_with_output().expect("mosquitto_sub ends");
-    let seen = String::from_utf8_lossy(&seen.stdout);
+    let _ = watcher.wait();
+    let seen = reader.join().expect("its output read");
     assert!(
-        seen.starts_with("4 ") && seen.contains("continuum-header:"),
+        seen.iter()
+            .any(|line| line.starts_with("4 ") && line.contains("continuum-header:")),
         "mosquitto_sub saw {seen:?}"
     );
 

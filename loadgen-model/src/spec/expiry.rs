@@ -2,8 +2,8 @@
 //! broker held for an absent subscriber longer than that must not arrive: they are counted
 //! expired, not lost.
 //!
-//! Which missing messages are expired is judged per publisher (MQTT keeps one publisher's
-//! messages in order) and from the open-loop timetable (a message that never arrived has no
+//! Which missing messages are expired is judged per publisher (MQTT keeps the order of one
+//! topic's messages at one QoS, and each publisher publishes to one topic) and from the open-loop timetable (a message that never arrived has no
 //! header to read): those after the last one the subscriber received before it left, and due
 //! more than `expiry` before it came back, provided the broker kept its session. A message
 //! before that last one was lost while the subscriber was there; a later, younger one was owed.

@@ -126,6 +126,13 @@ impl WorkloadSpec {
                 "retain-as-published is an MQTT 5 subscription option: set broker.protocol = \"5\"",
             ));
         }
+        if self.payload.bytes() == 0 {
+            return Err(invalid(
+                "payload",
+                self.payload,
+                "a retained message with an empty payload deletes its topic's retained message (MQTT §3.3.1.3): retain needs at least 1 B",
+            ));
+        }
         let filter = TopicFilter::parse(&retain.filter)
             .map_err(|problem| invalid("retain.filter", format!("{:?}", retain.filter), problem))?;
         if filter.group().is_some() {
@@ -239,6 +246,11 @@ mod tests {
             retain.as_published = true;
         }
         assert_eq!(path(published), "retain.as_published");
+        let mut empty = retained(1, "#");
+        empty.broker.protocol = super::super::MqttVersion::V5;
+        empty.header_in = crate::header::HeaderPlace::UserProperty;
+        empty.payload = crate::size::ByteSize(0);
+        assert_eq!(path(empty), "payload");
         let mut subscribing = retained(1, "#");
         subscribing.shard = Some(super::super::Shard {
             publishers: 0..0,

@@ -613,13 +613,24 @@ impl WorkloadSpec {
                 ));
             }
         }
+        // A header property travels in every delivery too.
+        let property = if self.header_in.is_property() {
+            crate::header::PROPERTY_OVERHEAD as u64
+        } else {
+            0
+        };
         if let Some(limit) = connection.max_packet_size
-            && limit.bytes() < self.payload.bytes()
+            && limit.bytes() < self.payload.bytes() + property
         {
+            let with = if property > 0 {
+                format!(" and its {property} B header property")
+            } else {
+                String::new()
+            };
             return Err(invalid(
                 "connection.max_packet_size",
                 limit,
-                format!("smaller than the payload ({})", self.payload),
+                format!("smaller than the payload ({}){with}", self.payload),
             ));
         }
         Ok(())

@@ -176,15 +176,17 @@ impl ExpiryJudge {
         let Some(until_ns) = crate::spec::expirable_until(absence.back_ns, self.expiry) else {
             return 0;
         };
+        let expiry_ns = u64::try_from(self.expiry.as_nanos()).unwrap_or(u64::MAX);
         routing
             .publishers_of(subscriber.id)
             .iter()
             .map(|publisher| {
                 let schedule = self.timetable.schedule_of(publisher);
                 // After the last received before leaving; from a publisher not heard from,
-                // what was due after leaving.
+                // what was due from an expiry before leaving (still in flight then, or sent
+                // late, and held).
                 let first = absence.highest_before.get(&publisher).map_or_else(
-                    || schedule.messages_before(absence.left_ns),
+                    || schedule.messages_before(absence.left_ns.saturating_sub(expiry_ns)),
                     |seq| u64::from(*seq) + 1,
                 );
                 let sent = published.get(publisher as usize).copied().unwrap_or(0);

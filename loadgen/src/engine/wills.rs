@@ -174,9 +174,11 @@ impl Fleet {
         );
         let fields = session::connect_fields(&self.spec, &client_id);
         let filter = format!("{}/#", self.spec.will_topics(&self.run_id));
+        // Without retain-as-published whatever the workload asks: a live will must arrive
+        // with RETAIN cleared, and one set is a copy from the broker's store.
         session::open(
             &self.dialer,
-            self.codec,
+            self.codec.with_retain_as_published(false),
             &fields,
             Some((&filter, self.wills.qos)),
             self.spec.connection.connect_timeout,
