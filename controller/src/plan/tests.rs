@@ -31,8 +31,8 @@ fn the_shipped_plans_are_valid() {
     // Every scenario of every broker runs: the nodes have a link to emulate.
     assert_eq!(emulated.cells().len(), 2 * 3 * 2 * 3);
     let fleet = Plan::load(&examples().join("fleet.toml")).expect("fleet.toml");
-    // 3 brokers x 1 scenario x 4 tests x 2 repetitions.
-    assert_eq!(fleet.cells().len(), 3 * 4 * 2);
+    // 3 brokers x 1 scenario x 5 tests x 2 repetitions.
+    assert_eq!(fleet.cells().len(), 3 * 5 * 2);
     let suite = Plan::load(&examples().join("suite.toml")).expect("suite.toml");
     // 3 brokers x 1 scenario x the suite's 4 scenarios x 2 repetitions.
     assert_eq!(suite.cells().len(), 3 * 4 * 2);
