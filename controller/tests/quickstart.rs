@@ -1,8 +1,9 @@
 //! The quickstart's path on a machine without brokers and without netem: the shipped
 //! quickstart plan, with its optional native brokers swapped for products no machine here has
-//! (EMQX, HiveMQ), runs its nodes on agents on loopback (its testbed.fallback), still measures
-//! the embedded broker, skips the missing ones with the reason in the report, and skips the
-//! scenarios that need a link, saying why once. Where root and netem are at hand it emulates
+//! (EMQX, HiveMQ, VerneMQ), runs its nodes on agents on loopback (its testbed.fallback),
+//! still measures the embedded broker, skips the missing ones with the reason (and how to
+//! install them) said at the start and in the report, and skips the scenarios that need a
+//! link, saying why once. Where root and netem are at hand it emulates
 //! the nodes instead: the VM check (tests/examples/vm_check/emulated.rs) runs that path.
 
 use controller::plan::Plan;
@@ -21,6 +22,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     let text = shipped
         .replace("\"mosquitto\"", "\"emqx\"")
         .replace("\"rabbitmq\"", "\"hivemq\"")
+        .replace("\"mqttv5\"", "\"vernemq\"")
         .replace(
             "repetitions = 2",
             &format!(
@@ -29,7 +31,11 @@ async fn the_quickstart_runs_with_no_broker_installed() {
             ),
         )
         .replace("clients = [50, 100]", "clients = [20]");
-    for binary in ["/usr/bin/emqx", "/opt/hivemq/bin/run.sh"] {
+    for binary in [
+        "/usr/bin/emqx",
+        "/opt/hivemq/bin/run.sh",
+        "/opt/vernemq/bin/vernemq",
+    ] {
         assert!(
             !std::path::Path::new(binary).exists(),
             "this test needs {binary} to be absent"
@@ -62,8 +68,9 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     .await
     .expect("the run completes");
     let events = collect.await.expect("events collected");
-    // Said once, before the first broker: edge and cloud cannot run on one machine (3
-    // brokers x 2 scenarios x 6 cells of 54); the missing products are found at deploy.
+    // Said once, before the first broker: the missing products cannot run (3 brokers x 3
+    // scenarios x 6 cells), and edge and cloud cannot run on one machine for the embedded
+    // broker (2 scenarios x 6 cells), of 72.
     let announcements: Vec<&RunEvent> = events
         .iter()
         .filter(|e| matches!(e, RunEvent::Runnable { .. }))
@@ -77,13 +84,27 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     else {
         unreachable!("filtered to Runnable");
     };
-    assert_eq!((*can, *total), (18, 54));
-    assert_eq!(not.len(), 2, "{not:?}");
+    assert_eq!((*can, *total), (6, 72));
+    assert_eq!(not.len(), 5, "{not:?}");
+    let (unlinked, uninstalled): (Vec<_>, Vec<_>) = not
+        .iter()
+        .partition(|(reason, _)| reason.contains("no link to emulate"));
     assert!(
-        not.iter()
-            .all(|(reason, cells)| reason.contains("no link to emulate") && *cells == 18),
+        unlinked.len() == 2 && unlinked.iter().all(|(_, cells)| *cells == 6),
         "{not:?}"
     );
+    for (product, install) in [
+        ("emqx", "/opt/emqx"),
+        ("hivemq", "/opt/hivemq"),
+        ("vernemq", "/opt/vernemq"),
+    ] {
+        assert!(
+            uninstalled.iter().any(|(reason, cells)| *cells == 18
+                && reason.contains(&format!("{product} is not installed on node worker"))
+                && reason.contains(install)),
+            "{product}: {not:?}"
+        );
+    }
     // The terminal's closing table: one line per measured test and point of the embedded
     // broker, under a header.
     let glance = controller::report::glance::table(&summary.dir).expect("a table");
@@ -101,7 +122,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     assert_eq!((summary.measured, summary.failed), (6, 0), "{summary:?}");
     let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
     assert!(
-        report.contains("emqx") && report.contains("hivemq"),
+        report.contains("emqx") && report.contains("hivemq") && report.contains("vernemq"),
         "the skipped brokers are named"
     );
     assert!(
@@ -111,12 +132,17 @@ async fn the_quickstart_runs_with_no_broker_installed() {
     let csv = std::fs::read_to_string(summary.dir.join("summary.csv")).expect("summary.csv");
     let skipped_native = csv
         .lines()
-        .filter(|l| (l.contains(",emqx,") || l.contains(",hivemq,")) && l.contains(",skipped,"))
+        .filter(|l| {
+            ["emqx", "hivemq", "vernemq"]
+                .iter()
+                .any(|product| l.contains(&format!(",{product},")))
+                && l.contains(",skipped,")
+        })
         .count();
     assert_eq!(
         skipped_native,
-        2 * 3 * 6,
-        "every cell of both missing brokers is skipped, with its reason"
+        3 * 3 * 6,
+        "every cell of the missing brokers is skipped, with its reason"
     );
     assert!(summary.dir.join("report.html").exists());
     // The quickstart shows sustained figures only, and the saturation point.

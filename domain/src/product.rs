@@ -7,7 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::invalid_spec::InvalidSpec;
 
-/// The brokers of the study (PAPER.md, Table I), as the native and kubernetes drivers run them.
+/// The brokers Continuum runs: the study's five (PAPER.md, Table I), then those added since
+/// because they install on a node from a registry the project reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Product {
     /// Eclipse Mosquitto.
@@ -20,16 +21,20 @@ pub enum Product {
     VerneMq,
     /// HiveMQ Community Edition.
     HiveMq,
+    /// The broker of the `mqttv5-cli` crate (`mqttv5 broker`): Rust, MQTT 5 and 3.1.1 over TCP,
+    /// TLS, WebSocket and QUIC.
+    Mqttv5,
 }
 
 impl Product {
-    /// Every product, in the study's order.
-    pub const ALL: [Product; 5] = [
+    /// Every product: the study's, in its order, then the others.
+    pub const ALL: [Product; 6] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
         Product::VerneMq,
         Product::HiveMq,
+        Product::Mqttv5,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -40,6 +45,7 @@ impl Product {
             Product::Emqx => "emqx",
             Product::VerneMq => "vernemq",
             Product::HiveMq => "hivemq",
+            Product::Mqttv5 => "mqttv5",
         }
     }
 }

@@ -19,6 +19,7 @@
 //! - [`emqx`]: `emqx foreground` configured by `EMQX_*` variables, on both sides.
 //! - [`vernemq`]: `-vmq_server` settings on the command line; `DOCKER_VERNEMQ_*` in the pod.
 //! - [`hivemq`]: `run.sh` with a private config folder; the image with that `config.xml`.
+//! - [`mqttv5`]: `mqttv5 broker -c FILE` with a JSON config; no official image, so no pod.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
@@ -26,6 +27,7 @@
 pub mod emqx;
 pub mod hivemq;
 pub mod mosquitto;
+pub mod mqttv5;
 pub mod rabbitmq;
 pub mod vernemq;
 
@@ -85,11 +87,33 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
     match product {
         Product::Mosquitto => Ok(mosquitto::WEBSOCKET_PATH),
         Product::RabbitMq => Ok(rabbitmq::WEBSOCKET_PATH),
+        Product::Mqttv5 => Ok(mqttv5::WEBSOCKET_PATH),
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
-             Mosquitto and RabbitMQ do here)",
+             Mosquitto, RabbitMQ and mqttv5 do here)",
         ),
     }
+}
+
+/// How to install `product` on a Debian node, as a skip reason quotes it.
+pub fn install_hint(product: Product) -> &'static str {
+    match product {
+        Product::Mosquitto => "apt-get install mosquitto",
+        Product::RabbitMq => "apt-get install rabbitmq-server",
+        Product::Emqx => "unpack EMQX's tarball in /opt/emqx",
+        Product::VerneMq => "unpack VerneMQ's tarball in /opt/vernemq",
+        Product::HiveMq => "unpack HiveMQ CE's zip in /opt/hivemq",
+        Product::Mqttv5 => mqttv5::INSTALL,
+    }
+}
+
+/// A command that prints the broker's version, for products whose log does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionCommand {
+    /// The command (the broker's program with `--version`).
+    pub command: CommandLine,
+    /// What precedes the version in its output.
+    pub marker: &'static str,
 }
 
 /// A process started before the broker, which must listen before the broker starts.
@@ -127,6 +151,8 @@ pub struct NativePlan {
     pub main_process_names: &'static [&'static str],
     /// Log texts meaning the MQTT port was taken, so a start on any port is retried.
     pub port_taken_markers: &'static [&'static str],
+    /// How to learn the version when the broker's log does not say it.
+    pub version_command: Option<VersionCommand>,
 }
 
 impl NativePlan {
@@ -142,6 +168,7 @@ impl NativePlan {
             ready_deadline,
             main_process_names: &[],
             port_taken_markers: &[],
+            version_command: None,
         }
     }
 
@@ -237,15 +264,27 @@ pub struct Pod {
     pub memory_limit_mib: u64,
 }
 
-/// The pod of `product` with the limits in `options`.
-pub fn pod(product: Product, options: &BrokerOptions) -> Pod {
+/// The pod of `product` with the limits in `options`, or why it has none (no official image).
+pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static str> {
     match product {
-        Product::Mosquitto => mosquitto::pod(options),
-        Product::RabbitMq => rabbitmq::pod(options),
-        Product::Emqx => emqx::pod(options),
-        Product::VerneMq => vernemq::pod(options),
-        Product::HiveMq => hivemq::pod(options),
+        Product::Mosquitto => Ok(mosquitto::pod(options)),
+        Product::RabbitMq => Ok(rabbitmq::pod(options)),
+        Product::Emqx => Ok(emqx::pod(options)),
+        Product::VerneMq => Ok(vernemq::pod(options)),
+        Product::HiveMq => Ok(hivemq::pod(options)),
+        Product::Mqttv5 => Err(NO_OFFICIAL_IMAGE),
     }
+}
+
+/// Why a product without an official image has no pod.
+const NO_OFFICIAL_IMAGE: &str =
+    "has no official container image to pin, so it runs natively only (kind = \"native\")";
+
+/// The products with a pod, in [`Product::ALL`]'s order.
+pub fn products_with_pods() -> impl Iterator<Item = Product> {
+    Product::ALL
+        .into_iter()
+        .filter(|product| pod(*product, &BrokerOptions::default()).is_ok())
 }
 
 /// The version a broker announces in its log as it starts, for the products whose start
@@ -257,9 +296,16 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::Emqx => emqx::VERSION_IN_LOG,
         Product::VerneMq => vernemq::VERSION_IN_LOG,
         Product::HiveMq => hivemq::VERSION_IN_LOG,
+        Product::Mqttv5 => None,
     }?;
-    let start = log.find(marker)? + marker.len();
-    let version: String = log[start..]
+    version_after(marker, log)
+}
+
+/// The version that follows `marker` in `text` ("2.0.11" after "mosquitto version "), if it
+/// starts with a digit.
+pub fn version_after(marker: &str, text: &str) -> Option<String> {
+    let start = text.find(marker)? + marker.len();
+    let version: String = text[start..]
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
         .collect();
@@ -314,6 +360,7 @@ mod tests {
         };
         let text = |product| {
             pod(product, &options)
+                .unwrap()
                 .config
                 .iter()
                 .map(|(k, v)| format!("{k}={v}\n"))
@@ -342,6 +389,7 @@ mod tests {
     fn erlang_pods_take_their_cookie_from_the_secret_and_nothing_else_sets_it() {
         let cookie_variable = |product| {
             pod(product, &BrokerOptions::default())
+                .unwrap()
                 .secret_env
                 .iter()
                 .find(|(_, generated)| *generated == Generated::ErlangCookie)
@@ -352,7 +400,7 @@ mod tests {
             cookie_variable(Product::VerneMq),
             Some("DOCKER_VERNEMQ_DISTRIBUTED_COOKIE")
         );
-        let emqx = pod(Product::Emqx, &BrokerOptions::default());
+        let emqx = pod(Product::Emqx, &BrokerOptions::default()).unwrap();
         assert!(
             emqx.secret_env.contains(&(
                 "EMQX_DASHBOARD__DEFAULT_PASSWORD",
@@ -361,8 +409,8 @@ mod tests {
             "{:?}",
             emqx.secret_env
         );
-        for product in Product::ALL {
-            let pod = pod(product, &BrokerOptions::default());
+        for product in products_with_pods() {
+            let pod = pod(product, &BrokerOptions::default()).unwrap();
             for (name, _) in &pod.secret_env {
                 // A second, plain setting of the same variable would override or leak it.
                 assert!(!pod.config.contains_key(*name), "{product}: {name}");
@@ -379,14 +427,13 @@ mod tests {
 
     #[test]
     fn every_product_has_its_own_default_node_port_and_mqtt_first() {
-        let mut ports: Vec<u16> = Product::ALL
-            .iter()
-            .map(|p| pod(*p, &BrokerOptions::default()).default_node_port)
+        let mut ports: Vec<u16> = products_with_pods()
+            .map(|p| pod(p, &BrokerOptions::default()).unwrap().default_node_port)
             .collect();
         ports.dedup();
         assert_eq!(ports, [31883, 31884, 31885, 31886, 31887]);
-        for product in Product::ALL {
-            let pod = pod(product, &BrokerOptions::default());
+        for product in products_with_pods() {
+            let pod = pod(product, &BrokerOptions::default()).unwrap();
             assert_eq!(pod.ports[0], ("mqtt", MQTT_PORT), "{product}");
             assert!(pod.memory_request_mib < pod.memory_limit_mib);
         }

@@ -290,6 +290,7 @@ pub fn native(programs: &Programs, instance: &Instance<'_>, ports: PrivatePorts)
         // The start script waits on the Erlang VM, which does the work.
         main_process_names: crate::ERLANG_VM,
         port_taken_markers: crate::ERLANG_PORT_TAKEN,
+        version_command: None,
     }
 }
 

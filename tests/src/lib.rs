@@ -63,6 +63,7 @@ pub mod process;
 pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
+pub mod sys_snapshot;
 pub mod vm;
 pub mod wire;
 pub mod workspace;

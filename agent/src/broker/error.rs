@@ -17,7 +17,11 @@ pub enum BrokerError {
     #[error(transparent)]
     InvalidSpec(#[from] InvalidSpec),
     /// The product's executable is not installed. Maps to `FailedPrecondition`.
-    #[error("{product} is not installed: no executable at {}", list_paths(.looked_at))]
+    #[error(
+        "{product} is not installed: no executable at {} (install: {})",
+        list_paths(.looked_at),
+        recipes::install_hint(*.product)
+    )]
     NotInstalled {
         /// The product that was asked for.
         product: Product,
@@ -149,7 +153,8 @@ mod tests {
         assert_eq!(error.code(), ErrorCode::FailedPrecondition);
         assert_eq!(
             error.to_string(),
-            "emqx is not installed: no executable at /usr/bin/emqx, /opt/emqx/bin/emqx"
+            "emqx is not installed: no executable at /usr/bin/emqx, /opt/emqx/bin/emqx \
+             (install: unpack EMQX's tarball in /opt/emqx)"
         );
     }
 

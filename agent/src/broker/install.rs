@@ -26,6 +26,8 @@ pub struct InstallPaths {
     pub vernemq: Vec<PathBuf>,
     /// HiveMQ CE's `bin/run.sh`.
     pub hivemq: Vec<PathBuf>,
+    /// The `mqttv5` command line (its `broker` subcommand).
+    pub mqttv5: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -39,6 +41,7 @@ impl Default for InstallPaths {
             emqx: paths(recipes::emqx::PROGRAMS),
             vernemq: paths(recipes::vernemq::PROGRAMS),
             hivemq: paths(recipes::hivemq::PROGRAMS),
+            mqttv5: paths(recipes::mqttv5::PROGRAMS),
         }
     }
 }
@@ -65,18 +68,36 @@ impl InstallPaths {
             Product::Emqx => vec![&self.emqx],
             Product::VerneMq => vec![&self.vernemq],
             Product::HiveMq => vec![&self.hivemq],
+            Product::Mqttv5 => vec![&self.mqttv5],
         };
         needed
             .into_iter()
             .try_for_each(|candidates| Self::locate(product, candidates).map(drop))
     }
 
-    /// The products whose executables are all present, for the agent's Info RPC.
-    pub fn installed(&self) -> Vec<Product> {
+    /// The products whose executables are all present, each with its main program, for
+    /// the agent's Info RPC.
+    pub fn installed(&self) -> Vec<(Product, PathBuf)> {
         Product::ALL
             .into_iter()
             .filter(|product| self.check(*product).is_ok())
+            .filter_map(|product| {
+                let main = Self::locate(product, self.main_candidates(product)).ok()?;
+                Some((product, main))
+            })
             .collect()
+    }
+
+    /// Where the program that starts `product` is looked for.
+    fn main_candidates(&self, product: Product) -> &[PathBuf] {
+        match product {
+            Product::Mosquitto => &self.mosquitto,
+            Product::RabbitMq => &self.rabbitmq_server,
+            Product::Emqx => &self.emqx,
+            Product::VerneMq => &self.vernemq,
+            Product::HiveMq => &self.hivemq,
+            Product::Mqttv5 => &self.mqttv5,
+        }
     }
 }
 
@@ -116,5 +137,6 @@ mod tests {
         assert!(install.emqx.contains(&"/opt/emqx/bin/emqx".into()));
         assert!(install.vernemq.contains(&"/opt/vernemq/bin/vernemq".into()));
         assert!(install.hivemq.contains(&"/opt/hivemq/bin/run.sh".into()));
+        assert!(install.mqttv5.contains(&"/usr/local/bin/mqttv5".into()));
     }
 }

@@ -43,6 +43,7 @@ mod native;
 mod ports;
 mod readiness;
 mod registry;
+mod sockets;
 #[cfg(test)]
 mod test_support;
 mod websocket_probe;

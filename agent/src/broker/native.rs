@@ -21,19 +21,22 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address, free_loopback_ports};
 use super::readiness::wait_ready;
+use super::sockets::{self, Listening};
 use super::websocket_probe;
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
 use crate::new_marker;
 use domain::{BrokerKind, BrokerSpec, Product};
 use host::Marker;
 use host::{Account, CommandLine, GroupChild, log_tail, run_bounded};
-use recipes::{Instance, NativePlan, WebSocketListen, rabbitmq};
+use recipes::{Instance, NativePlan, VersionCommand, WebSocketListen, rabbitmq};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.
 const START_ATTEMPTS: usize = 3;
 /// How long a helper (epmd) may take to listen.
 const HELPER_DEADLINE: Duration = Duration::from_secs(10);
+/// How long `PROGRAM --version` may run.
+const VERSION_COMMAND_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a graceful stop command (`rabbitmqctl stop`) may run.
 const STOP_COMMAND_DEADLINE: Duration = Duration::from_secs(30);
 /// How long the broker may take to exit after being asked to stop, before SIGKILL.
@@ -264,6 +267,7 @@ fn plan(
         }
         Product::VerneMq => recipes::vernemq::native(&locate(&install.vernemq)?, &instance),
         Product::HiveMq => recipes::hivemq::native(&locate(&install.hivemq)?, &instance),
+        Product::Mqttv5 => recipes::mqttv5::native(&locate(&install.mqttv5)?, &instance),
     })
 }
 
@@ -402,6 +406,7 @@ async fn launch(
         log,
         stop_command: plan.stop.clone(),
         pid: 0,
+        version: None,
     };
     match start_processes(&mut broker, &plan).await {
         Ok(()) => Ok(broker),
@@ -495,8 +500,27 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     if let Some(pid) = broker.marker.find_process_named(plan.main_process_names) {
         broker.pid = pid;
     }
-    tracing::info!(broker = %broker.name, %product, pid = broker.pid, address = %broker.listen, "broker ready");
+    if let Some(version) = &plan.version_command {
+        broker.version = version_from_command(version, &broker.marker).await;
+    }
+    let listening: Vec<String> = broker.listening().iter().map(ToString::to_string).collect();
+    tracing::info!(broker = %broker.name, %product, pid = broker.pid, address = %broker.listen, ?listening, "broker ready");
     Ok(())
+}
+
+/// The version `command` prints, or why there is none (the broker runs either way).
+async fn version_from_command(command: &VersionCommand, marker: &Marker) -> Option<String> {
+    match run_bounded(&command.command, marker, VERSION_COMMAND_DEADLINE).await {
+        Ok((status, output)) if status.success() => recipes::version_after(command.marker, &output),
+        Ok((status, output)) => {
+            tracing::warn!(%status, "the version command failed: {}", output.trim());
+            None
+        }
+        Err(reason) => {
+            tracing::warn!("the version command could not run: {reason}");
+            None
+        }
+    }
 }
 
 /// Polls until `addr` accepts TCP connections, or the child exits, or the helper deadline.
@@ -532,9 +556,16 @@ pub struct NativeBroker {
     log: PathBuf,
     stop_command: Option<CommandLine>,
     pid: u32,
+    /// The version its version command printed, for products whose log does not say it.
+    version: Option<String>,
 }
 
 impl NativeBroker {
+    /// What the broker's processes listen on (TCP) or are bound to (UDP), read from `/proc`.
+    pub fn listening(&self) -> Vec<Listening> {
+        sockets::listening_of(&self.marker.live_processes())
+    }
+
     /// Stops the broker (gracefully first), its helpers, and every process tagged with its
     /// marker; fails if any survives.
     async fn shutdown(&mut self) -> Result<(), BrokerError> {
@@ -587,9 +618,14 @@ impl RunningBroker for NativeBroker {
     }
 
     fn detail(&self) -> String {
-        let version = std::fs::read(&self.log)
-            .ok()
-            .and_then(|log| recipes::version_in_log(self.product, &String::from_utf8_lossy(&log)))
+        let version = self
+            .version
+            .clone()
+            .or_else(|| {
+                std::fs::read(&self.log).ok().and_then(|log| {
+                    recipes::version_in_log(self.product, &String::from_utf8_lossy(&log))
+                })
+            })
             .unwrap_or_else(|| "(version not in its log)".to_string());
         format!(
             "{} {version} (pid {}), files in {}, log {}",
@@ -622,3 +658,7 @@ impl RunningBroker for NativeBroker {
 #[cfg(test)]
 #[path = "native_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "native_load_tests.rs"]
+mod load_tests;

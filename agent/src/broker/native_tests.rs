@@ -230,6 +230,78 @@ async fn a_real_mosquitto_opens_a_websocket_listener_that_answers_mqtt() {
 }
 
 #[tokio::test]
+async fn a_real_mqttv5_opens_a_websocket_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::Mqttv5, Duration::from_secs(30)).await;
+}
+
+/// `product` on loopback: it answers MQTT, says its version, its processes listen on its
+/// MQTT port and nothing else (no dashboard, cluster or QUIC port), and a stop leaves none.
+async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+    product: Product,
+    deadline: Duration,
+) {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, product) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let spec = loopback_spec("only", BrokerKind::Native { product });
+    let mut broker = tokio::time::timeout(deadline, driver.start_native(&spec, product))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let address = broker.address();
+    probe(address, PROBE_TIMEOUT).await.unwrap();
+    assert_eq!(broker.check().await, BrokerState::Running);
+    let listening = broker.listening();
+    assert_eq!(
+        listening,
+        [sockets::Listening {
+            transport: sockets::Transport::Tcp,
+            address,
+        }],
+        "{product} listens where its recipe did not ask"
+    );
+    let detail = broker.detail();
+    let version = detail
+        .strip_prefix(&format!("{product} "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default();
+    assert!(
+        version.starts_with(|c: char| c.is_ascii_digit()) && version.contains('.'),
+        "no version in {detail:?}"
+    );
+    eprintln!("{product}: {detail}; listening on {listening:?}");
+    let pid = broker.pid().unwrap();
+    tokio::time::timeout(deadline, Box::new(broker).stop())
+        .await
+        .expect("stop is bounded")
+        .unwrap();
+    assert!(!is_running(pid), "{product} {pid} still runs");
+    assert!(probe(address, PROBE_TIMEOUT).await.is_err());
+    assert_eq!(tagged_processes("only"), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_real_mqttv5_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Mqttv5,
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_real_mosquitto_listens_only_on_its_mqtt_port_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Mosquitto,
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_real_rabbitmq_opens_its_web_mqtt_listener_that_answers_mqtt() {
     a_websocket_listener_answers_mqtt(Product::RabbitMq, Duration::from_secs(90)).await;
 }
@@ -258,18 +330,22 @@ async fn a_websocket_listener_a_recipe_cannot_open_is_refused_before_anything_st
 
 #[tokio::test]
 async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Mosquitto).await;
+}
+
+#[tokio::test]
+async fn an_mqttv5_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Mqttv5).await;
+}
+
+async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {
     let install = InstallPaths::default();
-    if !installed_or_skip(&install, Product::Mosquitto) {
+    if !installed_or_skip(&install, product) {
         return;
     }
     let state = tempfile::tempdir().unwrap();
     let first = NativeDriver::new(install.clone(), state.path().to_owned());
-    let spec = loopback_spec(
-        "orphan",
-        BrokerKind::Native {
-            product: Product::Mosquitto,
-        },
-    );
+    let spec = loopback_spec("orphan", BrokerKind::Native { product });
     let broker = tokio::time::timeout(Duration::from_secs(30), first.start(&spec))
         .await
         .expect("start is bounded")
@@ -285,7 +361,7 @@ async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
         .await
         .expect("the sweep is bounded");
     assert_eq!(stopped, ["orphan"]);
-    assert!(!is_running(pid), "mosquitto {pid} still runs");
+    assert!(!is_running(pid), "{product} {pid} still runs");
     assert!(probe(address, PROBE_TIMEOUT).await.is_err());
     assert_eq!(tagged_processes("orphan"), Vec::<u32>::new());
     // Its marker is gone: a further start of an agent finds nothing to stop.

@@ -32,6 +32,11 @@ impl BrokerControl {
         })
     }
 
+    /// Where native products are looked for.
+    pub(crate) fn install_paths(&self) -> &InstallPaths {
+        self.brokers.install_paths()
+    }
+
     /// Stops the native brokers a previous agent on this node left running.
     pub(crate) async fn stop_leftovers(&self) -> Vec<String> {
         self.brokers.stop_leftovers().await

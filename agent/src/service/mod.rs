@@ -63,7 +63,6 @@ impl AgentService {
     /// undoes what a previous agent on this node left behind when it died: its recorded netem
     /// is cleared and its native brokers are stopped.
     pub async fn new(config: AgentConfig) -> Self {
-        let capabilities = node::probe_capabilities().await;
         let netem = match crate::netem::Netem::connect() {
             Ok(netem) => Some(netem),
             Err(error) => {
@@ -78,6 +77,7 @@ impl AgentService {
         netem.clear_stale().await;
         let brokers = BrokerControl::new(&config);
         brokers.stop_leftovers().await;
+        let capabilities = node::probe_capabilities(brokers.install_paths()).await;
         AgentService {
             overlay: Nebula::new(&config),
             cluster: K3s::new(&config),

@@ -5,23 +5,13 @@ use std::path::Path;
 use proto::agent::v1 as pb;
 use sysinfo::System;
 
+use crate::broker::InstallPaths;
 use crate::netem::NetemCapability;
 use domain::AgentConfig;
 
-/// Where each broker product's binary is looked for.
-const BROKER_BINARIES: &[(pb::Product, &str)] = &[
-    (pb::Product::Mosquitto, "/usr/sbin/mosquitto"),
-    (
-        pb::Product::Rabbitmq,
-        "/usr/lib/rabbitmq/bin/rabbitmq-server",
-    ),
-    (pb::Product::Emqx, "/usr/bin/emqx"),
-    (pb::Product::Vernemq, "/usr/sbin/vernemq"),
-    (pb::Product::Hivemq, "/opt/hivemq/bin/run.sh"),
-];
-
-/// What the node can do, probed once when the agent starts.
-pub(crate) async fn probe_capabilities() -> pb::Capabilities {
+/// What the node can do, probed once when the agent starts; the brokers are those the
+/// native driver would find at `install`.
+pub(crate) async fn probe_capabilities(install: &InstallPaths) -> pb::Capabilities {
     let netem = match crate::netem::netem_available().await {
         NetemCapability::Available => capability(true, "sch_netem accepts a qdisc".to_string()),
         other => capability(false, other.to_string()),
@@ -31,12 +21,12 @@ pub(crate) async fn probe_capabilities() -> pb::Capabilities {
         nebula: Some(binary_capability("nebula")),
         k3s: Some(binary_capability("k3s")),
         kubectl: Some(binary_capability("kubectl")),
-        brokers: BROKER_BINARIES
-            .iter()
-            .filter(|(_, path)| is_executable(Path::new(path)))
+        brokers: install
+            .installed()
+            .into_iter()
             .map(|(product, path)| pb::InstalledBroker {
-                product: (*product).into(),
-                path: (*path).to_string(),
+                product: pb::Product::from(product).into(),
+                path: path.display().to_string(),
             })
             .collect(),
     }

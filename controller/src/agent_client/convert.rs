@@ -44,6 +44,12 @@ fn role(name: &str) -> Option<NodeRole> {
 impl From<pb::NodeInfo> for NodeInfo {
     fn from(info: pb::NodeInfo) -> Self {
         let roles: BTreeSet<NodeRole> = info.roles.iter().filter_map(|r| role(r)).collect();
+        let installed_brokers = info.capabilities.as_ref().map(|c| {
+            c.brokers
+                .iter()
+                .filter_map(|broker| proto::convert::known_product(broker.product))
+                .collect()
+        });
         let netem = info.capabilities.and_then(|c| c.netem).map(|c| Capability {
             available: c.available,
             detail: c.detail,
@@ -58,6 +64,7 @@ impl From<pb::NodeInfo> for NodeInfo {
             agent_version: info.agent_version,
             roles,
             netem,
+            installed_brokers,
         }
     }
 }

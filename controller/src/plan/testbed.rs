@@ -238,6 +238,10 @@ mod tests {
                 ),
                 "give it the broker role",
             ),
+            (
+                study.replacen("product = \"mosquitto\"", "product = \"mqttv5\"", 1),
+                "brokers[0].product = \"mqttv5\": mqttv5 has no official container image",
+            ),
         ];
         for (text, expected) in cases {
             let error = error_of(&text);

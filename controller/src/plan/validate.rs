@@ -295,12 +295,25 @@ impl Plan {
                         known_products()
                     ),
                 )),
-                Some(product) if product.parse::<Product>().is_err() => Err(invalid(
-                    path("product"),
-                    quoted(product),
-                    format!("unknown broker (known: {})", known_products()),
-                )),
-                Some(_) => Ok(()),
+                Some(product) => match product.parse::<Product>() {
+                    Err(_) => Err(invalid(
+                        path("product"),
+                        quoted(product),
+                        format!("unknown broker (known: {})", known_products()),
+                    )),
+                    Ok(known) if broker.kind == BrokerKind::Kubernetes => {
+                        recipes::pod(known, &domain::BrokerOptions::default())
+                            .map(drop)
+                            .map_err(|reason| {
+                                invalid(
+                                    path("product"),
+                                    quoted(product),
+                                    format!("{known} {reason}"),
+                                )
+                            })
+                    }
+                    Ok(_) => Ok(()),
+                },
             },
             BrokerKind::External
                 if broker

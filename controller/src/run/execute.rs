@@ -19,7 +19,7 @@ use super::guard::{Guard, catching};
 use super::record::{Ended, Progress};
 use super::scenario::{self, Lapse, Netem, ScenarioOutcome};
 use super::{cell, phases};
-use crate::plan::{BrokerEntry, Cell, CellOrder, CellPoint, OnFailure, Plan};
+use crate::plan::{BrokerEntry, BrokerSetup, Cell, CellOrder, CellPoint, OnFailure, Plan};
 use crate::results::{BrokerRecord, CellStatus, Manifest, NodeRecord, PathRecord, ResultsDir};
 
 /// What a run produced.
@@ -172,14 +172,18 @@ impl<'p> Run<'p> {
         Ok(Flow::Continue)
     }
 
-    /// The cells this testbed can run, and why not the others: scenarios it cannot emulate,
-    /// from the agents' capabilities (a broker that turns out not to be installed is only
-    /// found when it is deployed).
+    /// The cells this testbed can run, and why not the others: native brokers whose product
+    /// the node's agent did not find, scenarios it cannot emulate; from the agents'
+    /// capabilities.
     fn runnable(&self) -> RunEvent {
         let plan = self.plan;
         let total = plan.cell_count();
         let mut not_runnable: Vec<(String, usize)> = Vec::new();
         for broker in &plan.brokers {
+            if let Some(reason) = self.not_installed(broker) {
+                not_runnable.push((reason, plan.scenarios.len() * plan.cells_per_scenario()));
+                continue;
+            }
             for scenario in &plan.scenarios {
                 let Some(reason) = scenario::cannot_emulate(plan, scenario, broker, &self.agents)
                 else {
@@ -198,6 +202,22 @@ impl<'p> Run<'p> {
             total,
             not_runnable,
         }
+    }
+
+    /// Why native `broker` cannot run: its node's agent said which products it has, and its
+    /// product is not among them. (Deploying it says so again, with the paths looked at.)
+    fn not_installed(&self, broker: &BrokerEntry) -> Option<String> {
+        let Some(BrokerSetup::Native { node, product }) = broker.setup() else {
+            return None;
+        };
+        let installed = self.agents.get(node)?.info.installed_brokers.as_ref()?;
+        (!installed.contains(&product)).then(|| {
+            format!(
+                "broker {}: {product} is not installed on node {node} (install: {})",
+                broker.name,
+                recipes::install_hint(product)
+            )
+        })
     }
 
     /// Broker `b`: deployed, its scenarios run under its deploy guard, removed.

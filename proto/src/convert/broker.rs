@@ -24,8 +24,15 @@ impl From<Product> for pb::Product {
             Product::Emqx => pb::Product::Emqx,
             Product::VerneMq => pb::Product::Vernemq,
             Product::HiveMq => pb::Product::Hivemq,
+            Product::Mqttv5 => pb::Product::Mqttv5,
         }
     }
+}
+
+/// The product a wire number names; `None` for the unspecified zero or a number this side
+/// does not know (a newer peer's product).
+pub fn known_product(value: i32) -> Option<Product> {
+    product(value, "product").ok()
 }
 
 /// A product field; the unspecified zero is missing.
@@ -42,6 +49,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Emqx => Some(Product::Emqx),
             pb::Product::Vernemq => Some(Product::VerneMq),
             pb::Product::Hivemq => Some(Product::HiveMq),
+            pb::Product::Mqttv5 => Some(Product::Mqttv5),
         },
     )
 }

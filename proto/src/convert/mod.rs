@@ -15,6 +15,8 @@
 
 mod broker;
 mod netem;
+
+pub use broker::known_product;
 mod result;
 mod spec;
 

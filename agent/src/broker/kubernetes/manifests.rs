@@ -173,7 +173,8 @@ impl Manifests {
                 "is not a Kubernetes broker",
             ));
         };
-        let profile = recipes::pod(*product, &spec.options);
+        let profile = recipes::pod(*product, &spec.options)
+            .map_err(|reason| BrokerError::invalid("kind.kubernetes.product", product, reason))?;
         let node_port = node_port.unwrap_or(profile.default_node_port);
         let websocket = match spec.options.websocket_port {
             None => None,

@@ -163,6 +163,9 @@ pub struct NodeInfo {
     pub roles: BTreeSet<NodeRole>,
     /// Whether netem can be applied, and why not; none when the agent did not say.
     pub netem: Option<Capability>,
+    /// The broker products installed on the node, as its agent found them; `None` when the
+    /// agent did not say (it is then found out when a broker is deployed).
+    pub installed_brokers: Option<Vec<domain::Product>>,
 }
 
 /// Whether a node can do something, and its detail (a path, or why not).
