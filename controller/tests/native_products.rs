@@ -87,8 +87,16 @@ fn leftovers(name: &str) -> Vec<u32> {
         .collect()
 }
 
-async fn the_study_measures(product: Product, program: &str) {
-    if !tests::components_available(&[program]) {
+/// The first of `programs` that is installed, or the first of them (to be reported missing).
+fn installed_one<'a>(programs: &[&'a str]) -> &'a str {
+    let found = programs
+        .iter()
+        .find(|path| tests::require_binary(path).is_none());
+    found.or(programs.first()).copied().unwrap_or_default()
+}
+
+async fn the_study_measures(product: Product, programs: &[&str]) {
+    if !tests::components_available(&[installed_one(programs)]) {
         return;
     }
     let results = tempfile::tempdir().expect("temp dir");
@@ -144,5 +152,10 @@ async fn the_study_measures(product: Product, program: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mqttv5_broker_runs_the_study_through_the_controller() {
-    the_study_measures(Product::Mqttv5, recipes::mqttv5::PROGRAMS[0]).await;
+    the_study_measures(Product::Mqttv5, recipes::mqttv5::PROGRAMS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aedes_runs_the_study_through_the_controller() {
+    the_study_measures(Product::Aedes, recipes::aedes::PROGRAMS).await;
 }

@@ -10,6 +10,15 @@ use controller::plan::Plan;
 use controller::run::{RunEvent, RunOptions, event_channel, run_plan_observed};
 use tokio_util::sync::CancellationToken;
 
+/// The quickstart's aedes entry: left out, as no fourth product is absent everywhere.
+const AEDES_ENTRY: &str = "[[brokers]]
+name = \"aedes\"
+kind = \"native\"
+product = \"aedes\"
+node = \"worker\"
+optional = true
+";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_runs_with_no_broker_installed() {
     let shipped = std::fs::read_to_string(concat!(
@@ -23,6 +32,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         .replace("\"mosquitto\"", "\"emqx\"")
         .replace("\"rabbitmq\"", "\"hivemq\"")
         .replace("\"mqttv5\"", "\"vernemq\"")
+        .replace(AEDES_ENTRY, "")
         .replace(
             "repetitions = 2",
             &format!(

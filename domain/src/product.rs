@@ -24,17 +24,20 @@ pub enum Product {
     /// The broker of the `mqttv5-cli` crate (`mqttv5 broker`): Rust, MQTT 5 and 3.1.1 over TCP,
     /// TLS, WebSocket and QUIC.
     Mqttv5,
+    /// aedes, the Node.js broker, run by its command line (`aedes-cli`).
+    Aedes,
 }
 
 impl Product {
     /// Every product: the study's, in its order, then the others.
-    pub const ALL: [Product; 6] = [
+    pub const ALL: [Product; 7] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
         Product::VerneMq,
         Product::HiveMq,
         Product::Mqttv5,
+        Product::Aedes,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -46,6 +49,7 @@ impl Product {
             Product::VerneMq => "vernemq",
             Product::HiveMq => "hivemq",
             Product::Mqttv5 => "mqttv5",
+            Product::Aedes => "aedes",
         }
     }
 }

@@ -20,10 +20,12 @@
 //! - [`vernemq`]: `-vmq_server` settings on the command line; `DOCKER_VERNEMQ_*` in the pod.
 //! - [`hivemq`]: `run.sh` with a private config folder; the image with that `config.xml`.
 //! - [`mqttv5`]: `mqttv5 broker -c FILE` with a JSON config; no official image, so no pod.
+//! - [`aedes`]: `aedes --config FILE` (npm's aedes-cli) with a CommonJS config; no pod.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
 
+pub mod aedes;
 pub mod emqx;
 pub mod hivemq;
 pub mod mosquitto;
@@ -88,9 +90,10 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         Product::Mosquitto => Ok(mosquitto::WEBSOCKET_PATH),
         Product::RabbitMq => Ok(rabbitmq::WEBSOCKET_PATH),
         Product::Mqttv5 => Ok(mqttv5::WEBSOCKET_PATH),
+        Product::Aedes => Ok(aedes::WEBSOCKET_PATH),
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
-             Mosquitto, RabbitMQ and mqttv5 do here)",
+             Mosquitto, RabbitMQ, mqttv5 and aedes do here)",
         ),
     }
 }
@@ -104,6 +107,7 @@ pub fn install_hint(product: Product) -> &'static str {
         Product::VerneMq => "unpack VerneMQ's tarball in /opt/vernemq",
         Product::HiveMq => "unpack HiveMQ CE's zip in /opt/hivemq",
         Product::Mqttv5 => mqttv5::INSTALL,
+        Product::Aedes => aedes::INSTALL,
     }
 }
 
@@ -272,7 +276,7 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::Emqx => Ok(emqx::pod(options)),
         Product::VerneMq => Ok(vernemq::pod(options)),
         Product::HiveMq => Ok(hivemq::pod(options)),
-        Product::Mqttv5 => Err(NO_OFFICIAL_IMAGE),
+        Product::Mqttv5 | Product::Aedes => Err(NO_OFFICIAL_IMAGE),
     }
 }
 
@@ -296,7 +300,7 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::Emqx => emqx::VERSION_IN_LOG,
         Product::VerneMq => vernemq::VERSION_IN_LOG,
         Product::HiveMq => hivemq::VERSION_IN_LOG,
-        Product::Mqttv5 => None,
+        Product::Mqttv5 | Product::Aedes => None,
     }?;
     version_after(marker, log)
 }

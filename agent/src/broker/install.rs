@@ -28,6 +28,8 @@ pub struct InstallPaths {
     pub hivemq: Vec<PathBuf>,
     /// The `mqttv5` command line (its `broker` subcommand).
     pub mqttv5: Vec<PathBuf>,
+    /// aedes-cli's `aedes`.
+    pub aedes: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -42,6 +44,7 @@ impl Default for InstallPaths {
             vernemq: paths(recipes::vernemq::PROGRAMS),
             hivemq: paths(recipes::hivemq::PROGRAMS),
             mqttv5: paths(recipes::mqttv5::PROGRAMS),
+            aedes: paths(recipes::aedes::PROGRAMS),
         }
     }
 }
@@ -69,6 +72,7 @@ impl InstallPaths {
             Product::VerneMq => vec![&self.vernemq],
             Product::HiveMq => vec![&self.hivemq],
             Product::Mqttv5 => vec![&self.mqttv5],
+            Product::Aedes => vec![&self.aedes],
         };
         needed
             .into_iter()
@@ -97,6 +101,7 @@ impl InstallPaths {
             Product::VerneMq => &self.vernemq,
             Product::HiveMq => &self.hivemq,
             Product::Mqttv5 => &self.mqttv5,
+            Product::Aedes => &self.aedes,
         }
     }
 }

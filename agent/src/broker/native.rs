@@ -268,6 +268,7 @@ fn plan(
         Product::VerneMq => recipes::vernemq::native(&locate(&install.vernemq)?, &instance),
         Product::HiveMq => recipes::hivemq::native(&locate(&install.hivemq)?, &instance),
         Product::Mqttv5 => recipes::mqttv5::native(&locate(&install.mqttv5)?, &instance),
+        Product::Aedes => recipes::aedes::native(&locate(&install.aedes)?, &instance),
     })
 }
 

@@ -293,6 +293,20 @@ async fn a_real_mqttv5_listens_only_on_its_mqtt_port_says_its_version_and_stops_
 }
 
 #[tokio::test]
+async fn a_real_aedes_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Aedes,
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_real_aedes_opens_a_websocket_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::Aedes, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
 async fn a_real_mosquitto_listens_only_on_its_mqtt_port_and_stops_clean() {
     a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
         Product::Mosquitto,
@@ -336,6 +350,11 @@ async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
 #[tokio::test]
 async fn an_mqttv5_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
     a_broker_left_behind_is_stopped_by_the_next_agent(Product::Mqttv5).await;
+}
+
+#[tokio::test]
+async fn an_aedes_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Aedes).await;
 }
 
 async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {

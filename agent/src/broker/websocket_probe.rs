@@ -2,8 +2,8 @@
 //! carried in one WebSocket binary frame after an HTTP upgrade that asks for the `mqtt`
 //! subprotocol. An open port is not enough here either: RabbitMQ's web-mqtt plugin starts
 //! after its MQTT listener, and a listener that upgrades but serves another subprotocol
-//! would fail every client. Hand-encoded (one masked frame out, one frame in), so the agent
-//! needs no WebSocket library.
+//! would fail every client. Hand-encoded (one masked frame out, the CONNACK's bytes in
+//! however many frames the server cuts them into), so the agent needs no WebSocket library.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -52,21 +52,68 @@ async fn probe_once(addr: SocketAddr, path: &str) -> Result<(), String> {
         .write_all(&masked_binary_frame(&connect_packet(&probe_client_id())))
         .await
         .map_err(|e| format!("sending CONNECT to {addr}: {e}"))?;
-    let mut frame = [0u8; 6];
-    stream
-        .read_exact(&mut frame)
+    let connack = read_connack(&mut stream)
         .await
-        .map_err(|e| format!("reading CONNACK from {addr}: {e}"))?;
-    match frame {
-        // An unmasked binary frame of 4 bytes holding an accepting CONNACK.
-        [0x82, 0x04, 0x20, 0x02, _, 0] => Ok(()),
-        [0x82, 0x04, 0x20, 0x02, _, code] => Err(format!(
+        .map_err(|problem| format!("{addr}: {problem}"))?;
+    match connack {
+        [0x20, 0x02, _, 0] => Ok(()),
+        [0x20, 0x02, _, code] => Err(format!(
             "{addr} refused the connection with CONNACK return code {code}"
         )),
         other => Err(format!(
-            "{addr} did not answer with a CONNACK frame: got bytes {other:02x?}"
+            "{addr} did not answer with a CONNACK: got bytes {other:02x?}"
         )),
     }
+}
+
+/// Most frames read for one CONNACK: a broker may send its 4 bytes in as many frames (aedes
+/// sends one byte per frame), with pings between them.
+const MAX_CONNACK_FRAMES: usize = 8;
+/// Longest frame payload accepted while waiting for a CONNACK.
+const MAX_FRAME_PAYLOAD: usize = 125;
+
+/// The first 4 bytes of MQTT the server sends, from its binary and continuation frames (the
+/// MQTT stream may be cut into frames anywhere); ping and pong frames are skipped.
+async fn read_connack(stream: &mut TcpStream) -> Result<[u8; 4], String> {
+    let mut mqtt = Vec::new();
+    for _ in 0..MAX_CONNACK_FRAMES {
+        let mut head = [0u8; 2];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| format!("reading a frame: {e}"))?;
+        let opcode = head[0] & 0x0f;
+        let length = usize::from(head[1] & 0x7f);
+        if head[1] & 0x80 != 0 || length > MAX_FRAME_PAYLOAD {
+            return Err(format!(
+                "a masked or long frame (header {head:02x?}) where a CONNACK was due"
+            ));
+        }
+        let mut payload = vec![0u8; length];
+        stream
+            .read_exact(&mut payload)
+            .await
+            .map_err(|e| format!("reading a frame: {e}"))?;
+        match opcode {
+            // Continuation and binary frames carry MQTT.
+            0x0 | 0x2 => mqtt.extend_from_slice(&payload),
+            // Ping and pong.
+            0x9 | 0xA => continue,
+            other => {
+                return Err(format!(
+                    "a frame of opcode {other:#x} where a CONNACK was due"
+                ));
+            }
+        }
+        if let Some(connack) = mqtt.get(..4) {
+            let mut bytes = [0u8; 4];
+            bytes.copy_from_slice(connack);
+            return Ok(bytes);
+        }
+    }
+    Err(format!(
+        "no CONNACK within {MAX_CONNACK_FRAMES} frames (got {mqtt:02x?})"
+    ))
 }
 
 /// The HTTP answer up to its blank line.

@@ -25,6 +25,7 @@ impl From<Product> for pb::Product {
             Product::VerneMq => pb::Product::Vernemq,
             Product::HiveMq => pb::Product::Hivemq,
             Product::Mqttv5 => pb::Product::Mqttv5,
+            Product::Aedes => pb::Product::Aedes,
         }
     }
 }
@@ -50,6 +51,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Vernemq => Some(Product::VerneMq),
             pb::Product::Hivemq => Some(Product::HiveMq),
             pb::Product::Mqttv5 => Some(Product::Mqttv5),
+            pb::Product::Aedes => Some(Product::Aedes),
         },
     )
 }
