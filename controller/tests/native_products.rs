@@ -159,3 +159,8 @@ async fn the_mqttv5_broker_runs_the_study_through_the_controller() {
 async fn aedes_runs_the_study_through_the_controller() {
     the_study_measures(Product::Aedes, recipes::aedes::PROGRAMS).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqtt_runs_the_study_through_the_controller() {
+    the_study_measures(Product::Amqtt, recipes::amqtt::PROGRAMS).await;
+}

@@ -26,11 +26,13 @@ pub enum Product {
     Mqttv5,
     /// aedes, the Node.js broker, run by its command line (`aedes-cli`).
     Aedes,
+    /// amqtt, Python's asyncio broker (MQTT 3.1.1).
+    Amqtt,
 }
 
 impl Product {
     /// Every product: the study's, in its order, then the others.
-    pub const ALL: [Product; 7] = [
+    pub const ALL: [Product; 8] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
@@ -38,6 +40,7 @@ impl Product {
         Product::HiveMq,
         Product::Mqttv5,
         Product::Aedes,
+        Product::Amqtt,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -50,6 +53,7 @@ impl Product {
             Product::HiveMq => "hivemq",
             Product::Mqttv5 => "mqttv5",
             Product::Aedes => "aedes",
+            Product::Amqtt => "amqtt",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! aedes, the Node.js broker, run by its command line (npm's `aedes-cli`, which brings aedes
 //! itself, `aedes-stats` and `ws`): `aedes --config FILE`, the file a CommonJS module the CLI
-//! `require`s. It has no official image, so no pod. Settings read from aedes-cli 1.0.2's
+//! `require`s. No pod: aedes-cli's project publishes an image, but none of its tags could be
+//! checked from here to pin. Settings read from aedes-cli 1.0.2's
 //! `config.js` and `lib/cli.js`; the config file replaces every command-line option.
 
 use std::net::SocketAddr;

@@ -21,11 +21,13 @@
 //! - [`hivemq`]: `run.sh` with a private config folder; the image with that `config.xml`.
 //! - [`mqttv5`]: `mqttv5 broker -c FILE` with a JSON config; no official image, so no pod.
 //! - [`aedes`]: `aedes --config FILE` (npm's aedes-cli) with a CommonJS config; no pod.
+//! - [`amqtt`]: `amqtt -c FILE` from its virtual environment; no pod.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
 
 pub mod aedes;
+pub mod amqtt;
 pub mod emqx;
 pub mod hivemq;
 pub mod mosquitto;
@@ -91,9 +93,10 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         Product::RabbitMq => Ok(rabbitmq::WEBSOCKET_PATH),
         Product::Mqttv5 => Ok(mqttv5::WEBSOCKET_PATH),
         Product::Aedes => Ok(aedes::WEBSOCKET_PATH),
+        Product::Amqtt => Ok(amqtt::WEBSOCKET_PATH),
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
-             Mosquitto, RabbitMQ, mqttv5 and aedes do here)",
+             Mosquitto, RabbitMQ, mqttv5, aedes and amqtt do here)",
         ),
     }
 }
@@ -108,6 +111,7 @@ pub fn install_hint(product: Product) -> &'static str {
         Product::HiveMq => "unpack HiveMQ CE's zip in /opt/hivemq",
         Product::Mqttv5 => mqttv5::INSTALL,
         Product::Aedes => aedes::INSTALL,
+        Product::Amqtt => amqtt::INSTALL,
     }
 }
 
@@ -276,13 +280,13 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::Emqx => Ok(emqx::pod(options)),
         Product::VerneMq => Ok(vernemq::pod(options)),
         Product::HiveMq => Ok(hivemq::pod(options)),
-        Product::Mqttv5 | Product::Aedes => Err(NO_OFFICIAL_IMAGE),
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt => Err(NO_OFFICIAL_IMAGE),
     }
 }
 
-/// Why a product without an official image has no pod.
-const NO_OFFICIAL_IMAGE: &str =
-    "has no official container image to pin, so it runs natively only (kind = \"native\")";
+/// Why a product without a pinned image has no pod.
+const NO_OFFICIAL_IMAGE: &str = "has no official container image pinned here, so it runs \
+     natively only (kind = \"native\")";
 
 /// The products with a pod, in [`Product::ALL`]'s order.
 pub fn products_with_pods() -> impl Iterator<Item = Product> {
@@ -300,7 +304,7 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::Emqx => emqx::VERSION_IN_LOG,
         Product::VerneMq => vernemq::VERSION_IN_LOG,
         Product::HiveMq => hivemq::VERSION_IN_LOG,
-        Product::Mqttv5 | Product::Aedes => None,
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt => None,
     }?;
     version_after(marker, log)
 }

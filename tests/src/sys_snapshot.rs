@@ -1,6 +1,7 @@
-//! A broker's message counters read once from its retained `$SYS` topics, for brokers that
-//! retain them (the mqttv5 broker): a short session subscribes, takes the retained value of
-//! each topic, and leaves.
+//! A broker's message counters read once from its `$SYS` topics: a short session subscribes,
+//! takes the first value of each topic (the retained one where the broker retains them, as
+//! the mqttv5 broker and aedes-stats do; the next broadcast where it does not, as amqtt),
+//! and leaves.
 //!
 //! The broker recomputes the values on a timer (every second as the agent configures it), so
 //! a reading is at most that old: read after the traffic has been quiet for longer. The
@@ -28,7 +29,8 @@ pub struct SysSnapshot {
 }
 
 impl SysSnapshot {
-    /// Reads `topics` from the broker at `address`: each must be retained and a number.
+    /// Reads `topics` from the broker at `address`: each must be a number, retained or
+    /// published again within the read deadline.
     pub fn read(address: SocketAddr, topics: &[&str]) -> Result<Self> {
         let client_id = format!("continuum-sys-{}", std::process::id());
         let mut session = MqttConnection::connect(address, &client_id, READ_DEADLINE)

@@ -30,6 +30,8 @@ pub struct InstallPaths {
     pub mqttv5: Vec<PathBuf>,
     /// aedes-cli's `aedes`.
     pub aedes: Vec<PathBuf>,
+    /// amqtt's `amqtt` script.
+    pub amqtt: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -45,6 +47,7 @@ impl Default for InstallPaths {
             hivemq: paths(recipes::hivemq::PROGRAMS),
             mqttv5: paths(recipes::mqttv5::PROGRAMS),
             aedes: paths(recipes::aedes::PROGRAMS),
+            amqtt: paths(recipes::amqtt::PROGRAMS),
         }
     }
 }
@@ -73,6 +76,7 @@ impl InstallPaths {
             Product::HiveMq => vec![&self.hivemq],
             Product::Mqttv5 => vec![&self.mqttv5],
             Product::Aedes => vec![&self.aedes],
+            Product::Amqtt => vec![&self.amqtt],
         };
         needed
             .into_iter()
@@ -102,6 +106,7 @@ impl InstallPaths {
             Product::HiveMq => &self.hivemq,
             Product::Mqttv5 => &self.mqttv5,
             Product::Aedes => &self.aedes,
+            Product::Amqtt => &self.amqtt,
         }
     }
 }

@@ -269,6 +269,7 @@ fn plan(
         Product::HiveMq => recipes::hivemq::native(&locate(&install.hivemq)?, &instance),
         Product::Mqttv5 => recipes::mqttv5::native(&locate(&install.mqttv5)?, &instance),
         Product::Aedes => recipes::aedes::native(&locate(&install.aedes)?, &instance),
+        Product::Amqtt => recipes::amqtt::native(&locate(&install.amqtt)?, &instance),
     })
 }
 

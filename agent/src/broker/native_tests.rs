@@ -302,6 +302,20 @@ async fn a_real_aedes_listens_only_on_its_mqtt_port_says_its_version_and_stops_c
 }
 
 #[tokio::test]
+async fn a_real_amqtt_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Amqtt,
+        Duration::from_secs(40),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_real_amqtt_opens_a_websocket_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::Amqtt, Duration::from_secs(40)).await;
+}
+
+#[tokio::test]
 async fn a_real_aedes_opens_a_websocket_listener_that_answers_mqtt() {
     a_websocket_listener_answers_mqtt(Product::Aedes, Duration::from_secs(30)).await;
 }
@@ -350,6 +364,11 @@ async fn a_broker_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
 #[tokio::test]
 async fn an_mqttv5_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
     a_broker_left_behind_is_stopped_by_the_next_agent(Product::Mqttv5).await;
+}
+
+#[tokio::test]
+async fn an_amqtt_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Amqtt).await;
 }
 
 #[tokio::test]
@@ -515,5 +534,55 @@ async fn vernemq_runs_on_its_random_cookie_not_the_installed_one() {
             .lines()
             .any(|line| line == format!("cookie={secret}")),
         "the VM did not run on the instance's cookie: {output}"
+    );
+}
+
+/// Keys of `ours` missing from `theirs`, as dotted paths (objects compared key by key).
+fn keys_missing(ours: &serde_json::Value, theirs: &serde_json::Value, at: &str) -> Vec<String> {
+    let (Some(ours), Some(theirs)) = (ours.as_object(), theirs.as_object()) else {
+        return Vec::new();
+    };
+    ours.iter()
+        .flat_map(|(key, value)| {
+            let path = format!("{at}{key}");
+            match theirs.get(key) {
+                None => vec![path],
+                Some(known) => keys_missing(value, known, &format!("{path}.")),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_key_of_the_mqttv5_config_is_one_the_installed_broker_knows() {
+    // The library ignores unknown keys, so a misspelt or renamed one would silently keep
+    // its default: each key is checked against the full config the program prints.
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::Mqttv5) {
+        return;
+    }
+    let program = InstallPaths::locate(Product::Mqttv5, &install.mqttv5).unwrap();
+    let mut command = CommandLine::new(&program);
+    command.args = vec!["broker".into(), "generate-config".into()];
+    let marker = crate::new_marker("keys");
+    let (status, output) = run_bounded(&command, &marker, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(status.success(), "{output}");
+    let start = output.find('{').expect("a JSON object");
+    let end = output.rfind('}').expect("a JSON object");
+    let theirs: serde_json::Value = serde_json::from_str(&output[start..=end]).unwrap();
+    let ours = recipes::mqttv5::config(
+        &BrokerOptions::default(),
+        "127.0.0.1:1883".parse().unwrap(),
+        Some("127.0.0.1:8080".parse().unwrap()),
+    );
+    assert_eq!(keys_missing(&ours, &theirs, ""), Vec::<String>::new());
+    // And the check sees a key the broker does not know, however deep.
+    let misspelt =
+        serde_json::json!({"storage_config": {"backend": "Memory", "enable_persistance": false}});
+    assert_eq!(
+        keys_missing(&misspelt, &theirs, ""),
+        ["storage_config.enable_persistance"]
     );
 }

@@ -60,7 +60,8 @@ pub fn listening_of(pids: &[u32]) -> Vec<Listening> {
             continue;
         };
         for (address, inode) in parse_table(&table, state) {
-            if inodes.contains(&inode) {
+            // Port 0: a UDP socket created but never bound, listening on nothing.
+            if inodes.contains(&inode) && address.port() != 0 {
                 found.insert(Listening { transport, address });
             }
         }
@@ -135,7 +136,7 @@ mod tests {
     #[test]
     fn this_process_lists_its_own_tcp_listener_and_udp_socket_and_no_client() {
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let udp = UdpSocket::bind("[::1]:0").unwrap();
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let _client = std::net::TcpStream::connect(tcp.local_addr().unwrap()).unwrap();
         let found = listening_of(&[std::process::id()]);
         let tcp_entry = Listening {
@@ -151,6 +152,7 @@ mod tests {
         // The connected client socket and the accepted one are not listeners.
         let on_port = found
             .iter()
+            .filter(|l| l.transport == Transport::Tcp)
             .filter(|l| l.address.port() == tcp.local_addr().unwrap().port())
             .count();
         assert_eq!(on_port, 1, "{found:?}");

@@ -120,10 +120,11 @@ impl pb::agent_server::Agent for AgentService {
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::NodeInfo>, Status> {
         authorize(&request, Access::Read)?;
-        Ok(Response::new(node::node_info(
-            &self.config,
-            &self.capabilities,
-        )))
+        // Brokers looked for again at every call: one installed since the agent started
+        // counts at once.
+        let mut capabilities = self.capabilities.clone();
+        capabilities.brokers = node::installed_brokers(self.brokers.install_paths());
+        Ok(Response::new(node::node_info(&self.config, &capabilities)))
     }
 
     async fn clock(

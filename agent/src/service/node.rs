@@ -21,15 +21,20 @@ pub(crate) async fn probe_capabilities(install: &InstallPaths) -> pb::Capabiliti
         nebula: Some(binary_capability("nebula")),
         k3s: Some(binary_capability("k3s")),
         kubectl: Some(binary_capability("kubectl")),
-        brokers: install
-            .installed()
-            .into_iter()
-            .map(|(product, path)| pb::InstalledBroker {
-                product: pb::Product::from(product).into(),
-                path: path.display().to_string(),
-            })
-            .collect(),
+        brokers: installed_brokers(install),
     }
+}
+
+/// The products the native driver finds at `install`, each with its main program.
+pub(crate) fn installed_brokers(install: &InstallPaths) -> Vec<pb::InstalledBroker> {
+    install
+        .installed()
+        .into_iter()
+        .map(|(product, path)| pb::InstalledBroker {
+            product: pb::Product::from(product).into(),
+            path: path.display().to_string(),
+        })
+        .collect()
 }
 
 fn capability(available: bool, detail: String) -> pb::Capability {

@@ -246,7 +246,8 @@ pub struct BrokerEntry {
     pub name: String,
     /// How it runs.
     pub kind: BrokerKind,
-    /// Product for native brokers: mosquitto, rabbitmq, emqx, vernemq, hivemq.
+    /// Product for native and kubernetes brokers (`domain::Product`; kubernetes takes those
+    /// with a pinned image).
     #[serde(default)]
     pub product: Option<String>,
     /// Node it runs on (native, embedded).

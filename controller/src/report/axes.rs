@@ -1,6 +1,6 @@
 //! Scales with round ticks, axes and legends, drawn with [`Svg`].
 
-use super::svg::{Anchor, Svg, text_width};
+use super::svg::{Anchor, Marker, Svg, text_width};
 
 /// A tick label: `0.25`, `12.5`, `400`, `80k`, `1.5M`.
 pub fn tick_label(v: f64) -> String {
@@ -211,6 +211,8 @@ pub struct LegendItem {
     pub dash: &'static str,
     /// A line swatch rather than a box.
     pub line: bool,
+    /// The marker drawn on a line swatch, as the chart draws it on the series' points.
+    pub marker: Option<Marker>,
 }
 
 const LEGEND_ROW: f64 = 17.0;
@@ -255,6 +257,10 @@ pub fn legend(svg: &mut Svg, items: &[LegendItem], at: (f64, f64), width: f64) {
                     2.2,
                     item.dash,
                 );
+                if let Some(marker) = item.marker {
+                    // On the line, so a reader matches shapes as well as hues.
+                    svg.marker(marker, (x + 12.0, y - 4.0), 3.2, item.colour);
+                }
             } else {
                 svg.rect((x + 6.0, y - 10.0), (12.0, 12.0), item.colour, "");
             }
@@ -298,6 +304,7 @@ mod tests {
             colour: colour(0),
             dash: "",
             line: true,
+            marker: None,
         };
         let items: Vec<LegendItem> = (0..6).map(|i| item(&format!("broker {i}"))).collect();
         assert_eq!(legend_height(&items, 2_000.0), LEGEND_ROW);

@@ -3,6 +3,7 @@
 
 use super::axes::{self, LegendItem, Plot, Scale};
 use super::frame::Frame;
+use super::svg;
 
 /// One point of a series: the value and the ends of its error bar.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,6 +65,7 @@ impl LineChart {
                 colour: s.colour,
                 dash: s.dash,
                 line: true,
+                marker: Some(svg::marker_for(s.colour)),
             })
             .collect();
         let mut frame = Frame::new(width, height, &self.title, &items);
@@ -129,7 +131,12 @@ impl LineChart {
                         "",
                     );
                 }
-                doc.circle((*px, *py), 3.2, series.colour);
+                doc.marker(
+                    svg::marker_for(series.colour),
+                    (*px, *py),
+                    3.2,
+                    series.colour,
+                );
             }
         }
         frame.finish()
@@ -209,7 +216,31 @@ mod tests {
         assert!(svg.contains("a &amp; b"));
         assert!(svg.contains("latency (ms) (log scale)"));
         assert!(svg.contains("payload (log scale)"));
-        assert_eq!(svg.matches("<circle").count(), 2);
+        // The two points and the legend's swatch: the first series' marker is a disc.
+        assert_eq!(svg.matches("<circle").count(), 3);
         assert_eq!(svg, chart().render(480.0, 320.0), "deterministic");
+    }
+
+    #[test]
+    fn nine_brokers_get_nine_colours_and_nine_marker_shapes() {
+        let mut chart = chart();
+        chart.series = (0..9)
+            .map(|i| Series {
+                label: format!("broker {i}"),
+                colour: svg::colour(i),
+                ..chart.series[0].clone()
+            })
+            .collect();
+        let text = chart.render(960.0, 480.0);
+        let colours: std::collections::BTreeSet<_> = svg::PALETTE.iter().collect();
+        let markers: Vec<String> = svg::MARKERS.iter().map(|m| format!("{m:?}")).collect();
+        let distinct: std::collections::BTreeSet<_> = markers.iter().collect();
+        assert_eq!((colours.len(), distinct.len()), (9, 9));
+        // Each series: two points and its legend swatch; one shape a disc, eight polygons.
+        assert_eq!(text.matches("<circle").count(), 3);
+        assert_eq!(text.matches("<polygon").count(), 8 * 3);
+        for colour in svg::PALETTE {
+            assert!(text.contains(&format!("fill=\"{colour}\"")), "{colour}");
+        }
     }
 }

@@ -247,6 +247,7 @@ fn boxplot(title: &str, scenarios: &[String], brokers: &[String], boxes: &[BoxMa
             colour: svg::colour(i),
             dash: "",
             line: false,
+            marker: None,
         })
         .collect();
     let mut frame = Frame::new(width, height, title, &items);

@@ -129,6 +129,7 @@ fn cpu_bars(data: &RunData, usage: &BTreeMap<(usize, usize, String), Usage>) -> 
             colour: svg::colour(i),
             dash: "",
             line: false,
+            marker: None,
         })
         .collect();
     let mut frame = Frame::new(width, height, title, &items);

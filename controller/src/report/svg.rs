@@ -6,10 +6,57 @@
 use std::fmt::Write as _;
 
 /// Series colours: the Okabe-Ito palette (readable with colour-vision deficiencies), minus
-/// its yellow, which is too pale on white.
-pub const PALETTE: [&str; 7] = [
-    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+/// its yellow, which is too pale on white, then Paul Tol's wine and green for eight and nine
+/// brokers. Some pairs are close for some readers, so each colour also has its own marker
+/// shape ([`MARKERS`]): two series differ in shape wherever they could be confused in hue.
+pub const PALETTE: [&str; 9] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255",
+    "#117733",
 ];
+
+/// A point marker's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// A disc.
+    Circle,
+    /// A square.
+    Square,
+    /// A triangle pointing up.
+    TriangleUp,
+    /// A diamond.
+    Diamond,
+    /// A triangle pointing down.
+    TriangleDown,
+    /// A plus sign.
+    Plus,
+    /// A hexagon.
+    Hexagon,
+    /// A five-pointed star.
+    Star,
+    /// A diagonal cross.
+    Cross,
+}
+
+/// The marker of each [`PALETTE`] colour, by index.
+pub const MARKERS: [Marker; 9] = [
+    Marker::Circle,
+    Marker::Square,
+    Marker::TriangleUp,
+    Marker::Diamond,
+    Marker::TriangleDown,
+    Marker::Plus,
+    Marker::Hexagon,
+    Marker::Star,
+    Marker::Cross,
+];
+
+/// The marker that goes with `colour` (a disc for a colour not in the palette).
+pub fn marker_for(colour: &str) -> Marker {
+    PALETTE
+        .iter()
+        .position(|known| *known == colour)
+        .map_or(Marker::Circle, |i| MARKERS[i])
+}
 
 /// Line dash patterns, to tell scenarios apart where colour tells brokers apart.
 pub const DASHES: [&str; 4] = ["", "7 4", "2 3", "10 3 2 3"];
@@ -140,6 +187,79 @@ impl Svg {
             num(centre.0),
             num(centre.1),
             num(radius)
+        );
+    }
+
+    /// A point marker of `shape`, about `2 * radius` across, centred on `centre`.
+    pub fn marker(&mut self, shape: Marker, centre: (f64, f64), radius: f64, fill: &str) {
+        let (x, y) = centre;
+        let polygon = |points: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+            points
+                .into_iter()
+                .map(|(dx, dy)| (x + dx * radius, y + dy * radius))
+                .collect()
+        };
+        // Corners of a regular polygon of `n` corners, the first straight up, at `scale`.
+        let regular = |n: usize, scale: f64, turn: f64| -> Vec<(f64, f64)> {
+            (0..n)
+                .map(|k| {
+                    let angle = turn + k as f64 * std::f64::consts::TAU / n as f64;
+                    (scale * angle.sin(), -scale * angle.cos())
+                })
+                .collect()
+        };
+        let plus = |turn: f64| -> Vec<(f64, f64)> {
+            let (w, l) = (0.38, 1.15);
+            let arm = [
+                (-w, -l),
+                (w, -l),
+                (w, -w),
+                (l, -w),
+                (l, w),
+                (w, w),
+                (w, l),
+                (-w, l),
+                (-w, w),
+                (-l, w),
+                (-l, -w),
+                (-w, -w),
+            ];
+            let (sin, cos) = turn.sin_cos();
+            arm.iter()
+                .map(|(px, py)| (px * cos - py * sin, px * sin + py * cos))
+                .collect()
+        };
+        let points = match shape {
+            Marker::Circle => {
+                self.circle(centre, radius, fill);
+                return;
+            }
+            Marker::Square => polygon(regular(4, 1.2, std::f64::consts::FRAC_PI_4)),
+            Marker::TriangleUp => polygon(regular(3, 1.35, 0.0)),
+            Marker::Diamond => polygon(regular(4, 1.3, 0.0)),
+            Marker::TriangleDown => polygon(regular(3, 1.35, std::f64::consts::PI)),
+            Marker::Plus => polygon(plus(0.0)),
+            Marker::Hexagon => polygon(regular(6, 1.15, 0.0)),
+            Marker::Star => {
+                let outer = regular(5, 1.45, 0.0);
+                let inner = regular(5, 0.6, std::f64::consts::PI / 5.0);
+                let star = outer
+                    .into_iter()
+                    .zip(inner)
+                    .flat_map(|(o, i)| [o, i])
+                    .collect();
+                polygon(star)
+            }
+            Marker::Cross => polygon(plus(std::f64::consts::FRAC_PI_4)),
+        };
+        let list: Vec<String> = points
+            .iter()
+            .map(|(px, py)| format!("{},{}", num(*px), num(*py)))
+            .collect();
+        let _ = writeln!(
+            self.body,
+            "<polygon points=\"{}\" fill=\"{fill}\"/>",
+            list.join(" ")
         );
     }
 

@@ -105,18 +105,21 @@ fn render(title: &str, series: &CellSeries) -> String {
             colour: publish_colour,
             dash: "6 3",
             line: true,
+            marker: None,
         },
         LegendItem {
             label: "receive".into(),
             colour: receive_colour,
             dash: "",
             line: true,
+            marker: None,
         },
         LegendItem {
             label: "backlog (deliveries owed)".into(),
             colour: backlog_colour,
             dash: "",
             line: true,
+            marker: None,
         },
     ];
     let mut frame = Frame::new(WIDTH, HEIGHT, title, &items);

@@ -26,6 +26,7 @@ impl From<Product> for pb::Product {
             Product::HiveMq => pb::Product::Hivemq,
             Product::Mqttv5 => pb::Product::Mqttv5,
             Product::Aedes => pb::Product::Aedes,
+            Product::Amqtt => pb::Product::Amqtt,
         }
     }
 }
@@ -52,6 +53,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Hivemq => Some(Product::HiveMq),
             pb::Product::Mqttv5 => Some(Product::Mqttv5),
             pb::Product::Aedes => Some(Product::Aedes),
+            pb::Product::Amqtt => Some(Product::Amqtt),
         },
     )
 }
