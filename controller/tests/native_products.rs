@@ -164,3 +164,8 @@ async fn aedes_runs_the_study_through_the_controller() {
 async fn amqtt_runs_the_study_through_the_controller() {
     the_study_measures(Product::Amqtt, recipes::amqtt::PROGRAMS).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activemq_runs_the_study_through_the_controller() {
+    the_study_measures(Product::ActiveMq, recipes::activemq::JAVA_PROGRAMS).await;
+}

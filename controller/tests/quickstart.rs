@@ -34,6 +34,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         .replace("\"mqttv5\"", "\"vernemq\"")
         .replace(&optional_entry("aedes"), "")
         .replace(&optional_entry("amqtt"), "")
+        .replace(&optional_entry("activemq"), "")
         .replace(
             "repetitions = 2",
             &format!(

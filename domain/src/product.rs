@@ -28,11 +28,13 @@ pub enum Product {
     Aedes,
     /// amqtt, Python's asyncio broker (MQTT 3.1.1).
     Amqtt,
+    /// Apache ActiveMQ Classic, through its MQTT transport connector.
+    ActiveMq,
 }
 
 impl Product {
     /// Every product: the study's, in its order, then the others.
-    pub const ALL: [Product; 8] = [
+    pub const ALL: [Product; 9] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
@@ -41,6 +43,7 @@ impl Product {
         Product::Mqttv5,
         Product::Aedes,
         Product::Amqtt,
+        Product::ActiveMq,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -54,6 +57,7 @@ impl Product {
             Product::Mqttv5 => "mqttv5",
             Product::Aedes => "aedes",
             Product::Amqtt => "amqtt",
+            Product::ActiveMq => "activemq",
         }
     }
 }

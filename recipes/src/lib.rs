@@ -22,10 +22,13 @@
 //! - [`mqttv5`]: `mqttv5 broker -c FILE` with a JSON config; no official image, so no pod.
 //! - [`aedes`]: `aedes --config FILE` (npm's aedes-cli) with a CommonJS config; no pod.
 //! - [`amqtt`]: `amqtt -c FILE` from its virtual environment; no pod.
+//! - [`activemq`]: the JVM on Debian's launcher jar with an instance folder and a broker
+//!   XML holding one MQTT connector; no pod.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
 
+pub mod activemq;
 pub mod aedes;
 pub mod amqtt;
 pub mod emqx;
@@ -94,6 +97,9 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         Product::Mqttv5 => Ok(mqttv5::WEBSOCKET_PATH),
         Product::Aedes => Ok(aedes::WEBSOCKET_PATH),
         Product::Amqtt => Ok(amqtt::WEBSOCKET_PATH),
+        Product::ActiveMq => {
+            Err("Debian's ActiveMQ package ships no Jetty, which its ws:// connector needs")
+        }
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
              Mosquitto, RabbitMQ, mqttv5, aedes and amqtt do here)",
@@ -112,6 +118,7 @@ pub fn install_hint(product: Product) -> &'static str {
         Product::Mqttv5 => mqttv5::INSTALL,
         Product::Aedes => aedes::INSTALL,
         Product::Amqtt => amqtt::INSTALL,
+        Product::ActiveMq => activemq::INSTALL,
     }
 }
 
@@ -280,7 +287,9 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::Emqx => Ok(emqx::pod(options)),
         Product::VerneMq => Ok(vernemq::pod(options)),
         Product::HiveMq => Ok(hivemq::pod(options)),
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt => Err(NO_OFFICIAL_IMAGE),
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::ActiveMq => {
+            Err(NO_OFFICIAL_IMAGE)
+        }
     }
 }
 
@@ -304,6 +313,7 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::Emqx => emqx::VERSION_IN_LOG,
         Product::VerneMq => vernemq::VERSION_IN_LOG,
         Product::HiveMq => hivemq::VERSION_IN_LOG,
+        Product::ActiveMq => activemq::VERSION_IN_LOG,
         Product::Mqttv5 | Product::Aedes | Product::Amqtt => None,
     }?;
     version_after(marker, log)

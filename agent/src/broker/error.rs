@@ -16,9 +16,10 @@ pub enum BrokerError {
     /// use. Maps to `InvalidArgument`; nothing was changed on the node.
     #[error(transparent)]
     InvalidSpec(#[from] InvalidSpec),
-    /// The product's executable is not installed. Maps to `FailedPrecondition`.
+    /// The product's executable (or a file it needs) is not installed. Maps to
+    /// `FailedPrecondition`.
     #[error(
-        "{product} is not installed: no executable at {} (install: {})",
+        "{product} is not installed: nothing usable at {} (install: {})",
         list_paths(.looked_at),
         recipes::install_hint(*.product)
     )]
@@ -153,7 +154,7 @@ mod tests {
         assert_eq!(error.code(), ErrorCode::FailedPrecondition);
         assert_eq!(
             error.to_string(),
-            "emqx is not installed: no executable at /usr/bin/emqx, /opt/emqx/bin/emqx \
+            "emqx is not installed: nothing usable at /usr/bin/emqx, /opt/emqx/bin/emqx \
              (install: unpack EMQX's tarball in /opt/emqx)"
         );
     }

@@ -32,6 +32,11 @@ pub struct InstallPaths {
     pub aedes: Vec<PathBuf>,
     /// amqtt's `amqtt` script.
     pub amqtt: Vec<PathBuf>,
+    /// The `java` that runs ActiveMQ.
+    pub activemq_java: Vec<PathBuf>,
+    /// Files ActiveMQ needs, each of them: its launcher jar and its MQTT transport's
+    /// libraries.
+    pub activemq_files: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -48,6 +53,11 @@ impl Default for InstallPaths {
             mqttv5: paths(recipes::mqttv5::PROGRAMS),
             aedes: paths(recipes::aedes::PROGRAMS),
             amqtt: paths(recipes::amqtt::PROGRAMS),
+            activemq_java: paths(recipes::activemq::JAVA_PROGRAMS),
+            activemq_files: std::iter::once(recipes::activemq::LAUNCHER)
+                .chain(recipes::activemq::MQTT_LIBRARIES.iter().copied())
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }
@@ -77,6 +87,15 @@ impl InstallPaths {
             Product::Mqttv5 => vec![&self.mqttv5],
             Product::Aedes => vec![&self.aedes],
             Product::Amqtt => vec![&self.amqtt],
+            Product::ActiveMq => {
+                if let Some(missing) = self.activemq_files.iter().find(|file| !file.is_file()) {
+                    return Err(BrokerError::NotInstalled {
+                        product,
+                        looked_at: vec![missing.clone()],
+                    });
+                }
+                vec![&self.activemq_java]
+            }
         };
         needed
             .into_iter()
@@ -107,6 +126,7 @@ impl InstallPaths {
             Product::Mqttv5 => &self.mqttv5,
             Product::Aedes => &self.aedes,
             Product::Amqtt => &self.amqtt,
+            Product::ActiveMq => &self.activemq_java,
         }
     }
 }
@@ -133,6 +153,26 @@ mod tests {
             error.to_string().contains("/nonexistent/emqx, /etc"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn activemq_without_its_mqtt_libraries_is_not_installed_and_the_missing_one_is_named() {
+        let install = InstallPaths {
+            activemq_java: vec!["/bin/sh".into()],
+            activemq_files: vec!["/bin/sh".into(), "/nonexistent/mqtt-client.jar".into()],
+            ..InstallPaths::default()
+        };
+        let error = install.check(Product::ActiveMq).unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/mqtt-client.jar"), "{error}");
+        assert!(
+            error.contains("libmqtt-client-java"),
+            "the install line: {error}"
+        );
+        let complete = InstallPaths {
+            activemq_files: vec!["/bin/sh".into()],
+            ..install
+        };
+        assert!(complete.check(Product::ActiveMq).is_ok());
     }
 
     #[test]

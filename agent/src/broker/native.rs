@@ -270,6 +270,7 @@ fn plan(
         Product::Mqttv5 => recipes::mqttv5::native(&locate(&install.mqttv5)?, &instance),
         Product::Aedes => recipes::aedes::native(&locate(&install.aedes)?, &instance),
         Product::Amqtt => recipes::amqtt::native(&locate(&install.amqtt)?, &instance),
+        Product::ActiveMq => recipes::activemq::native(&locate(&install.activemq_java)?, &instance),
     })
 }
 

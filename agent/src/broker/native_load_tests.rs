@@ -145,9 +145,9 @@ fn assert_counts_agree(
 }
 
 /// `product`, deployed by the native driver on loopback: 20 pairs x 500 messages at each QoS
-/// and the study's 1 MB payload test deliver everything, and its `$SYS` counters agree with
-/// loadgen's counts; after the stop none of its processes is left.
-async fn counts_what_loadgen_counts(product: Product, counters: SysCounters) {
+/// and the study's 1 MB payload test deliver everything, and its `$SYS` counters (where it
+/// has them) agree with loadgen's counts; after the stop none of its processes is left.
+async fn counts_what_loadgen_counts(product: Product, counters: Option<SysCounters>) {
     let install = InstallPaths::default();
     if !installed_or_skip(&install, product) {
         return;
@@ -155,15 +155,15 @@ async fn counts_what_loadgen_counts(product: Product, counters: SysCounters) {
     let state = tempfile::tempdir().unwrap();
     let driver = NativeDriver::new(install, state.path().to_owned());
     let spec = loopback_spec(COUNTED, BrokerKind::Native { product });
-    let broker = tokio::time::timeout(Duration::from_secs(30), driver.start(&spec))
+    let broker = tokio::time::timeout(Duration::from_secs(90), driver.start(&spec))
         .await
         .expect("start is bounded")
         .unwrap();
     let address = broker.address();
     let counters = std::sync::Arc::new(counters);
-    let read = |counters: &std::sync::Arc<SysCounters>| {
+    let read = |counters: &std::sync::Arc<Option<SysCounters>>| {
         let counters = counters.clone();
-        tokio::task::spawn_blocking(move || counters.read(address))
+        tokio::task::spawn_blocking(move || counters.as_ref().as_ref().map(|c| c.read(address)))
     };
     for qos in [Qos::AtMostOnce, Qos::AtLeastOnce, Qos::ExactlyOnce] {
         let before = read(&counters).await.unwrap();
@@ -173,7 +173,9 @@ async fn counts_what_loadgen_counts(product: Product, counters: SysCounters) {
         let what = format!("{product}: 20 pairs x 500 at QoS {qos:?}");
         let counters = counters.clone();
         tokio::task::spawn_blocking(move || {
-            assert_counts_agree(address, &counters, &before, &summary, &what)
+            if let (Some(counters), Some(before)) = (counters.as_ref(), before) {
+                assert_counts_agree(address, counters, &before, &summary, &what);
+            }
         })
         .await
         .unwrap();
@@ -186,7 +188,9 @@ async fn counts_what_loadgen_counts(product: Product, counters: SysCounters) {
     assert_nothing_lost(&summary);
     let what = format!("{product}: 1 MB payloads at QoS 1");
     tokio::task::spawn_blocking(move || {
-        assert_counts_agree(address, &counters, &before, &summary, &what)
+        if let (Some(counters), Some(before)) = (counters.as_ref(), before) {
+            assert_counts_agree(address, counters, &before, &summary, &what);
+        }
     })
     .await
     .unwrap();
@@ -203,15 +207,22 @@ const COUNTED: &str = "counted";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mqttv5_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_1mb() {
-    counts_what_loadgen_counts(Product::Mqttv5, SysCounters::mqttv5()).await;
+    counts_what_loadgen_counts(Product::Mqttv5, Some(SysCounters::mqttv5())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_amqtt_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_1mb() {
-    counts_what_loadgen_counts(Product::Amqtt, SysCounters::amqtt()).await;
+    counts_what_loadgen_counts(Product::Amqtt, Some(SysCounters::amqtt())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aedes_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_1mb() {
-    counts_what_loadgen_counts(Product::Aedes, SysCounters::aedes(COUNTED)).await;
+    counts_what_loadgen_counts(Product::Aedes, Some(SysCounters::aedes(COUNTED))).await;
+}
+
+/// ActiveMQ has no `$SYS` tree (its statistics are behind JMX, which the recipe keeps
+/// closed): every message must still arrive, at every QoS and at 1 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activemq_the_agent_deploys_delivers_everything_at_every_qos_and_1mb() {
+    counts_what_loadgen_counts(Product::ActiveMq, None).await;
 }

@@ -367,6 +367,20 @@ async fn an_mqttv5_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
 }
 
 #[tokio::test]
+async fn an_activemq_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::ActiveMq).await;
+}
+
+#[tokio::test]
+async fn a_real_activemq_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::ActiveMq,
+        Duration::from_secs(90),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn an_amqtt_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
     a_broker_left_behind_is_stopped_by_the_next_agent(Product::Amqtt).await;
 }
@@ -384,7 +398,8 @@ async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {
     let state = tempfile::tempdir().unwrap();
     let first = NativeDriver::new(install.clone(), state.path().to_owned());
     let spec = loopback_spec("orphan", BrokerKind::Native { product });
-    let broker = tokio::time::timeout(Duration::from_secs(30), first.start(&spec))
+    // A JVM takes longest to start; its own deadline (60 s) is what bounds it.
+    let broker = tokio::time::timeout(Duration::from_secs(90), first.start(&spec))
         .await
         .expect("start is bounded")
         .unwrap();

@@ -101,10 +101,12 @@ fn parse_table(table: &str, state: &str) -> Vec<(SocketAddr, u64)> {
             }
             let (address, port) = local.split_once(':')?;
             let port = u16::from_str_radix(port, 16).ok()?;
-            Some((
-                SocketAddr::new(parse_address(address)?, port),
-                inode.parse().ok()?,
-            ))
+            // A JVM binds an IPv4 address as its IPv4-mapped IPv6 form: shown as IPv4.
+            let address = match parse_address(address)? {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+                v4 => v4,
+            };
+            Some((SocketAddr::new(address, port), inode.parse().ok()?))
         })
         .collect()
 }

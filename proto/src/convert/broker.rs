@@ -27,6 +27,7 @@ impl From<Product> for pb::Product {
             Product::Mqttv5 => pb::Product::Mqttv5,
             Product::Aedes => pb::Product::Aedes,
             Product::Amqtt => pb::Product::Amqtt,
+            Product::ActiveMq => pb::Product::Activemq,
         }
     }
 }
@@ -54,6 +55,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Mqttv5 => Some(Product::Mqttv5),
             pb::Product::Aedes => Some(Product::Aedes),
             pb::Product::Amqtt => Some(Product::Amqtt),
+            pb::Product::Activemq => Some(Product::ActiveMq),
         },
     )
 }
