@@ -18,8 +18,10 @@ use crate::{Instance, NativePlan, VersionCommand, WRITTEN_BY_AGENT};
 /// NodeSource's (`/usr`).
 pub const PROGRAMS: &[&str] = &["/usr/local/bin/aedes", "/usr/bin/aedes"];
 
-/// How to install the version the project is tested with (aedes-cli 1.0.2 brings aedes 1.2).
-pub const INSTALL: &str = "npm install -g aedes-cli@1.0.2 (Node.js 20 or later)";
+/// How to install the version the project is tested with (aedes-cli 1.0.2 brings aedes 1.x,
+/// 1.2.0 here; it pins aedes only to `^1.0.1`, so the version a run reports is the one that
+/// ran). Node must load ES modules with `require`: 20.19 or later, 22.12 or later.
+pub const INSTALL: &str = "npm install -g aedes-cli@1.0.2 (Node.js 20.19 or later)";
 
 /// How long the broker may take to answer MQTT; Node starts it within a second.
 pub const START_DEADLINE: Duration = Duration::from_secs(15);
@@ -40,8 +42,9 @@ pub const PORT_TAKEN: &[&str] = &["EADDRINUSE"];
 pub const VERSION_IN_OUTPUT: &str = "aedes ";
 
 /// Node reads `NODE_OPTIONS` (which can load any module into the broker) and other
-/// `NODE_*` variables: removed from the broker's environment.
-pub const ENV_PREFIXES: &[&str] = &["NODE_"];
+/// `NODE_*` variables, and the `debug` module `DEBUG` (`mqtt-packet:*` logs every packet):
+/// removed from the broker's environment.
+pub const ENV_PREFIXES: &[&str] = &["NODE_", "DEBUG"];
 
 /// The version of the aedes library the CLI at `argv[1]` loads (the CLI's own version,
 /// `aedes --version`, is not the broker's): resolved from the CLI's real folder, as Node
@@ -87,7 +90,6 @@ pub fn config(
         "credentials": Value::Null,
         "verbose": false,
         "veryVerbose": false,
-        "noPretty": true,
     })
 }
 
@@ -162,7 +164,7 @@ mod tests {
     fn the_config_opens_only_mqtt_where_asked_anonymous_in_memory_with_stats() {
         let plan = plan_with(&BrokerOptions::default(), None);
         assert_eq!(plan.main.args, ["--config", "/state/ae/aedes-config.js"]);
-        assert_eq!(plan.main.env_remove_prefixes, ["NODE_"]);
+        assert_eq!(plan.main.env_remove_prefixes, ["NODE_", "DEBUG"]);
         assert!(
             plan.files[0]
                 .1

@@ -21,7 +21,7 @@ use super::error::BrokerError;
 use super::install::InstallPaths;
 use super::ports::{claim_port, connect_address, free_loopback_ports};
 use super::readiness::wait_ready;
-use super::sockets::{self, Listening};
+use super::sockets::{self, Listening, Transport};
 use super::websocket_probe;
 use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
 use crate::new_marker;
@@ -503,10 +503,33 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     if let Some(pid) = broker.marker.find_process_named(plan.main_process_names) {
         broker.pid = pid;
     }
+    let listening = broker.listening();
+    // Probes were answered, but by the broker's own listeners? A broker that failed to bind
+    // and stayed up (amqtt logs the failure and runs on) would otherwise be measured on
+    // another program's port.
+    let wanted = std::iter::once(broker.listen).chain(broker.websocket.map(|(address, _)| address));
+    for address in wanted {
+        let own = listening
+            .iter()
+            .any(|l| l.transport == Transport::Tcp && l.address.port() == address.port());
+        if !own {
+            return Err(BrokerError::NotReady {
+                name: broker.name.clone(),
+                address,
+                deadline: plan.ready_deadline,
+                reason: format!(
+                    "{product} answered, but none of its processes listens on port {} \
+                     (another program owns it)",
+                    address.port()
+                ),
+                log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
+            });
+        }
+    }
     if let Some(version) = &plan.version_command {
         broker.version = version_from_command(version, &broker.marker).await;
     }
-    let listening: Vec<String> = broker.listening().iter().map(ToString::to_string).collect();
+    let listening: Vec<String> = listening.iter().map(ToString::to_string).collect();
     tracing::info!(broker = %broker.name, %product, pid = broker.pid, address = %broker.listen, ?listening, "broker ready");
     Ok(())
 }

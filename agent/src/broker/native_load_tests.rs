@@ -154,7 +154,8 @@ async fn counts_what_loadgen_counts(product: Product, counters: Option<SysCounte
     }
     let state = tempfile::tempdir().unwrap();
     let driver = NativeDriver::new(install, state.path().to_owned());
-    let spec = loopback_spec(COUNTED, BrokerKind::Native { product });
+    let name = counted(product);
+    let spec = loopback_spec(&name, BrokerKind::Native { product });
     let broker = tokio::time::timeout(Duration::from_secs(90), driver.start(&spec))
         .await
         .expect("start is bounded")
@@ -199,11 +200,14 @@ async fn counts_what_loadgen_counts(product: Product, counters: Option<SysCounte
         .await
         .expect("stop is bounded")
         .unwrap();
-    assert_eq!(tagged_processes(COUNTED), Vec::<u32>::new());
+    assert_eq!(tagged_processes(&name), Vec::<u32>::new());
 }
 
-/// The instance name of these tests.
-const COUNTED: &str = "counted";
+/// The instance name of `product`'s test: one per product, as a test run in one process
+/// (`cargo test`) runs several at once.
+fn counted(product: Product) -> String {
+    format!("counted-{product}")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mqttv5_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_1mb() {
@@ -217,7 +221,8 @@ async fn an_amqtt_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aedes_the_agent_deploys_counts_what_loadgen_counts_at_every_qos_and_1mb() {
-    counts_what_loadgen_counts(Product::Aedes, Some(SysCounters::aedes(COUNTED))).await;
+    let counters = SysCounters::aedes(&counted(Product::Aedes));
+    counts_what_loadgen_counts(Product::Aedes, Some(counters)).await;
 }
 
 /// ActiveMQ has no `$SYS` tree (its statistics are behind JMX, which the recipe keeps

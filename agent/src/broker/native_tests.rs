@@ -110,6 +110,44 @@ async fn a_broker_that_never_answers_fails_at_its_deadline_and_is_cleaned_up() {
 }
 
 #[tokio::test]
+async fn a_probe_answered_by_a_listener_the_broker_does_not_own_fails_the_start() {
+    // The "broker" starts a real Mosquitto without its marker (as if another program held
+    // the port), then only sleeps: probes are answered, but not by the broker's processes.
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::Mosquitto) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let script = state.path().join("borrowing-broker");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nenv -u {} {} -c \"$2\" &\nexec sleep 60\n",
+            crate::MARKER_VAR,
+            recipes::mosquitto::PROGRAMS[0]
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let driver = fake_mosquitto(&script, &state.path().join("state"));
+    let error = tokio::time::timeout(
+        Duration::from_secs(30),
+        driver.start(&mosquitto_spec("borrowed")),
+    )
+    .await
+    .expect("start is bounded")
+    .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("none of its processes listens on port"),
+        "{error}"
+    );
+    assert_eq!(tagged_processes("borrowed"), Vec::<u32>::new());
+}
+
+#[tokio::test]
 async fn each_missing_product_is_a_failed_precondition_naming_its_paths() {
     let state = tempfile::tempdir().unwrap();
     for product in [Product::Emqx, Product::VerneMq, Product::HiveMq] {
@@ -197,7 +235,9 @@ async fn a_websocket_listener_answers_mqtt(product: Product, deadline: Duration)
     }
     let state = tempfile::tempdir().unwrap();
     let driver = NativeDriver::new(install, state.path().to_owned());
-    let mut spec = loopback_spec("ws", BrokerKind::Native { product });
+    // Named for the product: a test run in one process (`cargo test`) runs several at once.
+    let name = format!("ws-{product}");
+    let mut spec = loopback_spec(&name, BrokerKind::Native { product });
     spec.options.websocket_port = Some(0);
     let broker = tokio::time::timeout(deadline, driver.start(&spec))
         .await
@@ -221,7 +261,7 @@ async fn a_websocket_listener_answers_mqtt(product: Product, deadline: Duration)
             .await
             .is_err()
     );
-    assert_eq!(tagged_processes("ws"), Vec::<u32>::new());
+    assert_eq!(tagged_processes(&name), Vec::<u32>::new());
 }
 
 #[tokio::test]
@@ -246,7 +286,8 @@ async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
     }
     let state = tempfile::tempdir().unwrap();
     let driver = NativeDriver::new(install, state.path().to_owned());
-    let spec = loopback_spec("only", BrokerKind::Native { product });
+    let name = format!("only-{product}");
+    let spec = loopback_spec(&name, BrokerKind::Native { product });
     let mut broker = tokio::time::timeout(deadline, driver.start_native(&spec, product))
         .await
         .expect("start is bounded")
@@ -280,7 +321,7 @@ async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
         .unwrap();
     assert!(!is_running(pid), "{product} {pid} still runs");
     assert!(probe(address, PROBE_TIMEOUT).await.is_err());
-    assert_eq!(tagged_processes("only"), Vec::<u32>::new());
+    assert_eq!(tagged_processes(&name), Vec::<u32>::new());
 }
 
 #[tokio::test]
@@ -397,7 +438,8 @@ async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {
     }
     let state = tempfile::tempdir().unwrap();
     let first = NativeDriver::new(install.clone(), state.path().to_owned());
-    let spec = loopback_spec("orphan", BrokerKind::Native { product });
+    let name = format!("orphan-{product}");
+    let spec = loopback_spec(&name, BrokerKind::Native { product });
     // A JVM takes longest to start; its own deadline (60 s) is what bounds it.
     let broker = tokio::time::timeout(Duration::from_secs(90), first.start(&spec))
         .await
@@ -413,10 +455,10 @@ async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {
     let stopped = tokio::time::timeout(Duration::from_secs(30), next.stop_leftovers())
         .await
         .expect("the sweep is bounded");
-    assert_eq!(stopped, ["orphan"]);
+    assert_eq!(stopped, std::slice::from_ref(&name));
     assert!(!is_running(pid), "{product} {pid} still runs");
     assert!(probe(address, PROBE_TIMEOUT).await.is_err());
-    assert_eq!(tagged_processes("orphan"), Vec::<u32>::new());
+    assert_eq!(tagged_processes(&name), Vec::<u32>::new());
     // Its marker is gone: a further start of an agent finds nothing to stop.
     assert!(next.stop_leftovers().await.is_empty());
 }

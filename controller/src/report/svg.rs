@@ -29,8 +29,8 @@ pub enum Marker {
     TriangleDown,
     /// A plus sign.
     Plus,
-    /// A hexagon.
-    Hexagon,
+    /// A triangle pointing right.
+    TriangleRight,
     /// A five-pointed star.
     Star,
     /// A diagonal cross.
@@ -45,7 +45,7 @@ pub const MARKERS: [Marker; 9] = [
     Marker::Diamond,
     Marker::TriangleDown,
     Marker::Plus,
-    Marker::Hexagon,
+    Marker::TriangleRight,
     Marker::Star,
     Marker::Cross,
 ];
@@ -209,7 +209,7 @@ impl Svg {
                 .collect()
         };
         let plus = |turn: f64| -> Vec<(f64, f64)> {
-            let (w, l) = (0.38, 1.15);
+            let (w, l) = (0.5, 1.35);
             let arm = [
                 (-w, -l),
                 (w, -l),
@@ -239,7 +239,7 @@ impl Svg {
             Marker::Diamond => polygon(regular(4, 1.3, 0.0)),
             Marker::TriangleDown => polygon(regular(3, 1.35, std::f64::consts::PI)),
             Marker::Plus => polygon(plus(0.0)),
-            Marker::Hexagon => polygon(regular(6, 1.15, 0.0)),
+            Marker::TriangleRight => polygon(regular(3, 1.35, std::f64::consts::FRAC_PI_2)),
             Marker::Star => {
                 let outer = regular(5, 1.45, 0.0);
                 let inner = regular(5, 0.6, std::f64::consts::PI / 5.0);
@@ -258,7 +258,8 @@ impl Svg {
             .collect();
         let _ = writeln!(
             self.body,
-            "<polygon points=\"{}\" fill=\"{fill}\"/>",
+            // A thin white edge keeps a shape apart from its own line (a plus on a line).
+            "<polygon points=\"{}\" fill=\"{fill}\" stroke=\"#ffffff\" stroke-width=\"0.6\"/>",
             list.join(" ")
         );
     }
