@@ -202,8 +202,8 @@ pub fn section(data: &RunData) -> Option<Section> {
         return None;
     }
     let mut section = Section::new("emulation", "Emulation check");
-    section.paragraph(METHOD);
     let Some(base) = base else {
+        section.paragraph(METHOD);
         section.paragraph("The plan has no local scenario (no delay) to compare with.");
         return Some(section);
     };
@@ -226,7 +226,27 @@ pub fn section(data: &RunData) -> Option<Section> {
             .filter(|g| g.count > 0)
             .map(|g| g.p50)
     };
+    // Scenarios never measured (skipped: no netem here, no link to emulate) have nothing to
+    // check: one line names them, rather than a row of "n/a" per broker.
+    let (measured, unmeasured): (Vec<usize>, Vec<usize>) = emulated
+        .iter()
+        .partition(|&&s| (0..plan.brokers.len()).any(|b| median(b, s).is_some()));
     let mut lines = Vec::new();
+    if !unmeasured.is_empty() {
+        let names: Vec<&str> = unmeasured
+            .iter()
+            .map(|&s| plan.scenarios[s].name.as_str())
+            .collect();
+        lines.push(format!(
+            "{}: not measured in this run (see \"Not measured\"), so nothing to check.",
+            names.join(", ")
+        ));
+    }
+    if measured.is_empty() {
+        section.blocks.push(Block::List(lines));
+        return Some(section);
+    }
+    section.paragraph(METHOD);
     let mut table = Table::new(
         &[
             "Scenario",
@@ -240,7 +260,7 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         3,
     );
-    for &scenario in &emulated {
+    for &scenario in &measured {
         let name = &plan.scenarios[scenario].name;
         let mut checks: Vec<DelayCheck> = Vec::new();
         for broker in 0..plan.brokers.len() {
