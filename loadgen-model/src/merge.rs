@@ -39,6 +39,7 @@ impl RunResult {
             (&mut self.latency, &other.latency),
             (&mut self.transit_latency, &other.transit_latency),
             (&mut self.send_delay, &other.send_delay),
+            (&mut self.read_delay, &other.read_delay),
             (&mut self.connect_time, &other.connect_time),
         ] {
             histogram

@@ -188,6 +188,12 @@ pub struct RunResult {
     /// Open loop: actual minus intended send time of measured messages, ns.
     #[serde(with = "crate::histogram_v2")]
     pub send_delay: Histogram<u64>,
+    /// How long after the newest bytes of its read reached the subscriber host's kernel
+    /// loadgen read each measured delivery, ns: loadgen's own late read (exact for the last
+    /// delivery of a read, a lower bound for the others). Empty where the kernel gave no
+    /// receive stamp, and in results written before it existed.
+    #[serde(default = "new_histogram", with = "crate::histogram_v2")]
+    pub read_delay: Histogram<u64>,
     /// TCP + TLS + CONNECT/CONNACK (+ SUBACK for subscribers), ns, per connection.
     #[serde(with = "crate::histogram_v2")]
     pub connect_time: Histogram<u64>,
@@ -335,6 +341,7 @@ impl RunResult {
             latency: new_histogram(),
             transit_latency: new_histogram(),
             send_delay: new_histogram(),
+            read_delay: new_histogram(),
             connect_time: new_histogram(),
             published: vec![0; publishers],
             acknowledged: vec![0; publishers],

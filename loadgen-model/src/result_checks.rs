@@ -115,6 +115,7 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
         ("latency", &result.latency),
         ("transit_latency", &result.transit_latency),
         ("send_delay", &result.send_delay),
+        ("read_delay", &result.read_delay),
         ("connect_time", &result.connect_time),
     ] {
         check_histogram(name, histogram)?;

@@ -202,6 +202,11 @@ pub struct Summary {
     pub read_cadence_ms: Option<f64>,
     /// Open loop: how late messages left relative to their schedule.
     pub send_delay: LatencySummary,
+    /// How long after the newest bytes of a read reached the subscriber host's kernel
+    /// loadgen read its deliveries: loadgen's late reads, at least (empty without kernel
+    /// receive stamps).
+    #[serde(default)]
+    pub read_delay: LatencySummary,
     /// Connection set-up time per client.
     pub connect_time: LatencySummary,
     /// Aggregate publish rate of all publishers.
@@ -421,15 +426,19 @@ impl Summary {
             latency: LatencySummary::of(&result.latency),
             transit_latency: LatencySummary::of(&result.transit_latency),
             latency_tail: crate::tail::judge(
-                &LatencySummary::of(&result.latency),
-                &LatencySummary::of(&result.transit_latency),
-                &LatencySummary::of(&result.send_delay),
+                &crate::tail::TailFigures {
+                    open_loop: LatencySummary::of(&result.latency),
+                    transit: LatencySummary::of(&result.transit_latency),
+                    send_delay: LatencySummary::of(&result.send_delay),
+                    read_delay: LatencySummary::of(&result.read_delay),
+                },
                 generator.host_cpu_pressure_percent,
             ),
             read_cadence_ms: spec
                 .read_cadence()
                 .map(|cadence| cadence.as_secs_f64() * 1e3),
             send_delay: LatencySummary::of(&result.send_delay),
+            read_delay: LatencySummary::of(&result.read_delay),
             connect_time: LatencySummary::of(&result.connect_time),
             publish_rate,
             receive_rate,

@@ -19,6 +19,7 @@ pub(crate) struct Live {
     pub latency: Mutex<Histogram<u64>>,
     pub transit_latency: Mutex<Histogram<u64>>,
     pub send_delay: Mutex<Histogram<u64>>,
+    pub read_delay: Mutex<Histogram<u64>>,
     /// Closed loop at QoS 0: one per global publisher index; empty otherwise.
     pub credits: Vec<std::sync::Arc<Credit>>,
 }
@@ -34,6 +35,7 @@ impl Live {
             latency: Mutex::new(new_histogram()),
             transit_latency: Mutex::new(new_histogram()),
             send_delay: Mutex::new(new_histogram()),
+            read_delay: Mutex::new(new_histogram()),
         }
     }
 

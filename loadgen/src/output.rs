@@ -155,6 +155,10 @@ pub fn render_table(summary: &Summary) -> String {
     } else {
         latency_row(&mut out, "end-to-end", &s.latency);
     }
+    if s.read_delay.count > 0 {
+        // Loadgen's own receive side, in every kind of run: from the kernel's stamp.
+        latency_row(&mut out, "read delay (vs arrival)", &s.read_delay);
+    }
     latency_row(&mut out, "connect", &s.connect_time);
     if let Some(cadence) = s.read_cadence_ms {
         let _ = writeln!(
@@ -653,15 +657,16 @@ fn churn_lines(out: &mut String, churn: &crate::summary::ChurnSummary) {
     }
 }
 
-/// Writes `latency.hgrm` (open loop), `transit_latency.hgrm`, `send_delay.hgrm` and
-/// `connect_time.hgrm` (HdrHistogram percentile distributions in ms) and `result.json` (the
-/// raw mergeable result) into `dir`.
+/// Writes `latency.hgrm` (open loop), `transit_latency.hgrm`, `send_delay.hgrm`,
+/// `read_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile distributions in ms)
+/// and `result.json` (the raw mergeable result) into `dir`.
 pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputError> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
     for (name, histogram) in [
         ("latency", &result.latency),
         ("transit_latency", &result.transit_latency),
         ("send_delay", &result.send_delay),
+        ("read_delay", &result.read_delay),
         ("connect_time", &result.connect_time),
     ] {
         let path = dir.join(format!("{name}.hgrm"));

@@ -1,6 +1,7 @@
 //! Opening one MQTT connection: TCP (+TLS), CONNECT, CONNACK and, for subscribers, SUBSCRIBE
 //! and SUBACK, under one deadline.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -8,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::codec::{Codec, ConnectFields, Incoming};
 use crate::spec::{Qos, WorkloadSpec};
-use crate::transport::{Dialer, ReadHalf, WriteHalf};
+use crate::transport::{ArrivalStamp, Dialer, ReadHalf, WriteHalf};
 
 /// Bytes reserved before each socket read, so large packets are not read 64 bytes at a time.
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
@@ -28,6 +29,9 @@ pub(crate) struct Session {
     pub limits: crate::codec::ServerLimits,
     /// The QoS SUBACK granted the subscription (a broker may grant less than asked).
     pub granted_qos: Option<u8>,
+    /// Subscribers: the kernel's receive stamp of the newest bytes read (`None` for
+    /// publishers, and where the kernel does not stamp).
+    pub arrival: Option<Arc<ArrivalStamp>>,
 }
 
 /// Why a connection could not be opened.
@@ -141,10 +145,11 @@ async fn open_unbounded(
     subscription: Option<(&str, Qos)>,
     kept: KeptSession,
 ) -> Result<Session, ConnectFailure> {
-    let (reader, writer) = dialer
-        .dial()
-        .await
-        .map_err(|e| ConnectFailure::Io(e.to_string()))?;
+    let dialed = match subscription {
+        Some(_) => dialer.dial_stamped().await,
+        None => dialer.dial().await.map(|(read, write)| (read, write, None)),
+    };
+    let (reader, writer, arrival) = dialed.map_err(|e| ConnectFailure::Io(e.to_string()))?;
     let mut session = Session {
         reader,
         writer,
@@ -154,6 +159,7 @@ async fn open_unbounded(
         session_present: false,
         limits: crate::codec::ServerLimits::default(),
         granted_qos: None,
+        arrival,
     };
     let mut out = BytesMut::new();
     codec

@@ -110,23 +110,35 @@ pub(crate) struct SubscriberOutcome {
     pub most_unacknowledged: u64,
 }
 
-/// The two latencies of each measured delivery, batched into the run's histograms.
+/// The latencies of each measured delivery, batched into the run's histograms.
 struct Latencies<'a> {
     /// From the intended send time (open loop; the actual one without a schedule).
     open_loop: SampleBuffer<'a>,
     /// From the actual send time.
     transit: SampleBuffer<'a>,
+    /// How long after the newest bytes of its read reached this host's kernel loadgen read
+    /// the delivery: loadgen's own late read, at least ([`crate::transport::ArrivalStamp`]).
+    read_delay: SampleBuffer<'a>,
 }
 
 impl Latencies<'_> {
     fn flush(&mut self) {
         self.open_loop.flush();
         self.transit.flush();
+        self.read_delay.flush();
     }
 }
 
 /// Why the read loop ended early.
 struct Ended(&'static str);
+
+/// When a read returned: on the run clock, and how long after the newest bytes it returned
+/// reached this host's kernel (`None` without a kernel stamp).
+#[derive(Debug, Clone, Copy)]
+struct ReadAt {
+    now_ns: u64,
+    read_delay_ns: Option<u64>,
+}
 
 /// Runs one subscriber until `job.stop` fires or the connection ends (and, with a reconnect
 /// policy, cannot be opened again).
@@ -148,6 +160,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     let mut latencies = Latencies {
         open_loop: SampleBuffer::new(&job.live.latency),
         transit: SampleBuffer::new(&job.live.transit_latency),
+        read_delay: SampleBuffer::new(&job.live.read_delay),
     };
     if let Some(granted) = session
         .granted_qos
@@ -241,9 +254,19 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             Ok(0) => lost = Some("connection_closed"),
             Err(_) => lost = Some("read_failed"),
             Ok(read_bytes) => {
+                // Wall clock beside the run clock: the kernel's stamp is on the wall clock.
+                let read_delay_ns = session
+                    .arrival
+                    .as_ref()
+                    .and_then(|arrival| arrival.newest_unix_ns())
+                    .map(|arrived| crate::clock::unix_now_ns().saturating_sub(arrived));
                 let now_ns = job.clock.now_ns();
                 let before = (state.received, state.unique());
-                let decoded = state.consume(&job, &mut session, now_ns, &mut out, &mut latencies);
+                let read_at = ReadAt {
+                    now_ns,
+                    read_delay_ns,
+                };
+                let decoded = state.consume(&job, &mut session, read_at, &mut out, &mut latencies);
                 if !out.is_empty() {
                     if write_out(&mut session.writer, &out).await.is_err() {
                         lost = Some("write_failed");
@@ -464,10 +487,14 @@ impl State {
         &mut self,
         job: &SubscriberJob,
         session: &mut Session,
-        now_ns: u64,
+        read: ReadAt,
         out: &mut BytesMut,
         latencies: &mut Latencies<'_>,
     ) -> Result<(), Ended> {
+        let ReadAt {
+            now_ns,
+            read_delay_ns,
+        } = read;
         // QoS 1/2 deliveries of this read: none is acknowledged before all are decoded.
         let mut unacknowledged = 0u64;
         loop {
@@ -553,6 +580,10 @@ impl State {
                             (Some(open_loop), Some(transit)) => {
                                 latencies.open_loop.push(open_loop);
                                 latencies.transit.push(transit);
+                                if let Some(late) = read_delay_ns {
+                                    // Never more than the transit: clocks read apart.
+                                    latencies.read_delay.push(late.min(transit));
+                                }
                             }
                             _ => self.negative_latency += 1,
                         }

@@ -9,7 +9,9 @@
 //! loadgen's send delay on top. Run once quietly and once beside a CPU hog: on a contended
 //! host the pacer (which spins the last stretch before each message is due) loses its CPU
 //! for whole scheduler slices while the broker and the subscriber, asleep in epoll, are woken
-//! at once, so the open-loop tail becomes loadgen's and must be marked as such.
+//! at once, so the open-loop tail becomes loadgen's and must be marked as such. The hog also
+//! delays the subscriber's reads: loadgen's read delay (from the kernel's receive stamp) says
+//! by how much, and is what lets the verdict tell that tail from the broker's.
 
 use std::process::{Child, Command, Stdio};
 
@@ -24,7 +26,8 @@ use tests::{Mosquitto, MosquittoOptions};
 /// loadgen's transit p50 exceeded the send-to-wire-out p50 by 60-120 µs, its p99 by 0.2-1.1 ms
 /// quietly and by 0.5-2.3 ms beside the hog (the hog delays the subscriber's wake-ups too).
 /// The margins leave room for a slower day; the p50 one stays far below the open-loop figures
-/// it tells apart.
+/// it tells apart. Beside the hog a CI run saw the p99 4.66 ms above the wire: at p99 the
+/// margin grows by loadgen's own measured read delay p99, the late reads it owns up to.
 const RECEIVE_SIDE_MARGIN_P50_NS: u64 = 500_000;
 const RECEIVE_SIDE_MARGIN_P99_NS: u64 = 5_000_000;
 /// The run clock's origin is one reading of two clocks (monotonic, then wall): aligning the
@@ -52,7 +55,16 @@ async fn beside_a_cpu_hog_the_open_loop_tail_is_marked_loadgens_and_transit_stil
     assert_eq!(
         tail.owner,
         TailOwner::Loadgen,
-        "beside the hog the open-loop tail is loadgen's send delay: {}",
+        "beside the hog the open-loop tail is loadgen's lateness: {}",
+        tail.note
+    );
+    assert!(
+        summary.read_delay.count > 0,
+        "the kernel stamped the subscriber's reads: the read delay was measured"
+    );
+    assert!(
+        tail.note.contains("read delay p99"),
+        "the verdict names the read delay: {}",
         tail.note
     );
 }
@@ -95,7 +107,8 @@ async fn measure(hogs: Option<usize>) -> Option<(Summary, WireFigures)> {
     eprintln!(
         "{}: wire transit p50 {:.1} µs p99 {:.1} µs; actual send to wire out p50 {:.1} p99 {:.1} µs; \
          transit latency p50 {:.1} p99 {:.1} µs; open-loop latency p50 {:.1} p99 {:.1} µs; \
-         send delay p50 {:.1} p99 {:.1} µs; host CPU pressure {:?} %; capture gaps {}; verdict: {}",
+         send delay p50 {:.1} p99 {:.1} µs; read delay p50 {:.1} p99 {:.1} µs; \
+         host CPU pressure {:?} %; capture gaps {}; verdict: {}",
         if hogs.is_some() {
             "beside a CPU hog"
         } else {
@@ -111,6 +124,8 @@ async fn measure(hogs: Option<usize>) -> Option<(Summary, WireFigures)> {
         summary.latency.p99_us,
         summary.send_delay.p50_us,
         summary.send_delay.p99_us,
+        summary.read_delay.p50_us,
+        summary.read_delay.p99_us,
         summary.generator.host_cpu_pressure_percent,
         figures.gaps,
         summary
@@ -166,7 +181,7 @@ fn check_transit_against_wire(summary: &Summary, wire: &WireFigures) {
         (
             0.99,
             ns(summary.transit_latency.p99_us),
-            RECEIVE_SIDE_MARGIN_P99_NS,
+            RECEIVE_SIDE_MARGIN_P99_NS + ns(summary.read_delay.p99_us),
         ),
     ] {
         let on_wire = tests::wire::quantile_ns(&wire.send_to_wire_out_ns, q);

@@ -163,6 +163,33 @@ pub struct SummaryRow {
     pub send_delay_mean_us: Option<f64>,
     /// Send delay (open loop: how late messages left): interquartile range, µs.
     pub send_delay_iqr_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): samples.
+    #[serde(default)]
+    pub read_delay_count: Option<u64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): smallest, µs.
+    #[serde(default)]
+    pub read_delay_min_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): median, µs.
+    #[serde(default)]
+    pub read_delay_p50_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): 90th percentile, µs.
+    #[serde(default)]
+    pub read_delay_p90_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): 99th percentile, µs.
+    #[serde(default)]
+    pub read_delay_p99_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): 99.9th percentile, µs.
+    #[serde(default)]
+    pub read_delay_p999_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): largest, µs.
+    #[serde(default)]
+    pub read_delay_max_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): mean, µs.
+    #[serde(default)]
+    pub read_delay_mean_us: Option<f64>,
+    /// Read delay (loadgen's late read after the kernel received the bytes, at least): interquartile range, µs.
+    #[serde(default)]
+    pub read_delay_iqr_us: Option<f64>,
     /// Connection set-up time: samples.
     pub connect_time_count: Option<u64>,
     /// Connection set-up time: smallest, µs.
@@ -455,6 +482,15 @@ impl SummaryRow {
             send_delay_max_us: summary.map(|s| s.send_delay.max_us),
             send_delay_mean_us: summary.map(|s| s.send_delay.mean_us),
             send_delay_iqr_us: summary.map(|s| s.send_delay.iqr_us),
+            read_delay_count: summary.map(|s| s.read_delay.count),
+            read_delay_min_us: summary.map(|s| s.read_delay.min_us),
+            read_delay_p50_us: summary.map(|s| s.read_delay.p50_us),
+            read_delay_p90_us: summary.map(|s| s.read_delay.p90_us),
+            read_delay_p99_us: summary.map(|s| s.read_delay.p99_us),
+            read_delay_p999_us: summary.map(|s| s.read_delay.p999_us),
+            read_delay_max_us: summary.map(|s| s.read_delay.max_us),
+            read_delay_mean_us: summary.map(|s| s.read_delay.mean_us),
+            read_delay_iqr_us: summary.map(|s| s.read_delay.iqr_us),
             connect_time_count: summary.map(|s| s.connect_time.count),
             connect_time_min_us: summary.map(|s| s.connect_time.min_us),
             connect_time_p50_us: summary.map(|s| s.connect_time.p50_us),
@@ -573,7 +609,7 @@ mod tests {
     use super::*;
 
     /// The columns of summary.csv as users and tests read them: names and order are fixed.
-    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,expired,most_unacknowledged,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,transit_latency_count,transit_latency_min_us,transit_latency_p50_us,transit_latency_p90_us,transit_latency_p99_us,transit_latency_p999_us,transit_latency_max_us,transit_latency_mean_us,transit_latency_iqr_us,latency_tail,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,generator_host_cpu_pressure_percent,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open,reconnect_lost,reconnect_back,reconnect_not_back,reconnect_full_ms,reconnect_away_p50_us,reconnect_away_max_us,reconnect_failures,reconnect_resent";
+    const HEADER: &str = "cell,broker,scenario,test,point,repetition,status,reason,run_id,broker_address,protocol,qos,publishers,subscribers,topology,pacing,interval_ms,offered_rate_msgs_per_s,duration_s,warmup_s,rate_kind,payload_bytes,header,messages_per_publisher,warmup_messages,published,acknowledged,expected_deliveries,received,delivered_unique,lost,lost_percent,expired,most_unacknowledged,duplicates,out_of_order,qos_violations,latency_count,latency_min_us,latency_p50_us,latency_p90_us,latency_p99_us,latency_p999_us,latency_max_us,latency_mean_us,latency_iqr_us,transit_latency_count,transit_latency_min_us,transit_latency_p50_us,transit_latency_p90_us,transit_latency_p99_us,transit_latency_p999_us,transit_latency_max_us,transit_latency_mean_us,transit_latency_iqr_us,latency_tail,send_delay_count,send_delay_min_us,send_delay_p50_us,send_delay_p90_us,send_delay_p99_us,send_delay_p999_us,send_delay_max_us,send_delay_mean_us,send_delay_iqr_us,read_delay_count,read_delay_min_us,read_delay_p50_us,read_delay_p90_us,read_delay_p99_us,read_delay_p999_us,read_delay_max_us,read_delay_mean_us,read_delay_iqr_us,connect_time_count,connect_time_min_us,connect_time_p50_us,connect_time_p90_us,connect_time_p99_us,connect_time_p999_us,connect_time_max_us,connect_time_mean_us,connect_time_iqr_us,publish_rate_msgs_per_s,publish_rate_window,publish_rate_window_start_ms,publish_rate_window_ms,receive_rate_msgs_per_s,receive_rate_window,receive_rate_window_start_ms,receive_rate_window_ms,publish_rate_per_client_clients,publish_rate_per_client_min_msgs_per_s,publish_rate_per_client_median_msgs_per_s,publish_rate_per_client_max_msgs_per_s,receive_rate_per_client_clients,receive_rate_per_client_min_msgs_per_s,receive_rate_per_client_median_msgs_per_s,receive_rate_per_client_max_msgs_per_s,steadiness_steady,steadiness_reasons,steadiness_window_start_ms,steadiness_window_ms,steadiness_offered_msgs_per_s,steadiness_publish_msgs_per_s,steadiness_receive_msgs_per_s,steadiness_receive_first_half_msgs_per_s,steadiness_receive_second_half_msgs_per_s,steadiness_receive_slowest_second_msgs_per_s,steadiness_receive_fastest_second_msgs_per_s,steadiness_backlog_at_start,steadiness_backlog_at_end,steadiness_delivered_percent_of_offered,generator_limited,generator_reasons,generator_warnings,generator_busy_percent,generator_peak_busy_percent,generator_cpu_wait_percent,generator_throttled_percent,generator_cpu_capacity,generator_sent_late_after_end,generator_host_cpu_pressure_percent,errors,loadgen_cpu_per_message_us,loadgen_cpu_ms,loadgen_peak_rss_mb,load_wall_ms,interrupted,broker_cpu_percent,broker_cpu_us_per_delivery,broker_peak_rss_mb,broker_samples,limited_by_generator,limit_reason,saturation_rate,saturation_delivered_msgs_per_s,saturation_failed_rate,saturation_end,saturation_probes,churn_rate_asked,churn_rate_achieved,churn_attempted,churn_connected,churn_disconnected,churn_failures,churn_connect_p50_us,churn_connect_p99_us,churn_most_open,reconnect_lost,reconnect_back,reconnect_not_back,reconnect_full_ms,reconnect_away_p50_us,reconnect_away_max_us,reconnect_failures,reconnect_resent";
 
     #[test]
     fn the_columns_are_the_ones_users_read() {

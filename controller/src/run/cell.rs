@@ -174,7 +174,7 @@ pub fn one_line(summary: &Summary) -> String {
             summary.transit_latency.p50_us / 1e3,
             summary.transit_latency.p99_us / 1e3,
             if tail.owner == loadgen::tail::TailOwner::Loadgen {
-                ", tail is loadgen's send delay"
+                ", tail is loadgen's lateness"
             } else {
                 ""
             }

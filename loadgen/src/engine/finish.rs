@@ -136,6 +136,7 @@ fn fill_result(
     result.latency = lock(&live.latency);
     result.transit_latency = lock(&live.transit_latency);
     result.send_delay = lock(&live.send_delay);
+    result.read_delay = lock(&live.read_delay);
 }
 
 /// Judges which messages an absent subscriber missed because they expired

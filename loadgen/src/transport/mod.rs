@@ -6,8 +6,12 @@
 //! # Layout
 //! - this file: the [`Dialer`] and the TLS client configuration.
 //! - `websocket`: the upgrade and the byte halves over WebSocket frames.
+//! - `arrival`: the kernel's receive stamp under a subscriber's reads.
 
+mod arrival;
 mod websocket;
+
+pub use arrival::ArrivalStamp;
 
 use std::io;
 use std::path::Path;
@@ -108,11 +112,59 @@ impl Dialer {
     /// Writers of WebSocket connections (and of TLS ones) may keep the last bytes written
     /// when the socket is full: flush before waiting for the broker's answer.
     pub async fn dial(&self) -> io::Result<(ReadHalf, WriteHalf)> {
+        let stream = self.connect().await?;
+        if self.tls.is_none() && self.websocket.is_none() {
+            // Owned halves: no lock between the reader and the writer of a plain socket.
+            let (read, write) = stream.into_split();
+            return Ok((Box::pin(read), Box::pin(write)));
+        }
+        self.layer(stream).await
+    }
+
+    /// [`Dialer::dial`], with the kernel's receive stamp of the newest bytes read kept
+    /// (`None` when the kernel refuses to stamp): for subscribers, whose late reads are
+    /// loadgen's and not the broker's.
+    pub async fn dial_stamped(
+        &self,
+    ) -> io::Result<(ReadHalf, WriteHalf, Option<Arc<ArrivalStamp>>)> {
+        let stream = self.connect().await?;
+        if self.tls.is_none() && self.websocket.is_none() {
+            let (read, write) = stream.into_split();
+            return Ok(match arrival::Stamped::new(read) {
+                Ok(read) => {
+                    let stamp = read.arrival();
+                    (Box::pin(read), Box::pin(write), Some(stamp))
+                }
+                Err(read) => (Box::pin(read), Box::pin(write), None),
+            });
+        }
+        match arrival::Stamped::new(stream) {
+            Ok(stamped) => {
+                let stamp = stamped.arrival();
+                let (read, write) = self.layer(stamped).await?;
+                Ok((read, write, Some(stamp)))
+            }
+            Err(stream) => {
+                let (read, write) = self.layer(stream).await?;
+                Ok((read, write, None))
+            }
+        }
+    }
+
+    async fn connect(&self) -> io::Result<TcpStream> {
         let stream = TcpStream::connect(&self.address).await?;
         stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// TLS and WebSocket on a connected socket, as the spec asks.
+    async fn layer<S>(&self, stream: S) -> io::Result<(ReadHalf, WriteHalf)>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         match (&self.tls, &self.websocket) {
             (None, None) => {
-                let (read, write) = stream.into_split();
+                let (read, write) = tokio::io::split(stream);
                 Ok((Box::pin(read), Box::pin(write)))
             }
             (Some((connector, name)), None) => {

@@ -149,6 +149,11 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
             histogram_from_bytes(&message.transit_latency, at, "transit_latency")?
         },
         send_delay: histogram_from_bytes(&message.send_delay, at, "send_delay")?,
+        read_delay: if message.read_delay.is_empty() {
+            loadgen_model::result::new_histogram()
+        } else {
+            histogram_from_bytes(&message.read_delay, at, "read_delay")?
+        },
         connect_time: histogram_from_bytes(&message.connect_time, at, "connect_time")?,
         published: message.published,
         acknowledged: message.acknowledged,
@@ -374,6 +379,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
             latency: histogram_to_bytes(&result.latency, at, "latency")?,
             transit_latency: histogram_to_bytes(&result.transit_latency, at, "transit_latency")?,
             send_delay: histogram_to_bytes(&result.send_delay, at, "send_delay")?,
+            read_delay: histogram_to_bytes(&result.read_delay, at, "read_delay")?,
             connect_time: histogram_to_bytes(&result.connect_time, at, "connect_time")?,
             published: result.published.clone(),
             acknowledged: result.acknowledged.clone(),
@@ -585,6 +591,10 @@ mod tests {
             .expect("within bounds");
         result.send_delay.record(35_000).expect("within bounds");
         result
+            .read_delay
+            .record_n(20_000, 3)
+            .expect("within bounds");
+        result
             .connect_time
             .record(2_500_000)
             .expect("within bounds");
@@ -752,8 +762,10 @@ mod tests {
     fn a_result_from_an_agent_without_transit_latency_decodes_with_it_empty() {
         let mut message = encode(&filled_result());
         message.transit_latency.clear();
+        message.read_delay.clear();
         let decoded = RunResult::try_from(message).expect("decodes");
         assert!(decoded.transit_latency.is_empty());
+        assert!(decoded.read_delay.is_empty());
         assert_eq!(decoded.latency, filled_result().latency);
     }
 
