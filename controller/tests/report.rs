@@ -828,6 +828,16 @@ fn build_sustained(
     dir: &Path,
     plan_text: &str,
 ) -> std::collections::BTreeMap<&'static str, Vec<f64>> {
+    build_sustained_at(dir, plan_text, [10_000.0, 5_000.0])
+}
+
+/// [`build_sustained`] with each broker's rate (by position), before the repetition's own
+/// +100 msg/s; the first broker's transit latency is 0.3 ms, the second's 0.5 ms.
+fn build_sustained_at(
+    dir: &Path,
+    plan_text: &str,
+    rates: [f64; 2],
+) -> std::collections::BTreeMap<&'static str, Vec<f64>> {
     let plan = Plan::parse(plan_text, "plan.toml").expect("plan");
     let results = ResultsDir::open(dir).expect("open");
     let manifest = Manifest {
@@ -878,12 +888,16 @@ fn build_sustained(
         let spec = workload_for(test, None, Some(10)).expect("workload");
         let mut result = RunResult::empty(&spec, &id.replace('/', "-"));
         result.shards.push(spec.effective_shard());
-        let rate = [10_000.0, 5_000.0][cell.broker] + f64::from(rep) * 100.0;
+        let rate = rates[cell.broker] + f64::from(rep) * 100.0;
         // rabbitmq's 3rd repetition falls behind; mosquitto's 4th is loadgen's limit.
         // By position, so a plan may name its brokers otherwise.
         let (first, key) = (cell.broker == 0, ["mosquitto", "rabbitmq"][cell.broker]);
         let falls_behind = !first && rep == 3;
         fill_timed(&mut result, rate, falls_behind);
+        result
+            .transit_latency
+            .record_n([300_000, 500_000][cell.broker], 100)
+            .expect("in range");
         let summary = Summary::of(&result);
         record.usage = Some(controller::results::usage::BrokerUsage {
             cpu_percent: 50.0,
@@ -988,6 +1002,84 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
     assert!(
         md.find("## Findings") < md.find("## Run"),
         "the report opens with its findings"
+    );
+}
+
+/// Two brokers that both sustain one offered rate, measured twice each (the quickstart's
+/// shape): the report ranks neither by rate, compares latency at that load, says once that
+/// two repetitions cannot be tested, and calls no interval 95 %.
+#[test]
+fn an_offered_rate_sustained_by_both_ranks_nothing_and_two_repetitions_claim_no_95_percent() {
+    const OFFERED: &str = r#"
+name = "offered-test"
+repetitions = 2
+nodes = [
+  { name = "tester", agent = "198.18.0.1:7100", roles = ["loadgen", "netem"] },
+  { name = "worker", agent = "198.18.0.3:7100", roles = ["broker", "netem"] },
+]
+brokers = [
+  { name = "mosquitto", kind = "native", product = "mosquitto", node = "worker" },
+  { name = "rabbitmq", kind = "native", product = "rabbitmq", node = "worker" },
+]
+scenarios = [{ name = "local" }]
+tests = [
+  { kind = "throughput", loadgen = ["tester"], clients = [10], duration = "2s", warmup = "1s", rate = 10000 },
+  { kind = "saturation", loadgen = ["tester"], clients = [10] },
+]
+"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Both deliver what was offered (10,000 msg/s; the repetitions add 100 and 200).
+    let counted = build_sustained_at(dir.path(), OFFERED, [10_000.0, 10_000.0]);
+    assert_eq!(
+        (counted["mosquitto"].len(), counted["rabbitmq"].len()),
+        (2, 2),
+        "both sustained every repetition"
+    );
+    let md = std::fs::read_to_string(write_report(dir.path()).expect("report").markdown)
+        .expect("report.md");
+    assert!(!md.contains("95 %"), "no interval is called 95 %: {md}");
+    assert!(
+        md.contains("10,150 \\[10,100-10,200, 50 %\\]"),
+        "two repetitions' range says its coverage: {md}"
+    );
+    let findings = md
+        .split("## Findings")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a findings section");
+    assert!(
+        !findings.contains("Sustained throughput at") && !findings.contains("msg/s) higher than"),
+        "no ranking by a rate both sustained: {findings}"
+    );
+    assert!(
+        findings.contains(
+            "local: At 10 pairs and the offered rate, repetitions that sustained it: mosquitto \
+             and rabbitmq in 2 of 2; latency at that load: mosquitto lower than rabbitmq by \
+             40.0 % (0.300 vs 0.500; medians of 2 and 2 repetitions, too few to test)."
+        ),
+        "{findings}"
+    );
+    assert_eq!(
+        findings.matches("no difference can be significant").count(),
+        1,
+        "said once: {findings}"
+    );
+    let comparisons = md
+        .split("## Broker comparisons")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a comparisons section");
+    assert!(
+        !comparisons.contains("no significant difference") && !comparisons.contains('|'),
+        "one sentence, not a table of verdicts that could not be otherwise: {comparisons}"
+    );
+    let saturation = md
+        .split("## Saturation point")
+        .nth(1)
+        .expect("a saturation section");
+    assert!(
+        saturation.contains("read at most every 1ms while deliveries keep coming"),
+        "the latency chart names the receive cadence: {saturation}"
     );
 }
 

@@ -9,7 +9,7 @@ use loadgen::Summary;
 use loadgen::summary::WindowKind;
 
 use super::chart::{LineChart, Series, SeriesPoint};
-use super::estimate::{Estimate, INTERVAL_MEANING};
+use super::estimate::{ERROR_BAR_MEANING, Estimate, INTERVAL_MEANING};
 use super::input::RunData;
 use super::model::{Block, Figure, Section, Table, rate};
 use super::svg;
@@ -236,8 +236,8 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 svg: chart.render(480.0, 340.0),
                 caption: format!(
                     "{verb} rate, {kind} ({what}), in msg/s against client pairs, one line per \
-                     broker; marker: median over repetitions, error bar: its 95 % confidence \
-                     interval. The two {} charts share their y scale.",
+                     broker; marker: median over repetitions, {ERROR_BAR_MEANING}. The two {} \
+                     charts share their y scale.",
                     verb.to_lowercase()
                 ),
             });

@@ -22,8 +22,13 @@ pub enum Metric {
     /// Median open-loop latency of a repetition (lower is better), for results written
     /// before the transit latency was kept.
     OpenLoopLatency,
-    /// Sustained receive rate of a repetition (higher is better).
+    /// Sustained receive rate of a repetition (higher is better): closed loops, where the
+    /// rate is the broker's to make.
     SustainedRate,
+    /// Median transit latency of a repetition that sustained an offered rate (lower is
+    /// better): brokers that all kept up with one offered rate deliver it alike, so their
+    /// rates rank nothing; their latency at that load does.
+    LatencyAtOfferedRate,
     /// Highest sustained offered rate of a search (higher is better).
     SaturationRate,
 }
@@ -31,7 +36,10 @@ pub enum Metric {
 impl Metric {
     /// True for latencies.
     pub fn lower_is_better(self) -> bool {
-        matches!(self, Metric::Latency | Metric::OpenLoopLatency)
+        matches!(
+            self,
+            Metric::Latency | Metric::OpenLoopLatency | Metric::LatencyAtOfferedRate
+        )
     }
 
     /// Name in tables.
@@ -40,13 +48,16 @@ impl Metric {
             Metric::Latency => "median transit latency (ms)",
             Metric::OpenLoopLatency => "median open-loop latency (ms)",
             Metric::SustainedRate => "sustained receive rate (msg/s)",
+            Metric::LatencyAtOfferedRate => {
+                "median transit latency at the offered rate, sustained repetitions (ms)"
+            }
             Metric::SaturationRate => "saturation rate (msg/s)",
         }
     }
 
     fn show(self, v: f64) -> String {
         match self {
-            Metric::Latency | Metric::OpenLoopLatency => ms(v),
+            Metric::Latency | Metric::OpenLoopLatency | Metric::LatencyAtOfferedRate => ms(v),
             _ => rate(v),
         }
     }
@@ -67,6 +78,14 @@ pub fn samples(data: &RunData) -> Samples {
                 (Metric::Latency, cell.summary.transit_latency.p50_us)
             }
             Measures::Latency => (Metric::OpenLoopLatency, cell.summary.latency.p50_us),
+            Measures::SustainedRate
+                if sustained(cell) && cell.summary.offered_rate_msgs_per_s.is_some() =>
+            {
+                (
+                    Metric::LatencyAtOfferedRate,
+                    cell.summary.transit_latency.p50_us,
+                )
+            }
             Measures::SustainedRate if sustained(cell) => match &cell.summary.steadiness {
                 Some(s) => (Metric::SustainedRate, s.receive_msgs_per_s),
                 None => continue,
@@ -121,10 +140,41 @@ impl Comparison {
         self.p_value < SIGNIFICANCE
     }
 
+    /// Whether these repetitions could show a significant difference at all.
+    pub fn testable(&self) -> bool {
+        testable(self.n.0, self.n.1)
+    }
+
     /// How much better, as a share of the worse median (always positive).
     pub fn advantage(&self) -> f64 {
         (self.medians.1 - self.medians.0).abs() / self.medians.1.abs().max(f64::MIN_POSITIVE)
     }
+}
+
+/// The smallest two-sided Mann-Whitney p-value `n_a` against `n_b` repetitions can give:
+/// complete separation, `2 / C(n_a + n_b, n_a)` (at most 1).
+pub fn smallest_p_value(n_a: usize, n_b: usize) -> f64 {
+    let (n, k) = (n_a + n_b, n_a.min(n_b));
+    // C(n, k) as a product of ratios, exact enough for the counts of repetitions.
+    let ways = (0..k).fold(1.0, |ways, i| ways * (n - i) as f64 / (i + 1) as f64);
+    (2.0 / ways).min(1.0)
+}
+
+/// Whether `n_a` against `n_b` repetitions can show a difference at [`SIGNIFICANCE`]: 2 or
+/// 3 on each side never can, whatever the figures.
+pub fn testable(n_a: usize, n_b: usize) -> bool {
+    smallest_p_value(n_a, n_b) < SIGNIFICANCE
+}
+
+/// One sentence, said once, for comparisons whose repetitions cannot reach significance.
+pub fn untestable_note(n_a: usize, n_b: usize) -> String {
+    format!(
+        "With {n_a} against {n_b} repetitions no difference can be significant at p < \
+         {SIGNIFICANCE}: the smallest p-value the Mann-Whitney test can give them is {:.3}, \
+         whatever the figures. The differences shown are between medians only; repeat the \
+         plan at least 4 times to tell brokers apart.",
+        smallest_p_value(n_a, n_b)
+    )
 }
 
 /// Compares two brokers' values of `metric`; `None` without values on both sides.
@@ -158,13 +208,26 @@ pub fn compare(metric: Metric, a: (usize, &[f64]), b: (usize, &[f64])) -> Option
     })
 }
 
-/// A comparison in words: "mosquitto higher by 12 % (p = 0.008, δ = 1.00 large)".
+/// A comparison in words: "mosquitto higher by 12 % (p = 0.008, δ = 1.00 large)"; without
+/// the test where the repetitions cannot reach significance ([`untestable_note`] says why).
 pub fn sentence(metric: Metric, names: &[String], c: &Comparison) -> String {
     let direction = if metric.lower_is_better() {
         "lower"
     } else {
         "higher"
     };
+    if !c.testable() {
+        return format!(
+            "{} {direction} than {} by {:.1} % ({} vs {}; medians of {} and {} repetitions, too few to test)",
+            names[c.better],
+            names[c.worse],
+            c.advantage() * 100.0,
+            metric.show(c.medians.0),
+            metric.show(c.medians.1),
+            c.n.0,
+            c.n.1,
+        );
+    }
     let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);
     format!(
         "{} {direction} than {} by {:.1} % ({} vs {}); {} (Mann-Whitney p = {:.3}{}, Cliff's δ = {:.2}, {magnitude}; {} vs {} repetitions)",
@@ -206,7 +269,8 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         6,
     );
-    let mut small = false;
+    let mut untestable: Option<(usize, usize)> = None;
+    let mut testable_rows = 0;
     for ((test, scenario, point, metric), brokers) in samples(data) {
         let brokers: Vec<(usize, Vec<f64>)> = brokers.into_iter().collect();
         for (i, a) in brokers.iter().enumerate() {
@@ -214,7 +278,11 @@ pub fn section(data: &RunData) -> Option<Section> {
                 let Some(c) = compare(metric, (a.0, &a.1), (b.0, &b.1)) else {
                     continue;
                 };
-                small |= c.n.0.min(c.n.1) < 4;
+                if c.testable() {
+                    testable_rows += 1;
+                } else {
+                    untestable.get_or_insert(c.n);
+                }
                 let point_text = match plan.tests[test].kind.sweep() {
                     Sweep::Payloads => loadgen::size::ByteSize(point).to_string(),
                     Sweep::Single => "-".to_string(),
@@ -236,7 +304,9 @@ pub fn section(data: &RunData) -> Option<Section> {
                     format!("{:.1} %", c.advantage() * 100.0),
                     format!("{:.3}{}", c.p_value, if c.exact { " (exact)" } else { "" }),
                     format!("{:.2} ({magnitude})", c.delta),
-                    if c.significant() {
+                    if !c.testable() {
+                        "too few repetitions to test".to_string()
+                    } else if c.significant() {
                         "differ".to_string()
                     } else {
                         "no significant difference".to_string()
@@ -249,19 +319,31 @@ pub fn section(data: &RunData) -> Option<Section> {
         return None;
     }
     let mut section = Section::new("comparisons", "Broker comparisons");
+    if testable_rows == 0
+        && let Some((n_a, n_b)) = untestable
+    {
+        // A table of verdicts none of which could be anything but "no difference".
+        section.paragraph(format!(
+            "Brokers measured at the same test, scenario and point are not compared here. {}",
+            untestable_note(n_a, n_b)
+        ));
+        return Some(section);
+    }
     section.paragraph(format!(
         "Each pair of brokers measured at the same test, scenario and point, compared on the \
          per-repetition figure named: the median of each, how much better the better one is, \
          the two-sided Mann-Whitney U test over the repetitions (exact when there are no ties \
          and at most 40 values) and Cliff's delta with its magnitude (negligible < 0.147 < \
          small < 0.33 < medium < 0.474 < large). Brokers differ when p < {SIGNIFICANCE}. \
-         Throughput counts only sustained repetitions.{}",
-        if small {
-            " With fewer than 4 repetitions on a side no difference can reach p < 0.05, \
-             whatever the figures: repeat the plan more often to tell brokers apart."
-        } else {
-            ""
-        }
+         Throughput counts only sustained repetitions; brokers that sustained one offered \
+         rate are compared on their latency at it (which includes loadgen's receive cadence \
+         where the throughput section names one).{}",
+        untestable
+            .map(|(n_a, n_b)| format!(
+                " Where the verdict says too few: {}",
+                untestable_note(n_a, n_b)
+            ))
+            .unwrap_or_default()
     ));
     section.blocks.push(super::model::Block::Table(table));
     Some(section)
@@ -286,10 +368,39 @@ mod tests {
         assert_eq!(c.better, 0, "a higher rate is better");
         let names = vec!["a".to_string(), "b".to_string()];
         assert!(sentence(Metric::SustainedRate, &names, &c).starts_with("a higher than b by"));
-        let two = compare(Metric::Latency, (0, &[1.0, 2.0]), (1, &[3.0, 4.0])).expect("values");
+        let two = compare(
+            Metric::Latency,
+            (0, &[1_000.0, 2_000.0]),
+            (1, &[3_000.0, 4_000.0]),
+        )
+        .expect("values");
         assert!(
             !two.significant(),
             "2 vs 2 repetitions cannot reach 0.05: {two:?}"
         );
+        assert!(!two.testable());
+        let said = sentence(Metric::Latency, &names, &two);
+        assert!(
+            said.ends_with("(1.50 vs 3.50; medians of 2 and 2 repetitions, too few to test)")
+                && !said.contains("significant"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn the_smallest_p_value_decides_whether_repetitions_can_be_tested() {
+        // Complete separation: the exact test's own p-value is the bound.
+        for (n_a, n_b) in [(2, 2), (3, 3), (4, 4), (3, 5), (8, 8)] {
+            let a: Vec<f64> = (0..n_a).map(|i| i as f64).collect();
+            let b: Vec<f64> = (0..n_b).map(|i| 100.0 + i as f64).collect();
+            let exact = stats::mann_whitney_u(&a, &b).expect("values").p_value;
+            assert!(
+                (smallest_p_value(n_a, n_b) - exact).abs() < 1e-9,
+                "{n_a} vs {n_b}: {} against the test's {exact}",
+                smallest_p_value(n_a, n_b)
+            );
+        }
+        assert!(!testable(2, 2) && !testable(3, 3) && !testable(1, 8));
+        assert!(testable(4, 4) && testable(3, 5));
     }
 }

@@ -1,17 +1,15 @@
-//! A figure over repetitions: the median and its 95 % confidence interval (percentile
-//! bootstrap, fixed seed, so the same folder always gives the same report).
+//! A figure over repetitions: the median and the exact distribution-free interval for it
+//! (order statistics, [`crate::stats::order_statistic_median_ci`]) with the coverage it really
+//! has. 95 % needs 6 repetitions; below that the interval is the range of the repetitions and
+//! says its smaller coverage, never "95 %".
 
 use super::chart::SeriesPoint;
 use crate::stats;
 
-/// Confidence of every interval in the report.
+/// Coverage every interval aims at.
 pub const CONFIDENCE: f64 = 0.95;
-/// Bootstrap resamples per interval.
-const RESAMPLES: u32 = 2_000;
-/// Fixed seed: reports are reproducible byte for byte.
-const SEED: u64 = 0x00C0_4F1D_E4CE;
 
-/// The median of a figure over repetitions and its 95 % interval.
+/// The median of a figure over repetitions and its interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
     /// Median over the repetitions.
@@ -22,8 +20,8 @@ pub struct Estimate {
     pub high: f64,
     /// Repetitions.
     pub n: usize,
-    /// Enough repetitions (5) for the bootstrap interval to be trusted.
-    pub reliable: bool,
+    /// The probability that the interval covers the true median (0 for one repetition).
+    pub coverage: f64,
 }
 
 impl Estimate {
@@ -31,31 +29,32 @@ impl Estimate {
     pub fn of(values: &[f64]) -> Option<Self> {
         let median = stats::median(values)?;
         let n = values.iter().filter(|v| !v.is_nan()).count();
-        let interval = stats::bootstrap_median_ci(values, CONFIDENCE, RESAMPLES, SEED);
-        Some(match interval {
+        Some(match stats::order_statistic_median_ci(values, CONFIDENCE) {
             Some(interval) => Estimate {
                 median,
                 low: interval.low,
                 high: interval.high,
                 n,
-                reliable: interval.reliable,
+                coverage: interval.coverage,
             },
             None => Estimate {
                 median,
                 low: median,
                 high: median,
                 n,
-                reliable: false,
+                coverage: 0.0,
             },
         })
     }
 
-    /// `median [low-high]` with `format` for each number; just the median when the interval
-    /// is a point.
+    /// `median [low-high]` with `format` for each number, the coverage inside the brackets
+    /// when it is below [`CONFIDENCE`]; just the median when the interval is a point.
     pub fn text(&self, format: impl Fn(f64) -> String) -> String {
         let (median, low, high) = (format(self.median), format(self.low), format(self.high));
         if low == high {
             median
+        } else if self.coverage + COVERAGE_SLACK < CONFIDENCE {
+            format!("{median} [{low}-{high}, {}]", coverage_text(self.coverage))
         } else {
             format!("{median} [{low}-{high}]")
         }
@@ -72,30 +71,53 @@ impl Estimate {
     }
 }
 
+/// Rounding room when a coverage is compared with [`CONFIDENCE`].
+const COVERAGE_SLACK: f64 = 1e-9;
+
+/// A coverage as a percentage: "50 %", "87.5 %", "93.75 %".
+pub fn coverage_text(coverage: f64) -> String {
+    let percent = coverage * 100.0;
+    let text = format!("{percent:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} %")
+}
+
 /// What the brackets mean, for table notes and captions.
-pub const INTERVAL_MEANING: &str = "Figures over repetitions are medians with a 95 % confidence \
-     interval in brackets (percentile bootstrap of the median over the repetitions, 2,000 \
-     resamples, fixed seed); with fewer than 5 repetitions the interval is indicative only.";
+pub const INTERVAL_MEANING: &str = "Figures over repetitions are medians with an interval in \
+     brackets: the exact distribution-free interval for the median from the repetitions' order \
+     statistics (no resampling, no assumption about the distribution). A bracket without a \
+     percentage covers the median with at least the usual confidence, which takes 6 or more \
+     repetitions; with fewer, the bracket is the range of the repetitions and names its real \
+     coverage (2 repetitions: 50 %, 3: 75 %, 4: 87.5 %, 5: 93.75 %).";
+
+/// What a chart's error bar is, for captions.
+pub const ERROR_BAR_MEANING: &str =
+    "error bar: the interval of the table (the range of the repetitions below 6 of them)";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn estimates_are_reproducible_and_contain_their_median() {
+    fn estimates_give_the_exact_interval_and_name_a_coverage_below_the_usual() {
         let values = [100.0, 120.0, 90.0, 110.0, 105.0, 98.0];
-        let first = Estimate::of(&values).expect("values");
-        assert_eq!(
-            Estimate::of(&values),
-            Some(first),
-            "same seed, same interval"
-        );
-        assert!(first.low <= first.median && first.median <= first.high);
-        assert_eq!(first.n, 6);
-        assert!(first.reliable);
+        let six = Estimate::of(&values).expect("values");
+        // Six values: [min, max] covers the median with 1 - 2/64 = 96.875 %.
+        assert_eq!((six.low, six.high, six.n), (90.0, 120.0, 6));
+        assert!((six.coverage - 0.968_75).abs() < 1e-12, "{six:?}");
+        assert_eq!(six.text(|v| format!("{v:.0}")), "102 [90-120]");
+
+        let two = Estimate::of(&[10.0, 14.0]).expect("two values");
+        assert_eq!((two.low, two.high), (10.0, 14.0));
+        assert_eq!(two.text(|v| format!("{v:.0}")), "12 [10-14, 50 %]");
+        let five = Estimate::of(&[1.0, 2.0, 3.0, 4.0, 5.0]).expect("five values");
+        assert_eq!(five.text(|v| format!("{v:.0}")), "3 [1-5, 93.75 %]");
+        let four = Estimate::of(&[1.0, 2.0, 3.0, 4.0]).expect("four values");
+        assert_eq!(four.text(|v| format!("{v:.1}")), "2.5 [1.0-4.0, 87.5 %]");
+
         assert_eq!(Estimate::of(&[]), None);
         let one = Estimate::of(&[7.0]).expect("one value");
-        assert_eq!((one.low, one.high, one.reliable), (7.0, 7.0, false));
+        assert_eq!((one.low, one.high), (7.0, 7.0));
         assert_eq!(one.text(|v| format!("{v:.0}")), "7");
     }
 }

@@ -18,6 +18,7 @@ pub fn section(data: &RunData) -> Section {
     let mut section = Section::new("findings", "Findings");
     let samples = comparison::samples(data);
     let mut items = Vec::new();
+    let mut untestable: Option<(usize, usize)> = None;
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         // Per figure, the comparison at the point where most brokers were measured: for
         // latency the first test; for throughput the largest common client count.
@@ -57,8 +58,15 @@ pub fn section(data: &RunData) -> Section {
                     format!("Open-loop latency ({})", super::test_label(plan, *test))
                 }
                 Metric::SustainedRate => format!("Sustained throughput at {point} pairs"),
+                Metric::LatencyAtOfferedRate => format!(
+                    "At {point} pairs and the offered rate, {}; latency at that load",
+                    who_sustained(data, *test, s, *point, brokers, &names)
+                ),
                 Metric::SaturationRate => format!("Saturation point at {point} pairs"),
             };
+            if !leader.testable() {
+                untestable.get_or_insert(leader.n);
+            }
             items.push(format!(
                 "{}: {what}: {}.",
                 scenario.name,
@@ -76,12 +84,58 @@ pub fn section(data: &RunData) -> Section {
             "Per scenario, the broker ahead on each figure against the runner-up: medians over \
              repetitions, the difference, and whether it is significant (two-sided \
              Mann-Whitney U over the repetitions, p < 0.05) with Cliff's delta as its effect \
-             size. The tables below hold every pair.",
+             size. The tables below hold every pair. A sustained offered rate ranks nothing \
+             (every broker that kept up delivered it): there the finding says who sustained it \
+             and compares latency at that load.",
         );
         section.blocks.push(Block::List(items));
+        if let Some((n_a, n_b)) = untestable {
+            section.paragraph(comparison::untestable_note(n_a, n_b));
+        }
     }
     section.paragraph(conditions(data));
     section
+}
+
+/// "mosquitto and emqx sustained it in 2 of 2 repetitions, aedes in none": every broker
+/// measured at this test, scenario and point, by how many repetitions sustained the rate.
+fn who_sustained(
+    data: &RunData,
+    test: usize,
+    scenario: usize,
+    point: u64,
+    sustained: &[(usize, Vec<f64>)],
+    names: &[String],
+) -> String {
+    let mut measured: BTreeMap<usize, usize> = BTreeMap::new();
+    for cell in data
+        .cells
+        .iter()
+        .filter(|c| c.test == test && c.scenario == scenario && c.point == point)
+    {
+        *measured.entry(cell.broker).or_default() += 1;
+    }
+    let kept = |broker: usize| {
+        sustained
+            .iter()
+            .find(|(b, _)| *b == broker)
+            .map_or(0, |(_, values)| values.len())
+    };
+    let mut groups: BTreeMap<(usize, usize), Vec<&str>> = BTreeMap::new();
+    for (&broker, &cells) in &measured {
+        groups
+            .entry((usize::MAX - kept(broker), cells))
+            .or_default()
+            .push(names[broker].as_str());
+    }
+    let parts: Vec<String> = groups
+        .into_iter()
+        .map(|((inverse, cells), brokers)| match usize::MAX - inverse {
+            0 => format!("{} in none of {cells}", brokers.join(" and ")),
+            kept => format!("{} in {kept} of {cells}", brokers.join(" and ")),
+        })
+        .collect();
+    format!("repetitions that sustained it: {}", parts.join(", "))
 }
 
 /// The best broker against the runner-up.

@@ -114,7 +114,7 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
             "Tail",
             "Samples",
             "Repetitions",
-            "Median of the repetitions' medians [95 % CI] (ms)",
+            "Median of the repetitions' medians [interval] (ms)",
         ],
         2,
     );
@@ -205,9 +205,10 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         "Median, IQR and percentiles: of the {} latency histogram merged over all repetitions; \
          the open-loop columns: from each message's intended send time, merged the same way; \
          send delay: how late messages left loadgen. Tail: whose the open-loop p99 is in each \
-         repetition, the broker's or loadgen's (its send delay p99 at least half the open-loop \
-         p99, or the transit p99 at most half of it, and the two p99s at least 0.1 ms apart); \
-         a tail that is loadgen's says nothing about the broker. The last column treats each \
+         repetition, the broker's or loadgen's (its send delay p99, or its read delay p99 after \
+         the kernel received a delivery, at least half the open-loop p99 and at least 0.1 ms; \
+         or the transit p99 at most half of it, the two p99s at least 0.1 ms apart); a tail \
+         that is loadgen's says nothing about the broker. The last column treats each \
          repetition as one measurement: {INTERVAL_MEANING}",
         kind.to_lowercase()
     ));

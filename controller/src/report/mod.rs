@@ -11,7 +11,7 @@
 //!    histogram merged over repetitions, with a table of median, IQR, p99, samples.
 //! 3. Latency vs payload (Tables IV/V): median-IQR per payload, broker and scenario, and
 //!    median latency against payload size.
-//! 4. Sustained throughput vs clients: rates kept over a whole measured window, with 95 %
+//! 4. Sustained throughput vs clients: rates kept over a whole measured window, with exact
 //!    intervals, broker CPU per delivery, and each cell's rates over time.
 //! 5. Saturation point: the highest offered rate sustained, and latency vs offered load.
 //! 6. The study's burst (Fig. 4/5), labelled as burst figures, beside its per-client medians.

@@ -9,7 +9,7 @@ use loadgen::saturation::{Probe, ProbeVerdict, SearchEnd};
 
 use super::axes::tick_label;
 use super::chart::{LineChart, Series, SeriesPoint};
-use super::estimate::{Estimate, INTERVAL_MEANING};
+use super::estimate::{ERROR_BAR_MEANING, Estimate, INTERVAL_MEANING};
 use super::input::{RunData, SearchFigures};
 use super::model::{Block, Figure, Section, Table, rate};
 use super::svg;
@@ -24,6 +24,14 @@ pub fn sections(data: &RunData) -> Vec<Section> {
         "Saturation point",
         section,
     )
+}
+
+/// How often the search's probes (each an offered rate) read at most while deliveries keep
+/// coming, if they coalesce reads.
+fn probe_read_cadence(plan: &crate::plan::Plan, test: usize) -> Option<std::time::Duration> {
+    let mut probe = plan.first_workload(test).ok()?;
+    probe.pacing = loadgen::spec::Pacing::Rate { rate: 1 };
+    probe.read_cadence()
 }
 
 /// In words, why a search ended.
@@ -225,9 +233,10 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 series: rate_lines,
             }
             .render(480.0, 340.0),
-            caption: "The highest offered rate each broker sustained against client pairs; \
-                      marker: median over repetitions, error bar: its 95 % confidence interval."
-                .to_string(),
+            caption: format!(
+                "The highest offered rate each broker sustained against client pairs; marker: \
+                 median over repetitions, {ERROR_BAR_MEANING}."
+            ),
         });
     }
     if top_offered > 0.0 {
@@ -254,7 +263,15 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 "Latency (p99 solid, p50 dashed) of every probe of one search per broker \
                  against its offered rate: flat while the broker keeps up, rising steeply past \
                  its saturation point. Latency is from the intended send time, so queueing at \
-                 the broker shows in full. The bound was {}.",
+                 the broker shows in full.{} The bound was {}.",
+                probe_read_cadence(plan, test)
+                    .map(|cadence| format!(
+                        " It is not the broker's alone: the probes' subscribers read at most \
+                         every {} while deliveries keep coming (receive coalescing), so each \
+                         figure includes up to about two such cycles of loadgen's.",
+                        humantime::format_duration(cadence)
+                    ))
+                    .unwrap_or_default(),
                 humantime::format_duration(settings.p99_bound)
             ),
         });

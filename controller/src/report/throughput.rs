@@ -1,5 +1,5 @@
 //! Sustained throughput vs clients: rates the broker kept for a whole measured window, with
-//! their 95 % intervals over repetitions, what the broker spent per delivery, and each cell's
+//! their intervals over repetitions, what the broker spent per delivery, and each cell's
 //! rates over time. Only cells judged sustained (steady, and loadgen not the limit) enter the
 //! medians; the others are counted and their reasons given.
 
@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use loadgen::summary::RateKind;
 
 use super::chart::{LineChart, Series};
-use super::estimate::{Estimate, INTERVAL_MEANING};
+use super::estimate::{ERROR_BAR_MEANING, Estimate, INTERVAL_MEANING};
 use super::input::{CellFigures, RunData};
 use super::model::{Block, Figure, Section, Table, ms, rate};
 use super::svg;
@@ -228,11 +228,12 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
         section.blocks.push(Block::Figures(vec![Figure {
             file: format!("throughput-{test}-sustained.svg"),
             svg: chart.render(480.0, 340.0),
-            caption: "Sustained receive rate (all subscribers together over the measured \
-                      window) against client pairs, one line per broker; marker: median over \
-                      the sustained repetitions, error bar: its 95 % confidence interval. \
-                      Points without a sustained repetition are left out."
-                .to_string(),
+            caption: format!(
+                "Sustained receive rate (all subscribers together over the measured window) \
+                 against client pairs, one line per broker; marker: median over the sustained \
+                 repetitions, {ERROR_BAR_MEANING}. Points without a sustained repetition are \
+                 left out."
+            ),
         }]));
     } else {
         section.paragraph(
