@@ -21,7 +21,8 @@
 //!   and [`broker_on_host`] (the broker's own CPU when it shared a host);
 //!   [`result_checks`]: what one read from a file must satisfy before use; [`merge`]: adding
 //!   up the results of a run's instances, checked; [`series`]: rate over time;
-//!   [`histogram_v2`]: histograms as HdrHistogram V2 + DEFLATE, inflated with a cap.
+//!   [`histogram_v2`]: histograms as HdrHistogram V2 + DEFLATE, inflated with a cap;
+//!   [`intervals`]: latency per interval of the run clock, for HdrHistogram interval logs.
 //! - [`summary`]: the figures derived from a result ([`percentiles`]: one histogram's);
 //!   [`steadiness`]: was a timed run's rate sustained; [`generator`]: was loadgen the limit;
 //!   [`tail`]: whose an open loop's latency tail is, the broker's or loadgen's send delay.
@@ -33,6 +34,7 @@ pub mod generator;
 pub mod groups;
 pub mod header;
 pub mod histogram_v2;
+pub mod intervals;
 pub mod merge;
 pub mod percentiles;
 pub mod presets;

@@ -47,6 +47,9 @@ impl RunResult {
                 .add(histogram.1)
                 .map_err(|e| MergeError(format!("histogram: {e:?}")))?;
         }
+        self.latency_intervals
+            .merge(&other.latency_intervals)
+            .map_err(|e| MergeError(format!("latency intervals: {e}")))?;
         for (mine, theirs) in [
             (&mut self.published, &other.published),
             (&mut self.acknowledged, &other.acknowledged),

@@ -190,10 +190,15 @@ pub struct RunResult {
     pub send_delay: Histogram<u64>,
     /// How long after the newest bytes of its read reached the subscriber host's kernel
     /// loadgen read each measured delivery, ns: loadgen's own late read (exact for the last
-    /// delivery of a read, a lower bound for the others). Empty where the kernel gave no
+    /// delivery of a read, a lower bound for the others; time loadgen chose to wait, for
+    /// receive coalescing or a slow consumer, left out). Empty where the kernel gave no
     /// receive stamp, and in results written before it existed.
     #[serde(default = "new_histogram", with = "crate::histogram_v2")]
     pub read_delay: Histogram<u64>,
+    /// `latency` per interval of the run clock, by when deliveries were received (the
+    /// interval log's content). Empty in results written before it existed.
+    #[serde(default)]
+    pub latency_intervals: crate::intervals::IntervalHistograms,
     /// TCP + TLS + CONNECT/CONNACK (+ SUBACK for subscribers), ns, per connection.
     #[serde(with = "crate::histogram_v2")]
     pub connect_time: Histogram<u64>,
@@ -342,6 +347,7 @@ impl RunResult {
             transit_latency: new_histogram(),
             send_delay: new_histogram(),
             read_delay: new_histogram(),
+            latency_intervals: Default::default(),
             connect_time: new_histogram(),
             published: vec![0; publishers],
             acknowledged: vec![0; publishers],

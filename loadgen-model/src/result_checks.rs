@@ -120,6 +120,18 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
     ] {
         check_histogram(name, histogram)?;
     }
+    result
+        .latency_intervals
+        .check()
+        .map_err(|reason| problem("latency_intervals", reason))?;
+    total(
+        "latency_intervals",
+        result
+            .latency_intervals
+            .intervals
+            .iter()
+            .map(|i| i.histogram.len()),
+    )?;
     let usage = &result.resources;
     for (name, ns) in [
         ("resources.cpu_user_ns", usage.cpu_user_ns),

@@ -26,14 +26,16 @@
 //! - [`codec`]: MQTT 3.1.1/5 packets via rumqttc's codec; [`transport`]: TCP/TLS,
 //!   and WebSocket (ws/wss) on top.
 //! - [`accounting`]: per-(publisher, seq) tracking.
-//! - [`output`]: table, JSON, CSV and HdrHistogram text; [`cli`]: the `loadgen` command
+//! - [`output`]: table, JSON, CSV and HdrHistogram text, [`interval_log`]: the latency
+//!   interval log (`.hlog`); [`cli`]: the `loadgen` command
 //!   (flags, applying them, one file per command).
 
 // The spec, result, summary and their kin are `loadgen-model`'s, so that crates speaking the
 // contract need not build the engine; re-exported so `loadgen::spec` and `crate::spec` stay.
 pub use loadgen_model::{
-    capabilities, clock, generator, groups, header, histogram_v2, presets, result, result_checks,
-    retained, saturation, series, size, spec, steadiness, suite, summary, tail, wills,
+    capabilities, clock, generator, groups, header, histogram_v2, intervals, presets, result,
+    result_checks, retained, saturation, series, size, spec, steadiness, suite, summary, tail,
+    wills,
 };
 
 pub mod accounting;
@@ -41,6 +43,7 @@ pub mod cli;
 pub mod codec;
 pub mod cpus;
 pub mod engine;
+pub mod interval_log;
 pub mod limits;
 mod live;
 pub mod local_broker;

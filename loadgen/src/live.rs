@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hdrhistogram::Histogram;
 use tokio::sync::Notify;
 
+use crate::intervals::IntervalHistograms;
 use crate::result::new_histogram;
 
 /// Counters and histograms every connection of a run updates.
@@ -20,6 +21,8 @@ pub(crate) struct Live {
     pub transit_latency: Mutex<Histogram<u64>>,
     pub send_delay: Mutex<Histogram<u64>>,
     pub read_delay: Mutex<Histogram<u64>>,
+    /// `latency` per interval of the run clock, for the interval log.
+    pub latency_intervals: Mutex<IntervalHistograms>,
     /// Closed loop at QoS 0: one per global publisher index; empty otherwise.
     pub credits: Vec<std::sync::Arc<Credit>>,
 }
@@ -36,6 +39,7 @@ impl Live {
             transit_latency: Mutex::new(new_histogram()),
             send_delay: Mutex::new(new_histogram()),
             read_delay: Mutex::new(new_histogram()),
+            latency_intervals: Mutex::new(IntervalHistograms::default()),
         }
     }
 
@@ -160,6 +164,49 @@ impl<'a> SampleBuffer<'a> {
 }
 
 impl Drop for SampleBuffer<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A connection's latencies with their receive times, added to the run's interval
+/// histograms in batches, as [`SampleBuffer`] does for one histogram.
+pub(crate) struct IntervalBuffer<'a> {
+    target: &'a Mutex<IntervalHistograms>,
+    samples: Vec<(u64, u64)>,
+}
+
+impl<'a> IntervalBuffer<'a> {
+    pub fn new(target: &'a Mutex<IntervalHistograms>) -> Self {
+        IntervalBuffer {
+            target,
+            samples: Vec::with_capacity(SAMPLE_BATCH),
+        }
+    }
+
+    /// `value_ns` received at `at_ns` on the run clock.
+    pub fn push(&mut self, at_ns: u64, value_ns: u64) {
+        self.samples.push((at_ns, value_ns));
+        if self.samples.len() == SAMPLE_BATCH {
+            self.flush();
+        }
+    }
+
+    pub fn flush(&mut self) {
+        if self.samples.is_empty() {
+            return;
+        }
+        let mut intervals = self
+            .target
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (at_ns, value_ns) in self.samples.drain(..) {
+            intervals.record(at_ns, value_ns);
+        }
+    }
+}
+
+impl Drop for IntervalBuffer<'_> {
     fn drop(&mut self) {
         self.flush();
     }

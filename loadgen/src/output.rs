@@ -658,8 +658,9 @@ fn churn_lines(out: &mut String, churn: &crate::summary::ChurnSummary) {
 }
 
 /// Writes `latency.hgrm` (open loop), `transit_latency.hgrm`, `send_delay.hgrm`,
-/// `read_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile distributions in ms)
-/// and `result.json` (the raw mergeable result) into `dir`.
+/// `read_delay.hgrm` and `connect_time.hgrm` (HdrHistogram percentile distributions in ms),
+/// `latency.hlog` (the open-loop latency per interval, [`crate::interval_log`]) and
+/// `result.json` (the raw mergeable result) into `dir`.
 pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputError> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
     for (name, histogram) in [
@@ -674,6 +675,9 @@ pub fn write_histograms(dir: &Path, result: &RunResult) -> Result<(), OutputErro
         host::folder::replace_file(&path, percentile_distribution(histogram, 1e6).as_bytes())
             .map_err(|e| io_error(&path)(e.into()))?;
     }
+    let path = dir.join("latency.hlog");
+    let log = crate::interval_log::latency_log(result).map_err(OutputError::Serialize)?;
+    host::folder::replace_file(&path, log.as_bytes()).map_err(|e| io_error(&path)(e.into()))?;
     write_result(&dir.join("result.json"), result)
 }
 

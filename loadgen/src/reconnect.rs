@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::RunClock;
 use crate::codec::Codec;
-use crate::session::{self, KeptSession, Session};
+use crate::session::{self, KeptSession, Session, StampReads};
 use crate::spec::{Qos, Reconnect, WorkloadSpec};
 use crate::transport::Dialer;
 
@@ -107,6 +107,10 @@ impl Reconnector {
                 &fields,
                 subscription,
                 KeptSession::HoldsTheSubscription,
+                match subscription {
+                    Some(_) => StampReads::Yes,
+                    None => StampReads::No,
+                },
                 self.spec.connection.connect_timeout.min(left),
             );
             let opened = tokio::select! {

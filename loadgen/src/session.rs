@@ -83,7 +83,16 @@ pub(crate) enum KeptSession {
     HoldsTheSubscription,
 }
 
-/// Opens a session and, when `subscription` is given, subscribes, all within `deadline`.
+/// Whether the connection keeps the kernel's receive stamp of what it reads: subscribers do,
+/// for their read delay ([`crate::transport::ArrivalStamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StampReads {
+    Yes,
+    No,
+}
+
+/// Opens a session and, when `subscription` is given, subscribes (and stamps its reads), all
+/// within `deadline`.
 pub(crate) async fn open(
     dialer: &Dialer,
     codec: Codec,
@@ -91,12 +100,17 @@ pub(crate) async fn open(
     subscription: Option<(&str, Qos)>,
     deadline: Duration,
 ) -> Result<Session, ConnectFailure> {
+    let stamp = match subscription {
+        Some(_) => StampReads::Yes,
+        None => StampReads::No,
+    };
     open_with(
         dialer,
         codec,
         fields,
         subscription,
         KeptSession::SubscribeAnyway,
+        stamp,
         deadline,
     )
     .await
@@ -109,12 +123,13 @@ pub(crate) async fn open_with(
     fields: &ConnectFields<'_>,
     subscription: Option<(&str, Qos)>,
     kept: KeptSession,
+    stamp: StampReads,
     deadline: Duration,
 ) -> Result<Session, ConnectFailure> {
     let attempts = async {
         let mut attempt = 1;
         loop {
-            match open_unbounded(dialer, codec, fields, subscription, kept).await {
+            match open_unbounded(dialer, codec, fields, subscription, kept, stamp).await {
                 // A broker busy tearing down the previous run's clients may drop a handshake
                 // (seen with rumqttd under load): try again, within the same deadline.
                 Err(ConnectFailure::Protocol(reason))
@@ -144,10 +159,11 @@ async fn open_unbounded(
     fields: &ConnectFields<'_>,
     subscription: Option<(&str, Qos)>,
     kept: KeptSession,
+    stamp: StampReads,
 ) -> Result<Session, ConnectFailure> {
-    let dialed = match subscription {
-        Some(_) => dialer.dial_stamped().await,
-        None => dialer.dial().await.map(|(read, write)| (read, write, None)),
+    let dialed = match stamp {
+        StampReads::Yes => dialer.dial_stamped().await,
+        StampReads::No => dialer.dial().await.map(|(read, write)| (read, write, None)),
     };
     let (reader, writer, arrival) = dialed.map_err(|e| ConnectFailure::Io(e.to_string()))?;
     let mut session = Session {

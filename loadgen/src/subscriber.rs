@@ -13,7 +13,7 @@ use crate::accounting::{Delivery, DeliveryTracker};
 use crate::clock::RunClock;
 use crate::codec::{AckKind, Incoming};
 use crate::header::HeaderEncoding;
-use crate::live::{Live, SampleBuffer, WindowTracker};
+use crate::live::{IntervalBuffer, Live, SampleBuffer, WindowTracker};
 use crate::publisher::Warmup;
 use crate::result::ClientWindow;
 use crate::series::LocalSeries;
@@ -119,6 +119,8 @@ struct Latencies<'a> {
     /// How long after the newest bytes of its read reached this host's kernel loadgen read
     /// the delivery: loadgen's own late read, at least ([`crate::transport::ArrivalStamp`]).
     read_delay: SampleBuffer<'a>,
+    /// The open-loop latency again, by when it was received: the interval log.
+    intervals: IntervalBuffer<'a>,
 }
 
 impl Latencies<'_> {
@@ -126,6 +128,7 @@ impl Latencies<'_> {
         self.open_loop.flush();
         self.transit.flush();
         self.read_delay.flush();
+        self.intervals.flush();
     }
 }
 
@@ -161,6 +164,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         open_loop: SampleBuffer::new(&job.live.latency),
         transit: SampleBuffer::new(&job.live.transit_latency),
         read_delay: SampleBuffer::new(&job.live.read_delay),
+        intervals: IntervalBuffer::new(&job.live.latency_intervals),
     };
     if let Some(granted) = session
         .granted_qos
@@ -174,6 +178,9 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
     let ping_every = (job.keep_alive / 2).max(Duration::from_secs(1));
     let mut last_write = Instant::now();
     let mut read_allowed_at: Option<Instant> = None;
+    // Until when (wall clock, ns) loadgen chose not to read: bytes that arrived before then
+    // waited by design (receive coalescing, a slow consumer), not because loadgen was late.
+    let mut held_until_unix_ns: Option<u64> = None;
     // Made once: per read, a fresh timer entry and cancellation waker cost more than the read.
     let stop = job.stop.cancelled();
     tokio::pin!(stop);
@@ -255,11 +262,14 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
             Err(_) => lost = Some("read_failed"),
             Ok(read_bytes) => {
                 // Wall clock beside the run clock: the kernel's stamp is on the wall clock.
+                let held_until = held_until_unix_ns.take().unwrap_or(0);
                 let read_delay_ns = session
                     .arrival
                     .as_ref()
                     .and_then(|arrival| arrival.newest_unix_ns())
-                    .map(|arrived| crate::clock::unix_now_ns().saturating_sub(arrived));
+                    .map(|arrived| {
+                        crate::clock::unix_now_ns().saturating_sub(arrived.max(held_until))
+                    });
                 let now_ns = job.clock.now_ns();
                 let before = (state.received, state.unique());
                 let read_at = ReadAt {
@@ -292,6 +302,8 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
                 {
                     // Drained: what arrives before the cadence is up is read in one go.
                     next_read.as_mut().reset(Instant::now() + cadence);
+                    held_until_unix_ns =
+                        Some(crate::clock::unix_now_ns() + crate::clock::saturating_nanos(cadence));
                     tokio::select! {
                         biased;
                         _ = &mut stop => break,
@@ -308,6 +320,14 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
                     let allowed =
                         earliest + Duration::from_secs_f64(batch as f64 / f64::from(rate));
                     read_allowed_at = Some(allowed);
+                    let held = crate::clock::saturating_nanos(
+                        allowed.saturating_duration_since(Instant::now()),
+                    );
+                    held_until_unix_ns = Some(
+                        held_until_unix_ns
+                            .unwrap_or(0)
+                            .max(crate::clock::unix_now_ns().saturating_add(held)),
+                    );
                     tokio::select! {
                         _ = tokio::time::sleep_until(allowed) => {}
                         _ = &mut stop => break,
@@ -414,11 +434,14 @@ async fn go_offline(
         () = stop.cancelled() => return None,
     }
     let fields = crate::session::connect_fields(&away.spec, &away.client_id);
-    crate::session::open(
+    // Back on its kept session: nothing to subscribe, but still a subscriber's reads.
+    crate::session::open_with(
         &away.dialer,
         codec,
         &fields,
         None,
+        crate::session::KeptSession::SubscribeAnyway,
+        crate::session::StampReads::Yes,
         away.spec.connection.connect_timeout,
     )
     .await
@@ -579,6 +602,7 @@ impl State {
                         match (open_loop, transit) {
                             (Some(open_loop), Some(transit)) => {
                                 latencies.open_loop.push(open_loop);
+                                latencies.intervals.push(now_ns, open_loop);
                                 latencies.transit.push(transit);
                                 if let Some(late) = read_delay_ns {
                                     // Never more than the transit: clocks read apart.

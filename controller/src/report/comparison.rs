@@ -2,7 +2,7 @@
 //! per-repetition figures compared with the Mann-Whitney U test (exact for small samples)
 //! and Cliff's delta as the effect size, instead of leaving it to the eye.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::input::RunData;
 use super::model::{Section, Table, ms, rate};
@@ -79,7 +79,9 @@ pub fn samples(data: &RunData) -> Samples {
             }
             Measures::Latency => (Metric::OpenLoopLatency, cell.summary.latency.p50_us),
             Measures::SustainedRate
-                if sustained(cell) && cell.summary.offered_rate_msgs_per_s.is_some() =>
+                if sustained(cell)
+                    && cell.summary.offered_rate_msgs_per_s.is_some()
+                    && cell.summary.transit_latency.count > 0 =>
             {
                 (
                     Metric::LatencyAtOfferedRate,
@@ -135,9 +137,10 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// The difference is significant at [`SIGNIFICANCE`].
+    /// The difference is significant at [`SIGNIFICANCE`] (never where the repetitions
+    /// cannot be tested).
     pub fn significant(&self) -> bool {
-        self.p_value < SIGNIFICANCE
+        self.testable() && self.p_value < SIGNIFICANCE
     }
 
     /// Whether these repetitions could show a significant difference at all.
@@ -166,14 +169,29 @@ pub fn testable(n_a: usize, n_b: usize) -> bool {
     smallest_p_value(n_a, n_b) < SIGNIFICANCE
 }
 
-/// One sentence, said once, for comparisons whose repetitions cannot reach significance.
-pub fn untestable_note(n_a: usize, n_b: usize) -> String {
+/// One paragraph, said once, for the comparisons whose repetitions (`counts`: the pairs of
+/// repetition counts compared) cannot reach significance in a plan of `repetitions`.
+pub fn untestable_note(counts: &BTreeSet<(usize, usize)>, repetitions: u32) -> String {
+    let pairs: Vec<String> = counts
+        .iter()
+        .map(|&(n_a, n_b)| {
+            format!(
+                "{n_a} against {n_b} (smallest p {:.3})",
+                smallest_p_value(n_a, n_b)
+            )
+        })
+        .collect();
+    let advice = if repetitions < 4 {
+        "repeat the plan at least 4 times to tell brokers apart"
+    } else {
+        "fewer repetitions counted than the plan ran (only sustained repetitions and searches \
+         that found a rate count)"
+    };
     format!(
-        "With {n_a} against {n_b} repetitions no difference can be significant at p < \
-         {SIGNIFICANCE}: the smallest p-value the Mann-Whitney test can give them is {:.3}, \
-         whatever the figures. The differences shown are between medians only; repeat the \
-         plan at least 4 times to tell brokers apart.",
-        smallest_p_value(n_a, n_b)
+        "Where repetitions are too few to test, no difference can be significant at p < \
+         {SIGNIFICANCE} whatever the figures (the exact Mann-Whitney test's smallest p-value \
+         for {}): the differences shown are between medians only; {advice}.",
+        pairs.join(", ")
     )
 }
 
@@ -192,11 +210,18 @@ pub fn compare(metric: Metric, a: (usize, &[f64]), b: (usize, &[f64])) -> Option
     };
     let test = stats::mann_whitney_u(bv, wv)?;
     let delta = stats::cliffs_delta(bv, wv)?;
+    // With ties the test falls back to the normal approximation, which can go below what any
+    // permutation of so few values gives; the exact permutation p never does.
+    let p_value = if bv.len() + wv.len() <= stats::EXACT_MAX_TOTAL {
+        test.p_value.max(smallest_p_value(bv.len(), wv.len()))
+    } else {
+        test.p_value
+    };
     Some(Comparison {
         better,
         worse,
         medians: (bm, wm),
-        p_value: test.p_value,
+        p_value,
         exact: test.method == PValueMethod::Exact,
         // Cliff's delta is positive when `better`'s values tend to be larger: flip for latency.
         delta: if metric.lower_is_better() {
@@ -269,7 +294,7 @@ pub fn section(data: &RunData) -> Option<Section> {
         ],
         6,
     );
-    let mut untestable: Option<(usize, usize)> = None;
+    let mut untestable: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut testable_rows = 0;
     for ((test, scenario, point, metric), brokers) in samples(data) {
         let brokers: Vec<(usize, Vec<f64>)> = brokers.into_iter().collect();
@@ -281,7 +306,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 if c.testable() {
                     testable_rows += 1;
                 } else {
-                    untestable.get_or_insert(c.n);
+                    untestable.insert(c.n);
                 }
                 let point_text = match plan.tests[test].kind.sweep() {
                     Sweep::Payloads => loadgen::size::ByteSize(point).to_string(),
@@ -319,13 +344,11 @@ pub fn section(data: &RunData) -> Option<Section> {
         return None;
     }
     let mut section = Section::new("comparisons", "Broker comparisons");
-    if testable_rows == 0
-        && let Some((n_a, n_b)) = untestable
-    {
+    if testable_rows == 0 {
         // A table of verdicts none of which could be anything but "no difference".
         section.paragraph(format!(
             "Brokers measured at the same test, scenario and point are not compared here. {}",
-            untestable_note(n_a, n_b)
+            untestable_note(&untestable, plan.repetitions)
         ));
         return Some(section);
     }
@@ -338,12 +361,11 @@ pub fn section(data: &RunData) -> Option<Section> {
          Throughput counts only sustained repetitions; brokers that sustained one offered \
          rate are compared on their latency at it (which includes loadgen's receive cadence \
          where the throughput section names one).{}",
-        untestable
-            .map(|(n_a, n_b)| format!(
-                " Where the verdict says too few: {}",
-                untestable_note(n_a, n_b)
-            ))
-            .unwrap_or_default()
+        if untestable.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", untestable_note(&untestable, plan.repetitions))
+        }
     ));
     section.blocks.push(super::model::Block::Table(table));
     Some(section)
@@ -402,5 +424,29 @@ mod tests {
         }
         assert!(!testable(2, 2) && !testable(3, 3) && !testable(1, 8));
         assert!(testable(4, 4) && testable(3, 5));
+    }
+
+    #[test]
+    fn ties_never_make_untestable_repetitions_look_significant() {
+        // With ties the normal approximation gives p = 0.047 for 3 against 3: below what any
+        // permutation of six values can give (0.1).
+        let tied = compare(
+            Metric::SaturationRate,
+            (0, &[1.0, 1.0, 1.0]),
+            (1, &[2.0, 2.0, 2.0]),
+        )
+        .expect("values");
+        assert!(!tied.testable() && !tied.significant(), "{tied:?}");
+        assert!(tied.p_value >= smallest_p_value(3, 3), "{tied:?}");
+        let note = untestable_note(&BTreeSet::from([(2, 2), (2, 3)]), 2);
+        assert!(
+            note.contains("2 against 2 (smallest p 0.333), 2 against 3 (smallest p 0.200)")
+                && note.ends_with("repeat the plan at least 4 times to tell brokers apart."),
+            "{note}"
+        );
+        assert!(
+            untestable_note(&BTreeSet::from([(1, 3)]), 5).contains("fewer repetitions counted"),
+            "a plan of 5 repetitions is not told to repeat 4 times"
+        );
     }
 }

@@ -86,7 +86,7 @@ pub fn coverage_text(coverage: f64) -> String {
 pub const INTERVAL_MEANING: &str = "Figures over repetitions are medians with an interval in \
      brackets: the exact distribution-free interval for the median from the repetitions' order \
      statistics (no resampling, no assumption about the distribution). A bracket without a \
-     percentage covers the median with at least the usual confidence, which takes 6 or more \
+     percentage covers the median with a probability of at least 0.95, which takes 6 or more \
      repetitions; with fewer, the bracket is the range of the repetitions and names its real \
      coverage (2 repetitions: 50 %, 3: 75 %, 4: 87.5 %, 5: 93.75 %).";
 

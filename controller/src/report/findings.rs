@@ -2,11 +2,12 @@
 //! and on sustainable throughput, by how much, and whether it is significant), and the
 //! conditions it ran under.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::comparison::{self, Comparison, Metric};
 use super::input::RunData;
 use super::model::{Block, Section};
+use crate::plan::Measures;
 
 /// A test and point with each broker's per-repetition values.
 type Candidate = (usize, u64, Vec<(usize, Vec<f64>)>);
@@ -18,13 +19,15 @@ pub fn section(data: &RunData) -> Section {
     let mut section = Section::new("findings", "Findings");
     let samples = comparison::samples(data);
     let mut items = Vec::new();
-    let mut untestable: Option<(usize, usize)> = None;
+    let mut untestable: BTreeSet<(usize, usize)> = BTreeSet::new();
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         // Per figure, the comparison at the point where most brokers were measured: for
         // latency the first test; for throughput the largest common client count.
         let mut best: BTreeMap<Metric, Candidate> = BTreeMap::new();
         for ((test, scenario_index, point, metric), brokers) in &samples {
-            if *scenario_index != s || brokers.len() < 2 {
+            // Offered rates are judged below, from every measured cell.
+            if *scenario_index != s || brokers.len() < 2 || *metric == Metric::LatencyAtOfferedRate
+            {
                 continue;
             }
             let candidate = (
@@ -58,14 +61,11 @@ pub fn section(data: &RunData) -> Section {
                     format!("Open-loop latency ({})", super::test_label(plan, *test))
                 }
                 Metric::SustainedRate => format!("Sustained throughput at {point} pairs"),
-                Metric::LatencyAtOfferedRate => format!(
-                    "At {point} pairs and the offered rate, {}; latency at that load",
-                    who_sustained(data, *test, s, *point, brokers, &names)
-                ),
+                Metric::LatencyAtOfferedRate => continue,
                 Metric::SaturationRate => format!("Saturation point at {point} pairs"),
             };
             if !leader.testable() {
-                untestable.get_or_insert(leader.n);
+                untestable.insert(leader.n);
             }
             items.push(format!(
                 "{}: {what}: {}.",
@@ -73,6 +73,13 @@ pub fn section(data: &RunData) -> Section {
                 comparison::sentence(*metric, &names, &leader)
             ));
         }
+        items.extend(offered_rate_findings(
+            data,
+            s,
+            &samples,
+            &names,
+            &mut untestable,
+        ));
     }
     if items.is_empty() {
         section.paragraph(
@@ -89,16 +96,85 @@ pub fn section(data: &RunData) -> Section {
              and compares latency at that load.",
         );
         section.blocks.push(Block::List(items));
-        if let Some((n_a, n_b)) = untestable {
-            section.paragraph(comparison::untestable_note(n_a, n_b));
+        if !untestable.is_empty() {
+            section.paragraph(comparison::untestable_note(&untestable, plan.repetitions));
         }
     }
     section.paragraph(conditions(data));
     section
 }
 
-/// "mosquitto and emqx sustained it in 2 of 2 repetitions, aedes in none": every broker
-/// measured at this test, scenario and point, by how many repetitions sustained the rate.
+/// Per sustained test at an offered rate in `scenario`, at the point where most brokers were
+/// measured: who sustained the rate in how many repetitions and, where two or more did, their
+/// latency at that load. A rate every broker kept up with ranks nothing.
+fn offered_rate_findings(
+    data: &RunData,
+    scenario: usize,
+    samples: &comparison::Samples,
+    names: &[String],
+    untestable: &mut BTreeSet<(usize, usize)>,
+) -> Vec<String> {
+    let plan = &data.manifest.plan;
+    // (test) -> point -> brokers measured there, and the offered rate.
+    let mut measured: BTreeMap<usize, BTreeMap<u64, (BTreeSet<usize>, f64)>> = BTreeMap::new();
+    for cell in data.cells.iter().filter(|c| c.scenario == scenario) {
+        let Some(offered) = cell.summary.offered_rate_msgs_per_s else {
+            continue;
+        };
+        if plan.tests[cell.test].kind.measures() != Measures::SustainedRate {
+            continue;
+        }
+        let at = measured
+            .entry(cell.test)
+            .or_default()
+            .entry(cell.point)
+            .or_insert_with(|| (BTreeSet::new(), offered));
+        at.0.insert(cell.broker);
+    }
+    let mut items = Vec::new();
+    for (test, points) in measured {
+        // The most brokers measured; among those, the largest client count.
+        let Some((point, (brokers, offered))) = points
+            .into_iter()
+            .max_by_key(|(point, (brokers, _))| (brokers.len(), *point))
+        else {
+            continue;
+        };
+        if brokers.len() < 2 {
+            continue;
+        }
+        let sustained: Vec<(usize, Vec<f64>)> = samples
+            .get(&(test, scenario, point, Metric::LatencyAtOfferedRate))
+            .map(|by_broker| by_broker.clone().into_iter().collect())
+            .unwrap_or_default();
+        let latency = match lead(Metric::LatencyAtOfferedRate, &sustained) {
+            Some(leader) => {
+                if !leader.testable() {
+                    untestable.insert(leader.n);
+                }
+                format!(
+                    "; latency at that load (transit, loadgen's receive cadence included): {}",
+                    comparison::sentence(Metric::LatencyAtOfferedRate, names, &leader)
+                )
+            }
+            None => {
+                "; fewer than two sustained it, so no latency at that load is compared".to_string()
+            }
+        };
+        items.push(format!(
+            "{}: Offered rate ({}), {point} pairs at {} msg/s: {}{latency}.",
+            plan.scenarios[scenario].name,
+            super::test_label(plan, test),
+            super::model::rate(offered),
+            who_sustained(data, test, scenario, point, &sustained, names)
+        ));
+    }
+    items
+}
+
+/// "repetitions that sustained it: mosquitto and emqx in 2 of 2, aedes in none of 2": every
+/// broker measured at this test, scenario and point, by how many repetitions sustained the
+/// rate (one in which loadgen was the limit does not count).
 fn who_sustained(
     data: &RunData,
     test: usize,
@@ -121,16 +197,17 @@ fn who_sustained(
             .find(|(b, _)| *b == broker)
             .map_or(0, |(_, values)| values.len())
     };
-    let mut groups: BTreeMap<(usize, usize), Vec<&str>> = BTreeMap::new();
+    // Most sustained first; brokers alike in one group.
+    let mut groups: BTreeMap<(std::cmp::Reverse<usize>, usize), Vec<&str>> = BTreeMap::new();
     for (&broker, &cells) in &measured {
         groups
-            .entry((usize::MAX - kept(broker), cells))
+            .entry((std::cmp::Reverse(kept(broker)), cells))
             .or_default()
             .push(names[broker].as_str());
     }
     let parts: Vec<String> = groups
         .into_iter()
-        .map(|((inverse, cells), brokers)| match usize::MAX - inverse {
+        .map(|((std::cmp::Reverse(kept), cells), brokers)| match kept {
             0 => format!("{} in none of {cells}", brokers.join(" and ")),
             kept => format!("{} in {kept} of {cells}", brokers.join(" and ")),
         })

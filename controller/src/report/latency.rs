@@ -111,6 +111,7 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
             "Open-loop median (ms)",
             "Open-loop p99 (ms)",
             "Send delay p99 (ms, median of repetitions)",
+            "Read delay p99 (ms, median of repetitions)",
             "Tail",
             "Samples",
             "Repetitions",
@@ -145,14 +146,8 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
                 ms(g.p99),
                 open.map_or("-".to_string(), |o| ms(o.p50)),
                 open.map_or("-".to_string(), |o| ms(o.p99)),
-                crate::stats::median(
-                    &cells
-                        .iter()
-                        .filter(|c| c.summary.send_delay.count > 0)
-                        .map(|c| c.summary.send_delay.p99_us)
-                        .collect::<Vec<_>>(),
-                )
-                .map_or("-".to_string(), ms),
+                median_p99(&cells, |s| &s.send_delay),
+                median_p99(&cells, |s| &s.read_delay),
                 tail_owner(&cells),
                 g.count.to_string(),
                 g.repetitions.to_string(),
@@ -204,7 +199,9 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
     section.paragraph(format!(
         "Median, IQR and percentiles: of the {} latency histogram merged over all repetitions; \
          the open-loop columns: from each message's intended send time, merged the same way; \
-         send delay: how late messages left loadgen. Tail: whose the open-loop p99 is in each \
+         send delay: how late messages left loadgen; read delay: how late loadgen read \
+         deliveries after the kernel received them (from the kernel's receive stamp; - where \
+         none was kept). Tail: whose the open-loop p99 is in each \
          repetition, the broker's or loadgen's (its send delay p99, or its read delay p99 after \
          the kernel received a delivery, at least half the open-loop p99 and at least 0.1 ms; \
          or the transit p99 at most half of it, the two p99s at least 0.1 ms apart); a tail \
@@ -217,6 +214,22 @@ fn section(data: &RunData, test: usize, title: &str) -> Section {
 
 /// Whose the open-loop tail was over a group's repetitions: "broker's", "loadgen's", or
 /// "loadgen's in 2 of 5"; "-" without a verdict (no schedule, or results that predate it).
+/// The median over the repetitions of one latency figure's p99, ms; "-" where none was kept.
+fn median_p99(
+    cells: &[&CellFigures],
+    figure: impl Fn(&loadgen::Summary) -> &loadgen::summary::LatencySummary,
+) -> String {
+    crate::stats::median(
+        &cells
+            .iter()
+            .map(|c| figure(&c.summary))
+            .filter(|f| f.count > 0)
+            .map(|f| f.p99_us)
+            .collect::<Vec<_>>(),
+    )
+    .map_or("-".to_string(), ms)
+}
+
 fn tail_owner(cells: &[&CellFigures]) -> String {
     let verdicts: Vec<TailOwner> = cells
         .iter()

@@ -117,6 +117,11 @@ impl ResultsDir {
             cell.replace("result.json", json.as_bytes())?;
             let hgrm = loadgen::output::percentile_distribution(&result.latency, 1e6);
             cell.replace("latency.hgrm", hgrm.as_bytes())?;
+            match loadgen::interval_log::latency_log(result) {
+                Ok(log) => cell.replace("latency.hlog", log.as_bytes())?,
+                // The result and its percentiles are kept; only the time series is missing.
+                Err(error) => tracing::warn!(%error, cell = %record.cell, "no latency.hlog"),
+            }
         }
         let earlier_failures = match read_record(&self.folder, &record.cell) {
             Ok(Some(earlier)) if earlier.status == CellStatus::Failed => {

@@ -137,6 +137,11 @@ fn fill_result(
     result.transit_latency = lock(&live.transit_latency);
     result.send_delay = lock(&live.send_delay);
     result.read_delay = lock(&live.read_delay);
+    result.latency_intervals = live
+        .latency_intervals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
 }
 
 /// Judges which messages an absent subscriber missed because they expired

@@ -62,6 +62,10 @@ impl<S: AsRef<TcpStream>> Stamped<S> {
             )
         };
         if set != 0 {
+            tracing::debug!(
+                error = %io::Error::last_os_error(),
+                "SO_TIMESTAMPNS refused: this connection's read delay is not measured"
+            );
             return Err(socket);
         }
         Ok(Stamped {
@@ -83,6 +87,10 @@ impl<S: AsRef<TcpStream> + Unpin> AsyncRead for Stamped<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if buf.remaining() == 0 {
+            // Nothing to read into: the last read's stamp stands.
+            return Poll::Ready(Ok(()));
+        }
         let stream = this.socket.as_ref();
         loop {
             ready!(stream.poll_read_ready(cx))?;

@@ -9,6 +9,7 @@ use domain::FieldError;
 use hdrhistogram::Histogram;
 use loadgen_model::header::HeaderEncoding;
 use loadgen_model::histogram_v2::{self, HistogramError};
+use loadgen_model::intervals::{Interval, IntervalHistograms, MAX_INTERVALS};
 use loadgen_model::result::{
     BrokerOnHost, ChurnOutcome, ClientWindow, HISTOGRAM_HIGHEST_NS, HISTOGRAM_SIGFIG, InstanceLoad,
     MeasuredWindow, ReconnectOutcome, ResourceUsage, RunResult,
@@ -154,6 +155,11 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
         } else {
             histogram_from_bytes(&message.read_delay, at, "read_delay")?
         },
+        latency_intervals: intervals_from(
+            message.latency_interval_ns,
+            &message.latency_intervals,
+            at,
+        )?,
         connect_time: histogram_from_bytes(&message.connect_time, at, "connect_time")?,
         published: message.published,
         acknowledged: message.acknowledged,
@@ -328,6 +334,51 @@ fn windows(
 }
 
 /// Decodes a histogram and insists on the project-wide bounds, without which it cannot merge.
+/// The latency intervals of a peer's result: counted before any histogram is decoded, then
+/// checked as a result read from a file is.
+fn intervals_from(
+    interval_ns: u64,
+    intervals: &[pb::LatencyInterval],
+    at: &str,
+) -> Result<IntervalHistograms, ConversionError> {
+    if interval_ns == 0 && intervals.is_empty() {
+        return Ok(IntervalHistograms::default());
+    }
+    let invalid = |value: String, problem: String| {
+        ConversionError::Invalid(FieldError {
+            path: field(at, "latency_intervals"),
+            value,
+            problem,
+        })
+    };
+    if intervals.len() > MAX_INTERVALS {
+        return Err(invalid(
+            format!("{} intervals", intervals.len()),
+            format!("at most {MAX_INTERVALS}"),
+        ));
+    }
+    let decoded = IntervalHistograms {
+        interval_ns,
+        intervals: intervals
+            .iter()
+            .map(|interval| {
+                Ok(Interval {
+                    index: interval.index,
+                    histogram: histogram_from_bytes(
+                        &interval.histogram,
+                        at,
+                        "latency_intervals.histogram",
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, ConversionError>>()?,
+    };
+    decoded
+        .check()
+        .map_err(|problem| invalid(format!("{interval_ns} ns"), problem))?;
+    Ok(decoded)
+}
+
 fn histogram_from_bytes(
     bytes: &[u8],
     at: &str,
@@ -380,6 +431,22 @@ impl TryFrom<&RunResult> for pb::RunResult {
             transit_latency: histogram_to_bytes(&result.transit_latency, at, "transit_latency")?,
             send_delay: histogram_to_bytes(&result.send_delay, at, "send_delay")?,
             read_delay: histogram_to_bytes(&result.read_delay, at, "read_delay")?,
+            latency_interval_ns: result.latency_intervals.interval_ns,
+            latency_intervals: result
+                .latency_intervals
+                .intervals
+                .iter()
+                .map(|interval| {
+                    Ok(pb::LatencyInterval {
+                        index: interval.index,
+                        histogram: histogram_to_bytes(
+                            &interval.histogram,
+                            at,
+                            "latency_intervals.histogram",
+                        )?,
+                    })
+                })
+                .collect::<Result<Vec<_>, ConversionError>>()?,
             connect_time: histogram_to_bytes(&result.connect_time, at, "connect_time")?,
             published: result.published.clone(),
             acknowledged: result.acknowledged.clone(),
@@ -594,6 +661,8 @@ mod tests {
             .read_delay
             .record_n(20_000, 3)
             .expect("within bounds");
+        result.latency_intervals.record(2_000_000_000, 150_000);
+        result.latency_intervals.record(3_500_000_000, 250_000);
         result
             .connect_time
             .record(2_500_000)
@@ -759,11 +828,32 @@ mod tests {
     }
 
     #[test]
+    fn latency_intervals_are_counted_before_they_are_decoded_and_checked_after() {
+        let mut message = encode(&filled_result());
+        assert_eq!(message.latency_intervals.len(), 2);
+        let one = message.latency_intervals[0].clone();
+        message.latency_intervals = (0..61)
+            .map(|index| pb::LatencyInterval {
+                index,
+                ..one.clone()
+            })
+            .collect();
+        let error = RunResult::try_from(message.clone()).expect_err("refused");
+        assert_eq!(error.path(), "result.latency_intervals", "{error}");
+        message.latency_intervals = vec![one.clone(), one];
+        let error = RunResult::try_from(message).expect_err("a repeated index is refused");
+        assert_eq!(error.path(), "result.latency_intervals", "{error}");
+    }
+
+    #[test]
     fn a_result_from_an_agent_without_transit_latency_decodes_with_it_empty() {
         let mut message = encode(&filled_result());
         message.transit_latency.clear();
         message.read_delay.clear();
+        message.latency_interval_ns = 0;
+        message.latency_intervals.clear();
         let decoded = RunResult::try_from(message).expect("decodes");
+        assert_eq!(decoded.latency_intervals, Default::default());
         assert!(decoded.transit_latency.is_empty());
         assert!(decoded.read_delay.is_empty());
         assert_eq!(decoded.latency, filled_result().latency);
