@@ -32,6 +32,8 @@ struct Args {
 enum Command {
     /// Rebuilds report.html and report.md of a run from its files alone.
     Report(ReportArgs),
+    /// Compares two runs' results folders, figure by figure, with significance: B against A.
+    Compare(CompareArgs),
     /// Creates the project's CA and the identities of controller, agents and clients.
     Pki(PkiArgs),
     /// Runs the controller as a gRPC service over mTLS: plans submitted with `controller
@@ -47,6 +49,18 @@ enum Command {
 struct ReportArgs {
     /// The run's results folder.
     dir: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// The baseline run's results folder (A).
+    a: PathBuf,
+    /// The candidate run's results folder (B).
+    b: PathBuf,
+    /// Where compare.md, compare.html and compare.csv go [default:
+    /// compare-<A's folder name>-vs-<B's folder name>].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -112,6 +126,7 @@ fn main() -> ExitCode {
     program::init_tracing("warn,rumqttd=off");
     match (args.command, args.plan) {
         (Some(Command::Report(args)), _) => report(&args.dir),
+        (Some(Command::Compare(args)), _) => compare(args),
         (Some(Command::Pki(args)), _) => pki(PkiRequest {
             dir: args.dir,
             controller: args.controller,
@@ -139,6 +154,33 @@ fn report(dir: &Path) -> ExitCode {
         }
         Err(error) => {
             eprintln!("controller report: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn compare(args: CompareArgs) -> ExitCode {
+    let name = |dir: &Path| {
+        dir.file_name()
+            .map_or_else(|| "run".to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from(format!("compare-{}-vs-{}", name(&args.a), name(&args.b)))
+    });
+    match controller::report::compare::write_comparison(&args.a, &args.b, &out) {
+        Ok(files) => {
+            println!(
+                "{} figure(s) compared, {} measured in one run only\n{}\n{}\n{}",
+                files.matched,
+                files.unmatched,
+                files.html.display(),
+                files.markdown.display(),
+                files.csv.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("controller compare: {error}");
             ExitCode::FAILURE
         }
     }

@@ -754,6 +754,25 @@ tests = [
 ]
 "#;
 
+/// The sustained plan's shape with an offered rate and two repetitions (the quickstart's).
+const OFFERED: &str = r#"
+name = "offered-test"
+repetitions = 2
+nodes = [
+  { name = "tester", agent = "198.18.0.1:7100", roles = ["loadgen", "netem"] },
+  { name = "worker", agent = "198.18.0.3:7100", roles = ["broker", "netem"] },
+]
+brokers = [
+  { name = "mosquitto", kind = "native", product = "mosquitto", node = "worker" },
+  { name = "rabbitmq", kind = "native", product = "rabbitmq", node = "worker" },
+]
+scenarios = [{ name = "local" }]
+tests = [
+  { kind = "throughput", loadgen = ["tester"], clients = [10], duration = "2s", warmup = "1s", rate = 10000 },
+  { kind = "saturation", loadgen = ["tester"], clients = [10] },
+]
+"#;
+
 /// A timed cell of 1 s warm-up and 2 s measured: publishers at `rate`, subscribers keeping up,
 /// or from the second half on at 80 % when `falls_behind`.
 fn fill_timed(result: &mut RunResult, rate: f64, falls_behind: bool) {
@@ -1010,23 +1029,6 @@ fn sustained_rates_saturation_points_and_comparisons_are_reported() {
 /// two repetitions cannot be tested, and calls no interval 95 %.
 #[test]
 fn an_offered_rate_sustained_by_both_ranks_nothing_and_two_repetitions_claim_no_95_percent() {
-    const OFFERED: &str = r#"
-name = "offered-test"
-repetitions = 2
-nodes = [
-  { name = "tester", agent = "198.18.0.1:7100", roles = ["loadgen", "netem"] },
-  { name = "worker", agent = "198.18.0.3:7100", roles = ["broker", "netem"] },
-]
-brokers = [
-  { name = "mosquitto", kind = "native", product = "mosquitto", node = "worker" },
-  { name = "rabbitmq", kind = "native", product = "rabbitmq", node = "worker" },
-]
-scenarios = [{ name = "local" }]
-tests = [
-  { kind = "throughput", loadgen = ["tester"], clients = [10], duration = "2s", warmup = "1s", rate = 10000 },
-  { kind = "saturation", loadgen = ["tester"], clients = [10] },
-]
-"#;
     let dir = tempfile::tempdir().expect("temp dir");
     // Both deliver what was offered (10,000 msg/s; the repetitions add 100 and 200).
     let counted = build_sustained_at(dir.path(), OFFERED, [10_000.0, 10_000.0]);
@@ -1128,4 +1130,92 @@ fn long_chart_titles_wrap_inside_the_figure() {
         let estimate = line.chars().count() as f64 * 13.0 * 0.62;
         assert!(estimate <= width, "{line:?} is wider than {width} px");
     }
+}
+
+/// `controller compare`: the same plan twice, the second time with one broker slower: that
+/// broker is worse in B with significance, the other shows no significant difference; a run
+/// of another plan matches what it shares and lists the rest; runs that share nothing are
+/// refused with what each measured.
+#[test]
+fn compare_finds_the_broker_that_changed_and_lists_what_does_not_match() {
+    use controller::report::compare::{CompareError, write_comparison};
+    let (a, b, other, latency_only) = (
+        tempfile::tempdir().expect("temp dir"),
+        tempfile::tempdir().expect("temp dir"),
+        tempfile::tempdir().expect("temp dir"),
+        tempfile::tempdir().expect("temp dir"),
+    );
+    build_sustained_at(a.path(), SUSTAINED_PLAN, [10_000.0, 5_000.0]);
+    // B: rabbitmq delivers a fifth less; mosquitto exactly as in A.
+    build_sustained_at(b.path(), SUSTAINED_PLAN, [10_000.0, 4_000.0]);
+    let out = tempfile::tempdir().expect("temp dir");
+    let files = write_comparison(a.path(), b.path(), out.path()).expect("compared");
+    assert_eq!(files.unmatched, 0);
+    let md = std::fs::read_to_string(&files.markdown).expect("compare.md");
+    let rows = table(&md, "| Broker | Scenario | Test | Point | Figure");
+    let row = |broker: &str, figure: &str| {
+        rows.iter()
+            .find(|r| get(r, "Broker") == broker && get(r, "Figure").starts_with(figure))
+            .unwrap_or_else(|| panic!("{broker} {figure}: {md}"))
+    };
+    // Four sustained repetitions a side (the fifth of each is not counted): 4 vs 4.
+    let slower = row("rabbitmq", "sustained");
+    assert_eq!(get(slower, "Verdict"), "B worse", "{slower:?}");
+    assert_eq!(get(slower, "Mann-Whitney p"), "0.029");
+    assert_eq!(get(slower, "Repetitions"), "4 vs 4");
+    assert!(
+        get(slower, "B / A [interval]").starts_with("0.811 "),
+        "{slower:?}"
+    );
+    let same = row("mosquitto", "sustained");
+    assert_eq!(
+        get(same, "Verdict"),
+        "no significant difference",
+        "{same:?}"
+    );
+    assert!(get(same, "B - A [interval]").starts_with("0 "), "{same:?}");
+    let csv = std::fs::read_to_string(&files.csv).expect("compare.csv");
+    assert_eq!(csv.lines().count(), 1 + rows.len(), "{csv}");
+    assert!(
+        md.contains("The two runs ran under the same recorded conditions."),
+        "{md}"
+    );
+    assert!(files.html.exists());
+
+    // Another plan: its saturation figures match, its offered-rate latency and A's
+    // sustained rates do not.
+    build_sustained_at(other.path(), OFFERED, [10_000.0, 10_000.0]);
+    let files = write_comparison(a.path(), other.path(), out.path()).expect("compared");
+    let md = std::fs::read_to_string(&files.markdown).expect("compare.md");
+    let rows = table(&md, "| Broker | Scenario | Test | Point | Figure");
+    assert!(
+        rows.iter()
+            .all(|r| get(r, "Figure").starts_with("saturation"))
+            && rows.len() == 2,
+        "{md}"
+    );
+    assert_eq!(
+        get(&rows[0], "Verdict"),
+        "not enough repetitions",
+        "5 against 2 searches"
+    );
+    assert_eq!(files.unmatched, 4, "{md}");
+    assert!(
+        md.contains("Only in A (2):") && md.contains("Only in B (2):"),
+        "{md}"
+    );
+    assert!(md.contains("DIFFERS") && md.contains("repetitions"), "{md}");
+
+    // Nothing in common: refused, saying what each has.
+    build(latency_only.path(), PLAN);
+    let error = write_comparison(a.path(), latency_only.path(), out.path())
+        .expect_err("nothing to compare");
+    assert!(
+        matches!(error, CompareError::NothingShared { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("share no measured cell"),
+        "{error}"
+    );
 }

@@ -55,7 +55,28 @@ impl Metric {
         }
     }
 
-    fn show(self, v: f64) -> String {
+    /// Short name in CSV files.
+    pub fn id(self) -> &'static str {
+        match self {
+            Metric::Latency => "latency",
+            Metric::OpenLoopLatency => "open_loop_latency",
+            Metric::SustainedRate => "sustained_rate",
+            Metric::LatencyAtOfferedRate => "latency_at_offered_rate",
+            Metric::SaturationRate => "saturation_rate",
+        }
+    }
+
+    /// The unit of its raw values.
+    pub fn unit(self) -> &'static str {
+        if self.lower_is_better() {
+            "us"
+        } else {
+            "msg/s"
+        }
+    }
+
+    /// A value as tables show it (ms for latencies).
+    pub fn show(self, v: f64) -> String {
         match self {
             Metric::Latency | Metric::OpenLoopLatency | Metric::LatencyAtOfferedRate => ms(v),
             _ => rate(v),
@@ -195,6 +216,15 @@ pub fn untestable_note(counts: &BTreeSet<(usize, usize)>, repetitions: u32) -> S
     )
 }
 
+/// A test's point as tables show it: a payload size, client pairs, or "-".
+pub fn point_text(plan: &crate::plan::Plan, test: usize, point: u64) -> String {
+    match plan.tests[test].kind.sweep() {
+        Sweep::Payloads => loadgen::size::ByteSize(point).to_string(),
+        Sweep::Single => "-".to_string(),
+        Sweep::Clients => format!("{point} pairs"),
+    }
+}
+
 /// Compares two brokers' values of `metric`; `None` without values on both sides.
 pub fn compare(metric: Metric, a: (usize, &[f64]), b: (usize, &[f64])) -> Option<Comparison> {
     let (ma, mb) = (stats::median(a.1)?, stats::median(b.1)?);
@@ -308,11 +338,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 } else {
                     untestable.insert(c.n);
                 }
-                let point_text = match plan.tests[test].kind.sweep() {
-                    Sweep::Payloads => loadgen::size::ByteSize(point).to_string(),
-                    Sweep::Single => "-".to_string(),
-                    Sweep::Clients => format!("{point} pairs"),
-                };
+                let point_text = point_text(plan, test, point);
                 let magnitude = Magnitude::from_delta(c.delta).map_or("?", Magnitude::label);
                 table.row(vec![
                     super::test_label(plan, test),

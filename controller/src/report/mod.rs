@@ -47,6 +47,7 @@ mod axes;
 mod burst;
 mod chart;
 mod churn;
+pub mod compare;
 mod comparison;
 mod custom;
 mod emulation;
