@@ -222,6 +222,28 @@ async fn a_laptop_submits_watches_lists_fetches_and_cancels() -> TestResult {
             "{lines:#?}"
         );
         assert_eq!(remote::exit_code(finished.state()), 0);
+        // What the controller's terminal shows, in its order: the broker deployed, the cell,
+        // the broker removed, the report.
+        let at = |what: &str| {
+            lines
+                .iter()
+                .position(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no line with {what:?}: {lines:#?}"))
+        };
+        let order = [
+            at("controller: broker embedded ready at "),
+            at("embedded/local/0-latency"),
+            at("controller: broker embedded removed"),
+            at("controller: report "),
+        ];
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{lines:#?}");
+        // A watcher that comes later gets the run from its start.
+        let mut replayed = Vec::new();
+        remote::watch(&mut client, &id, |event| {
+            replayed.extend(remote::describe_event(event));
+        })
+        .await?;
+        assert_eq!(replayed, lines);
 
         // List: finished, with its counts and folder.
         let runs = remote::list(&mut client).await?;

@@ -33,7 +33,7 @@ use tonic::transport::Channel;
 
 pub use self::cli::{FetchCaps, RemoteAction};
 pub use self::fetch::{FetchError, FetchLimits, FetchWriter, safe_join};
-pub use self::print::{describe_event, describe_run, state_name};
+pub use self::print::{WatchDisplay, describe_event, describe_run, state_name};
 
 /// A remote operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -400,12 +400,9 @@ pub async fn perform(
         RemoteAction::Watch { run } => {
             let opening = open_watch(client, &run);
             let stream = answered_within(address, "watch", deadlines.call, opening).await?;
-            let finished = follow(stream, &run, |event| {
-                if let Some(line) = describe_event(event) {
-                    println!("{line}");
-                }
-            })
-            .await?;
+            let display = WatchDisplay::new();
+            let finished = follow(stream, &run, |event| display.show(event)).await?;
+            drop(display);
             Ok(exit_code(finished.state()))
         }
         RemoteAction::List => {

@@ -70,6 +70,8 @@ pub fn describe_event(event: &pb::RunEvent) -> Option<String> {
                 c.done, c.total, cell.id, cell.status, cell.note
             )
         }
+        pb::run_event::Event::Step(step) if step.line.is_empty() => return None,
+        pb::run_event::Event::Step(step) => step.line.clone(),
         pb::run_event::Event::Finished(finished) => {
             let mut line = format!(
                 "{}: {}",
@@ -85,6 +87,73 @@ pub fn describe_event(event: &pb::RunEvent) -> Option<String> {
             line
         }
     })
+}
+
+/// How `watch` shows a run: each event's line on stdout and, when both stdout and stderr are
+/// terminals, under a progress bar of the cells that will run, as the controller's own
+/// terminal does. Piped, the lines alone.
+#[derive(Debug)]
+pub struct WatchDisplay {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl WatchDisplay {
+    /// A display for this process's terminal.
+    pub fn new() -> Self {
+        use std::io::IsTerminal;
+        let interactive = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+        let bar = interactive.then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            let style = indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} cells  {elapsed_precise}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar
+        });
+        WatchDisplay { bar }
+    }
+
+    /// Shows one event.
+    pub fn show(&self, event: &pb::RunEvent) {
+        if let Some(bar) = &self.bar {
+            match event.event.as_ref() {
+                Some(pb::run_event::Event::Started(started)) => {
+                    bar.set_length(u64::from(started.total_cells));
+                }
+                Some(pb::run_event::Event::Step(step)) if step.runnable_cells > 0 => {
+                    bar.set_length(u64::from(step.runnable_cells));
+                }
+                Some(pb::run_event::Event::Cell(cell)) => {
+                    let c = cell.counts.unwrap_or_default();
+                    bar.set_position(u64::from(c.done.saturating_sub(c.skipped)));
+                    bar.set_message(format!("{} failed", c.failed));
+                }
+                _ => {}
+            }
+        }
+        let Some(line) = describe_event(event) else {
+            return;
+        };
+        match &self.bar {
+            Some(bar) => bar.suspend(|| println!("{line}")),
+            None => println!("{line}"),
+        }
+    }
+}
+
+impl Default for WatchDisplay {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for WatchDisplay {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! - `guard.rs`: the undo guards.
 //! - `testbed/`: what the run asks of each node's agent, in its own types (the gRPC side is
 //!   `crate::agent_client`); the undo tests' in-memory stand-in.
-//! - `events.rs`: [`RunEvent`]s on a bounded channel, and their `tracing` lines.
+//! - `events.rs`: [`RunEvent`]s on a bounded channel, and their `tracing` lines;
+//!   `lines.rs`: the line a person reads for each ([`EventLines`]).
 //! - `record.rs`: recording a cell and counting it.
 //! - `agents.rs`: connecting (and starting a local agent, `local_agent.rs`);
 //!   `phases.rs`: the overlay and the cluster (phases 2 and 3); `deploy.rs`: starting and
@@ -29,6 +30,7 @@ mod events;
 mod execute;
 mod guard;
 mod impairment;
+mod lines;
 mod load;
 mod local_agent;
 #[cfg(feature = "local-agent")]
@@ -55,6 +57,7 @@ pub use self::events::{EVENT_CAPACITY, RunCounts, RunEvent, RunEvents, event_cha
 pub use self::execute::RunSummary;
 use self::execute::{Run, Setting};
 use self::guard::{Guard, catching};
+pub use self::lines::EventLines;
 pub use self::local_agent::LocalAgent;
 use self::local_agent::LocalAgents;
 #[cfg(feature = "local-agent")]

@@ -74,6 +74,10 @@ impl From<Update> for pb::RunEvent {
                 note,
                 counts: Some(counts(&now)),
             }),
+            Update::Step { line, runnable } => Event::Step(pb::RunStep {
+                line: line.unwrap_or_default(),
+                runnable_cells: runnable.map_or(0, saturate),
+            }),
             Update::Ended {
                 outcome,
                 counts: now,

@@ -24,7 +24,9 @@ use tracing::Instrument;
 use super::config::{MAX_ACTIVE_PER_CLIENT, MAX_HISTORY_PER_CLIENT};
 use crate::plan::Plan;
 use crate::results::CellStatus;
-use crate::run::{RunCounts, RunEvent, RunOptions, RunSummary, event_channel, run_plan_observed};
+use crate::run::{
+    EventLines, RunCounts, RunEvent, RunOptions, RunSummary, event_channel, run_plan_observed,
+};
 
 /// Why runs are cancelled when the service stops.
 const SHUTTING_DOWN: &str = "cancelled: the service is shutting down";
@@ -137,6 +139,13 @@ pub(crate) enum Update {
         /// The run's counts after it.
         counts: RunCounts,
     },
+    /// Anything else the run's terminal shows, as its line.
+    Step {
+        /// The line; none for an event that only sets the runnable cells.
+        line: Option<String>,
+        /// Before the first broker: the cells that will be attempted.
+        runnable: Option<usize>,
+    },
     /// The last step of every run.
     Ended {
         /// How it ended.
@@ -162,6 +171,8 @@ struct Run {
     counts: RunCounts,
     cancel: CancellationToken,
     history: Vec<Update>,
+    /// Renders the run's events as its terminal would.
+    lines: EventLines,
     version: watch::Sender<u64>,
 }
 
@@ -328,6 +339,7 @@ impl Runs {
             counts,
             cancel: self.closing.child_token(),
             history: Vec::new(),
+            lines: EventLines::default(),
             version: watch::Sender::new(0),
         };
         run.push(Update::Queued(counts));
@@ -500,9 +512,18 @@ impl Runs {
                     counts,
                 });
             }
-            // The watch protocol carries starts and cells; the rest (nodes, brokers, netem,
-            // undo, report) are in the service's log under the run's span.
-            _ => {}
+            // The rest (nodes, brokers, netem, skips, the undo, the report) as the terminal
+            // shows them.
+            other => {
+                let runnable = match &other {
+                    RunEvent::Runnable { runnable, .. } => Some(*runnable),
+                    _ => None,
+                };
+                let line = run.lines.line(&other);
+                if line.is_some() || runnable.is_some() {
+                    run.push(Update::Step { line, runnable });
+                }
+            }
         });
     }
 
