@@ -7,7 +7,9 @@
 //! - [`clock`]: 4-timestamp clock exchanges and the offset estimate with its error bound.
 //! - [`plan`]: the plan file, its presets and validation, and its cells.
 //! - [`results`]: the results folder: manifest, summary.csv, metrics.csv, per-cell files.
-//! - [`report`]: `report.md`, `report.html` and SVG figures, rebuilt from a results folder.
+//! - [`report`]: `report.md`, `report.html` and SVG figures, rebuilt from a results folder;
+//!   `controller compare` of two of them.
+//! - [`metrics`]: the run's live metrics for Prometheus (`[metrics]` in the plan).
 //! - [`run`]: running a plan: agents, brokers, scenarios, cells, undo, through a typed
 //!   testbed ([`run::testbed`]).
 //! - `agent_client`: that testbed over gRPC, converting to and from the agents' messages.
@@ -22,6 +24,7 @@ mod agent_client;
 pub mod civil;
 /// The clock-offset estimate lives in `proto`, beside the agent client it measures with.
 pub use proto::clock;
+pub mod metrics;
 pub mod pki_command;
 pub mod plan;
 pub mod remote;

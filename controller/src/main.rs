@@ -280,6 +280,19 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
         tokio::spawn(stop_on_signal(cancel.clone()));
         let (events, shown) = event_channel();
         let display = tokio::spawn(terminal::show_progress(shown));
+        let (events, metrics) = match controller::metrics::tap(&plan, events).await {
+            Ok(tapped) => tapped,
+            Err(error) => {
+                eprintln!("controller: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(metrics) = &metrics {
+            eprintln!(
+                "controller: metrics at http://{}/metrics",
+                metrics.address
+            );
+        }
         let outcome = run_plan_observed(
             &plan,
             &text,
@@ -291,6 +304,9 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
             Some(events),
         )
         .await;
+        if let Some(metrics) = metrics {
+            metrics.finish().await;
+        }
         let _ = display.await;
         match outcome {
             Ok(summary) => {

@@ -33,6 +33,9 @@ pub struct Plan {
     /// Per-phase deadlines.
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// Live metrics of the run in Prometheus' text format, when asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsEntry>,
     /// Phases 2 and 3 of the study: the overlay and the cluster brokers run on.
     #[serde(default)]
     pub testbed: TestbedEntry,
@@ -48,6 +51,19 @@ pub struct Plan {
 
 fn one() -> u32 {
     1
+}
+
+/// `[metrics]`: where the controller serves the run's metrics (`GET /metrics`, Prometheus'
+/// text format, plain HTTP): give a loopback or management address a Prometheus server
+/// reaches, never one the testbed's traffic or untrusted hosts reach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsEntry {
+    /// `HOST:PORT` to listen on, e.g. `127.0.0.1:9464`.
+    pub listen: std::net::SocketAddr,
+    /// How long the listener stays up after the run, so that a scrape sees its last cells.
+    #[serde(default, with = "humantime_serde")]
+    pub linger: Duration,
 }
 
 fn default_results_dir() -> PathBuf {

@@ -5,11 +5,23 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::results::{CellStatus, NodeRecord};
+use std::sync::Arc;
+
+use crate::results::{CellRecord, CellStatus, NodeRecord};
 
 /// Events a run may have in flight before it waits for its observer: plenty for a
 /// terminal or a service that renders as they come, small enough to bound the memory.
 pub const EVENT_CAPACITY: usize = 256;
+
+/// What a measured cell recorded, as an observer of the run receives it.
+#[derive(Debug, Clone)]
+pub struct MeasuredCell {
+    /// The record written to its `record.json` (broker, scenario, test, point, repetition,
+    /// figures, broker usage).
+    pub record: CellRecord,
+    /// Its open-loop latency histogram (ns), when it has one.
+    pub latency: Option<hdrhistogram::Histogram<u64>>,
+}
 
 /// How far a run is, in cells.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,6 +109,9 @@ pub enum RunEvent {
         note: String,
         /// The run's counts after it.
         counts: RunCounts,
+        /// A measured cell's record and latency histogram, for observers that keep figures
+        /// (the metrics listener); shared, so that the event stays cheap to pass on.
+        measured: Option<Arc<MeasuredCell>>,
     },
     /// A scenario's netem was cleared on these nodes.
     NetemCleared {
@@ -174,6 +189,7 @@ impl RunEvent {
                 status,
                 note,
                 counts,
+                ..
             } => tracing::info!(
                 cell = %id, status = status.as_str(), done = counts.done, total = counts.total,
                 "{note}"

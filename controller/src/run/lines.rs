@@ -62,6 +62,7 @@ impl EventLines {
                 status,
                 note,
                 counts,
+                ..
             } => format!(
                 "[{:>4}/{}] {id} {}: {note}",
                 counts.done,

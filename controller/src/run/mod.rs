@@ -53,7 +53,9 @@ pub use self::agents::AgentHandle;
 pub use self::deploy::BROKER_LEASE;
 pub use self::error::RunError;
 use self::events::Events;
-pub use self::events::{EVENT_CAPACITY, RunCounts, RunEvent, RunEvents, event_channel};
+pub use self::events::{
+    EVENT_CAPACITY, MeasuredCell, RunCounts, RunEvent, RunEvents, event_channel,
+};
 pub use self::execute::RunSummary;
 use self::execute::{Run, Setting};
 use self::guard::{Guard, catching};

@@ -1,13 +1,15 @@
 //! Recording cells as they end: the summary row, the result and histogram files, the run's
 //! counts and the [`RunEvent::Cell`] that reports them.
 
+use std::sync::Arc;
+
 use crate::plan::{Cell, Plan};
 use crate::results::usage::{BrokerUsage, broker_usage, generator_limit};
 use crate::results::{CellRecord, CellStatus, MetricsRow, ResultsDir, SaturationRecord};
 
 use super::cell::{self, CellOutcome};
 use super::error::RunError;
-use super::events::{Events, RunCounts, RunEvent};
+use super::events::{Events, MeasuredCell, RunCounts, RunEvent};
 
 /// What a cell adds to loadgen's figures.
 #[derive(Debug, Default)]
@@ -154,6 +156,12 @@ impl Progress {
             saturation: extras.search.as_ref().map(SaturationRecord::of),
         };
         results.record(&record, result.as_deref(), extras.search.as_ref())?;
+        let measured = (status == CellStatus::Ok).then(|| {
+            Arc::new(MeasuredCell {
+                record: record.clone(),
+                latency: result.as_ref().map(|result| result.latency.clone()),
+            })
+        });
         let counts = &mut self.counts;
         counts.done += 1;
         match status {
@@ -166,6 +174,7 @@ impl Progress {
             status,
             note,
             counts: *counts,
+            measured,
         };
         self.events.emit(event).await;
         Ok(())

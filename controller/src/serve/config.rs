@@ -22,8 +22,8 @@ pub const MAX_ACTIVE_PER_CLIENT: usize = 4;
 /// Ended runs the service remembers per client (their folders stay on disk).
 pub const MAX_HISTORY_PER_CLIENT: usize = 32;
 
-/// Plan keys that name paths on the server: the service sets them.
-const SERVER_PATHS: [&str; 2] = ["results_dir", "pki_dir"];
+/// Plan keys that name paths or listeners on the server: the service decides them.
+const SERVER_PATHS: [&str; 3] = ["results_dir", "pki_dir", "metrics"];
 
 /// The service's own configuration.
 #[derive(Debug, Clone)]

@@ -503,6 +503,7 @@ impl Runs {
                 status,
                 note,
                 counts,
+                ..
             } => {
                 run.counts = counts;
                 run.push(Update::Cell {

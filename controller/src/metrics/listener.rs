@@ -1,0 +1,144 @@
+//! The metrics listener: `GET /metrics` answers the run's metrics in Prometheus' text format
+//! over plain HTTP/1.1, one request per connection. Bounded everywhere, since anyone who
+//! reaches the address can call it: a request head of at most 8 KiB read within 5 s, at most
+//! 16 connections at once; anything but `GET /metrics` gets 404.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::RunMetrics;
+
+/// The largest request head read.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// How long a client may take to send its request and read the answer.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once; more wait for a slot.
+const MAX_CONNECTIONS: usize = 16;
+
+/// A bound metrics listener and where it listens.
+#[derive(Debug)]
+pub struct MetricsListener {
+    listener: TcpListener,
+    /// The address bound (the port the system chose, when 0 was asked).
+    pub address: SocketAddr,
+}
+
+impl MetricsListener {
+    /// Binds `address`, or says why not with the plan's path.
+    pub async fn bind(address: SocketAddr) -> Result<Self, String> {
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|error| format!("metrics.listen {address}: {error}"))?;
+        let address = listener
+            .local_addr()
+            .map_err(|error| format!("metrics.listen {address}: {error}"))?;
+        Ok(MetricsListener { listener, address })
+    }
+}
+
+/// Serves `metrics` on `listener` until `stop` fires.
+pub async fn serve(listener: MetricsListener, metrics: Arc<RunMetrics>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            // A failed accept (out of descriptors) must not spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let metrics = Arc::clone(&metrics);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CLIENT_DEADLINE, answer(stream, &metrics)).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Reads one request head and answers it.
+async fn answer(mut stream: TcpStream, metrics: &RunMetrics) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 || head.len() + read > MAX_REQUEST_HEAD {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..read]);
+    }
+    let request_line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let mut parts = request_line.split(|b| *b == b' ');
+    let (method, target) = (parts.next(), parts.next());
+    let path = target.map(|t| t.split(|b| *b == b'?').next().unwrap_or_default());
+    let (status, content_type, body) = match (method, path) {
+        (Some(b"GET"), Some(b"/metrics")) => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.render(),
+        ),
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "only GET /metrics is served here\n".to_string(),
+        ),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(address: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(address).await.expect("connected");
+        stream.write_all(request.as_bytes()).await.expect("sent");
+        let mut answer = Vec::new();
+        // A server that stops reading may reset the connection: what came before counts.
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_and_nothing_else() {
+        let listener = MetricsListener::bind("127.0.0.1:0".parse().expect("an address"))
+            .await
+            .expect("bound");
+        let address = listener.address;
+        let stop = CancellationToken::new();
+        let metrics = Arc::new(RunMetrics::new("listener-test"));
+        let serving = tokio::spawn(serve(listener, metrics, stop.clone()));
+        let answer = get(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(
+            answer.contains("continuum_run_cells{run=\"listener-test\",state=\"total\"} 0"),
+            "{answer}"
+        );
+        let other = get(address, "GET /admin HTTP/1.1\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        // A head that never ends is cut off at the cap, unanswered.
+        let flood = format!(
+            "GET /metrics HTTP/1.1\r\nX: {}",
+            "a".repeat(MAX_REQUEST_HEAD)
+        );
+        assert_eq!(get(address, &flood).await, "");
+        stop.cancel();
+        serving.await.expect("the listener ends");
+    }
+}

@@ -1,0 +1,473 @@
+//! A run's live metrics in Prometheus' text exposition format, for a Prometheus server to
+//! scrape while a study runs (`[metrics] listen` in the plan).
+//!
+//! [`RunMetrics`] observes the run's events, as the terminal does, and keeps what a reader
+//! of a dashboard wants: the run's progress in cells, the brokers deployed, netem as the
+//! kernel read it back, and per measured cell its counts, rate, latency histogram and the
+//! broker's CPU and memory. Labels name the run, cell, broker, scenario, test, point and
+//! repetition. `listener` serves them.
+//!
+//! # Layout
+//! - this file: the metrics and their text;
+//! - `listener`: the HTTP listener (`GET /metrics`).
+
+mod listener;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+
+use crate::run::{MeasuredCell, RunCounts, RunEvent};
+
+pub use listener::{MetricsListener, serve};
+
+/// A run's metrics listener while it is up.
+#[derive(Debug)]
+pub struct MetricsHandle {
+    /// Where it listens.
+    pub address: std::net::SocketAddr,
+    linger: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsHandle {
+    /// Keeps serving for the plan's linger (so that a scrape sees the last cells), then
+    /// stops.
+    pub async fn finish(self) {
+        tokio::time::sleep(self.linger).await;
+        self.stop.cancel();
+        let _ = self.serving.await;
+    }
+}
+
+/// When `plan` asks for metrics (`[metrics]`): binds its listener, serves the run's metrics
+/// there and returns a sender for the run's events that feeds them and passes each event on
+/// to `next`. Otherwise `next` itself, and no listener. Fails when the address cannot be
+/// bound.
+pub async fn tap(
+    plan: &crate::plan::Plan,
+    next: crate::run::RunEvents,
+) -> Result<(crate::run::RunEvents, Option<MetricsHandle>), String> {
+    let Some(entry) = &plan.metrics else {
+        return Ok((next, None));
+    };
+    let listener = MetricsListener::bind(entry.listen).await?;
+    let address = listener.address;
+    let metrics = std::sync::Arc::new(RunMetrics::new(&plan.name));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(serve(
+        listener,
+        std::sync::Arc::clone(&metrics),
+        stop.clone(),
+    ));
+    let (events, mut observed) = crate::run::event_channel();
+    tokio::spawn(async move {
+        while let Some(event) = observed.recv().await {
+            metrics.observe(&event);
+            // An observer that left does not stop the metrics.
+            let _ = next.send(event).await;
+        }
+    });
+    Ok((
+        events,
+        Some(MetricsHandle {
+            address,
+            linger: entry.linger,
+            stop,
+            serving,
+        }),
+    ))
+}
+
+/// Upper bounds of the latency histogram's buckets, s: 10 µs to 10 s.
+pub const LATENCY_BUCKETS_S: [f64; 19] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Every metric name this module writes, for dashboards and their checks.
+pub const METRIC_NAMES: [&str; 12] = [
+    "continuum_run_cells",
+    "continuum_broker_ready",
+    "continuum_netem_info",
+    "continuum_cell_published_messages",
+    "continuum_cell_delivered_messages",
+    "continuum_cell_lost_messages",
+    "continuum_cell_receive_rate_messages_per_second",
+    "continuum_cell_broker_cpu_percent",
+    "continuum_cell_broker_peak_memory_bytes",
+    "continuum_cell_latency_seconds_bucket",
+    "continuum_cell_latency_seconds_count",
+    "continuum_cell_latency_seconds_sum",
+];
+
+/// A per-cell gauge: its name, its help and how to read it from a cell.
+type CellGauge = (&'static str, &'static str, fn(&CellSeries) -> Option<f64>);
+
+/// What one measured cell left, ready to print.
+#[derive(Debug, Clone)]
+struct CellSeries {
+    labels: String,
+    published: u64,
+    delivered: u64,
+    lost: Option<u64>,
+    receive_rate: f64,
+    broker_cpu_percent: Option<f64>,
+    broker_peak_memory_bytes: Option<f64>,
+    /// Cumulative counts at [`LATENCY_BUCKETS_S`], the total and the sum, s.
+    latency: Option<(Vec<u64>, u64, f64)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    counts: RunCounts,
+    brokers: BTreeMap<String, bool>,
+    netem: BTreeMap<(String, String), (String, String)>,
+    cells: BTreeMap<String, CellSeries>,
+}
+
+/// The metrics of one run, fed its events.
+#[derive(Debug)]
+pub struct RunMetrics {
+    run: String,
+    state: Mutex<State>,
+}
+
+impl RunMetrics {
+    /// Metrics labelled `run="<run>"` (the plan's name).
+    pub fn new(run: &str) -> Self {
+        RunMetrics {
+            run: run.to_string(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes in one event of the run.
+    pub fn observe(&self, event: &RunEvent) {
+        let mut state = self.lock();
+        match event {
+            RunEvent::Started { total, .. } => state.counts.total = *total,
+            RunEvent::BrokerReady { broker, .. } => {
+                state.brokers.insert(broker.clone(), true);
+            }
+            RunEvent::BrokerRemoved { broker } | RunEvent::BrokerUnavailable { broker, .. } => {
+                state.brokers.insert(broker.clone(), false);
+            }
+            RunEvent::Netem {
+                scenario,
+                node,
+                asked,
+                read_back,
+            } => {
+                state.netem.insert(
+                    (scenario.clone(), node.clone()),
+                    (asked.clone(), read_back.clone()),
+                );
+            }
+            RunEvent::NetemCleared { scenario, nodes } => {
+                for node in nodes {
+                    state.netem.remove(&(scenario.clone(), node.clone()));
+                }
+            }
+            RunEvent::Cell {
+                id,
+                counts,
+                measured,
+                ..
+            } => {
+                state.counts = *counts;
+                if let Some(measured) = measured {
+                    state
+                        .cells
+                        .insert(id.clone(), self.cell_series(id, measured));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn cell_series(&self, id: &str, measured: &MeasuredCell) -> CellSeries {
+        let record = &measured.record;
+        let labels = labels(&[
+            ("run", &self.run),
+            ("cell", id),
+            ("broker", &record.broker),
+            ("scenario", &record.scenario),
+            ("test", record.test.name()),
+            ("point", &record.point.label()),
+            ("repetition", &record.repetition.to_string()),
+        ]);
+        let summary = record.summary.as_ref();
+        CellSeries {
+            labels,
+            published: summary.map_or(0, |s| s.published),
+            delivered: summary.map_or(0, |s| s.delivered_unique),
+            lost: summary.and_then(|s| s.lost),
+            receive_rate: summary.map_or(0.0, |s| s.receive_rate.msgs_per_s),
+            broker_cpu_percent: record.usage.map(|u| u.cpu_percent),
+            broker_peak_memory_bytes: record.usage.map(|u| u.peak_rss_mb * 1e6),
+            latency: measured.latency.as_ref().map(buckets),
+        }
+    }
+
+    /// The metrics in Prometheus' text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let state = self.lock();
+        let run = labels(&[("run", &self.run)]);
+        let mut out = String::new();
+        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            &mut out,
+            "continuum_run_cells",
+            "gauge",
+            "Cells of the run by state: total, done, measured, failed, skipped.",
+        );
+        for (name, value) in [
+            ("total", state.counts.total),
+            ("done", state.counts.done),
+            ("measured", state.counts.measured),
+            ("failed", state.counts.failed),
+            ("skipped", state.counts.skipped),
+        ] {
+            let _ = writeln!(out, "continuum_run_cells{{{run},state=\"{name}\"}} {value}");
+        }
+        family(
+            &mut out,
+            "continuum_broker_ready",
+            "gauge",
+            "1 while a broker is deployed and ready, 0 once removed or unavailable.",
+        );
+        for (broker, ready) in &state.brokers {
+            let _ = writeln!(
+                out,
+                "continuum_broker_ready{{{run},{}}} {}",
+                labels(&[("broker", broker)]),
+                u8::from(*ready)
+            );
+        }
+        family(
+            &mut out,
+            "continuum_netem_info",
+            "gauge",
+            "netem in force per scenario and node: what was asked and what the kernel holds.",
+        );
+        for ((scenario, node), (asked, read_back)) in &state.netem {
+            let _ = writeln!(
+                out,
+                "continuum_netem_info{{{run},{}}} 1",
+                labels(&[
+                    ("scenario", scenario),
+                    ("node", node),
+                    ("asked", asked),
+                    ("read_back", read_back)
+                ])
+            );
+        }
+        let cells: Vec<&CellSeries> = state.cells.values().collect();
+        let gauges: [CellGauge; 6] = [
+            (
+                "continuum_cell_published_messages",
+                "Messages the cell's publishers sent, warm-up included.",
+                |c| Some(c.published as f64),
+            ),
+            (
+                "continuum_cell_delivered_messages",
+                "Distinct messages the cell's subscribers received.",
+                |c| Some(c.delivered as f64),
+            ),
+            (
+                "continuum_cell_lost_messages",
+                "Deliveries owed that never arrived.",
+                |c| c.lost.map(|l| l as f64),
+            ),
+            (
+                "continuum_cell_receive_rate_messages_per_second",
+                "Aggregate receive rate over the cell's window.",
+                |c| Some(c.receive_rate),
+            ),
+            (
+                "continuum_cell_broker_cpu_percent",
+                "The broker's mean CPU over the cell's window, % of a core.",
+                |c| c.broker_cpu_percent,
+            ),
+            (
+                "continuum_cell_broker_peak_memory_bytes",
+                "The broker's peak resident memory over the cell's window.",
+                |c| c.broker_peak_memory_bytes,
+            ),
+        ];
+        for (name, help, value) in &gauges {
+            family(&mut out, name, "gauge", help);
+            for cell in &cells {
+                if let Some(value) = value(cell) {
+                    let _ = writeln!(out, "{name}{{{}}} {value}", cell.labels);
+                }
+            }
+        }
+        family(
+            &mut out,
+            "continuum_cell_latency_seconds",
+            "histogram",
+            "Latency of the cell's measured messages from their intended send time.",
+        );
+        for cell in &cells {
+            let Some((cumulative, count, sum)) = &cell.latency else {
+                continue;
+            };
+            for (bound, below) in LATENCY_BUCKETS_S.iter().zip(cumulative) {
+                let _ = writeln!(
+                    out,
+                    "continuum_cell_latency_seconds_bucket{{{},le=\"{bound}\"}} {below}",
+                    cell.labels
+                );
+            }
+            let _ = writeln!(
+                out,
+                "continuum_cell_latency_seconds_bucket{{{},le=\"+Inf\"}} {count}",
+                cell.labels
+            );
+            let _ = writeln!(
+                out,
+                "continuum_cell_latency_seconds_count{{{}}} {count}",
+                cell.labels
+            );
+            let _ = writeln!(
+                out,
+                "continuum_cell_latency_seconds_sum{{{}}} {sum}",
+                cell.labels
+            );
+        }
+        out
+    }
+}
+
+/// Cumulative counts at each bucket bound, the total and the sum (s) of a histogram in ns.
+fn buckets(histogram: &Histogram<u64>) -> (Vec<u64>, u64, f64) {
+    let mut cumulative = vec![0u64; LATENCY_BUCKETS_S.len()];
+    let mut sum_ns = 0.0;
+    for value in histogram.iter_recorded() {
+        let ns = histogram.highest_equivalent(value.value_iterated_to());
+        let count = value.count_at_value();
+        sum_ns += ns as f64 * count as f64;
+        let seconds = ns as f64 / 1e9;
+        for (slot, bound) in cumulative.iter_mut().zip(LATENCY_BUCKETS_S) {
+            if seconds <= bound {
+                *slot += count;
+            }
+        }
+    }
+    (cumulative, histogram.len(), sum_ns / 1e9)
+}
+
+/// `name="value",...` with values escaped as the text format asks.
+fn labels(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(name, value)| {
+            let escaped = value
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{name}=\"{escaped}\"")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The dashboard shipped beside the code.
+    const DASHBOARD: &str = include_str!("../../../dashboards/continuum-run.json");
+
+    #[test]
+    fn every_dashboard_query_names_metrics_this_module_writes() {
+        let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).expect("JSON");
+        assert!(dashboard["title"].is_string() && dashboard["schemaVersion"].is_number());
+        let panels = dashboard["panels"].as_array().expect("panels");
+        assert!(!panels.is_empty());
+        let mut expressions: Vec<String> = Vec::new();
+        for panel in panels {
+            assert!(
+                panel["type"].is_string() && panel["gridPos"].is_object(),
+                "{panel}"
+            );
+            for target in panel["targets"].as_array().expect("targets") {
+                expressions.push(target["expr"].as_str().expect("a PromQL expr").to_string());
+            }
+        }
+        let variables = dashboard["templating"]["list"]
+            .as_array()
+            .expect("variables");
+        expressions.extend(
+            variables
+                .iter()
+                .filter_map(|v| v["query"]["query"].as_str().map(str::to_string)),
+        );
+        let mut named = 0;
+        for expression in &expressions {
+            for word in expression.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("continuum_") {
+                    assert!(
+                        METRIC_NAMES.contains(&word),
+                        "{word} in {expression:?} is not a metric Continuum writes"
+                    );
+                    named += 1;
+                }
+            }
+        }
+        assert!(named >= expressions.len(), "each query names a metric");
+        // And every name listed is one the text really holds, for a run with a cell.
+        let metrics = RunMetrics::new("dashboard-test");
+        let text = metrics.render();
+        for name in ["continuum_run_cells"] {
+            assert!(text.contains(&format!("\n{name}{{")), "{text}");
+        }
+        for name in METRIC_NAMES {
+            assert!(
+                text.contains(&format!("# TYPE {name} "))
+                    || text.contains(&format!(
+                        "# TYPE {} histogram",
+                        name.trim_end_matches("_bucket")
+                            .trim_end_matches("_count")
+                            .trim_end_matches("_sum")
+                    )),
+                "{name} has no family in the text: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn buckets_are_cumulative_and_labels_escaped() {
+        let mut histogram = loadgen::result::new_histogram();
+        histogram.record(20_000).expect("in range"); // 20 µs
+        histogram.record(3_000_000).expect("in range"); // 3 ms
+        histogram.record(20_000_000_000).expect("in range"); // 20 s: only +Inf
+        let (cumulative, count, sum) = buckets(&histogram);
+        assert_eq!(count, 3);
+        assert_eq!(cumulative[0], 0, "nothing at or below 10 µs");
+        assert_eq!(cumulative[1], 1, "20 µs is at or below 25 µs");
+        assert_eq!(cumulative[8], 2, "3 ms is at or below 5 ms");
+        assert_eq!(
+            *cumulative.last().expect("a bucket"),
+            2,
+            "20 s is beyond 10 s"
+        );
+        // Values at their bucket's highest equivalent: within 0.1 % of what was recorded.
+        assert!((sum - 20.003_02).abs() < 0.03, "{sum}");
+        assert_eq!(
+            labels(&[("scenario", "edge \"5 ms\"\\")]),
+            "scenario=\"edge \\\"5 ms\\\"\\\\\""
+        );
+    }
+}
