@@ -57,7 +57,7 @@ impl Prometheus {
             .expect("prometheus starts");
         let prometheus = Prometheus { child, address };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !get(address, "/-/ready").is_some_and(|(status, _)| status == 200) {
+        while get(address, "/-/ready").is_none_or(|(status, _)| status != 200) {
             assert!(Instant::now() < deadline, "prometheus never got ready");
             std::thread::sleep(Duration::from_millis(200));
         }
