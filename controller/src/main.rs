@@ -278,6 +278,7 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
     runtime.block_on(async {
         let cancel = CancellationToken::new();
         tokio::spawn(stop_on_signal(cancel.clone()));
+        let signalled = cancel.clone();
         let (events, shown) = event_channel();
         let display = tokio::spawn(terminal::show_progress(shown));
         let (events, metrics) = match controller::metrics::tap(&plan, events).await {
@@ -304,11 +305,8 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
             Some(events),
         )
         .await;
-        if let Some(metrics) = metrics {
-            metrics.finish().await;
-        }
         let _ = display.await;
-        match outcome {
+        let code = match outcome {
             Ok(summary) => {
                 if let Some(table) = controller::report::glance::table(&summary.dir) {
                     eprintln!(
@@ -337,7 +335,18 @@ fn run(path: PathBuf, resume: Option<PathBuf>) -> ExitCode {
                 eprintln!("controller: {error}");
                 ExitCode::FAILURE
             }
+        };
+        if let Some(metrics) = metrics {
+            if !metrics.linger().is_zero() && !signalled.is_cancelled() {
+                eprintln!(
+                    "controller: metrics stay at http://{}/metrics for {} (Ctrl-C ends it)",
+                    metrics.address,
+                    humantime::format_duration(metrics.linger())
+                );
+            }
+            metrics.finish(&signalled).await;
         }
+        code
     })
 }
 

@@ -65,6 +65,20 @@ impl Prometheus {
     }
 
     /// The samples of an instant query, as (labels, value).
+    /// Queries until `check` holds for the answer, or fails after a minute: Prometheus
+    /// scrapes on its own schedule (its first scrape comes seconds after it is ready).
+    fn wait_for(&self, promql: &str, check: impl Fn(&[(BTreeMap<String, String>, f64)]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let answer = self.query(promql);
+            if check(&answer) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{promql} never held: {answer:?}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     fn query(&self, promql: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let (status, body) = get(
             self.address,
@@ -133,7 +147,7 @@ repetitions = 2
 
 [metrics]
 listen = "127.0.0.1:0"
-linger = "4s"
+linger = "120s"
 
 [[nodes]]
 name = "local"
@@ -178,6 +192,10 @@ async fn prometheus_scrapes_each_cells_counts_with_the_runs_labels() {
     let metrics = metrics.expect("the plan asks for metrics");
     let data = tempfile::tempdir().expect("temp dir");
     let prometheus = Prometheus::start(metrics.address, data.path());
+    // Scraping before the run starts, so that no cell can end unseen.
+    prometheus.wait_for("up{job=\"continuum\"}", |answer| {
+        answer.iter().any(|(_, up)| *up == 1.0)
+    });
 
     let summary = run_plan_observed(
         &plan,
@@ -188,10 +206,24 @@ async fn prometheus_scrapes_each_cells_counts_with_the_runs_labels() {
     )
     .await
     .expect("the run completes");
-    // The listener stays up for the plan's linger: scrapes see the last cell.
-    metrics.finish().await;
     drained.await.expect("events drained");
     assert_eq!(summary.measured, 2, "{summary:?}");
+    // The listener stays up (the plan's linger) until a scrape has seen the last cell.
+    let stop = CancellationToken::new();
+    let lingering = tokio::spawn({
+        let stop = stop.clone();
+        async move { metrics.finish(&stop).await }
+    });
+    let waiting = tokio::task::spawn_blocking(move || {
+        prometheus.wait_for(
+            "last_over_time(continuum_run_cells{state=\"measured\"}[10m])",
+            |answer| answer.iter().any(|(_, measured)| *measured == 2.0),
+        );
+        prometheus
+    });
+    let prometheus = waiting.await.expect("the wait ends");
+    stop.cancel();
+    lingering.await.expect("the listener stops");
 
     let folder = Folder::open(&summary.dir).expect("the results folder");
     let delivered = prometheus.query("last_over_time(continuum_cell_delivered_messages[10m])");

@@ -55,7 +55,11 @@ pub async fn serve(listener: MetricsListener, metrics: Arc<RunMetrics>, stop: Ca
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+        let slot = tokio::select! {
+            () = stop.cancelled() => return,
+            slot = Arc::clone(&slots).acquire_owned() => slot,
+        };
+        let Ok(slot) = slot else {
             return;
         };
         let metrics = Arc::clone(&metrics);

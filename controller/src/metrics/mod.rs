@@ -34,10 +34,18 @@ pub struct MetricsHandle {
 }
 
 impl MetricsHandle {
-    /// Keeps serving for the plan's linger (so that a scrape sees the last cells), then
-    /// stops.
-    pub async fn finish(self) {
-        tokio::time::sleep(self.linger).await;
+    /// How long [`MetricsHandle::finish`] keeps serving.
+    pub fn linger(&self) -> std::time::Duration {
+        self.linger
+    }
+
+    /// Keeps serving for the plan's linger (so that a scrape sees the last cells), or until
+    /// `cut` fires (Ctrl-C), then stops.
+    pub async fn finish(self, cut: &tokio_util::sync::CancellationToken) {
+        tokio::select! {
+            () = tokio::time::sleep(self.linger) => {}
+            () = cut.cancelled() => {}
+        }
         self.stop.cancel();
         let _ = self.serving.await;
     }
@@ -117,8 +125,7 @@ struct CellSeries {
     receive_rate: f64,
     broker_cpu_percent: Option<f64>,
     broker_peak_memory_bytes: Option<f64>,
-    /// Cumulative counts at [`LATENCY_BUCKETS_S`], the total and the sum, s.
-    latency: Option<(Vec<u64>, u64, f64)>,
+    latency: Option<LatencyBuckets>,
 }
 
 #[derive(Debug, Default)]
@@ -213,7 +220,7 @@ impl RunMetrics {
             receive_rate: summary.map_or(0.0, |s| s.receive_rate.msgs_per_s),
             broker_cpu_percent: record.usage.map(|u| u.cpu_percent),
             broker_peak_memory_bytes: record.usage.map(|u| u.peak_rss_mb * 1e6),
-            latency: measured.latency.as_ref().map(buckets),
+            latency: measured.latency.clone(),
         }
     }
 
@@ -320,7 +327,12 @@ impl RunMetrics {
             "Latency of the cell's measured messages from their intended send time.",
         );
         for cell in &cells {
-            let Some((cumulative, count, sum)) = &cell.latency else {
+            let Some(LatencyBuckets {
+                cumulative,
+                count,
+                sum_seconds: sum,
+            }) = &cell.latency
+            else {
                 continue;
             };
             for (bound, below) in LATENCY_BUCKETS_S.iter().zip(cumulative) {
@@ -350,22 +362,36 @@ impl RunMetrics {
     }
 }
 
-/// Cumulative counts at each bucket bound, the total and the sum (s) of a histogram in ns.
-fn buckets(histogram: &Histogram<u64>) -> (Vec<u64>, u64, f64) {
-    let mut cumulative = vec![0u64; LATENCY_BUCKETS_S.len()];
-    let mut sum_ns = 0.0;
-    for value in histogram.iter_recorded() {
-        let ns = histogram.highest_equivalent(value.value_iterated_to());
-        let count = value.count_at_value();
-        sum_ns += ns as f64 * count as f64;
-        let seconds = ns as f64 / 1e9;
-        for (slot, bound) in cumulative.iter_mut().zip(LATENCY_BUCKETS_S) {
-            if seconds <= bound {
-                *slot += count;
+/// A latency histogram in the metrics' buckets: what a Prometheus histogram carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyBuckets {
+    /// Cumulative counts at each of [`LATENCY_BUCKETS_S`].
+    pub cumulative: Vec<u64>,
+    /// All values (the `+Inf` bucket).
+    pub count: u64,
+    /// Their sum, s.
+    pub sum_seconds: f64,
+}
+
+impl LatencyBuckets {
+    /// Of a histogram in ns: each value counts in the buckets its recorded range starts in
+    /// (its lowest equivalent), so a value on a bound is at or below it.
+    pub fn of(histogram: &Histogram<u64>) -> Self {
+        let mut cumulative = vec![0u64; LATENCY_BUCKETS_S.len()];
+        for value in histogram.iter_recorded() {
+            let seconds = histogram.lowest_equivalent(value.value_iterated_to()) as f64 / 1e9;
+            for (slot, bound) in cumulative.iter_mut().zip(LATENCY_BUCKETS_S) {
+                if seconds <= bound {
+                    *slot += value.count_at_value();
+                }
             }
         }
+        LatencyBuckets {
+            cumulative,
+            count: histogram.len(),
+            sum_seconds: histogram.mean() * histogram.len() as f64 / 1e9,
+        }
     }
-    (cumulative, histogram.len(), sum_ns / 1e9)
 }
 
 /// `name="value",...` with values escaped as the text format asks.
@@ -414,35 +440,140 @@ mod tests {
                 .iter()
                 .filter_map(|v| v["query"]["query"].as_str().map(str::to_string)),
         );
-        let mut named = 0;
+        // A run with a broker, netem and a measured cell: every name the module lists has a
+        // sample in the text, with the labels dashboards select on.
+        let metrics = RunMetrics::new("dashboard-test");
+        for event in sample_events() {
+            metrics.observe(&event);
+        }
+        let text = metrics.render();
+        for name in METRIC_NAMES {
+            assert!(
+                text.lines()
+                    .any(|line| line.starts_with(&format!("{name}{{"))),
+                "{name} has no sample: {text}"
+            );
+        }
+        let label_names = [
+            "run",
+            "cell",
+            "broker",
+            "scenario",
+            "test",
+            "point",
+            "repetition",
+            "state",
+            "node",
+            "le",
+            "asked",
+            "read_back",
+        ];
         for expression in &expressions {
-            for word in expression.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("continuum_") {
+            let names: Vec<&str> = expression
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.starts_with("continuum_"))
+                .collect();
+            assert!(!names.is_empty(), "{expression:?} names no metric");
+            for name in names {
+                assert!(
+                    METRIC_NAMES.contains(&name),
+                    "{name} in {expression:?} is not a metric Continuum writes"
+                );
+            }
+            // Label names in selectors and groupings: `name=` and `by (a, b)`.
+            for selector in expression.split(['{', ',']).skip(1) {
+                if let Some((label, _)) = selector.split_once('=') {
+                    let label = label.trim();
+                    assert!(label_names.contains(&label), "{label} in {expression:?}");
+                }
+            }
+            if let Some((_, by)) = expression.split_once("by (") {
+                for label in by.split(')').next().unwrap_or_default().split(',') {
                     assert!(
-                        METRIC_NAMES.contains(&word),
-                        "{word} in {expression:?} is not a metric Continuum writes"
+                        label_names.contains(&label.trim()),
+                        "{label} in {expression:?}"
                     );
-                    named += 1;
                 }
             }
         }
-        assert!(named >= expressions.len(), "each query names a metric");
-        // And every name listed is one the text really holds, for a run with a cell.
-        let metrics = RunMetrics::new("dashboard-test");
-        let text = metrics.render();
-        assert!(text.contains("\ncontinuum_run_cells{"), "{text}");
-        for name in METRIC_NAMES {
-            assert!(
-                text.contains(&format!("# TYPE {name} "))
-                    || text.contains(&format!(
-                        "# TYPE {} histogram",
-                        name.trim_end_matches("_bucket")
-                            .trim_end_matches("_count")
-                            .trim_end_matches("_sum")
-                    )),
-                "{name} has no family in the text: {text}"
-            );
+        let legends = panels
+            .iter()
+            .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t["legendFormat"].as_str().map(str::to_string));
+        for legend in legends {
+            for label in legend
+                .split("{{")
+                .skip(1)
+                .filter_map(|l| l.split("}}").next())
+            {
+                assert!(
+                    label_names.contains(&label),
+                    "legend {legend:?} uses {label}"
+                );
+            }
         }
+    }
+
+    /// A broker ready, netem in force and one measured latency cell.
+    fn sample_events() -> Vec<RunEvent> {
+        use crate::results::{CellRecord, CellStatus};
+        let mut latency = loadgen::result::new_histogram();
+        latency.record(300_000).expect("in range");
+        let record = CellRecord {
+            cell: "embedded/local/0-latency/-/1".into(),
+            broker: "embedded".into(),
+            scenario: "local".into(),
+            test: crate::plan::TestKind::Latency,
+            point: crate::plan::CellPoint::Single,
+            repetition: 1,
+            status: CellStatus::Ok,
+            reason: String::new(),
+            earlier_failures: 0,
+            spec: None,
+            summary: Some(loadgen::Summary {
+                lost: Some(0),
+                ..loadgen::Summary::of(&loadgen::RunResult::empty(
+                    &loadgen::presets::latency(),
+                    "sample",
+                ))
+            }),
+            usage: Some(crate::results::usage::BrokerUsage {
+                cpu_percent: 12.0,
+                cpu_us_per_delivery: None,
+                peak_rss_mb: 20.0,
+                samples: 4,
+            }),
+            generator_limit: None,
+            saturation: None,
+        };
+        vec![
+            RunEvent::BrokerReady {
+                broker: "embedded".into(),
+                address: "127.0.0.1:1883".parse().expect("an address"),
+            },
+            RunEvent::Netem {
+                scenario: "edge".into(),
+                node: "worker".into(),
+                asked: "delay 1ms".into(),
+                read_back: "delay 1ms".into(),
+            },
+            RunEvent::Cell {
+                id: record.cell.clone(),
+                status: CellStatus::Ok,
+                note: String::new(),
+                counts: RunCounts {
+                    total: 1,
+                    done: 1,
+                    measured: 1,
+                    failed: 0,
+                    skipped: 0,
+                },
+                measured: Some(std::sync::Arc::new(MeasuredCell {
+                    record,
+                    latency: Some(LatencyBuckets::of(&latency)),
+                })),
+            },
+        ]
     }
 
     #[test]
@@ -451,7 +582,11 @@ mod tests {
         histogram.record(20_000).expect("in range"); // 20 µs
         histogram.record(3_000_000).expect("in range"); // 3 ms
         histogram.record(20_000_000_000).expect("in range"); // 20 s: only +Inf
-        let (cumulative, count, sum) = buckets(&histogram);
+        let LatencyBuckets {
+            cumulative,
+            count,
+            sum_seconds: sum,
+        } = LatencyBuckets::of(&histogram);
         assert_eq!(count, 3);
         assert_eq!(cumulative[0], 0, "nothing at or below 10 µs");
         assert_eq!(cumulative[1], 1, "20 µs is at or below 25 µs");

@@ -914,3 +914,35 @@ fn messages_built_from_the_kinds_traits_read_as_written() {
         assert_eq!(error_of(&test(body)), expected, "{body}");
     }
 }
+
+#[test]
+fn a_metrics_table_names_its_mistakes() {
+    let embedded = "[[brokers]]\nname = \"b\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    // The table goes after the top-level keys and before the arrays of tables.
+    let with = |table: &str| {
+        format!(
+            "{}{embedded}",
+            BASE.replacen("[[nodes]]", &format!("{table}\n[[nodes]]"), 1)
+        )
+    };
+    let plan = Plan::parse(
+        &with("[metrics]\nlisten = \"127.0.0.1:9464\"\nlinger = \"30s\""),
+        "plan.toml",
+    )
+    .expect("a plan with metrics");
+    let metrics = plan.metrics.expect("[metrics]");
+    assert_eq!(metrics.listen.port(), 9464);
+    assert_eq!(metrics.linger, std::time::Duration::from_secs(30));
+    let host_name = error_of(&with("[metrics]\nlisten = \"localhost:9464\""));
+    assert!(
+        host_name.contains("metrics.listen = \"localhost:9464\": not IP:PORT"),
+        "{host_name}"
+    );
+    let long = error_of(&with(
+        "[metrics]\nlisten = \"127.0.0.1:9464\"\nlinger = \"11m\"",
+    ));
+    assert!(
+        long.contains("metrics.linger = \"11m\": at most 10m"),
+        "{long}"
+    );
+}

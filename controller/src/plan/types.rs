@@ -59,9 +59,11 @@ fn one() -> u32 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsEntry {
-    /// `HOST:PORT` to listen on, e.g. `127.0.0.1:9464`.
+    /// `IP:PORT` to listen on, e.g. `127.0.0.1:9464`.
+    #[serde(deserialize_with = "metrics_listen")]
     pub listen: std::net::SocketAddr,
-    /// How long the listener stays up after the run, so that a scrape sees its last cells.
+    /// How long the listener stays up after the run, so that a scrape sees its last cells
+    /// (at most 10 minutes; Ctrl-C ends it early).
     #[serde(default, with = "humantime_serde")]
     pub linger: Duration,
 }
@@ -207,6 +209,19 @@ pub struct NodeEntry {
     /// certificate); required on every node when `testbed.overlay = "nebula"`.
     #[serde(default)]
     pub overlay_ip: Option<String>,
+}
+
+/// `metrics.listen`, refused with its value when it is not `IP:PORT` (the TOML error adds the
+/// file and line).
+fn metrics_listen<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<std::net::SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "metrics.listen = {text:?}: not IP:PORT (e.g. \"127.0.0.1:9464\")"
+        ))
+    })
 }
 
 /// A node's `data_address`, refused with its value when it is not an IP address (the TOML

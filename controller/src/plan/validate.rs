@@ -24,6 +24,9 @@ pub const MAX_CELLS: u64 = 100_000;
 /// saturation search (its budget, up to a day) with room to connect and drain.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
+/// Longest the metrics listener may outlive its run.
+pub const MAX_METRICS_LINGER: Duration = Duration::from_secs(600);
+
 /// The products a plan may name, in the study's order.
 fn known_products() -> String {
     let names: Vec<&str> = Product::ALL.iter().map(|p| p.as_str()).collect();
@@ -47,6 +50,18 @@ impl Plan {
             ));
         }
         self.validate_timeouts()?;
+        if let Some(metrics) = &self.metrics
+            && metrics.linger > MAX_METRICS_LINGER
+        {
+            return Err(invalid(
+                "metrics.linger",
+                quoted(&humantime::format_duration(metrics.linger).to_string()),
+                format!(
+                    "at most {}: the controller waits that long after the run",
+                    humantime::format_duration(MAX_METRICS_LINGER)
+                ),
+            ));
+        }
         self.validate_names()?;
         self.validate_nodes()?;
         self.validate_brokers()?;

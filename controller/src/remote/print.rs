@@ -63,6 +63,8 @@ pub fn describe_event(event: &pb::RunEvent) -> Option<String> {
             "results in {}, {} cells",
             started.results_dir, started.total_cells
         ),
+        // As at the controller's terminal: the broker or scenario said why, once.
+        pb::run_event::Event::Cell(cell) if cell.status == "skipped" => return None,
         pb::run_event::Event::Cell(cell) => {
             let c = cell.counts.unwrap_or_default();
             format!(

@@ -182,10 +182,11 @@ impl Matched {
         if !comparison::testable(self.n.0, self.n.1) {
             return Verdict::NotEnoughRepetitions;
         }
-        if self.p_value >= SIGNIFICANCE {
+        if self.p_value >= SIGNIFICANCE || self.delta == 0.0 {
             return Verdict::NoSignificantDifference;
         }
-        let b_lower = self.median_b < self.median_a;
+        // The direction the test measured: Cliff's delta, positive when B's values are larger.
+        let b_lower = self.delta < 0.0;
         if b_lower == self.place.metric.lower_is_better() {
             Verdict::Better
         } else {
@@ -404,6 +405,14 @@ fn conditions(a: &RunData, b: &RunData) -> Vec<Condition> {
         }
         for broker in &data.manifest.brokers {
             map.insert(format!("broker {}", broker.name), broker.detail.clone());
+        }
+        // Tests match by name: their workloads say whether they are the same test.
+        let plan = &data.manifest.plan;
+        for test in 0..plan.tests.len() {
+            map.insert(
+                format!("test {}", super::test_label(plan, test)),
+                super::workload_line(data, test).unwrap_or_else(|| "not measured".to_string()),
+            );
         }
         for netem in &data.manifest.netem {
             map.insert(

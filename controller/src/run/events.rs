@@ -19,8 +19,8 @@ pub struct MeasuredCell {
     /// The record written to its `record.json` (broker, scenario, test, point, repetition,
     /// figures, broker usage).
     pub record: CellRecord,
-    /// Its open-loop latency histogram (ns), when it has one.
-    pub latency: Option<hdrhistogram::Histogram<u64>>,
+    /// Its open-loop latency in the metrics' buckets, when it has a latency histogram.
+    pub latency: Option<crate::metrics::LatencyBuckets>,
 }
 
 /// How far a run is, in cells.

@@ -156,9 +156,14 @@ fn results_folder(plan: &Plan, options: &RunOptions) -> Result<PathBuf, RunError
         return Ok(fresh_folder(&plan.results_dir.join(name)));
     };
     // The manifest holds the plan redacted (and is read back so): compare like with like,
-    // or a plan with a password could never be resumed.
+    // or a plan with a password could never be resumed. Where metrics are served changes
+    // nothing measured.
+    let measured_part = |plan: &Plan| Plan {
+        metrics: None,
+        ..plan.clone()
+    };
     if let Ok(previous) = ResultsDir::open(dir)?.read_manifest()
-        && previous.plan != plan.redacted()
+        && measured_part(&previous.plan) != measured_part(&plan.redacted())
     {
         return Err(RunError::ResumeMismatch {
             dir: dir.display().to_string(),

@@ -159,7 +159,9 @@ impl Progress {
         let measured = (status == CellStatus::Ok).then(|| {
             Arc::new(MeasuredCell {
                 record: record.clone(),
-                latency: result.as_ref().map(|result| result.latency.clone()),
+                latency: result
+                    .as_ref()
+                    .map(|result| crate::metrics::LatencyBuckets::of(&result.latency)),
             })
         });
         let counts = &mut self.counts;

@@ -134,9 +134,13 @@ impl ServeConfig {
         let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in SERVER_PATHS {
             if table.contains_key(key) {
-                return Err(format!(
-                    "{key}: set by the service, not by a submitted plan (remove it)"
-                ));
+                return Err(if key == "metrics" {
+                    "metrics: a submitted plan may not open a listener on the service's host \
+                     (remove it)"
+                        .to_string()
+                } else {
+                    format!("{key}: set by the service, not by a submitted plan (remove it)")
+                });
             }
         }
         admit_password_sources(&plan)?;
@@ -145,6 +149,7 @@ impl ServeConfig {
         self.admit_external_brokers(&plan)?;
         self.admit_workloads(&mut plan)?;
         plan.results_dir = self.results_dir.clone();
+        plan.metrics = None;
         plan.pki_dir = Some(self.pki_dir.clone());
         Ok(plan)
     }
