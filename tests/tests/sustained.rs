@@ -162,15 +162,24 @@ fn only_cpu_waits(reasons: &[String]) -> Result<(), Vec<String>> {
     Err(reasons.to_vec())
 }
 
-/// When the check at 4/5 of the found rate was not steady and the broker spent more than 10 %
-/// more CPU per delivery in it than at the found rate, its capacity under the quota moved
-/// between the two (this shared machine's speed changes by that much within minutes): the
-/// attempt proves nothing either way. With the broker's cost unchanged, a miss still fails.
-fn broker_slowed_down(cost_at: &[(u64, f64)], found: u64, below: &Summary) -> Option<String> {
-    let steady = below.steadiness.as_ref().is_some_and(|s| s.steady);
+/// When the check at 4/5 of the found rate was not sustained (unsteady, or its p99 over the
+/// search's bound) and the broker spent more than 10 % more CPU per delivery in it than at
+/// the found rate, its capacity under the quota moved between the two (this shared machine's
+/// speed changes by that much within minutes; one CI check ran at 4.3 µs per delivery against
+/// about 3.5 in the search, which put 0.8 of the rate at the broker's new capacity and its p99
+/// at 134 ms): the attempt proves nothing either way. With the broker's cost unchanged, a miss
+/// still fails.
+fn broker_slowed_down(
+    cost_at: &[(u64, f64)],
+    found: u64,
+    below: &Summary,
+    p99_bound: Duration,
+) -> Option<String> {
+    let sustained = below.steadiness.as_ref().is_some_and(|s| s.steady)
+        && below.latency.p99_us <= p99_bound.as_secs_f64() * 1e6;
     let at_found = cost_at.iter().rev().find(|(rate, _)| *rate == found)?.1;
     let in_check = below.broker_on_host.as_ref()?.cpu_per_delivered_message_us;
-    (!steady && in_check > at_found * 1.1).then(|| {
+    (!sustained && in_check > at_found * 1.1).then(|| {
         format!(
             "the broker got slower per delivery between the search and the check at 0.8: \
              {at_found:.1} -> {in_check:.1} µs of CPU (its capacity under the quota moved)"
@@ -256,7 +265,7 @@ async fn saturation_attempt(port: u16) -> Result<(), Vec<String>> {
     if below.generator.limited {
         return only_cpu_waits(&below.generator.reasons);
     }
-    if let Some(slower) = broker_slowed_down(&broker_cost, rate, &below) {
+    if let Some(slower) = broker_slowed_down(&broker_cost, rate, &below, settings.p99_bound) {
         return Err(vec![slower]);
     }
     assert_steady(&below);
