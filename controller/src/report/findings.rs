@@ -208,11 +208,20 @@ fn who_sustained(
     let parts: Vec<String> = groups
         .into_iter()
         .map(|((std::cmp::Reverse(kept), cells), brokers)| match kept {
-            0 => format!("{} in none of {cells}", brokers.join(" and ")),
-            kept => format!("{} in {kept} of {cells}", brokers.join(" and ")),
+            0 => format!("{} in none of {cells}", listed(&brokers)),
+            kept => format!("{} in {kept} of {cells}", listed(&brokers)),
         })
         .collect();
     format!("repetitions that sustained it: {}", parts.join(", "))
+}
+
+/// "a", "a and b", "a, b and c".
+fn listed(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [only] => only.to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// The best broker against the runner-up.
@@ -275,4 +284,17 @@ fn conditions(data: &RunData) -> String {
             String::new()
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_as_a_list() {
+        assert_eq!(listed(&[]), "");
+        assert_eq!(listed(&["a"]), "a");
+        assert_eq!(listed(&["a", "b"]), "a and b");
+        assert_eq!(listed(&["a", "b", "c", "d"]), "a, b, c and d");
+    }
 }
