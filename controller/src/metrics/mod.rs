@@ -5,23 +5,18 @@
 //! of a dashboard wants: the run's progress in cells, the brokers deployed, netem as the
 //! kernel read it back, and per measured cell its counts, rate, latency histogram and the
 //! broker's CPU and memory. Labels name the run, cell, broker, scenario, test, point and
-//! repetition. `listener` serves them.
-//!
-//! # Layout
-//! - this file: the metrics and their text;
-//! - `listener`: the HTTP listener (`GET /metrics`).
-
-mod listener;
+//! repetition. The `exposition` crate's listener serves them.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 
-use hdrhistogram::Histogram;
+use exposition::{Exposition, Kind, MetricsListener, Page, labels};
+
+pub use exposition::{LATENCY_BUCKETS_S, LatencyBuckets};
 
 use crate::run::{MeasuredCell, RunCounts, RunEvent};
-
-pub use listener::{MetricsListener, serve};
 
 /// A run's metrics listener while it is up.
 #[derive(Debug)]
@@ -62,14 +57,14 @@ pub async fn tap(
     let Some(entry) = &plan.metrics else {
         return Ok((next, None));
     };
-    let listener = MetricsListener::bind(entry.listen).await?;
+    let listener = MetricsListener::bind(entry.listen, "metrics.listen").await?;
     let address = listener.address;
     let metrics = std::sync::Arc::new(RunMetrics::new(&plan.name));
     let stop = tokio_util::sync::CancellationToken::new();
-    let serving = tokio::spawn(serve(
+    let serving = tokio::spawn(exposition::serve(
         listener,
         std::sync::Arc::clone(&metrics),
-        stop.clone(),
+        stop.clone().cancelled_owned(),
     ));
     let (events, mut observed) = crate::run::event_channel();
     tokio::spawn(async move {
@@ -89,12 +84,6 @@ pub async fn tap(
         }),
     ))
 }
-
-/// Upper bounds of the latency histogram's buckets, s: 10 µs to 10 s.
-pub const LATENCY_BUCKETS_S: [f64; 19] = [
-    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 /// Every metric name this module writes, for dashboards and their checks.
 pub const METRIC_NAMES: [&str; 12] = [
@@ -228,14 +217,10 @@ impl RunMetrics {
     pub fn render(&self) -> String {
         let state = self.lock();
         let run = labels(&[("run", &self.run)]);
-        let mut out = String::new();
-        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            &mut out,
+        let mut page = Page::new();
+        page.family(
             "continuum_run_cells",
-            "gauge",
+            Kind::Gauge,
             "Cells of the run by state: total, done, measured, failed, skipped.",
         );
         for (name, value) in [
@@ -245,39 +230,37 @@ impl RunMetrics {
             ("failed", state.counts.failed),
             ("skipped", state.counts.skipped),
         ] {
-            let _ = writeln!(out, "continuum_run_cells{{{run},state=\"{name}\"}} {value}");
+            page.sample(
+                "continuum_run_cells",
+                &format!("{run},state=\"{name}\""),
+                value,
+            );
         }
-        family(
-            &mut out,
+        page.family(
             "continuum_broker_ready",
-            "gauge",
+            Kind::Gauge,
             "1 while a broker is deployed and ready, 0 once removed or unavailable.",
         );
         for (broker, ready) in &state.brokers {
-            let _ = writeln!(
-                out,
-                "continuum_broker_ready{{{run},{}}} {}",
-                labels(&[("broker", broker)]),
-                u8::from(*ready)
+            page.sample(
+                "continuum_broker_ready",
+                &format!("{run},{}", labels(&[("broker", broker)])),
+                u8::from(*ready),
             );
         }
-        family(
-            &mut out,
+        page.family(
             "continuum_netem_info",
-            "gauge",
+            Kind::Gauge,
             "netem in force per scenario and node: what was asked and what the kernel holds.",
         );
         for ((scenario, node), (asked, read_back)) in &state.netem {
-            let _ = writeln!(
-                out,
-                "continuum_netem_info{{{run},{}}} 1",
-                labels(&[
-                    ("scenario", scenario),
-                    ("node", node),
-                    ("asked", asked),
-                    ("read_back", read_back)
-                ])
-            );
+            let netem = labels(&[
+                ("scenario", scenario),
+                ("node", node),
+                ("asked", asked),
+                ("read_back", read_back),
+            ]);
+            page.sample("continuum_netem_info", &format!("{run},{netem}"), 1);
         }
         let cells: Vec<&CellSeries> = state.cells.values().collect();
         let gauges: [CellGauge; 6] = [
@@ -313,100 +296,31 @@ impl RunMetrics {
             ),
         ];
         for (name, help, value) in &gauges {
-            family(&mut out, name, "gauge", help);
+            page.family(name, Kind::Gauge, help);
             for cell in &cells {
                 if let Some(value) = value(cell) {
-                    let _ = writeln!(out, "{name}{{{}}} {value}", cell.labels);
+                    page.sample(name, &cell.labels, value);
                 }
             }
         }
-        family(
-            &mut out,
+        page.family(
             "continuum_cell_latency_seconds",
-            "histogram",
+            Kind::Histogram,
             "Latency of the cell's measured messages from their intended send time.",
         );
         for cell in &cells {
-            let Some(LatencyBuckets {
-                cumulative,
-                count,
-                sum_seconds: sum,
-            }) = &cell.latency
-            else {
-                continue;
-            };
-            for (bound, below) in LATENCY_BUCKETS_S.iter().zip(cumulative) {
-                let _ = writeln!(
-                    out,
-                    "continuum_cell_latency_seconds_bucket{{{},le=\"{bound}\"}} {below}",
-                    cell.labels
-                );
+            if let Some(latency) = &cell.latency {
+                page.histogram("continuum_cell_latency_seconds", &cell.labels, latency);
             }
-            let _ = writeln!(
-                out,
-                "continuum_cell_latency_seconds_bucket{{{},le=\"+Inf\"}} {count}",
-                cell.labels
-            );
-            let _ = writeln!(
-                out,
-                "continuum_cell_latency_seconds_count{{{}}} {count}",
-                cell.labels
-            );
-            let _ = writeln!(
-                out,
-                "continuum_cell_latency_seconds_sum{{{}}} {sum}",
-                cell.labels
-            );
         }
-        out
+        page.finish()
     }
 }
 
-/// A latency histogram in the metrics' buckets: what a Prometheus histogram carries.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LatencyBuckets {
-    /// Cumulative counts at each of [`LATENCY_BUCKETS_S`].
-    pub cumulative: Vec<u64>,
-    /// All values (the `+Inf` bucket).
-    pub count: u64,
-    /// Their sum, s.
-    pub sum_seconds: f64,
-}
-
-impl LatencyBuckets {
-    /// Of a histogram in ns: each value counts in the buckets its recorded range starts in
-    /// (its lowest equivalent), so a value on a bound is at or below it.
-    pub fn of(histogram: &Histogram<u64>) -> Self {
-        let mut cumulative = vec![0u64; LATENCY_BUCKETS_S.len()];
-        for value in histogram.iter_recorded() {
-            let seconds = histogram.lowest_equivalent(value.value_iterated_to()) as f64 / 1e9;
-            for (slot, bound) in cumulative.iter_mut().zip(LATENCY_BUCKETS_S) {
-                if seconds <= bound {
-                    *slot += value.count_at_value();
-                }
-            }
-        }
-        LatencyBuckets {
-            cumulative,
-            count: histogram.len(),
-            sum_seconds: histogram.mean() * histogram.len() as f64 / 1e9,
-        }
+impl Exposition for RunMetrics {
+    fn render(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
+        Box::pin(async move { RunMetrics::render(self) })
     }
-}
-
-/// `name="value",...` with values escaped as the text format asks.
-fn labels(pairs: &[(&str, &str)]) -> String {
-    pairs
-        .iter()
-        .map(|(name, value)| {
-            let escaped = value
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            format!("{name}=\"{escaped}\"")
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]
@@ -574,33 +488,5 @@ mod tests {
                 })),
             },
         ]
-    }
-
-    #[test]
-    fn buckets_are_cumulative_and_labels_escaped() {
-        let mut histogram = loadgen::result::new_histogram();
-        histogram.record(20_000).expect("in range"); // 20 µs
-        histogram.record(3_000_000).expect("in range"); // 3 ms
-        histogram.record(20_000_000_000).expect("in range"); // 20 s: only +Inf
-        let LatencyBuckets {
-            cumulative,
-            count,
-            sum_seconds: sum,
-        } = LatencyBuckets::of(&histogram);
-        assert_eq!(count, 3);
-        assert_eq!(cumulative[0], 0, "nothing at or below 10 µs");
-        assert_eq!(cumulative[1], 1, "20 µs is at or below 25 µs");
-        assert_eq!(cumulative[8], 2, "3 ms is at or below 5 ms");
-        assert_eq!(
-            *cumulative.last().expect("a bucket"),
-            2,
-            "20 s is beyond 10 s"
-        );
-        // Values at their bucket's highest equivalent: within 0.1 % of what was recorded.
-        assert!((sum - 20.003_02).abs() < 0.03, "{sum}");
-        assert_eq!(
-            labels(&[("scenario", "edge \"5 ms\"\\")]),
-            "scenario=\"edge \\\"5 ms\\\"\\\\\""
-        );
     }
 }

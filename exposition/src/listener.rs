@@ -1,8 +1,9 @@
-//! The metrics listener: `GET /metrics` answers the run's metrics in Prometheus' text format
-//! over plain HTTP/1.1, one request per connection. Bounded everywhere, since anyone who
+//! The metrics listener: `GET /metrics` answers the page an [`Exposition`] renders, over
+//! plain HTTP/1.1, one request per connection. Bounded everywhere, since anyone who
 //! reaches the address can call it: a request head of at most 8 KiB read within 5 s, at most
 //! 16 connections at once; anything but `GET /metrics` gets 404.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
 
-use super::RunMetrics;
+use super::Exposition;
 
 /// The largest request head read.
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
@@ -30,24 +30,29 @@ pub struct MetricsListener {
 }
 
 impl MetricsListener {
-    /// Binds `address`, or says why not with the plan's path.
-    pub async fn bind(address: SocketAddr) -> Result<Self, String> {
+    /// Binds `address`, or says why not naming `setting` (where the address was given).
+    pub async fn bind(address: SocketAddr, setting: &str) -> Result<Self, String> {
         let listener = TcpListener::bind(address)
             .await
-            .map_err(|error| format!("metrics.listen {address}: {error}"))?;
+            .map_err(|error| format!("{setting} {address}: {error}"))?;
         let address = listener
             .local_addr()
-            .map_err(|error| format!("metrics.listen {address}: {error}"))?;
+            .map_err(|error| format!("{setting} {address}: {error}"))?;
         Ok(MetricsListener { listener, address })
     }
 }
 
-/// Serves `metrics` on `listener` until `stop` fires.
-pub async fn serve(listener: MetricsListener, metrics: Arc<RunMetrics>, stop: CancellationToken) {
+/// Serves `metrics` on `listener` until `stop` resolves.
+pub async fn serve<M: Exposition + ?Sized>(
+    listener: MetricsListener,
+    metrics: Arc<M>,
+    stop: impl Future<Output = ()>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
-            () = stop.cancelled() => return,
+            () = &mut stop => return,
             accepted = listener.listener.accept() => accepted,
         };
         let Ok((stream, _)) = accepted else {
@@ -56,7 +61,7 @@ pub async fn serve(listener: MetricsListener, metrics: Arc<RunMetrics>, stop: Ca
             continue;
         };
         let slot = tokio::select! {
-            () = stop.cancelled() => return,
+            () = &mut stop => return,
             slot = Arc::clone(&slots).acquire_owned() => slot,
         };
         let Ok(slot) = slot else {
@@ -64,14 +69,14 @@ pub async fn serve(listener: MetricsListener, metrics: Arc<RunMetrics>, stop: Ca
         };
         let metrics = Arc::clone(&metrics);
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(CLIENT_DEADLINE, answer(stream, &metrics)).await;
+            let _ = tokio::time::timeout(CLIENT_DEADLINE, answer(stream, metrics.as_ref())).await;
             drop(slot);
         });
     }
 }
 
 /// Reads one request head and answers it.
-async fn answer(mut stream: TcpStream, metrics: &RunMetrics) -> std::io::Result<()> {
+async fn answer<M: Exposition + ?Sized>(mut stream: TcpStream, metrics: &M) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -89,7 +94,7 @@ async fn answer(mut stream: TcpStream, metrics: &RunMetrics) -> std::io::Result<
         (Some(b"GET"), Some(b"/metrics")) => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
+            metrics.render().await,
         ),
         _ => (
             "404 Not Found",
@@ -110,6 +115,15 @@ async fn answer(mut stream: TcpStream, metrics: &RunMetrics) -> std::io::Result<
 mod tests {
     use super::*;
 
+    /// A page of one line.
+    struct Fixed;
+
+    impl Exposition for Fixed {
+        fn render(&self) -> std::pin::Pin<Box<dyn Future<Output = String> + Send + '_>> {
+            Box::pin(async { "continuum_test_value 1\n".to_string() })
+        }
+    }
+
     async fn get(address: SocketAddr, request: &str) -> String {
         let mut stream = TcpStream::connect(address).await.expect("connected");
         stream.write_all(request.as_bytes()).await.expect("sent");
@@ -121,17 +135,18 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_are_served_and_nothing_else() {
-        let listener = MetricsListener::bind("127.0.0.1:0".parse().expect("an address"))
+        let listener = MetricsListener::bind("127.0.0.1:0".parse().expect("an address"), "test")
             .await
             .expect("bound");
         let address = listener.address;
-        let stop = CancellationToken::new();
-        let metrics = Arc::new(RunMetrics::new("listener-test"));
-        let serving = tokio::spawn(serve(listener, metrics, stop.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(serve(listener, Arc::new(Fixed), async move {
+            let _ = stopped.await;
+        }));
         let answer = get(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
         assert!(
-            answer.contains("continuum_run_cells{run=\"listener-test\",state=\"total\"} 0"),
+            answer.ends_with("\r\n\r\ncontinuum_test_value 1\n"),
             "{answer}"
         );
         let other = get(address, "GET /admin HTTP/1.1\r\n\r\n").await;
@@ -142,7 +157,7 @@ mod tests {
             "a".repeat(MAX_REQUEST_HEAD)
         );
         assert_eq!(get(address, &flood).await, "");
-        stop.cancel();
+        let _ = stop.send(());
         serving.await.expect("the listener ends");
     }
 }
