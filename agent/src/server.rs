@@ -8,6 +8,7 @@ use proto::agent::v1::agent_server::AgentServer;
 use proto::mtls::Credentials;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
 use crate::service::AgentService;
@@ -27,6 +28,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The metrics listener (`metrics_listen`) could not be bound.
+    #[error("{0}")]
+    Metrics(String),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -63,8 +67,9 @@ pub async fn serve(
     Ok(served?)
 }
 
-/// Loads the configuration's credentials, binds its listen address and serves until SIGTERM
-/// or SIGINT (systemd stops services with SIGTERM).
+/// Loads the configuration's credentials, binds its listen address (and its metrics
+/// listener, when it has one) and serves until SIGTERM or SIGINT (systemd stops services with
+/// SIGTERM).
 pub async fn run(config: AgentConfig) -> Result<(), ServeError> {
     let credentials = Credentials::from_files(&config.tls.ca, &config.tls.cert, &config.tls.key)?;
     let listener = TcpListener::bind(config.listen)
@@ -73,7 +78,26 @@ pub async fn run(config: AgentConfig) -> Result<(), ServeError> {
             address: config.listen.to_string(),
             source,
         })?;
+    let metrics = match config.metrics_listen {
+        Some(address) => Some(
+            exposition::MetricsListener::bind(address, "metrics_listen")
+                .await
+                .map_err(ServeError::Metrics)?,
+        ),
+        None => None,
+    };
     tracing::info!(name = %config.name, listen = %config.listen, "agent serving");
     let service = Arc::new(AgentService::new(config).await);
-    serve(service, &credentials, listener, host::termination()).await
+    let stop_metrics = CancellationToken::new();
+    if let Some(metrics) = metrics {
+        tracing::info!(listen = %metrics.address, "metrics served");
+        tokio::spawn(exposition::serve(
+            metrics,
+            Arc::clone(&service),
+            stop_metrics.clone().cancelled_owned(),
+        ));
+    }
+    let served = serve(service, &credentials, listener, host::termination()).await;
+    stop_metrics.cancel();
+    served
 }

@@ -220,6 +220,7 @@ fn brokers_on_the_worker_carry_load_from_the_tester_and_show_in_metrics() {
                 spec: Some((&spec).into()),
                 origin_unix_ns: offset.to_agent_clock(origin),
                 start_at_ns: 3_000_000_000,
+                labels: Default::default(),
             }
         };
         let (published, received) = tokio::join!(

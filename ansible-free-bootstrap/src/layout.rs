@@ -338,6 +338,7 @@ pub fn agent_config(node: &Node, k3s_pushed: bool) -> String {
             key: "/etc/continuum/nebula/host.key".into(),
             binary: "nebula".into(),
         }),
+        metrics_listen: None,
         k3s: K3sSettings {
             binary: if k3s_pushed {
                 K3S_BINARY.into()

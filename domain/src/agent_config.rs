@@ -48,6 +48,11 @@ pub struct AgentConfig {
     /// Where k3s is and where it keeps its data.
     #[serde(default)]
     pub k3s: K3sSettings,
+    /// Where to serve this node's live metrics in Prometheus' text format (`GET /metrics`,
+    /// plain HTTP, read-only); off when absent. Never the control plane's port: a loopback
+    /// or management address, or the data plane's when a Prometheus scrapes over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Nebula's files on this node: its CA, the host certificate and key `nebula-cert` made.
@@ -125,6 +130,22 @@ impl AgentConfig {
                 "an interface name has 1 to 15 characters",
             ));
         }
+        if let Some(metrics) = self.metrics_listen
+            && metrics.port() == self.listen.port()
+            && (metrics.ip() == self.listen.ip()
+                || metrics.ip().is_unspecified()
+                || self.listen.ip().is_unspecified())
+        {
+            return Err(FileError::invalid(
+                "metrics_listen",
+                format!("{:?}", metrics.to_string()),
+                format!(
+                    "the control plane listens there (listen = {:?}); metrics get a port of \
+                     their own",
+                    self.listen.to_string()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -188,5 +209,27 @@ mod tests {
             .expect_err("unknown field")
             .to_string();
         assert!(error.contains("port"), "{error}");
+    }
+
+    #[test]
+    fn metrics_never_share_the_control_planes_port() {
+        let config = |metrics: &str| {
+            toml::from_str::<AgentConfig>(&format!(
+                "name = \"x\"\nlisten = \"198.18.0.3:7100\"\nmetrics_listen = \"{metrics}\"\n\
+                 tls = {{ ca = \"a\", cert = \"b\", key = \"c\" }}\n"
+            ))
+            .expect("parses")
+        };
+        for clash in ["198.18.0.3:7100", "0.0.0.0:7100"] {
+            let error = config(clash).validate().expect_err(clash).to_string();
+            assert!(
+                error.contains(&format!("metrics_listen = \"{clash}\""))
+                    && error.contains("198.18.0.3:7100"),
+                "{error}"
+            );
+        }
+        for fine in ["198.18.0.3:9464", "127.0.0.1:7100"] {
+            assert_eq!(config(fine).validate().ok(), Some(()), "{fine}");
+        }
     }
 }

@@ -78,6 +78,22 @@ impl BrokerLeases {
         }
     }
 
+    /// The time left on each lease held, by broker name.
+    pub(crate) fn remaining(&self) -> Vec<(String, Duration)> {
+        let now = Instant::now();
+        let mut left: Vec<_> = self
+            .lock()
+            .iter()
+            .filter(|(_, held)| !held.expiry.is_finished())
+            .map(|(name, held)| {
+                let deadline = *held.deadline.lock().unwrap_or_else(PoisonError::into_inner);
+                (name.clone(), deadline.saturating_duration_since(now))
+            })
+            .collect();
+        left.sort();
+        left
+    }
+
     /// Drops `name`'s lease (it is being stopped anyway).
     pub(crate) fn release(&self, name: &str) {
         if let Some(held) = self.lock().remove(name) {

@@ -32,6 +32,16 @@ impl BrokerControl {
         })
     }
 
+    /// `(name, pid)` of each running broker with a process on this node.
+    pub(crate) fn running_pids(&self) -> Vec<(String, u32)> {
+        self.brokers.watched_pids()
+    }
+
+    /// The time left on each broker lease.
+    pub(crate) fn leases_remaining(&self) -> Vec<(String, std::time::Duration)> {
+        self.leases.remaining()
+    }
+
     /// Where native products are looked for.
     pub(crate) fn install_paths(&self) -> &InstallPaths {
         self.brokers.install_paths()

@@ -1,6 +1,8 @@
 //! RunLoad: this agent's shard of a loadgen workload, started at the controller's barrier,
 //! streamed as progress events and a final result. Cancelling the call cancels the load.
 
+use std::sync::Arc;
+
 use loadgen::{Phase, StartBarrier, WorkloadSpec};
 use proto::agent::v1 as pb;
 use tokio::sync::{mpsc, watch};
@@ -8,6 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::load_board::{LoadBoard, check_labels};
 use super::slots::Slots;
 use super::status::{from_loadgen, missing};
 
@@ -47,15 +50,20 @@ fn node_memory_bytes() -> u64 {
     })
 }
 
-/// Checks the request and starts the load; the stream ends with the result or an error.
+/// Checks the request and starts the load, shown on `board` as run on `node`; the stream
+/// ends with the result or an error.
 pub(crate) fn start(
     request: pb::RunLoadRequest,
     shutdown: CancellationToken,
+    board: &Arc<LoadBoard>,
+    node: &str,
 ) -> Result<ReceiverStream<Result<pb::RunLoadEvent, Status>>, Status> {
     let spec = request.spec.ok_or_else(|| missing("spec"))?;
     let spec = WorkloadSpec::try_from(spec).map_err(|e| Status::invalid_argument(e.to_string()))?;
     within_budget(&spec, node_memory_bytes())?;
+    check_labels(&request.labels)?;
     let slot = LOADS.take()?;
+    let shown = board.begin(node, spec.run_id.as_deref().unwrap_or("-"), &request.labels);
     let barrier = StartBarrier {
         origin_unix_ns: (request.origin_unix_ns != 0).then_some(request.origin_unix_ns),
         start_at_ns: (request.start_at_ns != 0).then_some(request.start_at_ns),
@@ -76,6 +84,7 @@ pub(crate) fn start(
                 changed = status_rx.changed() => {
                     if changed.is_ok() {
                         let status = *status_rx.borrow_and_update();
+                        shown.progress(&status);
                         // Progress is best effort: a slow reader skips updates, never the result.
                         let _ = tx.try_send(Ok(progress(&status)));
                     }
@@ -87,6 +96,7 @@ pub(crate) fn start(
                 }
             }
         };
+        shown.end(outcome.as_ref().ok());
         let last = match outcome {
             Ok(result) => proto::loadgen::v1::RunResult::try_from(&result)
                 .map(|result| pb::RunLoadEvent {
@@ -100,17 +110,21 @@ pub(crate) fn start(
     Ok(ReceiverStream::new(rx))
 }
 
-fn progress(status: &loadgen::Status) -> pb::RunLoadEvent {
-    let phase = match status.phase {
+/// A phase as progress events and metrics name it.
+pub(crate) fn phase_name(phase: Phase) -> &'static str {
+    match phase {
         Phase::Preflight => "preflight",
         Phase::Connecting => "connecting",
         Phase::Publishing => "publishing",
         Phase::Draining => "draining",
         Phase::Done => "done",
-    };
+    }
+}
+
+fn progress(status: &loadgen::Status) -> pb::RunLoadEvent {
     pb::RunLoadEvent {
         event: Some(pb::run_load_event::Event::Progress(pb::LoadProgress {
-            phase: phase.to_string(),
+            phase: phase_name(status.phase).to_string(),
             published: status.progress.published,
             received: status.progress.received,
             connected: status.connected.0,

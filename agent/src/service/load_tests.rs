@@ -68,6 +68,7 @@ fn request(spec: &loadgen::WorkloadSpec) -> pb::RunLoadRequest {
         spec: Some(spec.into()),
         origin_unix_ns: 0,
         start_at_ns: 0,
+        labels: Default::default(),
     }
 }
 

@@ -8,11 +8,15 @@
 //!   and their leases; `brokers.rs`: the broker RPCs, with `broker_leases.rs` for brokers
 //!   started under a lease; `load.rs`: RunLoad and its budget; `slots.rs`: bounds on what runs
 //!   at once; `access.rs`: who may call what; `status.rs`: errors as gRPC statuses.
+//! - `exposition.rs`: the page `metrics_listen` serves, with `load_board.rs`: the loads
+//!   running and ended lately, under the labels the controller gave them.
 
 mod access;
 mod broker_leases;
 mod brokers;
+mod exposition;
 mod load;
+mod load_board;
 mod metrics;
 mod netem;
 mod node;
@@ -34,6 +38,7 @@ use crate::install::k3s::K3s;
 use crate::install::nebula::Nebula;
 use domain::{AgentConfig, NodeRole};
 
+pub use self::exposition::METRIC_NAMES;
 pub use self::netem::MAX_LEASE;
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -46,6 +51,8 @@ pub struct AgentService {
     brokers: BrokerControl,
     overlay: Nebula,
     cluster: K3s,
+    /// The loads running and ended lately, for the metrics listener.
+    loads: Arc<load_board::LoadBoard>,
     /// Fired at shutdown: running loads stop.
     shutdown: CancellationToken,
 }
@@ -85,6 +92,7 @@ impl AgentService {
             brokers,
             capabilities,
             config,
+            loads: Arc::default(),
             shutdown: CancellationToken::new(),
         }
     }
@@ -254,7 +262,12 @@ impl pb::agent_server::Agent for AgentService {
     ) -> Result<Response<Self::RunLoadStream>, Status> {
         authorize(&request, Access::Change)?;
         self.require(NodeRole::Loadgen)?;
-        let stream = load::start(request.into_inner(), self.shutdown.clone())?;
+        let stream = load::start(
+            request.into_inner(),
+            self.shutdown.clone(),
+            &self.loads,
+            &self.config.name,
+        )?;
         Ok(Response::new(Box::pin(stream)))
     }
 

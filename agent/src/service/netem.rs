@@ -83,6 +83,25 @@ impl NetemControl {
         self
     }
 
+    /// What this agent holds applied, by interface: the options, when its lease ends (Unix
+    /// ns) and whether the lease is still in force.
+    pub(crate) async fn in_force(&self) -> Vec<(String, NetemOptions, u64, bool)> {
+        let held = self.held.lock().await;
+        let mut shown: Vec<_> = held
+            .iter()
+            .map(|(interface, held)| {
+                (
+                    interface.clone(),
+                    held.applied,
+                    held.expires_unix_ns,
+                    held.lease.is_active(),
+                )
+            })
+            .collect();
+        shown.sort_by(|a, b| a.0.cmp(&b.0));
+        shown
+    }
+
     /// Clears the netem that a previous agent on this node recorded and never cleared (it
     /// died without its shutdown); run before the agent serves.
     pub(crate) async fn clear_stale(&self) {

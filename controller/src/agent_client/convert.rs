@@ -111,6 +111,7 @@ impl From<&Load> for pb::RunLoadRequest {
             spec: Some((&load.spec).into()),
             origin_unix_ns: load.origin_unix_ns,
             start_at_ns: load.start_at_ns,
+            labels: load.labels.clone(),
         }
     }
 }

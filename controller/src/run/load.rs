@@ -1,7 +1,7 @@
 //! One load of a cell: the workload run by one loadgen agent, or spread over several (the
 //! test's `spread`) with a start barrier on a shared timeline, their results merged.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use loadgen::{RunResult, WorkloadSpec};
@@ -22,6 +22,7 @@ pub(super) async fn run_load(
     spec: WorkloadSpec,
     agents: &HashMap<String, AgentHandle>,
 ) -> Result<RunResult, String> {
+    let labels = labels(plan, cell);
     let test = &plan.tests[cell.test];
     let agent = |name: &str| {
         agents
@@ -37,6 +38,7 @@ pub(super) async fn run_load(
             spec,
             origin_unix_ns: 0,
             start_at_ns: 0,
+            labels: labels.clone(),
         };
         return run_on(agent(&only.node)?, load).await;
     }
@@ -52,6 +54,7 @@ pub(super) async fn run_load(
             spec,
             origin_unix_ns: node.clock.to_agent_clock(origin),
             start_at_ns: START_AFTER.as_nanos() as u64,
+            labels: labels.clone(),
         };
         parts.push(run_on(node, load));
     }
@@ -65,6 +68,23 @@ pub(super) async fn run_load(
         merged.merge(&part).map_err(|e| e.to_string())?;
     }
     Ok(merged)
+}
+
+/// What `cell` is, for the agents' metrics: the labels the controller's own metrics give it
+/// (`crate::metrics`), so that one query joins both.
+fn labels(plan: &Plan, cell: &Cell) -> BTreeMap<String, String> {
+    [
+        ("run", plan.name.clone()),
+        ("cell", cell.id(plan)),
+        ("broker", plan.brokers[cell.broker].name.clone()),
+        ("scenario", plan.scenarios[cell.scenario].name.clone()),
+        ("test", plan.tests[cell.test].kind.name().to_string()),
+        ("point", cell.point.label()),
+        ("repetition", cell.repetition.to_string()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect()
 }
 
 /// `load` on `agent`: its result, each instance marked as run on that node.

@@ -200,6 +200,7 @@ mod with_agent {
             // `state-<node>`, as the emulated nodes' folders: what the sweep looks in.
             state_dir: files.folder.join(format!("state-{}", node.name)),
             nebula: None,
+            metrics_listen: None,
             k3s: Default::default(),
         };
         let agent_credentials = Credentials::load(&files.folder, "local").map_err(|e| local(&e))?;

@@ -214,6 +214,7 @@ fn agent_process(name: &str) -> ExitCode {
         data_plane_interface: Some(node.data_if.to_string()),
         state_dir: PathBuf::from(format!("/tmp/agent-{name}")),
         nebula: None,
+        metrics_listen: None,
         k3s: Default::default(),
     };
     let served = tokio::runtime::Builder::new_multi_thread()

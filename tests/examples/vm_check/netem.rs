@@ -634,6 +634,7 @@ impl Pki {
             data_plane_interface: Some(interface.to_string()),
             state_dir: PathBuf::from(format!("/tmp/{name}")),
             nebula: None,
+            metrics_listen: None,
             k3s: Default::default(),
         }
     }

@@ -231,6 +231,7 @@ impl NamespaceTestbed {
             data_plane_interface: Some(emulated.interface.clone()),
             state_dir: dir.join(format!("state-{}", node.name)),
             nebula: None,
+            metrics_listen: None,
             k3s: Default::default(),
         };
         let agent_credentials = Credentials::load(&dir, &node.name).map_err(|e| failed(&e))?;

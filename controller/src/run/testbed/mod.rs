@@ -209,6 +209,8 @@ pub struct Load {
     pub origin_unix_ns: u64,
     /// The barrier, ns after the origin.
     pub start_at_ns: u64,
+    /// What the load measures (run, cell, broker, ...), for the agent's metrics.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// One sample of a node's metrics.
