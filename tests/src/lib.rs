@@ -36,6 +36,8 @@
 //!   process isolated in a namespace of its own.
 //! - [`agent_bed`]: real `continuum-agent` processes on a namespace testbed,
 //!   for the agent's and the controller's end-to-end tests.
+//! - [`prometheus`]: a real Prometheus server scraping a run's metrics listeners, and its
+//!   HTTP API.
 //! - [`pki`]: the one test PKI (a CA, the controller, one identity per
 //!   agent) on files or in memory.
 //! - [`fake_k3s`]: the scripted fake `k3s` and what it recorded.
@@ -60,6 +62,7 @@ pub mod netns;
 pub mod pki;
 pub mod ports;
 pub mod process;
+pub mod prometheus;
 pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
