@@ -57,6 +57,8 @@ const NETEM_CHECKS: &[&str] = &[
     "edge_delay",
     "cloud_readback",
     "cloud_delay",
+    "edge_metrics",
+    "cloud_metrics",
     "loss",
     "apply_delay",
     "apply_delay_jitter",

@@ -138,6 +138,7 @@ async fn run() -> Result<bool> {
                     "read_vb": describe(&read_b), "kernel_va": format!("{:?}", kernel.0),
                     "kernel_vb": format!("{:?}", kernel.1) }),
         );
+        ok &= check_metrics_page(name, &agent_a, &expected).await;
         let probes = bed.probe(PROBES)?;
         let added = probes.median_ms() - baseline.median_ms();
         let tolerance = crate::common::DELAY_TOLERANCE * total_delay;
@@ -166,6 +167,35 @@ async fn run() -> Result<bool> {
     ok &= check_shutdown(&bed, [(agent_a, a), (agent_b, b)], &ns_b, &pki).await?;
     ok &= crate::crash::check_crash(&bed, &ns_b, &pki).await?;
     Ok(report("done", ok, json!({})))
+}
+
+/// The agent's metrics page shows the netem the kernel holds on its data-plane interface
+/// (`expected`), and a lease with time left.
+async fn check_metrics_page(scenario: &str, agent: &RunningAgent, expected: &NetemOptions) -> bool {
+    let page = agent.metrics_page().await;
+    let value = |metric: &str| {
+        page.lines()
+            .find(|line| {
+                line.starts_with(&format!("{metric}{{")) && line.contains("interface=\"va\"")
+            })
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|value| value.parse::<f64>().ok())
+    };
+    let delay = value("continuum_agent_netem_delay_seconds");
+    let jitter = value("continuum_agent_netem_jitter_seconds");
+    let loss = value("continuum_agent_netem_loss_ratio");
+    let lease = value("continuum_agent_netem_lease_remaining_seconds");
+    let close = |shown: Option<f64>, held: f64| shown.is_some_and(|v| (v - held).abs() < 1e-9);
+    let pass = close(delay, expected.latency_ns as f64 / 1e9)
+        && close(jitter, expected.jitter_ns as f64 / 1e9)
+        && close(loss, f64::from(expected.loss) / f64::from(u32::MAX))
+        && lease.is_some_and(|left| left > 0.0 && left <= MEASURE_LEASE.as_secs_f64());
+    report(
+        &format!("{scenario}_metrics"),
+        pass,
+        json!({ "delay_s": delay, "jitter_s": jitter, "loss_ratio": loss,
+                "lease_remaining_s": lease, "kernel": format!("{expected:?}") }),
+    )
 }
 
 /// Info on both agents: the netem capability probed inside the VM says available.
@@ -687,6 +717,8 @@ impl NsThread {
 
 /// An agent served by a namespace's thread until stopped.
 pub(crate) struct RunningAgent {
+    /// The service, for its metrics page.
+    service: Arc<AgentService>,
     stop: oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<()>>,
 }
@@ -698,7 +730,7 @@ impl RunningAgent {
         let (name, interface) = AGENTS[which];
         let credentials = pki.agents[which].clone();
         let config = pki.config(name, interface);
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Arc<AgentService>, String>>();
         let (stop, stop_rx) = oneshot::channel::<()>();
         let served = ns.runtime.spawn(async move {
             let listener = match tokio::net::TcpListener::bind(config.listen).await {
@@ -709,22 +741,31 @@ impl RunningAgent {
                 }
             };
             let service = Arc::new(AgentService::new(config).await);
-            let _ = ready_tx.send(Ok(()));
+            let _ = ready_tx.send(Ok(Arc::clone(&service)));
             agent::server::serve(service, &credentials, listener, async {
                 let _ = stop_rx.await;
             })
             .await?;
             Ok(())
         });
-        match ready_rx.await {
-            Ok(Ok(())) => {}
+        let service = match ready_rx.await {
+            Ok(Ok(service)) => service,
             Ok(Err(err)) => bail!("agent {name}: {err}"),
             Err(_) => {
                 served.await??;
                 bail!("agent {name} stopped before serving");
             }
-        }
-        Ok(RunningAgent { stop, served })
+        };
+        Ok(RunningAgent {
+            service,
+            stop,
+            served,
+        })
+    }
+
+    /// The page its `metrics_listen` would serve.
+    pub(crate) async fn metrics_page(&self) -> String {
+        exposition::Exposition::render(self.service.as_ref()).await
     }
 
     /// Completes the shutdown future and waits for `serve` to return (it clears netem).
