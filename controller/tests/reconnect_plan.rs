@@ -10,12 +10,11 @@ use anyhow::Result;
 use controller::plan::Plan;
 use controller::results::{self, CellStatus};
 use controller::run::{RunOptions, run_plan};
-use tests::agent_bed::{AGENT_PORT, AgentBed};
+use tests::agent_bed::external_mosquitto;
 use tests::isolated_netns_test;
-use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
+use tests::mosquitto::MOSQUITTO_BINARY;
 use tokio_util::sync::CancellationToken;
 
-const MQTT_PORT: u16 = 1883;
 const PUBLISHERS: u64 = 2;
 /// The publishers and the latency test's one subscriber.
 const CONNECTIONS: u64 = PUBLISHERS + 1;
@@ -26,33 +25,14 @@ fn a_storm_of_cut_connections_runs_through_an_agent_and_every_client_comes_back(
     if !tests::components_available(&[MOSQUITTO_BINARY]) {
         return Ok(());
     }
-    let bed = AgentBed::start_with("reconnect", |_, _| Ok(String::new()))?;
-    let worker = bed.testbed.node("worker");
-    let options = MosquittoOptions {
-        extra_config: vec![format!("listener {MQTT_PORT} {}", worker.addr())],
-        ..MosquittoOptions::default()
-    };
-    let mosquitto = worker.enter(|| Mosquitto::start(options))??;
+    let (bed, mosquitto) = external_mosquitto::start("reconnect")?;
     let work = tempfile::tempdir()?;
-    let text = format!(
-        r#"name = "reconnect"
-repetitions = 1
-pki_dir = "{pki}"
-results_dir = "{results}"
-[timeouts]
-connect = "10s"
-cell = "60s"
-[[nodes]]
-name = "tester"
-agent = "{tester}:{AGENT_PORT}"
-roles = ["loadgen"]
-[[brokers]]
-name = "mosquitto"
-kind = "external"
-address = "{broker}:{MQTT_PORT}"
-[[scenarios]]
-name = "local"
-[[tests]]
+    let text = external_mosquitto::plan(
+        &bed,
+        "reconnect",
+        &work.path().join("results"),
+        &format!(
+            r#"[[tests]]
 kind = "latency"
 loadgen = ["tester"]
 publishers = {PUBLISHERS}
@@ -62,11 +42,8 @@ interval = "100ms"
 [tests.workload.connection]
 clean_session = false
 reconnect = {{ within = "10s", cut_all_at = "1s" }}
-"#,
-        pki = bed.pki.path().display(),
-        results = work.path().join("results").display(),
-        tester = bed.testbed.node("tester").addr(),
-        broker = worker.addr(),
+"#
+        ),
     );
     let plan = Plan::parse(&text, "reconnect.toml")?;
     let before = mosquitto.counters_settled()?;

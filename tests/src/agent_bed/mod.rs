@@ -6,9 +6,12 @@
 //! # Layout
 //! - this file: [`AgentBed`], agent configurations, [`connect_when_ready`], and the
 //!   RunLoad helpers ([`workload`], [`run_load`]).
+//! - [`external_mosquitto`]: a Mosquitto in the worker's namespace that a plan names as an
+//!   external broker, and the top of such a plan.
 //! - [`nebula`]: what the overlay tests add: `nebula-cert` certificates, the `[nebula]`
 //!   section of agent.toml, the tun device and processes seen from outside.
 
+pub mod external_mosquitto;
 pub mod nebula;
 
 use std::net::SocketAddr;
