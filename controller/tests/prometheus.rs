@@ -224,8 +224,9 @@ name = "local"
 kind = "latency"
 loadgen = ["tester"]
 publishers = 5
-messages = 8
+messages = 20
 warmup = 1
+interval = "100ms"
 "#,
         results = results.path().display(),
         pki = bed.pki.path().display(),

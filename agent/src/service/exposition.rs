@@ -107,7 +107,8 @@ fn write_netem(page: &mut Page, node: &str, in_force: &[NetemInForce], now_unix_
     ];
     for (name, help, value) in parameters {
         page.family(name, Kind::Gauge, help);
-        for (interface, options, _, _) in in_force {
+        // A lease that ran out was cleared from the kernel: its settings are no longer held.
+        for (interface, options, _, _) in in_force.iter().filter(|(.., active)| *active) {
             page.sample(name, &series(interface), value(options));
         }
     }
@@ -287,7 +288,11 @@ mod tests {
         write_netem(
             &mut page,
             &node,
-            &[("eth0".to_string(), delay, now + 12_000_000_000, true)],
+            &[
+                ("eth0".to_string(), delay, now + 12_000_000_000, true),
+                // Its lease ran out: the agent cleared it.
+                ("eth1".to_string(), delay, now - 1_000_000_000, false),
+            ],
             now,
         );
         page.finish()
@@ -327,6 +332,17 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing: {text}");
         }
+        // netem whose lease ran out shows as gone, its lease at 0.
+        assert!(
+            text.lines()
+                .any(|l| l == "continuum_agent_netem_lease_remaining_seconds{node=\"tester\",interface=\"eth1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(
+                "continuum_agent_netem_delay_seconds{node=\"tester\",interface=\"eth1\"}"
+            )
+        );
         // A running load has no distinct count or latency yet.
         assert!(
             !text.contains(

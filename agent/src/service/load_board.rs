@@ -124,6 +124,7 @@ impl LoadBoard {
         LoadTicket {
             board: Arc::clone(self),
             ticket,
+            ended: false,
         }
     }
 
@@ -153,11 +154,22 @@ impl LoadBoard {
     }
 }
 
-/// One load's place on the board.
+/// One load's place on the board; dropped before [`LoadTicket::end`] (its task went away),
+/// the load shows as failed rather than running for ever.
 #[derive(Debug)]
 pub(crate) struct LoadTicket {
     board: Arc<LoadBoard>,
     ticket: u64,
+    ended: bool,
+}
+
+impl Drop for LoadTicket {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.board
+                .update(self.ticket, true, |figures| figures.phase = "failed");
+        }
+    }
 }
 
 impl LoadTicket {
@@ -172,7 +184,8 @@ impl LoadTicket {
     }
 
     /// The load ended: its result's counts and latency, or failed.
-    pub(crate) fn end(self, result: Option<&loadgen::RunResult>) {
+    pub(crate) fn end(mut self, result: Option<&loadgen::RunResult>) {
+        self.ended = true;
         self.board
             .update(self.ticket, true, |figures| match result {
                 Some(result) => {
@@ -240,5 +253,14 @@ mod tests {
         assert!(shown.iter().all(|(labels, _)| !labels.contains("c1")));
         running.end(None);
         assert_eq!(board.shown().len(), MAX_ENDED);
+        // A load whose task went away without an end shows as failed, and ended.
+        drop(board.begin("tester", "lost", &BTreeMap::new()));
+        let shown = board.shown();
+        assert_eq!(shown.len(), MAX_ENDED);
+        let lost = shown.last().expect("the last load");
+        assert!(
+            lost.0.contains("lost") && lost.1.phase == "failed",
+            "{lost:?}"
+        );
     }
 }
