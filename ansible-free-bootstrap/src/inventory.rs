@@ -165,6 +165,10 @@ pub struct NodeEntry {
     /// Address the agent listens on and is reached at; default: `address` if it is an IP.
     #[serde(default)]
     pub agent_address: Option<IpAddr>,
+    /// Where the agent serves its metrics for Prometheus (`metrics_listen` in its
+    /// agent.toml); off when absent.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// A node with its settings resolved and checked.
@@ -190,6 +194,8 @@ pub struct Node {
     pub overlay: Option<(Ipv4Addr, u8)>,
     /// Where the agent listens and is reached.
     pub agent: SocketAddr,
+    /// Where the agent serves its metrics, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// An inventory that cannot be used: the file, the TOML path and the value.
@@ -401,6 +407,19 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
                 ),
             ));
         }
+        if let Some(metrics) = entry.metrics_listen
+            && domain::shares_the_control_plane(metrics, agent)
+        {
+            return Err(invalid(
+                at("metrics_listen"),
+                &metrics,
+                format!(
+                    "node {}: the agent's control plane listens there ({agent}); metrics get a \
+                     port of their own",
+                    entry.name
+                ),
+            ));
+        }
         nodes.push(Node {
             index,
             name: entry.name.clone(),
@@ -415,6 +434,7 @@ pub fn resolve(inventory: &Inventory, path: &str) -> Result<Vec<Node>, Inventory
             data_interface: entry.data_interface.clone(),
             overlay,
             agent,
+            metrics_listen: entry.metrics_listen,
         });
     }
     if !overlays.is_empty() && overlays.len() != nodes.len() {

@@ -338,7 +338,7 @@ pub fn agent_config(node: &Node, k3s_pushed: bool) -> String {
             key: "/etc/continuum/nebula/host.key".into(),
             binary: "nebula".into(),
         }),
-        metrics_listen: None,
+        metrics_listen: node.metrics_listen,
         k3s: K3sSettings {
             binary: if k3s_pushed {
                 K3S_BINARY.into()
@@ -377,6 +377,7 @@ mod tests {
             data_interface: "nebula1".into(),
             overlay: Some(("198.19.0.3".parse().expect("ip"), 24)),
             agent: "198.18.0.3:7100".parse().expect("address"),
+            metrics_listen: Some("127.0.0.1:9464".parse().expect("address")),
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("agent.toml");
@@ -387,6 +388,7 @@ mod tests {
         assert_eq!(loaded.k3s.binary, std::path::PathBuf::from(K3S_BINARY));
         assert!(loaded.nebula.is_some());
         assert_eq!(loaded.data_plane_interface.as_deref(), Some("nebula1"));
+        assert_eq!(loaded.metrics_listen, node.metrics_listen);
     }
 }
 

@@ -10,6 +10,15 @@ use crate::file::{FileError, read_toml};
 use crate::name::check_name;
 use crate::role::NodeRole;
 
+/// True when a metrics listener at `metrics` would take the control plane's socket
+/// (`listen`): the same port on the same address, or on every address on either side.
+pub fn shares_the_control_plane(metrics: SocketAddr, listen: SocketAddr) -> bool {
+    metrics.port() == listen.port()
+        && (metrics.ip() == listen.ip()
+            || metrics.ip().is_unspecified()
+            || listen.ip().is_unspecified())
+}
+
 /// Where the agent's identity and the CA are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,10 +140,7 @@ impl AgentConfig {
             ));
         }
         if let Some(metrics) = self.metrics_listen
-            && metrics.port() == self.listen.port()
-            && (metrics.ip() == self.listen.ip()
-                || metrics.ip().is_unspecified()
-                || self.listen.ip().is_unspecified())
+            && shares_the_control_plane(metrics, self.listen)
         {
             return Err(FileError::invalid(
                 "metrics_listen",

@@ -26,7 +26,7 @@ pub mod overlay;
 pub mod product;
 pub mod role;
 
-pub use agent_config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles};
+pub use agent_config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles, shares_the_control_plane};
 pub use broker::{BrokerKind, BrokerOptions, BrokerSpec};
 pub use field_error::FieldError;
 pub use file::{FileError, parse_toml, read_toml};

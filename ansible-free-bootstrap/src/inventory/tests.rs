@@ -153,6 +153,14 @@ fn other_mistakes_name_the_toml_path_and_value() {
             ),
             "share its agent address",
         ),
+        (
+            THREE_NODES.replacen(
+                "arch = \"x86_64\"",
+                "arch = \"x86_64\"\nmetrics_listen = \"0.0.0.0:7100\"",
+                1,
+            ),
+            "nodes[0].metrics_listen = 0.0.0.0:7100",
+        ),
     ];
     for (text, expected) in cases {
         let error = error_of(&text);
