@@ -169,3 +169,11 @@ async fn amqtt_runs_the_study_through_the_controller() {
 async fn activemq_runs_the_study_through_the_controller() {
     the_study_measures(Product::ActiveMq, recipes::activemq::JAVA_PROGRAMS).await;
 }
+
+/// The controller's workloads log in as ejabberd's anonymous access asks (any username and
+/// password); `ejabberdctl` is the file that says the package is installed (`erl` alone is
+/// Erlang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ejabberd_runs_the_study_through_the_controller() {
+    the_study_measures(Product::Ejabberd, &["/usr/sbin/ejabberdctl"]).await;
+}

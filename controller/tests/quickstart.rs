@@ -35,6 +35,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         .replace(&optional_entry("aedes"), "")
         .replace(&optional_entry("amqtt"), "")
         .replace(&optional_entry("activemq"), "")
+        .replace(&optional_entry("ejabberd"), "")
         .replace(
             "repetitions = 2",
             &format!(

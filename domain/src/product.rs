@@ -30,11 +30,13 @@ pub enum Product {
     Amqtt,
     /// Apache ActiveMQ Classic, through its MQTT transport connector.
     ActiveMq,
+    /// ejabberd, the Erlang XMPP server, through its `mod_mqtt`.
+    Ejabberd,
 }
 
 impl Product {
     /// Every product: the study's, in its order, then the others.
-    pub const ALL: [Product; 9] = [
+    pub const ALL: [Product; 10] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
@@ -44,6 +46,7 @@ impl Product {
         Product::Aedes,
         Product::Amqtt,
         Product::ActiveMq,
+        Product::Ejabberd,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -58,6 +61,7 @@ impl Product {
             Product::Aedes => "aedes",
             Product::Amqtt => "amqtt",
             Product::ActiveMq => "activemq",
+            Product::Ejabberd => "ejabberd",
         }
     }
 }

@@ -24,6 +24,8 @@
 //! - [`amqtt`]: `amqtt -c FILE` from its virtual environment; no pod.
 //! - [`activemq`]: the JVM on Debian's launcher jar with an instance folder and a broker
 //!   XML holding one MQTT connector; no pod.
+//! - [`ejabberd`]: `erl` on the package's applications with a config holding `mod_mqtt`
+//!   alone, no Erlang distribution; no pod. Its clients log in ([`anonymous_login`]).
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
@@ -31,6 +33,7 @@
 pub mod activemq;
 pub mod aedes;
 pub mod amqtt;
+pub mod ejabberd;
 pub mod emqx;
 pub mod hivemq;
 pub mod mosquitto;
@@ -100,6 +103,10 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         Product::ActiveMq => {
             Err("Debian's ActiveMQ package ships no Jetty, which its ws:// connector needs")
         }
+        Product::Ejabberd => Err(
+            "its recipe opens no WebSocket listener yet (ejabberd serves \
+             MQTT over WebSocket through its HTTP listener, which would also be a web server)",
+        ),
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
              Mosquitto, RabbitMQ, mqttv5, aedes and amqtt do here)",
@@ -119,6 +126,26 @@ pub fn install_hint(product: Product) -> &'static str {
         Product::Aedes => aedes::INSTALL,
         Product::Amqtt => amqtt::INSTALL,
         Product::ActiveMq => activemq::INSTALL,
+        Product::Ejabberd => ejabberd::INSTALL,
+    }
+}
+
+/// A username and password for CONNECT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Login {
+    /// The username.
+    pub username: &'static str,
+    /// The password: not a secret, the broker takes any.
+    pub password: &'static str,
+}
+
+/// The login a product's anonymous access still asks every client for (ejabberd refuses a
+/// CONNECT without a username and password, and takes any pair), or `None` where a client
+/// connects without one. The agent's probes and the controller's workloads send it.
+pub fn anonymous_login(product: Product) -> Option<Login> {
+    match product {
+        Product::Ejabberd => Some(ejabberd::ANONYMOUS_LOGIN),
+        _ => None,
     }
 }
 
@@ -287,9 +314,11 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::Emqx => Ok(emqx::pod(options)),
         Product::VerneMq => Ok(vernemq::pod(options)),
         Product::HiveMq => Ok(hivemq::pod(options)),
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::ActiveMq => {
-            Err(NO_OFFICIAL_IMAGE)
-        }
+        Product::Mqttv5
+        | Product::Aedes
+        | Product::Amqtt
+        | Product::ActiveMq
+        | Product::Ejabberd => Err(NO_OFFICIAL_IMAGE),
     }
 }
 
@@ -314,6 +343,7 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::VerneMq => vernemq::VERSION_IN_LOG,
         Product::HiveMq => hivemq::VERSION_IN_LOG,
         Product::ActiveMq => activemq::VERSION_IN_LOG,
+        Product::Ejabberd => ejabberd::VERSION_IN_LOG,
         Product::Mqttv5 | Product::Aedes | Product::Amqtt => None,
     }?;
     version_after(marker, log)
@@ -441,6 +471,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_ejabberd_asks_anonymous_clients_for_a_login_and_it_has_no_pod() {
+        let asking: Vec<Product> = Product::ALL
+            .into_iter()
+            .filter(|product| anonymous_login(*product).is_some())
+            .collect();
+        assert_eq!(asking, [Product::Ejabberd]);
+        // The kubernetes driver's readiness probe sends no login.
+        assert!(products_with_pods().all(|product| anonymous_login(product).is_none()));
     }
 
     #[test]

@@ -156,7 +156,10 @@ async fn start_once(spec: &BrokerSpec, port: u16) -> Result<EmbeddedBroker, Brok
     };
     let deadline = spec.options.start_deadline_or(START_DEADLINE);
     let probe_at = connect_address(listen);
-    let mut ready = wait_ready(probe_at, deadline, || broker.ended().map(str::to_owned)).await;
+    let mut ready = wait_ready(probe_at, deadline, None, || {
+        broker.ended().map(str::to_owned)
+    })
+    .await;
     if ready.is_ok() && !listening_in_this_process(port) {
         // A probe reached some listener, but not ours: another program owns the port.
         let ended = broker.ended().unwrap_or("the server is not listening");

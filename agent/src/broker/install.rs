@@ -37,6 +37,11 @@ pub struct InstallPaths {
     /// Files ActiveMQ needs, each of them: its launcher jar and its MQTT transport's
     /// libraries.
     pub activemq_files: Vec<PathBuf>,
+    /// The `erl` that runs ejabberd.
+    pub ejabberd_erl: Vec<PathBuf>,
+    /// Folders that may hold ejabberd's applications (`ejabberd-VERSION/ebin/ejabberd.app`):
+    /// the first that does is the VM's `ERL_LIBS`.
+    pub ejabberd_libraries: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -58,6 +63,8 @@ impl Default for InstallPaths {
                 .chain(recipes::activemq::MQTT_LIBRARIES.iter().copied())
                 .map(PathBuf::from)
                 .collect(),
+            ejabberd_erl: paths(recipes::ejabberd::ERL_PROGRAMS),
+            ejabberd_libraries: paths(recipes::ejabberd::LIBRARY_DIRS),
         }
     }
 }
@@ -96,10 +103,45 @@ impl InstallPaths {
                 }
                 vec![&self.activemq_java]
             }
+            Product::Ejabberd => {
+                self.ejabberd_libraries()?;
+                vec![&self.ejabberd_erl]
+            }
         };
         needed
             .into_iter()
             .try_for_each(|candidates| Self::locate(product, candidates).map(drop))
+    }
+
+    /// The first of [`InstallPaths::ejabberd_libraries`] holding ejabberd's application, or
+    /// [`BrokerError::NotInstalled`] naming where it was looked for.
+    pub fn ejabberd_libraries(&self) -> Result<PathBuf, BrokerError> {
+        let holds_ejabberd = |dir: &PathBuf| {
+            std::fs::read_dir(dir).is_ok_and(|entries| {
+                entries.flatten().any(|entry| {
+                    entry.file_name().to_string_lossy().starts_with("ejabberd-")
+                        && entry
+                            .path()
+                            .join(recipes::ejabberd::APPLICATION_FILE)
+                            .is_file()
+                })
+            })
+        };
+        self.ejabberd_libraries
+            .iter()
+            .find(|dir| holds_ejabberd(dir))
+            .cloned()
+            .ok_or_else(|| BrokerError::NotInstalled {
+                product: Product::Ejabberd,
+                looked_at: self
+                    .ejabberd_libraries
+                    .iter()
+                    .map(|dir| {
+                        dir.join("ejabberd-*")
+                            .join(recipes::ejabberd::APPLICATION_FILE)
+                    })
+                    .collect(),
+            })
     }
 
     /// The products whose executables are all present, each with its main program, for
@@ -127,6 +169,7 @@ impl InstallPaths {
             Product::Aedes => &self.aedes,
             Product::Amqtt => &self.amqtt,
             Product::ActiveMq => &self.activemq_java,
+            Product::Ejabberd => &self.ejabberd_erl,
         }
     }
 }
@@ -173,6 +216,29 @@ mod tests {
             ..install
         };
         assert!(complete.check(Product::ActiveMq).is_ok());
+    }
+
+    #[test]
+    fn ejabberd_without_its_applications_is_not_installed_whatever_erl_there_is() {
+        let libraries = tempfile::tempdir().unwrap();
+        let install = InstallPaths {
+            ejabberd_erl: vec!["/bin/sh".into()],
+            ejabberd_libraries: vec!["/nonexistent".into(), libraries.path().to_owned()],
+            ..InstallPaths::default()
+        };
+        let error = install.check(Product::Ejabberd).unwrap_err().to_string();
+        assert!(
+            error.contains("/nonexistent/ejabberd-*/ebin/ejabberd.app"),
+            "{error}"
+        );
+        assert!(error.contains("apt-get install ejabberd"), "{error}");
+        // A folder named like ejabberd's but without its application is not it either.
+        let ebin = libraries.path().join("ejabberd-23.01/ebin");
+        std::fs::create_dir_all(&ebin).unwrap();
+        assert!(install.check(Product::Ejabberd).is_err());
+        std::fs::write(ebin.join("ejabberd.app"), "{application, ejabberd, []}.").unwrap();
+        install.check(Product::Ejabberd).unwrap();
+        assert_eq!(install.ejabberd_libraries().unwrap(), libraries.path());
     }
 
     #[test]

@@ -271,6 +271,11 @@ fn plan(
         Product::Aedes => recipes::aedes::native(&locate(&install.aedes)?, &instance),
         Product::Amqtt => recipes::amqtt::native(&locate(&install.amqtt)?, &instance),
         Product::ActiveMq => recipes::activemq::native(&locate(&install.activemq_java)?, &instance),
+        Product::Ejabberd => recipes::ejabberd::native(
+            &locate(&install.ejabberd_erl)?,
+            &install.ejabberd_libraries()?,
+            &instance,
+        ),
     })
 }
 
@@ -459,7 +464,8 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     broker.pid = main.pid();
     let main = broker.main.insert(main);
     let probe_at = connect_address(broker.listen);
-    let ready = wait_ready(probe_at, plan.ready_deadline, || {
+    let login = recipes::anonymous_login(product);
+    let ready = wait_ready(probe_at, plan.ready_deadline, login, || {
         main.exited()
             .map(|status| format!("{product} exited ({status}) before answering MQTT"))
     })

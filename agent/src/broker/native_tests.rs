@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::broker::ErrorCode;
-use crate::broker::readiness::{PROBE_TIMEOUT, probe};
+use crate::broker::readiness::{PROBE_TIMEOUT, probe, probe_as};
 use crate::broker::test_support::{
     installed_or_skip, loopback_spec, running_in_ci, tagged_processes,
 };
@@ -293,7 +293,8 @@ async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
         .expect("start is bounded")
         .unwrap();
     let address = broker.address();
-    probe(address, PROBE_TIMEOUT).await.unwrap();
+    let login = recipes::anonymous_login(product);
+    probe_as(address, PROBE_TIMEOUT, login).await.unwrap();
     assert_eq!(broker.check().await, BrokerState::Running);
     let listening = broker.listening();
     assert_eq!(
@@ -320,7 +321,7 @@ async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
         .expect("stop is bounded")
         .unwrap();
     assert!(!is_running(pid), "{product} {pid} still runs");
-    assert!(probe(address, PROBE_TIMEOUT).await.is_err());
+    assert!(probe_as(address, PROBE_TIMEOUT, login).await.is_err());
     assert_eq!(tagged_processes(&name), Vec::<u32>::new());
 }
 
@@ -422,6 +423,21 @@ async fn a_real_activemq_listens_only_on_its_mqtt_port_says_its_version_and_stop
 }
 
 #[tokio::test]
+async fn an_ejabberd_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Ejabberd).await;
+}
+
+/// ejabberd's Erlang VM runs without distribution: no epmd, no distribution port, only MQTT.
+#[tokio::test]
+async fn a_real_ejabberd_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Ejabberd,
+        Duration::from_secs(60),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn an_amqtt_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
     a_broker_left_behind_is_stopped_by_the_next_agent(Product::Amqtt).await;
 }
@@ -457,7 +473,11 @@ async fn a_broker_left_behind_is_stopped_by_the_next_agent(product: Product) {
         .expect("the sweep is bounded");
     assert_eq!(stopped, std::slice::from_ref(&name));
     assert!(!is_running(pid), "{product} {pid} still runs");
-    assert!(probe(address, PROBE_TIMEOUT).await.is_err());
+    assert!(
+        probe_as(address, PROBE_TIMEOUT, recipes::anonymous_login(product))
+            .await
+            .is_err()
+    );
     assert_eq!(tagged_processes(&name), Vec::<u32>::new());
     // Its marker is gone: a further start of an agent finds nothing to stop.
     assert!(next.stop_leftovers().await.is_empty());

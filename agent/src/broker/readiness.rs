@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use host::poll::{Attempt, poll_until};
+use recipes::Login;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
@@ -65,7 +66,17 @@ pub enum ProbeError {
 /// Sends one MQTT 3.1.1 CONNECT to `addr` and waits, up to `limit`, for a CONNACK that
 /// accepts it; then disconnects cleanly.
 pub async fn probe(addr: SocketAddr, limit: Duration) -> Result<(), ProbeError> {
-    match timeout(limit, probe_once(addr)).await {
+    probe_as(addr, limit, None).await
+}
+
+/// [`probe`] with `login` in the CONNECT (a product whose anonymous access still asks for
+/// one: `recipes::anonymous_login`).
+pub async fn probe_as(
+    addr: SocketAddr,
+    limit: Duration,
+    login: Option<Login>,
+) -> Result<(), ProbeError> {
+    match timeout(limit, probe_once(addr, login)).await {
         Ok(result) => result,
         Err(_) => Err(ProbeError::Timeout {
             addr,
@@ -74,13 +85,13 @@ pub async fn probe(addr: SocketAddr, limit: Duration) -> Result<(), ProbeError> 
     }
 }
 
-async fn probe_once(addr: SocketAddr) -> Result<(), ProbeError> {
+async fn probe_once(addr: SocketAddr, login: Option<Login>) -> Result<(), ProbeError> {
     let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|source| ProbeError::Connect { addr, source })?;
     let protocol = |detail: String| ProbeError::Protocol { addr, detail };
     stream
-        .write_all(&connect_packet(&probe_client_id()))
+        .write_all(&connect_packet(&probe_client_id(), login))
         .await
         .map_err(|e| protocol(format!("sending CONNECT failed: {e}")))?;
     let mut connack = [0u8; 4];
@@ -100,7 +111,7 @@ async fn probe_once(addr: SocketAddr) -> Result<(), ProbeError> {
     }
 }
 
-/// Polls [`probe`] until it succeeds or `deadline` has passed.
+/// Polls [`probe_as`] with `login` until it succeeds or `deadline` has passed.
 ///
 /// `exited` is asked before every attempt whether the broker's process is gone; if it
 /// returns a reason, waiting stops at once with that reason. On failure the result is the
@@ -108,10 +119,13 @@ async fn probe_once(addr: SocketAddr) -> Result<(), ProbeError> {
 pub async fn wait_ready(
     addr: SocketAddr,
     deadline: Duration,
+    login: Option<Login>,
     exited: impl FnMut() -> Option<String>,
 ) -> Result<(), String> {
     wait_for(deadline, exited, |limit| async move {
-        probe(addr, limit).await.map_err(|error| error.to_string())
+        probe_as(addr, limit, login)
+            .await
+            .map_err(|error| error.to_string())
     })
     .await
 }
@@ -152,17 +166,33 @@ pub(super) fn probe_client_id() -> String {
     format!("ct-probe-{}-{n}", std::process::id() % 10_000_000)
 }
 
-/// CONNECT, MQTT 3.1.1, clean session, no will, no credentials.
-pub(super) fn connect_packet(client_id: &str) -> Vec<u8> {
-    // The id is ASCII and at most 23 bytes, so its length fits one byte of the u16.
-    let id = client_id.as_bytes();
-    let id_len = u16::try_from(id.len()).unwrap_or(u16::MAX);
-    let mut body = vec![0x00, 0x04, b'M', b'Q', b'T', b'T', 0x04, 0x02];
+/// CONNECT, MQTT 3.1.1, clean session, no will, with `login` when given.
+pub(super) fn connect_packet(client_id: &str, login: Option<Login>) -> Vec<u8> {
+    let flags = if login.is_some() { 0xC2 } else { 0x02 };
+    let mut body = vec![0x00, 0x04, b'M', b'Q', b'T', b'T', 0x04, flags];
     body.extend_from_slice(&KEEP_ALIVE_SECS.to_be_bytes());
-    body.extend_from_slice(&id_len.to_be_bytes());
-    body.extend_from_slice(id);
-    // The body is far below 128 bytes: a one-byte remaining length.
-    let mut packet = vec![0x10, body.len() as u8];
+    let mut string = |text: &str| {
+        // The probe's id and the recipes' logins are a few ASCII bytes each.
+        let len = u16::try_from(text.len()).unwrap_or(u16::MAX);
+        body.extend_from_slice(&len.to_be_bytes());
+        body.extend_from_slice(text.as_bytes());
+    };
+    string(client_id);
+    if let Some(login) = login {
+        string(login.username);
+        string(login.password);
+    }
+    let mut packet = vec![0x10];
+    // The remaining length: seven bits a byte, the high bit saying another follows.
+    let mut remaining = body.len();
+    loop {
+        let low = (remaining % 128) as u8;
+        remaining /= 128;
+        packet.push(if remaining > 0 { low | 0x80 } else { low });
+        if remaining == 0 {
+            break;
+        }
+    }
     packet.extend_from_slice(&body);
     packet
 }
@@ -196,11 +226,22 @@ mod tests {
     fn connect_is_well_formed_and_the_client_id_short() {
         let id = probe_client_id();
         assert!(id.len() <= 23, "{id}");
-        let packet = connect_packet("abc");
+        let packet = connect_packet("abc", None);
         assert_eq!(
             packet,
             [
                 0x10, 15, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 3, b'a', b'b', b'c'
+            ]
+        );
+        let login = Login {
+            username: "u",
+            password: "pw",
+        };
+        assert_eq!(
+            connect_packet("abc", Some(login)),
+            [
+                0x10, 22, 0, 4, b'M', b'Q', b'T', b'T', 4, 0xC2, 0, 60, 0, 3, b'a', b'b', b'c', 0,
+                1, b'u', 0, 2, b'p', b'w'
             ]
         );
     }
@@ -229,7 +270,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let started = std::time::Instant::now();
-        let reason = wait_ready(addr, Duration::from_millis(600), || None)
+        let reason = wait_ready(addr, Duration::from_millis(600), None, || None)
             .await
             .unwrap_err();
         assert!(reason.contains("no CONNACK"), "{reason}");
@@ -257,7 +298,7 @@ mod tests {
             .local_addr()
             .unwrap();
         let mut calls = 0;
-        let reason = wait_ready(addr, Duration::from_secs(30), || {
+        let reason = wait_ready(addr, Duration::from_secs(30), None, || {
             calls += 1;
             (calls == 3).then(|| "exited with status 1".to_owned())
         })

@@ -49,7 +49,10 @@ async fn probe_once(addr: SocketAddr, path: &str) -> Result<(), String> {
     let head = read_head(&mut stream, addr).await?;
     check_upgrade(&head).map_err(|problem| format!("{addr}{path}: {problem}"))?;
     stream
-        .write_all(&masked_binary_frame(&connect_packet(&probe_client_id())))
+        .write_all(&masked_binary_frame(&connect_packet(
+            &probe_client_id(),
+            None,
+        )))
         .await
         .map_err(|e| format!("sending CONNECT to {addr}: {e}"))?;
     let connack = read_connack(&mut stream)
@@ -203,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_frame_is_masked_binary_and_unmasks_to_the_payload() {
-        let payload = connect_packet("abc");
+        let payload = connect_packet("abc", None);
         let frame = masked_binary_frame(&payload);
         assert_eq!(frame[0], 0x82);
         assert_eq!(usize::from(frame[1] & 0x7f), payload.len());

@@ -69,13 +69,18 @@ impl BrokerControl {
         let name = spec.name.clone();
         // A forwarding hop is no broker: nothing to probe.
         let probed = !matches!(spec.kind, domain::BrokerKind::Forward { .. });
+        let login = match spec.kind {
+            domain::BrokerKind::Native { product }
+            | domain::BrokerKind::Kubernetes { product, .. } => recipes::anonymous_login(product),
+            _ => None,
+        };
         let status = self.brokers.start(spec).await.map_err(from_broker)?;
         if let Some(ttl) = lease {
             self.leases.hold(&self.brokers, &name, ttl);
         }
         let mut message = status_to_message(&status);
         if let Some(address) = status.address.filter(|_| probed) {
-            message.capabilities = probe(address)
+            message.capabilities = probe(address, login)
                 .await
                 .map(|caps| pb::BrokerCapabilities::from(&caps));
             // The lease runs from the answer: the controller renews it only from then on.
@@ -162,12 +167,19 @@ fn from_broker(error: BrokerError) -> Status {
 /// controller allows this beyond its deploy timeout).
 const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// What the broker at `address` supports (plain MQTT over TCP, no login: the brokers an
-/// agent starts take anonymous clients); `None` when it could not be probed.
-async fn probe(address: std::net::SocketAddr) -> Option<loadgen::capabilities::Capabilities> {
+/// What the broker at `address` supports (plain MQTT over TCP, anonymous: with the login
+/// its product's anonymous access asks for, if any); `None` when it could not be probed.
+async fn probe(
+    address: std::net::SocketAddr,
+    login: Option<recipes::Login>,
+) -> Option<loadgen::capabilities::Capabilities> {
     let mut target = loadgen::presets::latency().broker;
     target.host = address.ip().to_string();
     target.port = address.port();
+    if let Some(login) = login {
+        target.username = Some(login.username.to_string());
+        target.password = Some(login.password.to_string());
+    }
     let probed = tokio::time::timeout(
         PROBE_WITHIN,
         loadgen::probe::probe(&target, std::time::Duration::from_secs(3)),

@@ -37,7 +37,8 @@ pub enum CellOutcome {
 
 /// The workload of `cell` (its test's workload at its point, `base`) against the broker at
 /// `endpoints`: its MQTT listener, or its WebSocket one (and the product's path, unless the
-/// test names one) for a test speaking WebSocket.
+/// test names one) for a test speaking WebSocket; with the login the product's anonymous
+/// access asks for (ejabberd's), unless the test names a username.
 pub(super) fn workload(
     base: &WorkloadSpec,
     plan: &Plan,
@@ -63,6 +64,11 @@ pub(super) fn workload(
     };
     spec.broker.host = broker.ip().to_string();
     spec.broker.port = broker.port();
+    let login = entry.product().and_then(recipes::anonymous_login);
+    if let (Some(login), None) = (login, &spec.broker.username) {
+        spec.broker.username = Some(login.username.to_string());
+        spec.broker.password = Some(login.password.to_string());
+    }
     spec.run_id = Some(run_id.to_string());
     Ok(spec)
 }
@@ -202,4 +208,45 @@ pub fn one_line(summary: &Summary) -> String {
             ""
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-test plan measuring `product` natively; `workload` is the test's own table.
+    fn plan(product: &str, workload: &str) -> Plan {
+        let text = format!(
+            "name = \"t\"\n[[nodes]]\nname = \"n\"\nagent = \"local\"\n\
+             roles = [\"loadgen\", \"broker\"]\n[[scenarios]]\nname = \"local\"\n\
+             [[brokers]]\nname = \"b\"\nkind = \"native\"\nproduct = \"{product}\"\nnode = \"n\"\n\
+             [[tests]]\nkind = \"latency\"\nloadgen = [\"n\"]\n{workload}"
+        );
+        Plan::parse(&text, "plan.toml").expect("a valid plan")
+    }
+
+    fn login_sent(plan: &Plan) -> (Option<String>, Option<String>) {
+        let cell = &plan.cells()[0];
+        let base = &plan.workloads_of(cell.test).expect("workloads")[0].1;
+        let endpoints = Endpoints {
+            mqtt: "127.0.0.1:1883".parse().unwrap(),
+            websocket: None,
+        };
+        let spec = workload(base, plan, cell, endpoints, "r").expect("a workload");
+        (spec.broker.username, spec.broker.password)
+    }
+
+    #[test]
+    fn a_product_whose_anonymous_access_asks_a_login_gets_it_unless_the_test_names_one() {
+        assert_eq!(
+            login_sent(&plan("ejabberd", "")),
+            (Some("continuum".into()), Some("anonymous".into()))
+        );
+        assert_eq!(login_sent(&plan("mosquitto", "")), (None, None));
+        let own = "[tests.workload]\nbroker = { username = \"bob\", password = \"pw\" }\n";
+        assert_eq!(
+            login_sent(&plan("ejabberd", own)),
+            (Some("bob".into()), Some("pw".into()))
+        );
+    }
 }

@@ -28,6 +28,7 @@ impl From<Product> for pb::Product {
             Product::Aedes => pb::Product::Aedes,
             Product::Amqtt => pb::Product::Amqtt,
             Product::ActiveMq => pb::Product::Activemq,
+            Product::Ejabberd => pb::Product::Ejabberd,
         }
     }
 }
@@ -56,6 +57,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Aedes => Some(Product::Aedes),
             pb::Product::Amqtt => Some(Product::Amqtt),
             pb::Product::Activemq => Some(Product::ActiveMq),
+            pb::Product::Ejabberd => Some(Product::Ejabberd),
         },
     )
 }

@@ -642,9 +642,11 @@ fn check_config(product: Product, data: &BTreeMap<String, String>, container: &C
                 .find(|var| var.name == "HIVEMQ_ALLOW_ALL_CLIENTS");
             assert_eq!(allow_all.and_then(|v| v.value.as_deref()), Some("true"));
         }
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::ActiveMq => {
-            panic!("{product} has no pod")
-        }
+        Product::Mqttv5
+        | Product::Aedes
+        | Product::Amqtt
+        | Product::ActiveMq
+        | Product::Ejabberd => panic!("{product} has no pod"),
     }
 }
 

@@ -245,7 +245,8 @@ impl Target<'_> {
         let left = end
             .saturating_duration_since(Instant::now())
             .max(MIN_MQTT_WAIT);
-        if let Err(reason) = wait_ready(address, left, || None).await {
+        // No product with a pod asks anonymous clients for a login.
+        if let Err(reason) = wait_ready(address, left, None, || None).await {
             return Err(BrokerError::NotReady {
                 name: name.to_owned(),
                 address,
