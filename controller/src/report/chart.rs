@@ -222,9 +222,9 @@ mod tests {
     }
 
     #[test]
-    fn nine_brokers_get_nine_colours_and_nine_marker_shapes() {
+    fn twelve_series_get_twelve_colours_and_twelve_marker_shapes() {
         let mut chart = chart();
-        chart.series = (0..9)
+        chart.series = (0..12)
             .map(|i| Series {
                 label: format!("broker {i}"),
                 colour: svg::colour(i),
@@ -235,10 +235,10 @@ mod tests {
         let colours: std::collections::BTreeSet<_> = svg::PALETTE.iter().collect();
         let markers: Vec<String> = svg::MARKERS.iter().map(|m| format!("{m:?}")).collect();
         let distinct: std::collections::BTreeSet<_> = markers.iter().collect();
-        assert_eq!((colours.len(), distinct.len()), (9, 9));
-        // Each series: two points and its legend swatch; one shape a disc, eight polygons.
+        assert_eq!((colours.len(), distinct.len()), (12, 12));
+        // Each series: two points and its legend swatch; one shape a disc, eleven polygons.
         assert_eq!(text.matches("<circle").count(), 3);
-        assert_eq!(text.matches("<polygon").count(), 8 * 3);
+        assert_eq!(text.matches("<polygon").count(), 11 * 3);
         for colour in svg::PALETTE {
             assert!(text.contains(&format!("fill=\"{colour}\"")), "{colour}");
         }

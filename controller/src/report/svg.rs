@@ -6,12 +6,13 @@
 use std::fmt::Write as _;
 
 /// Series colours: the Okabe-Ito palette (readable with colour-vision deficiencies), minus
-/// its yellow, which is too pale on white, then Paul Tol's wine and green for eight and nine
-/// brokers. Some pairs are close for some readers, so each colour also has its own marker
-/// shape ([`MARKERS`]): two series differ in shape wherever they could be confused in hue.
-pub const PALETTE: [&str; 9] = [
+/// its yellow, which is too pale on white, then Paul Tol's wine, green, indigo, olive and
+/// rose for eight to twelve series (every product and the embedded broker). Some pairs are
+/// close for some readers, so each colour also has its own marker shape ([`MARKERS`]): two
+/// series differ in shape wherever they could be confused in hue.
+pub const PALETTE: [&str; 12] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255",
-    "#117733",
+    "#117733", "#332288", "#999933", "#CC6677",
 ];
 
 /// A point marker's shape.
@@ -35,10 +36,16 @@ pub enum Marker {
     Star,
     /// A diagonal cross.
     Cross,
+    /// A triangle pointing left.
+    TriangleLeft,
+    /// Two triangles tip to tip, one above the other.
+    Hourglass,
+    /// Two triangles tip to tip, side by side.
+    Bowtie,
 }
 
 /// The marker of each [`PALETTE`] colour, by index.
-pub const MARKERS: [Marker; 9] = [
+pub const MARKERS: [Marker; 12] = [
     Marker::Circle,
     Marker::Square,
     Marker::TriangleUp,
@@ -48,6 +55,9 @@ pub const MARKERS: [Marker; 9] = [
     Marker::TriangleRight,
     Marker::Star,
     Marker::Cross,
+    Marker::TriangleLeft,
+    Marker::Hourglass,
+    Marker::Bowtie,
 ];
 
 /// The marker that goes with `colour` (a disc for a colour not in the palette).
@@ -251,6 +261,23 @@ impl Svg {
                 polygon(star)
             }
             Marker::Cross => polygon(plus(std::f64::consts::FRAC_PI_4)),
+            Marker::TriangleLeft => polygon(regular(3, 1.35, -std::f64::consts::FRAC_PI_2)),
+            Marker::Hourglass => polygon(vec![
+                (-1.2, -1.3),
+                (1.2, -1.3),
+                (0.25, 0.0),
+                (1.2, 1.3),
+                (-1.2, 1.3),
+                (-0.25, 0.0),
+            ]),
+            Marker::Bowtie => polygon(vec![
+                (-1.3, -1.2),
+                (0.0, -0.25),
+                (1.3, -1.2),
+                (1.3, 1.2),
+                (0.0, 0.25),
+                (-1.3, 1.2),
+            ]),
         };
         let list: Vec<String> = points
             .iter()
