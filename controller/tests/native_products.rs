@@ -177,3 +177,8 @@ async fn activemq_runs_the_study_through_the_controller() {
 async fn ejabberd_runs_the_study_through_the_controller() {
     the_study_measures(Product::Ejabberd, &["/usr/sbin/ejabberdctl"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmqtt_runs_the_study_through_the_controller() {
+    the_study_measures(Product::Rmqtt, recipes::rmqtt::PROGRAMS).await;
+}

@@ -36,6 +36,7 @@ async fn the_quickstart_runs_with_no_broker_installed() {
         .replace(&optional_entry("amqtt"), "")
         .replace(&optional_entry("activemq"), "")
         .replace(&optional_entry("ejabberd"), "")
+        .replace(&optional_entry("rmqtt"), "")
         .replace(
             "repetitions = 2",
             &format!(

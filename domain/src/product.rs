@@ -32,11 +32,13 @@ pub enum Product {
     ActiveMq,
     /// ejabberd, the Erlang XMPP server, through its `mod_mqtt`.
     Ejabberd,
+    /// rmqtt, the Rust broker (its server engine, run by Continuum's `continuum-rmqtt`).
+    Rmqtt,
 }
 
 impl Product {
     /// Every product: the study's, in its order, then the others.
-    pub const ALL: [Product; 10] = [
+    pub const ALL: [Product; 11] = [
         Product::Mosquitto,
         Product::Emqx,
         Product::RabbitMq,
@@ -47,6 +49,7 @@ impl Product {
         Product::Amqtt,
         Product::ActiveMq,
         Product::Ejabberd,
+        Product::Rmqtt,
     ];
 
     /// The lower-case name used in plans and on the wire.
@@ -62,6 +65,7 @@ impl Product {
             Product::Amqtt => "amqtt",
             Product::ActiveMq => "activemq",
             Product::Ejabberd => "ejabberd",
+            Product::Rmqtt => "rmqtt",
         }
     }
 }

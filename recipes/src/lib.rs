@@ -26,6 +26,8 @@
 //!   XML holding one MQTT connector; no pod.
 //! - [`ejabberd`]: `erl` on the package's applications with a config holding `mod_mqtt`
 //!   alone, no Erlang distribution; no pod. Its clients log in ([`anonymous_login`]).
+//! - [`rmqtt`]: `continuum-rmqtt --listen ADDR` (rmqtt's engine, built from `brokers/rmqtt`);
+//!   no pod.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
@@ -39,6 +41,7 @@ pub mod hivemq;
 pub mod mosquitto;
 pub mod mqttv5;
 pub mod rabbitmq;
+pub mod rmqtt;
 pub mod vernemq;
 
 use std::collections::BTreeMap;
@@ -100,6 +103,7 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         Product::Mqttv5 => Ok(mqttv5::WEBSOCKET_PATH),
         Product::Aedes => Ok(aedes::WEBSOCKET_PATH),
         Product::Amqtt => Ok(amqtt::WEBSOCKET_PATH),
+        Product::Rmqtt => Ok(rmqtt::WEBSOCKET_PATH),
         Product::ActiveMq => {
             Err("Debian's ActiveMQ package ships no Jetty, which its ws:// connector needs")
         }
@@ -127,6 +131,7 @@ pub fn install_hint(product: Product) -> &'static str {
         Product::Amqtt => amqtt::INSTALL,
         Product::ActiveMq => activemq::INSTALL,
         Product::Ejabberd => ejabberd::INSTALL,
+        Product::Rmqtt => rmqtt::INSTALL,
     }
 }
 
@@ -318,7 +323,8 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         | Product::Aedes
         | Product::Amqtt
         | Product::ActiveMq
-        | Product::Ejabberd => Err(NO_OFFICIAL_IMAGE),
+        | Product::Ejabberd
+        | Product::Rmqtt => Err(NO_OFFICIAL_IMAGE),
     }
 }
 
@@ -344,7 +350,7 @@ pub fn version_in_log(product: Product, log: &str) -> Option<String> {
         Product::HiveMq => hivemq::VERSION_IN_LOG,
         Product::ActiveMq => activemq::VERSION_IN_LOG,
         Product::Ejabberd => ejabberd::VERSION_IN_LOG,
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt => None,
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::Rmqtt => None,
     }?;
     version_after(marker, log)
 }

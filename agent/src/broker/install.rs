@@ -42,6 +42,8 @@ pub struct InstallPaths {
     /// Folders that may hold ejabberd's applications (`ejabberd-VERSION/ebin/ejabberd.app`):
     /// the first that does is the VM's `ERL_LIBS`.
     pub ejabberd_libraries: Vec<PathBuf>,
+    /// `continuum-rmqtt`, rmqtt's engine as `brokers/rmqtt` builds it.
+    pub rmqtt: Vec<PathBuf>,
 }
 
 impl Default for InstallPaths {
@@ -65,6 +67,7 @@ impl Default for InstallPaths {
                 .collect(),
             ejabberd_erl: paths(recipes::ejabberd::ERL_PROGRAMS),
             ejabberd_libraries: paths(recipes::ejabberd::LIBRARY_DIRS),
+            rmqtt: paths(recipes::rmqtt::PROGRAMS),
         }
     }
 }
@@ -107,6 +110,7 @@ impl InstallPaths {
                 self.ejabberd_libraries()?;
                 vec![&self.ejabberd_erl]
             }
+            Product::Rmqtt => vec![&self.rmqtt],
         };
         needed
             .into_iter()
@@ -170,6 +174,7 @@ impl InstallPaths {
             Product::Amqtt => &self.amqtt,
             Product::ActiveMq => &self.activemq_java,
             Product::Ejabberd => &self.ejabberd_erl,
+            Product::Rmqtt => &self.rmqtt,
         }
     }
 }

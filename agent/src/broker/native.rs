@@ -276,6 +276,7 @@ fn plan(
             &install.ejabberd_libraries()?,
             &instance,
         ),
+        Product::Rmqtt => recipes::rmqtt::native(&locate(&install.rmqtt)?, &instance),
     })
 }
 

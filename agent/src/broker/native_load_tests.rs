@@ -249,3 +249,10 @@ async fn an_activemq_the_agent_deploys_delivers_everything_at_every_qos_and_1mb(
 async fn an_ejabberd_the_agent_deploys_delivers_everything_at_every_qos_and_1mb() {
     counts_what_loadgen_counts(Product::Ejabberd, None).await;
 }
+
+/// The engine runs without rmqtt's counter and `$SYS` plugins (`rmqttd`'s own counters come
+/// from them): every message must still arrive, at every QoS and at 1 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmqtt_the_agent_deploys_delivers_everything_at_every_qos_and_1mb() {
+    counts_what_loadgen_counts(Product::Rmqtt, None).await;
+}

@@ -274,6 +274,26 @@ async fn a_real_mqttv5_opens_a_websocket_listener_that_answers_mqtt() {
     a_websocket_listener_answers_mqtt(Product::Mqttv5, Duration::from_secs(30)).await;
 }
 
+#[tokio::test]
+async fn a_real_rmqtt_opens_a_websocket_listener_that_answers_mqtt() {
+    a_websocket_listener_answers_mqtt(Product::Rmqtt, Duration::from_secs(30)).await;
+}
+
+/// rmqtt's engine without `rmqttd`: no gRPC, HTTP API or cluster port, only MQTT.
+#[tokio::test]
+async fn a_real_rmqtt_listens_only_on_its_mqtt_port_says_its_version_and_stops_clean() {
+    a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(
+        Product::Rmqtt,
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_rmqtt_left_by_an_agent_that_died_is_stopped_by_the_next_one() {
+    a_broker_left_behind_is_stopped_by_the_next_agent(Product::Rmqtt).await;
+}
+
 /// `product` on loopback: it answers MQTT, says its version, its processes listen on its
 /// MQTT port and nothing else (no dashboard, cluster or QUIC port), and a stop leaves none.
 async fn a_real_broker_listens_only_on_its_mqtt_port_and_stops_clean(

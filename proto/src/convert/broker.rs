@@ -29,6 +29,7 @@ impl From<Product> for pb::Product {
             Product::Amqtt => pb::Product::Amqtt,
             Product::ActiveMq => pb::Product::Activemq,
             Product::Ejabberd => pb::Product::Ejabberd,
+            Product::Rmqtt => pb::Product::Rmqtt,
         }
     }
 }
@@ -58,6 +59,7 @@ fn product(value: i32, at: &str) -> Result<Product, ConversionError> {
             pb::Product::Amqtt => Some(Product::Amqtt),
             pb::Product::Activemq => Some(Product::ActiveMq),
             pb::Product::Ejabberd => Some(Product::Ejabberd),
+            pb::Product::Rmqtt => Some(Product::Rmqtt),
         },
     )
 }

@@ -646,7 +646,8 @@ fn check_config(product: Product, data: &BTreeMap<String, String>, container: &C
         | Product::Aedes
         | Product::Amqtt
         | Product::ActiveMq
-        | Product::Ejabberd => panic!("{product} has no pod"),
+        | Product::Ejabberd
+        | Product::Rmqtt => panic!("{product} has no pod"),
     }
 }
 

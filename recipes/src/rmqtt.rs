@@ -1,0 +1,133 @@
+//! rmqtt 0.24, the Rust broker: its server engine (crates.io `rmqtt`, what its `rmqttd` daemon
+//! wraps) behind the command line of `brokers/rmqtt` (`continuum-rmqtt`), which opens the
+//! listeners the agent asks for with the limits below. `rmqttd` itself also links every
+//! plugin (Kafka's C library built with cmake, Pulsar, NATS, Redis, gRPC clustering), always
+//! opens a gRPC port and by default an HTTP API on 0.0.0.0:6060, reads `/etc/rmqtt*` and
+//! `RMQTT_*` besides its `-f` file, and takes longer to build than CI's whole budget. Like
+//! `rmqttd`'s defaults, no shared-subscription or retainer plugin runs (the capability probe
+//! says so). No pod: `rmqtt/rmqtt` is `rmqttd` with its baked config, not this build.
+
+use std::path::Path;
+use std::time::Duration;
+
+use host::CommandLine;
+
+use crate::{Instance, NativePlan, VersionCommand};
+
+/// Where `continuum-rmqtt` is looked for.
+pub const PROGRAMS: &[&str] = &["/usr/local/bin/continuum-rmqtt"];
+
+/// How to install it, from a checkout of Continuum (its lock file pins rmqtt 0.24.0 and
+/// every dependency).
+pub const INSTALL: &str = "cargo install --locked --root /usr/local --path brokers/rmqtt";
+
+/// How long it may take to answer MQTT (well under a second here).
+pub const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// rmqtt does not look at the WebSocket request's path; this is the one clients use.
+pub const WEBSOCKET_PATH: &str = "/mqtt";
+
+/// The broker's process.
+pub const PROCESS_NAMES: &[&str] = &["continuum-rmqtt"];
+
+/// What it prints when the port is taken ("MQTT listener on ...: Address already in use").
+pub const PORT_TAKEN: &[&str] = &["Address already in use"];
+
+/// `continuum-rmqtt --version` prints rmqtt's own ("rmqtt/0.24.0-20261205221501").
+pub const VERSION_IN_OUTPUT: &str = "rmqtt/";
+
+/// `RUST_LOG` and the like configure a logger rmqtt's crates may read: removed.
+pub const ENV_PREFIXES: &[&str] = &["RUST_", "RMQTT", "rmqtt"];
+
+/// The plan for one native instance of `program`: MQTT on the plan's address, WebSocket
+/// beside it when asked, the spec's in-flight window and queue bound (the program's
+/// defaults, 65535 and a million, otherwise).
+pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
+    let mut main = CommandLine::new(program);
+    main.args = vec!["--listen".into(), instance.listen.to_string()];
+    if let Some(websocket) = instance.websocket {
+        main.args
+            .extend(["--websocket".into(), websocket.address.to_string()]);
+    }
+    if let Some(inflight) = instance.options.max_inflight_messages {
+        main.args
+            .extend(["--max-inflight".into(), inflight.to_string()]);
+    }
+    if let Some(queued) = instance.options.max_queued_messages {
+        main.args
+            .extend(["--max-queued".into(), queued.to_string()]);
+    }
+    main.env_remove_prefixes = ENV_PREFIXES.to_vec();
+    let mut version = CommandLine::new(program);
+    version.args = vec!["--version".into()];
+    version.env_remove_prefixes = ENV_PREFIXES.to_vec();
+    NativePlan {
+        main_process_names: PROCESS_NAMES,
+        port_taken_markers: PORT_TAKEN,
+        version_command: Some(VersionCommand {
+            command: version,
+            marker: VERSION_IN_OUTPUT,
+        }),
+        // SIGTERM: the program exits; nothing is kept.
+        ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WebSocketListen;
+    use domain::BrokerOptions;
+
+    #[test]
+    fn the_listeners_and_limits_asked_for_are_on_the_command_line() {
+        let options = BrokerOptions::default();
+        let instance = Instance {
+            name: "rm",
+            dir: Path::new("/state/rm"),
+            listen: "127.0.0.1:4242".parse().unwrap(),
+            options: &options,
+            secret: "s",
+            websocket: None,
+        };
+        let program = Path::new("/usr/local/bin/continuum-rmqtt");
+        let plan = native(program, &instance);
+        assert_eq!(plan.main.args, ["--listen", "127.0.0.1:4242"]);
+        assert!(plan.files.is_empty());
+        assert_eq!(plan.main_process_names, ["continuum-rmqtt"]);
+        assert_eq!(plan.main.env_remove_prefixes, ["RUST_", "RMQTT", "rmqtt"]);
+        let version = plan.version_command.expect("the version from the program");
+        assert_eq!(version.command.args, ["--version"]);
+        assert_eq!(
+            crate::version_after(version.marker, "rmqtt/0.24.0-20261205221501\n").as_deref(),
+            Some("0.24.0-20261205221501")
+        );
+
+        let limited = BrokerOptions {
+            max_inflight_messages: Some(64),
+            max_queued_messages: Some(5000),
+            ..BrokerOptions::default()
+        };
+        let with_all = Instance {
+            options: &limited,
+            websocket: Some(WebSocketListen {
+                address: "[::1]:4243".parse().unwrap(),
+                interface: Some("lo"),
+            }),
+            ..instance
+        };
+        assert_eq!(
+            native(program, &with_all).main.args,
+            [
+                "--listen",
+                "127.0.0.1:4242",
+                "--websocket",
+                "[::1]:4243",
+                "--max-inflight",
+                "64",
+                "--max-queued",
+                "5000"
+            ]
+        );
+    }
+}
