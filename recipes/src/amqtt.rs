@@ -71,17 +71,11 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
     let mut main = CommandLine::new(program);
     main.args = vec!["-c".into(), config_path.display().to_string()];
     main.env_remove_prefixes = ENV_PREFIXES.to_vec();
-    let mut version = CommandLine::new(program);
-    version.args = vec!["--version".into()];
-    version.env_remove_prefixes = ENV_PREFIXES.to_vec();
     NativePlan {
         files: vec![(config_path, text)],
         main_process_names: PROCESS_NAMES,
         port_taken_markers: PORT_TAKEN,
-        version_command: Some(VersionCommand {
-            command: version,
-            marker: VERSION_IN_OUTPUT,
-        }),
+        version_command: VersionCommand::flag(program, ENV_PREFIXES, VERSION_IN_OUTPUT),
         // SIGTERM: Python's default is to exit, and there is nothing to persist.
         ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
     }

@@ -163,6 +163,20 @@ pub struct VersionCommand {
     pub marker: &'static str,
 }
 
+impl VersionCommand {
+    /// `program --version`, with the environment cleaned as the broker's is.
+    fn flag(
+        program: &Path,
+        env_remove_prefixes: &[&'static str],
+        marker: &'static str,
+    ) -> Option<Self> {
+        let mut command = CommandLine::new(program);
+        command.args = vec!["--version".into()];
+        command.env_remove_prefixes = env_remove_prefixes.to_vec();
+        Some(Self { command, marker })
+    }
+}
+
 /// A process started before the broker, which must listen before the broker starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Helper {

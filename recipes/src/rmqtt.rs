@@ -58,16 +58,10 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
             .extend(["--max-queued".into(), queued.to_string()]);
     }
     main.env_remove_prefixes = ENV_PREFIXES.to_vec();
-    let mut version = CommandLine::new(program);
-    version.args = vec!["--version".into()];
-    version.env_remove_prefixes = ENV_PREFIXES.to_vec();
     NativePlan {
         main_process_names: PROCESS_NAMES,
         port_taken_markers: PORT_TAKEN,
-        version_command: Some(VersionCommand {
-            command: version,
-            marker: VERSION_IN_OUTPUT,
-        }),
+        version_command: VersionCommand::flag(program, ENV_PREFIXES, VERSION_IN_OUTPUT),
         // SIGTERM: the program exits; nothing is kept.
         ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
     }
