@@ -3,15 +3,18 @@
 //! MQTT transport connector, and the MQTT transport's libraries (Debian's
 //! `libmqtt-client-java` and `libhawtdispatch-java`, which the package does not pull in) on
 //! its extension classpath. No web console (the package ships no Jetty), no JMX connector,
-//! no persistence. No pod: the Apache images start at 5.18.
+//! no persistence. The pod runs Apache's image of the same minor release with the same
+//! broker XML mounted over its `conf/activemq.xml`, which then imports no `jetty.xml`: no
+//! web console there either.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
+use domain::BrokerOptions;
 use host::CommandLine;
 
-use crate::{Instance, NativePlan, WRITTEN_BY_AGENT};
+use crate::{ConfigUse, Instance, MQTT_PORT, NativePlan, Pod, Readiness, WRITTEN_BY_AGENT, data};
 
 /// Where `java` is looked for.
 pub const JAVA_PROGRAMS: &[&str] = &["/usr/bin/java"];
@@ -28,6 +31,21 @@ pub const MQTT_LIBRARIES: &[&str] = &[
     "/usr/share/java/hawtdispatch.jar",
     "/usr/share/java/hawtdispatch-transport.jar",
 ];
+
+/// The pinned image; [`PROVENANCE`] says why this tag.
+pub const IMAGE: &str = "apache/activemq-classic:5.17.7";
+
+/// Why [`IMAGE`].
+pub const PROVENANCE: &str = "The study did not measure ActiveMQ. The native recipe runs \
+            Debian 12's 5.17; 5.17.7 is the last release of that line in Apache's official \
+            image (on eclipse-temurin:11-jre, which is multi-arch; whether this tag was pushed \
+            for arm64 too was not checked from here).";
+
+/// Where the image's broker reads its XML (ACTIVEMQ_HOME is /opt/apache-activemq).
+const POD_CONFIG_PATH: &str = "/opt/apache-activemq/conf/activemq.xml";
+
+/// The image's home, whose `data` folder is writable.
+const POD_HOME: &str = "/opt/apache-activemq";
 
 /// How to install it.
 pub const INSTALL: &str = "apt-get install activemq libmqtt-client-java libhawtdispatch-java";
@@ -144,6 +162,32 @@ pub fn native(java: &Path, instance: &Instance<'_>) -> NativePlan {
         port_taken_markers: PORT_TAKEN,
         // SIGTERM: the JVM's shutdown hook stops the broker; nothing is persisted.
         ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
+    }
+}
+
+/// The pod: [`IMAGE`] with the native recipe's broker XML (MQTT on every interface of the
+/// pod) over its `conf/activemq.xml`, and the same fixed 1 GiB heap. `ACTIVEMQ_OPTS` replaces
+/// the image's own (a Jetty host for the console this XML never starts); none of the
+/// `ACTIVEMQ_*_USER` variables is set, since the image's entrypoint would edit the mounted,
+/// read-only XML for them.
+pub fn pod(_options: &BrokerOptions) -> Pod {
+    let listen = SocketAddr::from((Ipv4Addr::UNSPECIFIED, MQTT_PORT));
+    let xml = broker_xml("pod", Path::new(POD_HOME), listen);
+    Pod {
+        image: IMAGE,
+        provenance: PROVENANCE,
+        default_node_port: 31888,
+        config: data([(CONFIG_FILE, xml)]),
+        config_use: ConfigUse::Files(vec![(CONFIG_FILE, POD_CONFIG_PATH)]),
+        env: vec![("ACTIVEMQ_OPTS", format!("-Xms{HEAP} -Xmx{HEAP}"))],
+        secret_env: Vec::new(),
+        ports: vec![("mqtt", MQTT_PORT)],
+        // No health endpoint without the console.
+        readiness: Readiness::MqttPort,
+        cpu_request: "500m",
+        memory_request_mib: 1280,
+        // The 1 GiB heap plus the JVM's own memory.
+        memory_limit_mib: 2048,
     }
 }
 

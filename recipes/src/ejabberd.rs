@@ -2,7 +2,9 @@
 //! `mod_mqtt`: the Erlang VM started by `erl` on the package's applications with a config of
 //! the agent's, not by `ejabberdctl`. Without `-sname` the VM starts no distribution, so there
 //! is no epmd, no distribution port and no cookie to guard: the MQTT listener is the only
-//! socket it opens (checked by the agent's socket listing). No pod: no image is pinned here.
+//! socket it opens (checked by the agent's socket listing). The pod runs ProcessOne's image
+//! of the same release with the same config; there its start script names the node, so the
+//! pod gets a cookie of its own and distribution on loopback only, without epmd.
 //!
 //! `mod_mqtt` asks every client for a username and a password even with anonymous access
 //! (an empty password means "authenticate me by my TLS certificate"), and takes any pair
@@ -16,7 +18,12 @@ use std::time::Duration;
 
 use host::CommandLine;
 
-use crate::{Instance, Login, NativePlan, WRITTEN_BY_AGENT};
+use domain::BrokerOptions;
+
+use crate::{
+    ConfigUse, Generated, Instance, Login, MQTT_PORT, NativePlan, Pod, Readiness, WRITTEN_BY_AGENT,
+    data,
+};
 
 /// Where `erl` is looked for (Debian's `erlang-base`, which `ejabberd` depends on).
 pub const ERL_PROGRAMS: &[&str] = &["/usr/bin/erl"];
@@ -36,6 +43,23 @@ pub const APPLICATION_FILE: &str = "ebin/ejabberd.app";
 /// How to install it (with a `policy-rc.d` that refuses, or the package starts a system
 /// instance with a public epmd).
 pub const INSTALL: &str = "apt-get install ejabberd";
+
+/// The pinned image: ProcessOne's own, built for amd64 and arm64 (Docker Hub's
+/// `ejabberd/ecs` is amd64 only and names its node, and so its database folder, after the
+/// pod).
+pub const IMAGE: &str = "ghcr.io/processone/ejabberd:23.01";
+
+/// Why [`IMAGE`].
+pub const PROVENANCE: &str = "The study did not measure ejabberd. The native recipe runs \
+            Debian 12's 23.01; ghcr.io/processone/ejabberd:23.01 is ProcessOne's multi-arch \
+            image of that release.";
+
+/// Where the image's start script reads the config.
+const POD_CONFIG_PATH: &str = "/opt/ejabberd/conf/ejabberd.yml";
+
+/// The Erlang distribution port in the pod: fixed, so the start script starts no epmd
+/// (`ERL_DIST_PORT`), and on loopback only.
+const POD_DISTRIBUTION_PORT: u16 = 5210;
 
 /// How long the VM may take to answer MQTT (about 4 s here).
 pub const START_DEADLINE: Duration = Duration::from_secs(40);
@@ -140,6 +164,37 @@ pub fn native(erl: &Path, libraries: &Path, instance: &Instance<'_>) -> NativePl
         port_taken_markers: PORT_TAKEN,
         // SIGTERM: the VM stops its applications (OTP 20+); sessions are in RAM.
         ..NativePlan::erlang(main, instance.options.start_deadline_or(START_DEADLINE))
+    }
+}
+
+/// The pod: [`IMAGE`] with [`config`] (MQTT on every interface of the pod) over its
+/// `ejabberd.yml`, a cookie drawn for the deployment instead of the image's fixed one, and
+/// the start script's Erlang distribution on a fixed loopback port with no epmd (`ejabberdctl`
+/// itself talks to the node over it).
+pub fn pod(options: &BrokerOptions) -> Pod {
+    let listen = SocketAddr::from(([0, 0, 0, 0], MQTT_PORT));
+    Pod {
+        image: IMAGE,
+        provenance: PROVENANCE,
+        default_node_port: 31889,
+        config: data([(CONFIG_FILE, config(listen, options.max_queued_messages))]),
+        config_use: ConfigUse::Files(vec![(CONFIG_FILE, POD_CONFIG_PATH)]),
+        env: vec![
+            ("ERLANG_NODE_ARG", "ejabberd@localhost".into()),
+            ("ERL_DIST_PORT", POD_DISTRIBUTION_PORT.to_string()),
+            (
+                "ERL_OPTIONS",
+                "-kernel inet_dist_use_interface {127,0,0,1}".into(),
+            ),
+        ],
+        secret_env: vec![("ERLANG_COOKIE", Generated::ErlangCookie)],
+        ports: vec![("mqtt", MQTT_PORT)],
+        // The listener opens before mod_mqtt serves; the agent's own probe, a CONNECT with
+        // the login, waits for that once the pod is ready.
+        readiness: Readiness::MqttPort,
+        cpu_request: "250m",
+        memory_request_mib: 256,
+        memory_limit_mib: 2048,
     }
 }
 

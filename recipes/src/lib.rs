@@ -23,9 +23,10 @@
 //! - [`aedes`]: `aedes --config FILE` (npm's aedes-cli) with a CommonJS config; no pod.
 //! - [`amqtt`]: `amqtt -c FILE` from its virtual environment; no pod.
 //! - [`activemq`]: the JVM on Debian's launcher jar with an instance folder and a broker
-//!   XML holding one MQTT connector; no pod.
+//!   XML holding one MQTT connector; Apache's image with the same XML.
 //! - [`ejabberd`]: `erl` on the package's applications with a config holding `mod_mqtt`
-//!   alone, no Erlang distribution; no pod. Its clients log in ([`anonymous_login`]).
+//!   alone, no Erlang distribution; ProcessOne's image with the same config, its
+//!   distribution on loopback. Its clients log in ([`anonymous_login`]).
 //! - [`rmqtt`]: `continuum-rmqtt --listen ADDR` (rmqtt's engine, built from `brokers/rmqtt`);
 //!   no pod.
 //!
@@ -333,12 +334,11 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::Emqx => Ok(emqx::pod(options)),
         Product::VerneMq => Ok(vernemq::pod(options)),
         Product::HiveMq => Ok(hivemq::pod(options)),
-        Product::Mqttv5
-        | Product::Aedes
-        | Product::Amqtt
-        | Product::ActiveMq
-        | Product::Ejabberd
-        | Product::Rmqtt => Err(NO_OFFICIAL_IMAGE),
+        Product::ActiveMq => Ok(activemq::pod(options)),
+        Product::Ejabberd => Ok(ejabberd::pod(options)),
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::Rmqtt => {
+            Err(NO_OFFICIAL_IMAGE)
+        }
     }
 }
 
@@ -468,6 +468,7 @@ mod tests {
             cookie_variable(Product::VerneMq),
             Some("DOCKER_VERNEMQ_DISTRIBUTED_COOKIE")
         );
+        assert_eq!(cookie_variable(Product::Ejabberd), Some("ERLANG_COOKIE"));
         let emqx = pod(Product::Emqx, &BrokerOptions::default()).unwrap();
         assert!(
             emqx.secret_env.contains(&(
@@ -494,14 +495,12 @@ mod tests {
     }
 
     #[test]
-    fn only_ejabberd_asks_anonymous_clients_for_a_login_and_it_has_no_pod() {
+    fn only_ejabberd_asks_anonymous_clients_for_a_login() {
         let asking: Vec<Product> = Product::ALL
             .into_iter()
             .filter(|product| anonymous_login(*product).is_some())
             .collect();
         assert_eq!(asking, [Product::Ejabberd]);
-        // The kubernetes driver's readiness probe sends no login.
-        assert!(products_with_pods().all(|product| anonymous_login(product).is_none()));
     }
 
     #[test]
@@ -510,7 +509,7 @@ mod tests {
             .map(|p| pod(p, &BrokerOptions::default()).unwrap().default_node_port)
             .collect();
         ports.dedup();
-        assert_eq!(ports, [31883, 31884, 31885, 31886, 31887]);
+        assert_eq!(ports, [31883, 31884, 31885, 31886, 31887, 31888, 31889]);
         for product in products_with_pods() {
             let pod = pod(product, &BrokerOptions::default()).unwrap();
             assert_eq!(pod.ports[0], ("mqtt", MQTT_PORT), "{product}");

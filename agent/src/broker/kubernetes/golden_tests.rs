@@ -260,7 +260,10 @@ fn every_golden_document_is_a_typed_object_with_what_a_benchmark_needs() {
             assert_eq!(meta.namespace.as_deref(), Some("continuum"), "{product}");
         }
         // The policy and the Secret exist before the pod does.
-        let erlang = matches!(product, Product::Emqx | Product::VerneMq);
+        let erlang = matches!(
+            product,
+            Product::Emqx | Product::VerneMq | Product::Ejabberd
+        );
         let expected: &[&str] = if erlang {
             &[
                 "Namespace",
@@ -404,6 +407,8 @@ fn only_container(deployment: &Deployment) -> &Container {
 
 #[test]
 fn erlang_cookies_come_from_a_secret_and_never_are_the_images() {
+    // ejabberd's image keeps its fixed cookie in a file (releases/COOKIE), which a set
+    // ERLANG_COOKIE replaces; its value is not known here.
     for (product, variable, image_cookie) in [
         (
             Product::Emqx,
@@ -414,6 +419,11 @@ fn erlang_cookies_come_from_a_secret_and_never_are_the_images() {
             Product::VerneMq,
             "DOCKER_VERNEMQ_DISTRIBUTED_COOKIE",
             recipes::vernemq::IMAGE_COOKIE,
+        ),
+        (
+            Product::Ejabberd,
+            "ERLANG_COOKIE",
+            recipes::emqx::IMAGE_COOKIE,
         ),
     ] {
         let objects = read_objects(product);
@@ -433,7 +443,12 @@ fn erlang_cookies_come_from_a_secret_and_never_are_the_images() {
             "{product}"
         );
     }
-    for product in [Product::Mosquitto, Product::RabbitMq, Product::HiveMq] {
+    for product in [
+        Product::Mosquitto,
+        Product::RabbitMq,
+        Product::HiveMq,
+        Product::ActiveMq,
+    ] {
         assert!(read_objects(product).secrets.is_empty(), "{product}");
     }
 }
@@ -642,12 +657,41 @@ fn check_config(product: Product, data: &BTreeMap<String, String>, container: &C
                 .find(|var| var.name == "HIVEMQ_ALLOW_ALL_CLIENTS");
             assert_eq!(allow_all.and_then(|v| v.value.as_deref()), Some("true"));
         }
-        Product::Mqttv5
-        | Product::Aedes
-        | Product::Amqtt
-        | Product::ActiveMq
-        | Product::Ejabberd
-        | Product::Rmqtt => panic!("{product} has no pod"),
+        Product::ActiveMq => {
+            let xml = value("activemq.xml").unwrap();
+            assert!(xml.contains("uri=\"mqtt://0.0.0.0:1883?"), "{xml}");
+            assert!(xml.contains("wireFormat.maxFrameSize=268435456"), "{xml}");
+            // No console: the image's jetty.xml is never imported; no JMX connector.
+            assert!(
+                !xml.contains("jetty") && xml.contains("useJmx=\"false\""),
+                "{xml}"
+            );
+        }
+        Product::Ejabberd => {
+            let yml = value("ejabberd.yml").unwrap();
+            assert!(
+                yml.contains("ip: \"0.0.0.0\"\n    module: mod_mqtt\n"),
+                "{yml}"
+            );
+            assert!(yml.contains("anonymous_protocol: login_anon\n"), "{yml}");
+            let env = |name: &str| {
+                container
+                    .env
+                    .iter()
+                    .flatten()
+                    .find(|var| var.name == name)
+                    .and_then(|var| var.value.clone())
+            };
+            // Distribution on loopback at a fixed port, so no epmd.
+            assert_eq!(env("ERL_DIST_PORT").as_deref(), Some("5210"));
+            assert_eq!(
+                env("ERL_OPTIONS").as_deref(),
+                Some("-kernel inet_dist_use_interface {127,0,0,1}")
+            );
+        }
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::Rmqtt => {
+            panic!("{product} has no pod")
+        }
     }
 }
 

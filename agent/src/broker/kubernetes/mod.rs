@@ -103,6 +103,7 @@ impl KubernetesDriver {
             name: &spec.name,
             namespace,
             kubectl: &self.kubectl,
+            login: recipes::anonymous_login(*product),
         };
         if let Err(error) = target.roll_out(&manifests, address, end).await {
             return Err(applied.undo_after(error).await);
@@ -199,6 +200,8 @@ struct Target<'a> {
     name: &'a str,
     namespace: &'a str,
     kubectl: &'a Kubectl,
+    /// What the product's anonymous access asks the MQTT probe for (ejabberd's login).
+    login: Option<recipes::Login>,
 }
 
 impl Target<'_> {
@@ -245,8 +248,7 @@ impl Target<'_> {
         let left = end
             .saturating_duration_since(Instant::now())
             .max(MIN_MQTT_WAIT);
-        // No product with a pod asks anonymous clients for a login.
-        if let Err(reason) = wait_ready(address, left, None, || None).await {
+        if let Err(reason) = wait_ready(address, left, self.login, || None).await {
             return Err(BrokerError::NotReady {
                 name: name.to_owned(),
                 address,
