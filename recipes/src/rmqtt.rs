@@ -3,9 +3,11 @@
 //! listeners the agent asks for with the limits below. `rmqttd` itself also links every
 //! plugin (Kafka's C library built with cmake, Pulsar, NATS, Redis, gRPC clustering), always
 //! opens a gRPC port and by default an HTTP API on 0.0.0.0:6060, reads `/etc/rmqtt*` and
-//! `RMQTT_*` besides its `-f` file, and takes longer to build than CI's whole budget. Like
-//! `rmqttd`'s defaults, no shared-subscription or retainer plugin runs (the capability probe
-//! says so). No pod: `rmqtt/rmqtt` is `rmqttd` with its baked config, not this build.
+//! `RMQTT_*` besides its `-f` file, and takes longer to build than CI's whole budget. rmqtt's
+//! counter (one of `rmqttd`'s default plugins) and `$SYS` plugins run, publishing the counts
+//! every second; like `rmqttd`'s defaults, no shared-subscription or retainer plugin runs
+//! (the capability probe says so). No pod: `rmqtt/rmqtt` is `rmqttd` with its baked config,
+//! not this build.
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,7 +38,8 @@ pub const PORT_TAKEN: &[&str] = &["Address already in use"];
 /// `continuum-rmqtt --version` prints rmqtt's own ("rmqtt/0.24.0-20261205221501").
 pub const VERSION_IN_OUTPUT: &str = "rmqtt/";
 
-/// `RUST_LOG` and the like configure a logger rmqtt's crates may read: removed.
+/// Removed from its environment: `RUST_LOG` and the like (a logger rmqtt's crates may read),
+/// and `rmqtt_plugin_*`, which rmqtt's plugins read as config (in either case).
 pub const ENV_PREFIXES: &[&str] = &["RUST_", "RMQTT", "rmqtt"];
 
 /// The plan for one native instance of `program`: MQTT on the plan's address, WebSocket

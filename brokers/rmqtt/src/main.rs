@@ -8,8 +8,10 @@
 //! (default 16) and queues of a million messages (default 1000) unless the command line sets
 //! them, handshakes unbounded, a listen backlog of 4096, Nagle off. Its "busy" check, which refuses connections while
 //! the host's CPU load is high, is off: on a shared host it would refuse a benchmark's
-//! clients for another program's load. Anonymous clients; no plugin, so no HTTP API, no
-//! cluster port and no `$SYS` tree.
+//! clients for another program's load. Anonymous clients. Two plugins run: rmqtt's counter
+//! (as in `rmqttd`'s defaults) and its `$SYS` topics, every second, which publish the
+//! counters (`$SYS/brokers/1/metrics`, JSON) and an event per client connect, disconnect and
+//! subscription; neither opens a port. No HTTP API, no cluster port.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU16;
@@ -24,6 +26,8 @@ use rmqtt::server::MqttServer;
 const MAX_PACKET_SIZE: u32 = 256 * 1024 * 1024;
 const DEFAULT_MAX_INFLIGHT: u16 = 65535;
 const DEFAULT_MAX_QUEUED: usize = 1_000_000;
+/// The `$SYS` plugin's name, which its config is keyed by.
+const SYS_TOPIC_PLUGIN: &str = "rmqtt-sys-topic";
 
 struct Settings {
     listen: SocketAddr,
@@ -79,7 +83,18 @@ fn listener(name: &str, address: SocketAddr, settings: &Settings) -> Builder {
 }
 
 async fn serve(settings: Settings) -> Result<(), String> {
-    let scx = ServerContext::new().busy_check_enable(false).build().await;
+    let scx = ServerContext::new()
+        .busy_check_enable(false)
+        .plugins_config_map_add(SYS_TOPIC_PLUGIN, "publish_interval = \"1s\"\n")
+        .build()
+        .await;
+    let plugin = |error| format!("starting a plugin: {error}");
+    rmqtt_counter::register(&scx, true, false)
+        .await
+        .map_err(plugin)?;
+    rmqtt_sys_topic::register(&scx, true, false)
+        .await
+        .map_err(plugin)?;
     let tcp = listener("tcp", settings.listen, &settings)
         .bind()
         .and_then(|bound| bound.tcp())
