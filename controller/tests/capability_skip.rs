@@ -144,3 +144,103 @@ async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
         "{report}"
     );
 }
+
+/// ejabberd and rmqtt through the same run: both speak MQTT 5, and both refuse a shared
+/// subscription (ejabberd's `mod_mqtt` ends the session on a `$share/` filter, DISCONNECT
+/// "shared subscriptions not supported", which the probe takes as a refusal; rmqtt runs
+/// without its shared-subscription plugin, as `rmqttd` does by default). ejabberd is probed with the login its anonymous access asks for: without it the
+/// probe learns nothing and the cell would run into errors instead.
+const NEWER_PLAN: &str = r#"
+name = "probe-newer"
+repetitions = 1
+[timeouts]
+connect = "10s"
+[[nodes]]
+name = "tester"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[brokers]]
+name = "ejabberd"
+kind = "native"
+product = "ejabberd"
+node = "tester"
+[[brokers]]
+name = "rmqtt"
+kind = "native"
+product = "rmqtt"
+node = "tester"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 4
+messages = 3
+warmup = 0
+interval = "20ms"
+[[tests]]
+kind = "custom"
+loadgen = ["tester"]
+[tests.workload]
+publishers = 4
+subscribers = 2
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "burst" }
+broker = { protocol = "5" }
+[tests.workload.topics]
+pattern = "d/{n}"
+counts = { n = 4 }
+subscribe = ["$share/g/d/+"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ejabberd_and_rmqtt_refuse_shared_subscriptions_and_their_cells_say_so() {
+    if !tests::components_available(&["/usr/sbin/ejabberdctl", recipes::rmqtt::PROGRAMS[0]]) {
+        return;
+    }
+    let run = LocalRun::of(NEWER_PLAN, "probe-newer.toml").await;
+    for broker in ["ejabberd", "rmqtt"] {
+        let row = |test: &str| {
+            run.rows
+                .iter()
+                .find(|r| r.cell.starts_with(&format!("{broker}/local/{test}")))
+                .unwrap_or_else(|| panic!("a row for {broker} {test}"))
+        };
+        assert_eq!(row("0-latency").status, CellStatus::Ok, "{broker}");
+        let shared = row("1-custom");
+        eprintln!("{broker}: {:?} {}", shared.status, shared.reason);
+        assert_eq!(
+            (shared.status, shared.reason.clone()),
+            (
+                CellStatus::Skipped,
+                format!(
+                    "broker {broker}: needs shared subscriptions, which the broker did not \
+                     deliver (probe)"
+                )
+            ),
+            "{broker}"
+        );
+    }
+    let manifest: Manifest = serde_json::from_str(&run.text("manifest.json")).expect("a manifest");
+    for broker in &manifest.brokers {
+        let caps = broker.capabilities.clone().expect("probed");
+        assert!(caps.mqtt311 && caps.mqtt5, "{}: {caps:?}", broker.name);
+        assert_eq!(caps.shared_subscriptions, Some(false), "{}", broker.name);
+    }
+    let ejabberd = manifest
+        .brokers
+        .iter()
+        .find(|b| b.name == "ejabberd")
+        .and_then(|b| b.capabilities.clone())
+        .expect("ejabberd was probed");
+    assert!(
+        ejabberd.notes.iter().any(|note| note.starts_with(
+            "shared subscription: DISCONNECT (broker_disconnect_shared_subscriptions_not_supported)"
+        )),
+        "{:?}",
+        ejabberd.notes
+    );
+}

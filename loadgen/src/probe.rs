@@ -183,8 +183,8 @@ impl Probe<'_> {
         let mut subscriber = self.open(version, &format!("{what}s")).await.ok()?;
         let mut publisher = self.open(version, &format!("{what}p")).await.ok()?;
         let outcome = async {
-            if !subscribe(&mut subscriber, &filter).await? {
-                notes.push(format!("{name}: SUBACK refused {filter}"));
+            if let Err(refusal) = subscribe(&mut subscriber, &filter).await? {
+                notes.push(format!("{name}: {refusal} {filter}"));
                 return Some(false);
             }
             let marker = format!("probe-{what}");
@@ -265,7 +265,7 @@ impl Probe<'_> {
             // At QoS 1: RabbitMQ keeps a QoS 0 subscription's queue with its connection only.
             let subscribed = subscribe_at(&mut first, &self.topic("k"), Qos::AtLeastOnce).await;
             goodbye(&mut first).await;
-            if subscribed != Some(true) {
+            if subscribed != Some(Ok(())) {
                 return None;
             }
             let mut again = self.open_as(version, "k", false, None).await.ok()?;
@@ -297,7 +297,7 @@ impl Probe<'_> {
         let marker = b"probe-wd";
         let outcome =
             async {
-                if !subscribe(&mut watcher, &topic).await? {
+                if subscribe(&mut watcher, &topic).await?.is_err() {
                     return None;
                 }
                 let will = WillFields {
@@ -341,30 +341,38 @@ impl Probe<'_> {
 }
 
 /// Subscribes to `filter` at QoS 0; false when the SUBACK refused it.
-async fn subscribe(session: &mut Session, filter: &str) -> Option<bool> {
+async fn subscribe(session: &mut Session, filter: &str) -> Option<Result<(), String>> {
     subscribe_at(session, filter, Qos::AtMostOnce).await
 }
 
-/// [`subscribe`] at `qos`.
-async fn subscribe_at(session: &mut Session, filter: &str, qos: Qos) -> Option<bool> {
+/// [`subscribe`] at `qos`: granted, refused (how), or `None` when no answer came.
+async fn subscribe_at(session: &mut Session, filter: &str, qos: Qos) -> Option<Result<(), String>> {
     let mut out = BytesMut::new();
     session.codec.subscribe(7, filter, qos, &mut out).ok()?;
     session.writer.write_all(&out).await.ok()?;
     session.writer.flush().await.ok()?;
-    let mut refused = None;
+    let mut answer = None;
     wait_for(session, |p| match p {
         Incoming::SubAck {
-            pkid: 7,
-            refused: r,
-            ..
+            pkid: 7, refused, ..
         } => {
-            refused = Some(*r);
+            answer = Some(if *refused == 0 {
+                Ok(())
+            } else {
+                Err("SUBACK refused".to_string())
+            });
+            true
+        }
+        // A broker may end the session instead of answering (ejabberd answers a `$share/`
+        // filter with DISCONNECT "shared subscriptions not supported"): also a refusal.
+        Incoming::Disconnect(reason) => {
+            answer = Some(Err(format!("DISCONNECT ({reason}) refused")));
             true
         }
         _ => false,
     })
     .await;
-    refused.map(|r| r == 0)
+    answer
 }
 
 /// Publishes at QoS 0, then waits for a PINGRESP: the broker handles a connection's packets
