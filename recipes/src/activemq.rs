@@ -37,9 +37,10 @@ pub const IMAGE: &str = "apache/activemq-classic:5.17.7";
 
 /// Why [`IMAGE`].
 pub const PROVENANCE: &str = "The study did not measure ActiveMQ. The native recipe runs \
-            Debian 12's 5.17; 5.17.7 is the last release of that line in Apache's official \
-            image (on eclipse-temurin:11-jre, which is multi-arch; whether this tag was pushed \
-            for arm64 too was not checked from here).";
+            Debian 12's 5.17; 5.17.7 is the last release of that line, and Apache's repository \
+            builds its official image from the tag (on eclipse-temurin:11-jre, which is \
+            multi-arch). The image itself was not pulled from here: neither the tag on Docker \
+            Hub nor an arm64 build of it was checked.";
 
 /// Where the image's broker reads its XML (ACTIVEMQ_HOME is /opt/apache-activemq).
 const POD_CONFIG_PATH: &str = "/opt/apache-activemq/conf/activemq.xml";

@@ -6,9 +6,9 @@
 //! of the same release with the same config; there its start script names the node, so the
 //! pod gets a cookie of its own and distribution on loopback only, without epmd.
 //!
-//! `mod_mqtt` asks every client for a username and a password even with anonymous access
-//! (an empty password means "authenticate me by my TLS certificate"), and takes any pair
-//! with `anonymous_protocol: login_anon`: [`ANONYMOUS_LOGIN`] is the pair Continuum sends.
+//! `mod_mqtt` asks every client for a password even with anonymous access (an empty one
+//! means "authenticate me by my TLS certificate"), and takes any username and password with
+//! `anonymous_protocol: login_anon`: [`ANONYMOUS_LOGIN`] is the pair Continuum sends.
 //! It refuses `$share/` subscriptions.
 
 use std::fmt::Write as _;
@@ -87,10 +87,9 @@ pub const VERSION_IN_LOG: Option<&str> = Some("] ejabberd ");
 pub const ENV_PREFIXES: &[&str] = &["ERL_", "EJABBERD"];
 
 /// The config of one instance: `mod_mqtt` alone on `listen`; anonymous clients that may
-/// publish and subscribe anywhere; sessions in RAM, with the spec's queue bound (none by
-/// default); topic depth and retained matches not capped below what a test uses.
-pub fn config(listen: SocketAddr, max_queued_messages: Option<u32>) -> String {
-    let max_queue = max_queued_messages.map_or("unlimited".to_string(), |n| n.to_string());
+/// publish and subscribe anywhere; sessions in RAM, each queueing at most `max_queue`
+/// messages; topic depth and retained matches not capped below what a test uses.
+pub fn config(listen: SocketAddr, max_queue: u32) -> String {
     let mut text = String::new();
     let _ = write!(
         text,
@@ -149,7 +148,8 @@ pub fn native(erl: &Path, libraries: &Path, instance: &Instance<'_>) -> NativePl
     main.env_remove_prefixes = ENV_PREFIXES.to_vec();
     main.env = vec![
         ("ERL_LIBS".into(), libraries.display().to_string()),
-        // The VM writes its crash dump and any cookie under HOME: the instance's folder.
+        // Whatever the VM writes under HOME (a cookie, were distribution started) stays in
+        // the instance's folder; its crash dump goes to ERL_CRASH_DUMP.
         ("HOME".into(), dir.display().to_string()),
         (
             "ERL_CRASH_DUMP".into(),
@@ -159,7 +159,7 @@ pub fn native(erl: &Path, libraries: &Path, instance: &Instance<'_>) -> NativePl
     NativePlan {
         files: vec![(
             config_path,
-            config(instance.listen, instance.options.max_queued_messages),
+            config(instance.listen, instance.options.max_queued_messages()),
         )],
         port_taken_markers: PORT_TAKEN,
         // SIGTERM: the VM stops its applications (OTP 20+); sessions are in RAM.
@@ -177,7 +177,7 @@ pub fn pod(options: &BrokerOptions) -> Pod {
         image: IMAGE,
         provenance: PROVENANCE,
         default_node_port: 31889,
-        config: data([(CONFIG_FILE, config(listen, options.max_queued_messages))]),
+        config: data([(CONFIG_FILE, config(listen, options.max_queued_messages()))]),
         config_use: ConfigUse::Files(vec![(CONFIG_FILE, POD_CONFIG_PATH)]),
         env: vec![
             ("ERLANG_NODE_ARG", "ejabberd@localhost".into()),
@@ -232,7 +232,7 @@ mod tests {
         for setting in [
             "auth_method: [anonymous]\n",
             "anonymous_protocol: login_anon\n",
-            "max_queue: unlimited\n",
+            "max_queue: 1000000\n",
             "queue_type: ram\n",
         ] {
             assert!(config.contains(setting), "{setting} in {config}");
@@ -269,7 +269,7 @@ mod tests {
             ..BrokerOptions::default()
         };
         assert!(plan(&options).files[0].1.contains("max_queue: 5000\n"));
-        let ipv6 = config("[::1]:1883".parse().unwrap(), None);
+        let ipv6 = config("[::1]:1883".parse().unwrap(), 10);
         assert!(ipv6.contains("ip: \"::1\"\n"), "{ipv6}");
         let start = "2026-12-05 22:01:56.666325+00:00 [info] ejabberd 23.01-1 is started in \
                      the node nonode@nohost in 3.47s";

@@ -114,7 +114,7 @@ pub fn websocket_path(product: Product) -> Result<&'static str, &'static str> {
         ),
         Product::Emqx | Product::VerneMq | Product::HiveMq => Err(
             "its recipe opens no WebSocket listener yet (the product serves one; \
-             Mosquitto, RabbitMQ, mqttv5, aedes and amqtt do here)",
+             Mosquitto, RabbitMQ, mqttv5, aedes, amqtt and rmqtt do here)",
         ),
     }
 }

@@ -43,8 +43,9 @@ pub const VERSION_IN_OUTPUT: &str = "rmqtt/";
 pub const ENV_PREFIXES: &[&str] = &["RUST_", "RMQTT", "rmqtt"];
 
 /// The plan for one native instance of `program`: MQTT on the plan's address, WebSocket
-/// beside it when asked, the spec's in-flight window and queue bound (the program's
-/// defaults, 65535 and a million, otherwise).
+/// beside it when asked, the spec's in-flight window (0, unlimited for Mosquitto, is rmqtt's
+/// largest, 65535; the program's default otherwise) and queue bound (or the domain's
+/// default).
 pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
     let mut main = CommandLine::new(program);
     main.args = vec!["--listen".into(), instance.listen.to_string()];
@@ -53,13 +54,13 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
             .extend(["--websocket".into(), websocket.address.to_string()]);
     }
     if let Some(inflight) = instance.options.max_inflight_messages {
+        let inflight = if inflight == 0 { u16::MAX } else { inflight };
         main.args
             .extend(["--max-inflight".into(), inflight.to_string()]);
     }
-    if let Some(queued) = instance.options.max_queued_messages {
-        main.args
-            .extend(["--max-queued".into(), queued.to_string()]);
-    }
+    let queued = instance.options.max_queued_messages();
+    main.args
+        .extend(["--max-queued".into(), queued.to_string()]);
     main.env_remove_prefixes = ENV_PREFIXES.to_vec();
     NativePlan {
         main_process_names: PROCESS_NAMES,
@@ -89,7 +90,10 @@ mod tests {
         };
         let program = Path::new("/usr/local/bin/continuum-rmqtt");
         let plan = native(program, &instance);
-        assert_eq!(plan.main.args, ["--listen", "127.0.0.1:4242"]);
+        assert_eq!(
+            plan.main.args,
+            ["--listen", "127.0.0.1:4242", "--max-queued", "1000000"]
+        );
         assert!(plan.files.is_empty());
         assert_eq!(plan.main_process_names, ["continuum-rmqtt"]);
         assert_eq!(plan.main.env_remove_prefixes, ["RUST_", "RMQTT", "rmqtt"]);
@@ -99,6 +103,21 @@ mod tests {
             crate::version_after(version.marker, "rmqtt/0.24.0-20261205221501\n").as_deref(),
             Some("0.24.0-20261205221501")
         );
+
+        let unlimited = BrokerOptions {
+            max_inflight_messages: Some(0),
+            ..BrokerOptions::default()
+        };
+        let args = native(
+            program,
+            &Instance {
+                options: &unlimited,
+                ..instance
+            },
+        )
+        .main
+        .args;
+        assert_eq!(args[2..4], ["--max-inflight", "65535"]);
 
         let limited = BrokerOptions {
             max_inflight_messages: Some(64),

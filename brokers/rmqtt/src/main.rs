@@ -4,14 +4,15 @@
 //! continuum-rmqtt --version
 //!
 //! rmqtt's defaults that would cap a test are raised: packets up to MQTT's 256 MB (the
-//! default 1 MiB refuses a 1 MB payload with its header), an in-flight window of 65535
-//! (default 16) and queues of a million messages (default 1000) unless the command line sets
-//! them, handshakes unbounded, a listen backlog of 4096, Nagle off. Its "busy" check, which refuses connections while
-//! the host's CPU load is high, is off: on a shared host it would refuse a benchmark's
+//! default 1 MiB refuses any payload above it), an in-flight window of 65535 (default 16)
+//! and queues of a million messages (default 1000) unless the command line sets them, a
+//! million handshakes at once (default 1000), a listen backlog of 4096 (default 512), Nagle
+//! off, and the address reused as `rmqttd` does. Its "busy" check, which refuses connections
+//! while the host's CPU load is high, is off: on a shared host it would refuse a benchmark's
 //! clients for another program's load. Anonymous clients. Two plugins run: rmqtt's counter
 //! (as in `rmqttd`'s defaults) and its `$SYS` topics, every second, which publish the
-//! counters (`$SYS/brokers/1/metrics`, JSON) and an event per client connect, disconnect and
-//! subscription; neither opens a port. No HTTP API, no cluster port.
+//! counters (`$SYS/brokers/0/metrics`, JSON; 0 is the node id) and an event per client
+//! connect, disconnect and subscription; neither opens a port. No HTTP API, no cluster port.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU16;
@@ -60,8 +61,16 @@ fn parse(args: &[String]) -> Result<Option<Settings>, String> {
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
+    let listen: SocketAddr = listen.ok_or("--listen ADDR is needed")?;
+    // rmqtt keys its listeners by port, and stops the process on a second one.
+    if websocket.is_some_and(|ws: SocketAddr| ws.port() == listen.port()) {
+        return Err(format!(
+            "--listen and --websocket need different ports (both {})",
+            listen.port()
+        ));
+    }
     Ok(Some(Settings {
-        listen: listen.ok_or("--listen ADDR is needed")?,
+        listen,
         websocket,
         max_inflight: max_inflight.ok_or("--max-inflight is at least 1")?,
         max_queued,
@@ -74,6 +83,8 @@ fn listener(name: &str, address: SocketAddr, settings: &Settings) -> Builder {
         .laddr(address)
         .nodelay(true)
         .backlog(4096)
+        // As rmqttd does: a port left in TIME_WAIT by the previous broker binds again.
+        .reuseaddr(Some(true))
         .allow_anonymous(true)
         .max_packet_size(MAX_PACKET_SIZE)
         .max_inflight(settings.max_inflight)
@@ -119,7 +130,9 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|error| format!("SIGTERM handler: {error}"))?;
     tokio::select! {
-        ended = server.build().run() => ended.map_err(|error| format!("the server stopped: {error}")),
+        ended = server.build().run() => {
+            ended.map_err(|error| format!("the server stopped: {error}"))
+        }
         _ = terminate.recv() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }

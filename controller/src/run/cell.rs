@@ -38,7 +38,7 @@ pub enum CellOutcome {
 /// The workload of `cell` (its test's workload at its point, `base`) against the broker at
 /// `endpoints`: its MQTT listener, or its WebSocket one (and the product's path, unless the
 /// test names one) for a test speaking WebSocket; with the login the product's anonymous
-/// access asks for (ejabberd's), unless the test names a username.
+/// access asks for (ejabberd's), unless the test names a username or a password.
 pub(super) fn workload(
     base: &WorkloadSpec,
     plan: &Plan,
@@ -65,7 +65,8 @@ pub(super) fn workload(
     spec.broker.host = broker.ip().to_string();
     spec.broker.port = broker.port();
     let login = entry.product().and_then(recipes::anonymous_login);
-    if let (Some(login), None) = (login, &spec.broker.username) {
+    // A test that names its own login keeps it (a password alone is refused by validation).
+    if let (Some(login), None, None) = (login, &spec.broker.username, &spec.broker.password) {
         spec.broker.username = Some(login.username.to_string());
         spec.broker.password = Some(login.password.to_string());
     }
