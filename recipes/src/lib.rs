@@ -28,7 +28,7 @@
 //!   alone, no Erlang distribution; ProcessOne's image with the same config, its
 //!   distribution on loopback. Its clients log in ([`anonymous_login`]).
 //! - [`rmqtt`]: `continuum-rmqtt --listen ADDR` (rmqtt's engine, built from `brokers/rmqtt`);
-//!   no pod.
+//!   the official image (`rmqttd`) with a config of the same listener and limits.
 //!
 //! The EMQX, VerneMQ and HiveMQ settings are the study's; each product file keeps them
 //! together near its top, so a change to one product is a change to one file.
@@ -336,9 +336,8 @@ pub fn pod(product: Product, options: &BrokerOptions) -> Result<Pod, &'static st
         Product::HiveMq => Ok(hivemq::pod(options)),
         Product::ActiveMq => Ok(activemq::pod(options)),
         Product::Ejabberd => Ok(ejabberd::pod(options)),
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::Rmqtt => {
-            Err(NO_OFFICIAL_IMAGE)
-        }
+        Product::Rmqtt => Ok(rmqtt::pod(options)),
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt => Err(NO_OFFICIAL_IMAGE),
     }
 }
 
@@ -509,7 +508,10 @@ mod tests {
             .map(|p| pod(p, &BrokerOptions::default()).unwrap().default_node_port)
             .collect();
         ports.dedup();
-        assert_eq!(ports, [31883, 31884, 31885, 31886, 31887, 31888, 31889]);
+        assert_eq!(
+            ports,
+            [31883, 31884, 31885, 31886, 31887, 31888, 31889, 31890]
+        );
         for product in products_with_pods() {
             let pod = pod(product, &BrokerOptions::default()).unwrap();
             assert_eq!(pod.ports[0], ("mqtt", MQTT_PORT), "{product}");

@@ -6,15 +6,17 @@
 //! `RMQTT_*` besides its `-f` file, and takes longer to build than CI's whole budget. rmqtt's
 //! counter (one of `rmqttd`'s default plugins) and `$SYS` plugins run, publishing the counts
 //! every second; like `rmqttd`'s defaults, no shared-subscription or retainer plugin runs
-//! (the capability probe says so). No pod: `rmqtt/rmqtt` is `rmqttd` with its baked config,
-//! not this build.
+//! (the capability probe says so). The pod runs the official image, which is `rmqttd`: there
+//! its own config file (`rmqtt.toml`, mounted over the image's) sets the same listener and
+//! limits, keeps its gRPC port on loopback and turns its HTTP API and ACL off.
 
 use std::path::Path;
 use std::time::Duration;
 
+use domain::BrokerOptions;
 use host::CommandLine;
 
-use crate::{Instance, NativePlan, VersionCommand};
+use crate::{ConfigUse, Instance, MQTT_PORT, NativePlan, Pod, Readiness, VersionCommand, data};
 
 /// Where `continuum-rmqtt` is looked for.
 pub const PROGRAMS: &[&str] = &["/usr/local/bin/continuum-rmqtt"];
@@ -22,6 +24,21 @@ pub const PROGRAMS: &[&str] = &["/usr/local/bin/continuum-rmqtt"];
 /// How to install it, from a checkout of Continuum (its lock file pins rmqtt 0.24.0 and
 /// every dependency).
 pub const INSTALL: &str = "cargo install --locked --root /usr/local --path brokers/rmqtt";
+
+/// The pinned image (`rmqttd` 0.24.0 on Alpine).
+pub const IMAGE: &str = "rmqtt/rmqtt:0.24.0";
+
+/// Why [`IMAGE`].
+pub const PROVENANCE: &str = "The study did not measure rmqtt. rmqtt/rmqtt is the project's \
+            official image, tagged by release; 0.24.0 is the release the native build uses. \
+            The image was not pulled from here: neither the tag nor its architectures were \
+            checked.";
+
+/// Where `rmqttd` in the image reads its config (its working folder's `rmqtt.toml`).
+const POD_CONFIG_PATH: &str = "/app/rmqtt/rmqtt.toml";
+
+/// The pod's config file's name.
+const POD_CONFIG_FILE: &str = "rmqtt.toml";
 
 /// How long it may take to answer MQTT (well under a second here).
 pub const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -68,6 +85,59 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
         version_command: VersionCommand::flag(program, ENV_PREFIXES, VERSION_IN_OUTPUT),
         // SIGTERM: the program exits; nothing is kept.
         ..NativePlan::of(main, instance.options.start_deadline_or(START_DEADLINE))
+    }
+}
+
+/// `rmqttd`'s config for the pod: one MQTT listener on every interface of the pod with the
+/// native build's limits; the gRPC port `rmqttd` always opens on loopback; its default HTTP
+/// API (0.0.0.0:6060) and ACL plugins off, its counter on, as natively with the `$SYS`
+/// topics; the busy check off.
+pub fn pod_config(options: &BrokerOptions) -> String {
+    let inflight = match options.max_inflight_messages {
+        None | Some(0) => u16::MAX,
+        Some(n) => n,
+    };
+    format!(
+        "# Written by {written_by}.\n\
+         node.id = 1\n\
+         node.busy.check_enable = false\n\
+         rpc.server_addr = \"127.0.0.1:5363\"\n\
+         log.to = \"console\"\n\
+         log.level = \"info\"\n\
+         plugins.default_startups = [\"rmqtt-sys-topic\"]\n\
+         plugins.disabled_default_startups = [\"rmqtt-http-api\", \"rmqtt-acl\"]\n\
+         \n\
+         [listener.tcp.external]\n\
+         addr = \"0.0.0.0:{MQTT_PORT}\"\n\
+         allow_anonymous = true\n\
+         max_packet_size = \"256M\"\n\
+         max_inflight = {inflight}\n\
+         max_mqueue_len = {queued}\n\
+         max_connections = 1000000\n\
+         max_handshaking_limit = 1000000\n\
+         backlog = 4096\n\
+         nodelay = true\n\
+         reuseaddr = true\n",
+        written_by = crate::WRITTEN_BY_AGENT,
+        queued = options.max_queued_messages(),
+    )
+}
+
+/// The pod: [`IMAGE`] with [`pod_config`] over its `rmqtt.toml`.
+pub fn pod(options: &BrokerOptions) -> Pod {
+    Pod {
+        image: IMAGE,
+        provenance: PROVENANCE,
+        default_node_port: 31890,
+        config: data([(POD_CONFIG_FILE, pod_config(options))]),
+        config_use: ConfigUse::Files(vec![(POD_CONFIG_FILE, POD_CONFIG_PATH)]),
+        env: Vec::new(),
+        secret_env: Vec::new(),
+        ports: vec![("mqtt", MQTT_PORT)],
+        readiness: Readiness::MqttPort,
+        cpu_request: "250m",
+        memory_request_mib: 128,
+        memory_limit_mib: 2048,
     }
 }
 

@@ -697,9 +697,22 @@ fn check_config(product: Product, data: &BTreeMap<String, String>, container: &C
                 Some("-kernel inet_dist_use_interface {127,0,0,1}")
             );
         }
-        Product::Mqttv5 | Product::Aedes | Product::Amqtt | Product::Rmqtt => {
-            panic!("{product} has no pod")
+        Product::Rmqtt => {
+            let toml = value("rmqtt.toml").unwrap();
+            for setting in [
+                "addr = \"0.0.0.0:1883\"\n",
+                "allow_anonymous = true\n",
+                "max_packet_size = \"256M\"\n",
+                "node.busy.check_enable = false\n",
+                // rmqttd always opens it: on loopback, out of the Service's reach.
+                "rpc.server_addr = \"127.0.0.1:5363\"\n",
+                "plugins.disabled_default_startups = [\"rmqtt-http-api\", \"rmqtt-acl\"]\n",
+            ] {
+                assert!(toml.contains(setting), "{setting} in {toml}");
+            }
+            assert_eq!(toml.matches("[listener.").count(), 1, "{toml}");
         }
+        Product::Mqttv5 | Product::Aedes | Product::Amqtt => panic!("{product} has no pod"),
     }
 }
 
