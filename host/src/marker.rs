@@ -69,24 +69,41 @@ impl Marker {
     /// SIGKILLs every marked process until none is left or `limit` passes; returns the PIDs
     /// still alive.
     pub async fn sweep(&self, limit: Duration) -> Vec<u32> {
-        poll_until(limit, SWEEP_INTERVAL, || async { self.kill_alive() })
-            .await
-            .err()
-            .unwrap_or_default()
+        let mut seen = Vec::new();
+        poll_until(limit, SWEEP_INTERVAL, || {
+            let outcome = self.kill_alive(&mut seen);
+            async move { outcome }
+        })
+        .await
+        .err()
+        .unwrap_or_default()
     }
 
     /// [`Marker::sweep`] for synchronous callers.
     pub fn sweep_blocking(&self, limit: Duration) -> Vec<u32> {
-        poll_until_blocking(limit, SWEEP_INTERVAL, || self.kill_alive())
+        let mut seen = Vec::new();
+        poll_until_blocking(limit, SWEEP_INTERVAL, || self.kill_alive(&mut seen))
             .err()
             .unwrap_or_default()
     }
 
-    fn kill_alive(&self) -> Attempt<(), Vec<u32>> {
-        let alive = self.live_processes();
-        if alive.is_empty() {
+    /// One round of a sweep. A killed process loses its environment (its memory) before it
+    /// is a zombie, so it no longer shows the marker while it still exits: every marked
+    /// process once `seen` (PID and start time, so a reused PID is not taken for it) counts
+    /// until it is a zombie or gone.
+    fn kill_alive(&self, seen: &mut Vec<(u32, u64)>) -> Attempt<(), Vec<u32>> {
+        for pid in self.live_processes() {
+            if let Some(started) = start_time(pid)
+                && !seen.contains(&(pid, started))
+            {
+                seen.push((pid, started));
+            }
+        }
+        seen.retain(|&(pid, started)| is_running(pid) && start_time(pid) == Some(started));
+        if seen.is_empty() {
             return Attempt::Done(());
         }
+        let alive: Vec<u32> = seen.iter().map(|&(pid, _)| pid).collect();
         alive.iter().copied().for_each(kill);
         Attempt::Retry(alive)
     }

@@ -26,7 +26,10 @@ fn timed(port: u16, pairs: u32, rate: u64, duration: u64, warmup: u64) -> Worklo
     spec
 }
 
-/// The halves of the measured window each lie within 5 % of the whole.
+/// The halves of the measured window each lie within 5 % of the whole, and loadgen calls the
+/// rate sustained; or, where this shared machine starved loadgen of CPU and loadgen said so
+/// (every reason a wait for a CPU), generator-limited: the one other verdict let pass, as in
+/// the WebSocket tests. The halves must agree either way.
 fn assert_steady(summary: &Summary) {
     let steady = summary.steadiness.as_ref().expect("a timed run is judged");
     assert!(steady.steady, "not steady: {:?}", steady.reasons);
@@ -37,7 +40,19 @@ fn assert_steady(summary: &Summary) {
         let off = (half - steady.receive_msgs_per_s).abs() / steady.receive_msgs_per_s;
         assert!(off <= 0.05, "a half is {:.1} % off", off * 100.0);
     }
-    assert_eq!(summary.rate_kind, loadgen::summary::RateKind::Sustained);
+    let reasons = &summary.generator.reasons;
+    let starved = summary.rate_kind == loadgen::summary::RateKind::GeneratorLimited
+        && !reasons.is_empty()
+        && reasons.iter().all(|r| r.contains("waited for a CPU"));
+    if starved {
+        eprintln!("not judged, the machine was oversubscribed: {reasons:?}");
+        return;
+    }
+    assert_eq!(
+        summary.rate_kind,
+        loadgen::summary::RateKind::Sustained,
+        "{reasons:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
