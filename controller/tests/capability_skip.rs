@@ -12,6 +12,34 @@ use local_run::LocalRun;
 use tests::mosquitto::MOSQUITTO_BINARY;
 use tests::rabbitmq::RABBITMQ_SERVER;
 
+/// Tests 0 and 1 of both plans: 0, MQTT 3.1.1, which every broker runs; 1, MQTT 5 with a
+/// shared subscription over a small tree.
+const LATENCY_AND_SHARED_OVER_MQTT5: &str = r#"[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = 4
+messages = 3
+warmup = 0
+interval = "20ms"
+[[tests]]
+kind = "custom"
+loadgen = ["tester"]
+[tests.workload]
+publishers = 4
+subscribers = 2
+topology = "tree"
+qos = 1
+payload = "32B"
+messages_per_publisher = 10
+pacing = { mode = "burst" }
+broker = { protocol = "5" }
+[tests.workload.topics]
+pattern = "d/{n}"
+counts = { n = 4 }
+subscribe = ["$share/g/d/+"]
+"#;
+
+/// The plan, with [`LATENCY_AND_SHARED_OVER_MQTT5`] in its place.
 const PLAN: &str = r#"
 name = "probe"
 repetitions = 1
@@ -37,32 +65,7 @@ kind = "embedded"
 node = "tester"
 [[scenarios]]
 name = "local"
-# 0: MQTT 3.1.1, every broker runs it.
-[[tests]]
-kind = "latency"
-loadgen = ["tester"]
-publishers = 4
-messages = 3
-warmup = 0
-interval = "20ms"
-# 1: MQTT 5 with a shared subscription over a small tree.
-[[tests]]
-kind = "custom"
-loadgen = ["tester"]
-[tests.workload]
-publishers = 4
-subscribers = 2
-topology = "tree"
-qos = 1
-payload = "32B"
-messages_per_publisher = 10
-pacing = { mode = "burst" }
-broker = { protocol = "5" }
-[tests.workload.topics]
-pattern = "d/{n}"
-counts = { n = 4 }
-subscribe = ["$share/g/d/+"]
-# 2: the same over MQTT 3.1.1 (the $share convention).
+{LATENCY_AND_SHARED_OVER_MQTT5}# 2: the same over MQTT 3.1.1 (the $share convention).
 [[tests]]
 kind = "custom"
 loadgen = ["tester"]
@@ -80,12 +83,20 @@ counts = { n = 4 }
 subscribe = ["$share/g/d/+"]
 "#;
 
+/// `plan` with its `{LATENCY_AND_SHARED_OVER_MQTT5}` filled in.
+fn with_shared_tests(plan: &str) -> String {
+    plan.replace(
+        "{LATENCY_AND_SHARED_OVER_MQTT5}",
+        LATENCY_AND_SHARED_OVER_MQTT5,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cells_needing_what_a_broker_lacks_are_skipped_naming_it() {
     if !tests::components_available(&[MOSQUITTO_BINARY, RABBITMQ_SERVER]) {
         return;
     }
-    let run = LocalRun::of(PLAN, "probe.toml").await;
+    let run = LocalRun::of(&with_shared_tests(PLAN), "probe.toml").await;
     let rows = &run.rows;
     let status = |broker: &str, test: &str| {
         let row = rows
@@ -171,37 +182,14 @@ product = "rmqtt"
 node = "tester"
 [[scenarios]]
 name = "local"
-[[tests]]
-kind = "latency"
-loadgen = ["tester"]
-publishers = 4
-messages = 3
-warmup = 0
-interval = "20ms"
-[[tests]]
-kind = "custom"
-loadgen = ["tester"]
-[tests.workload]
-publishers = 4
-subscribers = 2
-topology = "tree"
-qos = 1
-payload = "32B"
-messages_per_publisher = 10
-pacing = { mode = "burst" }
-broker = { protocol = "5" }
-[tests.workload.topics]
-pattern = "d/{n}"
-counts = { n = 4 }
-subscribe = ["$share/g/d/+"]
-"#;
+{LATENCY_AND_SHARED_OVER_MQTT5}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ejabberd_and_rmqtt_refuse_shared_subscriptions_and_their_cells_say_so() {
     if !tests::components_available(&["/usr/sbin/ejabberdctl", recipes::rmqtt::PROGRAMS[0]]) {
         return;
     }
-    let run = LocalRun::of(NEWER_PLAN, "probe-newer.toml").await;
+    let run = LocalRun::of(&with_shared_tests(NEWER_PLAN), "probe-newer.toml").await;
     for broker in ["ejabberd", "rmqtt"] {
         let row = |test: &str| {
             run.rows
