@@ -259,7 +259,7 @@ pub(crate) async fn run(mut session: Session, job: SubscriberJob) -> SubscriberO
         match read {
             _ if lost.is_some() => {}
             Ok(0) => lost = Some("connection_closed"),
-            Err(_) => lost = Some("read_failed"),
+            Err(error) => lost = Some(crate::transport::read_failure(&error)),
             Ok(read_bytes) => {
                 // Wall clock beside the run clock: the kernel's stamp is on the wall clock.
                 let held_until = held_until_unix_ns.take().unwrap_or(0);

@@ -57,7 +57,7 @@ fn bad_input_is_one_line_naming_the_problem() {
     assert_one_line_error(
         &loadgen(&["latency", "--transport", "carrier-pigeon"]),
         2,
-        "is not a transport (tcp or websocket)",
+        "is not a transport (tcp, websocket or quic)",
     );
     assert_one_line_error(
         &loadgen(&["latency", "--websocket-path", "/ws"]),

@@ -58,6 +58,7 @@ pub mod mosquitto;
 pub mod mosquitto_sys;
 mod mosquitto_sys_reader;
 pub mod mqtt_wire;
+pub mod mqttv5;
 pub mod netns;
 pub mod pki;
 pub mod ports;

@@ -24,7 +24,7 @@ pub async fn run_dedicated(spec: WorkloadSpec) -> (RunResult, Summary) {
     summarised(result)
 }
 
-fn summarised(result: RunResult) -> (RunResult, Summary) {
+pub fn summarised(result: RunResult) -> (RunResult, Summary) {
     let summary = Summary::of(&result);
     eprintln!("{}", loadgen::output::render_table(&summary));
     (result, summary)

@@ -22,6 +22,7 @@ mod kinds;
 mod limits_tests;
 mod path;
 mod presets;
+mod quic;
 mod redact;
 mod spread;
 #[cfg(test)]

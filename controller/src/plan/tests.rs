@@ -946,3 +946,32 @@ fn a_metrics_table_names_its_mistakes() {
         "{long}"
     );
 }
+
+#[test]
+fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
+    let quic = "[tests.workload.broker]\ntransport = \"quic\"\ntls_ca_file = \"/etc/ca.pem\"\n";
+    let external =
+        "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:14567\"\n";
+    let cases = [
+        (
+            format!("{BASE}[tests.workload.broker]\ntransport = \"quic\"\n{external}"),
+            "broker.transport = \"quic\": QUIC is always TLS 1.3: set broker.tls_ca_file",
+        ),
+        (
+            format!("{BASE}{quic}[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\n"),
+            "tests[0].workload.broker.transport = \"quic\": brokers[0] (e): the embedded broker (rumqttd) serves no QUIC",
+        ),
+        (
+            format!(
+                "{BASE}{quic}[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n"
+            ),
+            "tests[0].workload.broker.transport = \"quic\": brokers[0] (b): the agent opens no QUIC listener",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+    }
+    let plan = Plan::parse(&format!("{BASE}{quic}{external}"), "plan.toml").unwrap();
+    assert_eq!(plan.quic_tests(), [0]);
+}

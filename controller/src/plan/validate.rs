@@ -69,6 +69,7 @@ impl Plan {
         self.validate_scenarios()?;
         self.validate_tests()?;
         self.validate_websocket()?;
+        self.validate_quic()?;
         self.validate_cell_count()
     }
 

@@ -30,8 +30,9 @@ pub struct BrokerTarget {
     /// results embed their spec, and a password has no place in a results folder.
     #[serde(default, skip_serializing)]
     pub password: Option<String>,
-    /// How MQTT travels: TCP (TLS with `tls_ca_file`) or inside WebSocket frames (ws, or wss
-    /// with `tls_ca_file`), as browsers and many gateways speak it.
+    /// How MQTT travels: TCP (TLS with `tls_ca_file`), inside WebSocket frames (ws, or wss
+    /// with `tls_ca_file`), as browsers and many gateways speak it, or over QUIC (always
+    /// TLS 1.3, so `tls_ca_file` is required).
     #[serde(default)]
     pub transport: Transport,
     /// The WebSocket request path; [`DEFAULT_WEBSOCKET_PATH`] when unset. Only with
@@ -70,6 +71,9 @@ pub enum Transport {
     /// MQTT in binary WebSocket frames (subprotocol `mqtt`), over TCP or TLS.
     #[cfg_attr(feature = "clap", value(name = "websocket", alias = "ws"))]
     WebSocket,
+    /// MQTT on one bidirectional QUIC stream per connection (UDP, TLS 1.3, ALPN `mqtt`):
+    /// the single-stream mode EMQX uses by default and the mqttv5 broker's control stream.
+    Quic,
 }
 
 impl fmt::Display for Transport {
@@ -77,6 +81,7 @@ impl fmt::Display for Transport {
         f.write_str(match self {
             Transport::Tcp => "tcp",
             Transport::WebSocket => "websocket",
+            Transport::Quic => "quic",
         })
     }
 }
@@ -98,6 +103,7 @@ impl fmt::Display for BrokerTarget {
             (Transport::Tcp, true) => "mqtts",
             (Transport::WebSocket, false) => "ws",
             (Transport::WebSocket, true) => "wss",
+            (Transport::Quic, _) => "mqtt+quic",
         };
         write!(f, "{scheme}://{}:{}", self.host, self.port)?;
         if self.transport == Transport::WebSocket {

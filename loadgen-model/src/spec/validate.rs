@@ -81,6 +81,13 @@ impl WorkloadSpec {
                 ));
             }
         }
+        if self.broker.transport == Transport::Quic && self.broker.tls_ca_file.is_none() {
+            return Err(invalid(
+                "broker.transport",
+                "\"quic\"",
+                "QUIC is always TLS 1.3: set broker.tls_ca_file to the CA that signed the broker's certificate",
+            ));
+        }
         if let Some(churn) = &self.churn {
             validate_churn(churn, self)?;
         }

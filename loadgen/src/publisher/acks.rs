@@ -101,9 +101,9 @@ pub(super) async fn read_loop(
                 }
                 break;
             }
-            Err(_) => {
+            Err(error) => {
                 if !writer_finished && !links.connection_lost() {
-                    errors.push(("read_failed", 1));
+                    errors.push((crate::transport::read_failure(&error), 1));
                 }
                 break;
             }

@@ -1,17 +1,21 @@
 //! Connections to the broker, split into a read and a write half: TCP, TLS on it when the
 //! spec names a CA, and MQTT inside WebSocket frames on top with `transport = "websocket"`
-//! (ws://, or wss:// with TLS). Every layer is set up inside [`Dialer::dial`], so the TLS
-//! handshake and the WebSocket upgrade count into the connect time.
+//! (ws://, or wss:// with TLS); or one QUIC stream with `transport = "quic"`. Every layer is
+//! set up inside [`Dialer::dial`], so the TLS and QUIC handshakes and the WebSocket upgrade
+//! count into the connect time.
 //!
 //! # Layout
 //! - this file: the [`Dialer`] and the TLS client configuration.
 //! - `websocket`: the upgrade and the byte halves over WebSocket frames.
+//! - `quic`: QUIC connections and the halves of their one stream.
 //! - `arrival`: the kernel's receive stamp under a subscriber's reads.
 
 mod arrival;
+mod quic;
 mod websocket;
 
 pub use arrival::ArrivalStamp;
+pub use quic::ALPN as QUIC_ALPN;
 
 use std::io;
 use std::path::Path;
@@ -31,12 +35,13 @@ pub type ReadHalf = Pin<Box<dyn AsyncRead + Send>>;
 pub type WriteHalf = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// How to reach the broker: address and, for TLS, the client configuration built once per run;
-/// for WebSocket, the upgrade request.
+/// for WebSocket, the upgrade request; for QUIC, its own configuration instead of TLS's.
 #[derive(Clone)]
 pub struct Dialer {
     address: String,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     websocket: Option<websocket::Upgrade>,
+    quic: Option<quic::QuicDialer>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -45,6 +50,7 @@ impl std::fmt::Debug for Dialer {
             .field("address", &self.address)
             .field("tls", &self.tls.is_some())
             .field("websocket", &self.websocket.as_ref().map(|ws| ws.url()))
+            .field("quic", &self.quic.is_some())
             .finish()
     }
 }
@@ -66,6 +72,9 @@ pub enum DialSetupError {
     /// rustls refused the configuration or the host name.
     #[error("TLS setup: {0}")]
     Rustls(String),
+    /// QUIC needs TLS 1.3, so a CA to trust (validation says so first, with the field).
+    #[error("broker.transport \"quic\": QUIC is always TLS 1.3; set broker.tls_ca_file")]
+    QuicWithoutCa,
     /// Host, port and WebSocket path make no valid upgrade request.
     #[error("broker.websocket_path {path:?}: {reason}")]
     WebSocketRequest {
@@ -80,18 +89,32 @@ impl Dialer {
     /// Prepares connections to `target` (reads the CA file once, checks the upgrade request).
     pub fn new(target: &BrokerTarget) -> Result<Self, DialSetupError> {
         let address = format!("{}:{}", target.host, target.port);
+        if target.transport == Transport::Quic {
+            let path = target
+                .tls_ca_file
+                .as_deref()
+                .ok_or(DialSetupError::QuicWithoutCa)?;
+            let roots = ca_file_roots(path)?;
+            return Ok(Dialer {
+                address,
+                tls: None,
+                websocket: None,
+                quic: Some(quic::QuicDialer::new(roots, &target.host)?),
+            });
+        }
         let tls = match &target.tls_ca_file {
             None => None,
             Some(path) => Some(tls_connector(path, &target.host)?),
         };
         let websocket = match target.transport {
-            Transport::Tcp => None,
+            Transport::Tcp | Transport::Quic => None,
             Transport::WebSocket => Some(websocket::Upgrade::new(target)?),
         };
         Ok(Dialer {
             address,
             tls,
             websocket,
+            quic: None,
         })
     }
 
@@ -112,6 +135,9 @@ impl Dialer {
     /// Writers of WebSocket connections (and of TLS ones) may keep the last bytes written
     /// when the socket is full: flush before waiting for the broker's answer.
     pub async fn dial(&self) -> io::Result<(ReadHalf, WriteHalf)> {
+        if let Some(quic) = &self.quic {
+            return quic.dial(&self.address).await;
+        }
         let stream = self.connect().await?;
         if self.tls.is_none() && self.websocket.is_none() {
             // Owned halves: no lock between the reader and the writer of a plain socket.
@@ -123,10 +149,15 @@ impl Dialer {
 
     /// [`Dialer::dial`], with the kernel's receive stamp of the newest bytes read kept
     /// (`None` when the kernel refuses to stamp): for subscribers, whose late reads are
-    /// loadgen's and not the broker's.
+    /// loadgen's and not the broker's. QUIC's datagrams are read by its endpoint's driver,
+    /// not by the session, so they carry none.
     pub async fn dial_stamped(
         &self,
     ) -> io::Result<(ReadHalf, WriteHalf, Option<Arc<ArrivalStamp>>)> {
+        if let Some(quic) = &self.quic {
+            let (read, write) = quic.dial(&self.address).await?;
+            return Ok((read, write, None));
+        }
         let stream = self.connect().await?;
         if self.tls.is_none() && self.websocket.is_none() {
             let (read, write) = stream.into_split();
@@ -181,6 +212,15 @@ impl Dialer {
     }
 }
 
+/// The error kind a run counts for a failed read: QUIC's "the broker delivered on a stream of
+/// its own, which is not read" apart from every other failure.
+pub(crate) fn read_failure(error: &io::Error) -> &'static str {
+    match error.kind() {
+        io::ErrorKind::Unsupported => "broker_opened_a_quic_stream",
+        _ => "read_failed",
+    }
+}
+
 /// Largest CA file read: a bundle of a few hundred certificates fits, `/dev/zero` does not
 /// reach memory.
 pub const MAX_CA_FILE: u64 = 1024 * 1024;
@@ -204,17 +244,20 @@ pub fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     Ok(roots)
 }
 
+/// [`ca_roots`] with the one message a client gets for every reason (the reason is logged).
+fn ca_file_roots(path: &Path) -> Result<rustls::RootCertStore, DialSetupError> {
+    let shown = path.display().to_string();
+    ca_roots(path).map_err(|reason| {
+        tracing::warn!(path = %shown, %reason, "broker.tls_ca_file refused");
+        DialSetupError::CaFile { path: shown }
+    })
+}
+
 fn tls_connector(
     path: &Path,
     host: &str,
 ) -> Result<(TlsConnector, ServerName<'static>), DialSetupError> {
-    let shown = path.display().to_string();
-    let roots = ca_roots(path).map_err(|reason| {
-        tracing::warn!(path = %shown, %reason, "broker.tls_ca_file refused");
-        DialSetupError::CaFile {
-            path: shown.clone(),
-        }
-    })?;
+    let roots = ca_file_roots(path)?;
     // ring everywhere: mixing rustls crypto providers in one process panics.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)

@@ -155,6 +155,7 @@ fn broker_from_proto(message: pb::BrokerTarget, at: &str) -> Result<BrokerTarget
                 pb::MqttTransport::Unspecified => None,
                 pb::MqttTransport::Tcp => Some(Transport::Tcp),
                 pb::MqttTransport::Websocket => Some(Transport::WebSocket),
+                pb::MqttTransport::Quic => Some(Transport::Quic),
             },
         )?,
         websocket_path: message.websocket_path,
@@ -372,6 +373,7 @@ impl From<&BrokerTarget> for pb::BrokerTarget {
             transport: match broker.transport {
                 Transport::Tcp => pb::MqttTransport::Tcp,
                 Transport::WebSocket => pb::MqttTransport::Websocket,
+                Transport::Quic => pb::MqttTransport::Quic,
             }
             .into(),
             websocket_path: broker.websocket_path.clone(),

@@ -1,0 +1,242 @@
+//! MQTT over QUIC: each connection is a QUIC connection of its own (its own UDP socket, as
+//! each TCP connection has its own port) carrying every MQTT packet both ways on one
+//! bidirectional stream. That is the single-stream mode EMQX uses by default and the mqttv5
+//! broker's control stream with its `control_only` delivery. The QUIC and TLS 1.3 handshake
+//! and the stream's opening happen inside [`QuicDialer::dial`], so they count into the
+//! connect time.
+//!
+//! A broker that delivers on streams it opens itself (mqttv5's default per-topic delivery)
+//! would deliver where loadgen does not read: such a stream fails the connection's reads
+//! with that reason instead of being counted as loss.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{DialSetupError, ReadHalf, WriteHalf};
+
+/// The application protocol asked for in the TLS handshake: what EMQX and the mqttv5 broker
+/// accept for MQTT over QUIC.
+pub const ALPN: &[u8] = b"mqtt";
+
+/// How long a connection may be silent before QUIC drops it: the mqttv5 broker's own 60 s,
+/// longer than any keep-alive loadgen asks for, so MQTT's keep-alive decides, not QUIC's.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a connection is kept, after its writer finished the stream, for the broker to
+/// close it (as it does after DISCONNECT). Closing at once would discard what the broker has
+/// not yet acknowledged, DISCONNECT included, and the broker would see a lost client.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The error code of a connection loadgen closes itself: 0, "no error", as after DISCONNECT.
+const CLOSED_BY_CLIENT: u32 = 0;
+
+/// QUIC connections to one broker, with the TLS configuration built once per run.
+#[derive(Clone)]
+pub(super) struct QuicDialer {
+    config: quinn::ClientConfig,
+    server_name: String,
+}
+
+impl QuicDialer {
+    /// Trusts `roots` for `server_name` (the broker's host as the spec gives it).
+    pub(super) fn new(
+        roots: rustls::RootCertStore,
+        server_name: &str,
+    ) -> Result<Self, DialSetupError> {
+        // ring everywhere: mixing rustls crypto providers in one process panics.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| DialSetupError::Rustls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicClientConfig::try_from(tls)
+            .map_err(|e| DialSetupError::Rustls(format!("QUIC: {e}")))?;
+        let mut transport = quinn::TransportConfig::default();
+        transport.max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(IDLE_TIMEOUT)
+                .map_err(|e| DialSetupError::Rustls(format!("QUIC idle timeout: {e}")))?,
+        ));
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport));
+        // The name is checked against the certificate at each handshake; refuse a name that
+        // cannot be one now, as the TCP dialer does.
+        rustls::pki_types::ServerName::try_from(server_name.to_string())
+            .map_err(|e| DialSetupError::Rustls(format!("host {server_name:?}: {e}")))?;
+        Ok(QuicDialer {
+            config,
+            server_name: server_name.to_string(),
+        })
+    }
+
+    /// Resolves `address`, handshakes from a UDP socket of its own and opens the stream.
+    pub(super) async fn dial(&self, address: &str) -> io::Result<(ReadHalf, WriteHalf)> {
+        let peer = tokio::net::lookup_host(address)
+            .await?
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{address} has no address"))
+            })?;
+        let local = match peer {
+            SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+        };
+        // The endpoint's driver lives as long as its connection; the handle may go.
+        let endpoint = quinn::Endpoint::client(local)?;
+        let connection = endpoint
+            .connect_with(self.config.clone(), peer, &self.server_name)
+            .map_err(|e| io::Error::other(format!("QUIC to {peer}: {e}")))?
+            .await
+            .map_err(|e| connection_error(peer, e))?;
+        let (send, recv) = connection
+            .open_bi()
+            .await
+            .map_err(|e| connection_error(peer, e))?;
+        let foreign = Arc::new(OnceLock::new());
+        let watch = tokio::spawn(refuse_broker_streams(connection.clone(), foreign.clone()));
+        let reader = QuicReader {
+            recv,
+            foreign,
+            watch,
+        };
+        let writer = QuicWriter {
+            send,
+            connection,
+            finished: false,
+        };
+        Ok((Box::pin(reader), Box::pin(writer)))
+    }
+}
+
+fn connection_error(peer: SocketAddr, error: quinn::ConnectionError) -> io::Error {
+    let kind = match error {
+        quinn::ConnectionError::TimedOut => io::ErrorKind::TimedOut,
+        quinn::ConnectionError::ConnectionClosed(_) | quinn::ConnectionError::Reset => {
+            io::ErrorKind::ConnectionRefused
+        }
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, format!("QUIC handshake with {peer}: {error}"))
+}
+
+/// Waits for a stream the broker opens; on one, records why the connection's reads fail.
+/// Ends when the connection does (or when its reader is dropped, which aborts it).
+async fn refuse_broker_streams(connection: quinn::Connection, foreign: Arc<OnceLock<String>>) {
+    let kind = tokio::select! {
+        opened = connection.accept_uni() => opened.ok().map(|_| "unidirectional"),
+        opened = connection.accept_bi() => opened.ok().map(|_| "bidirectional"),
+    };
+    if let Some(kind) = kind {
+        tracing::warn!(
+            "the broker opened a {kind} QUIC stream; loadgen reads the connection's one stream only"
+        );
+        let _ = foreign.set(format!(
+            "the broker opened a {kind} QUIC stream of its own (a per-topic or per-publish \
+             delivery); loadgen reads MQTT on the connection's one stream only: configure \
+             the broker to deliver on that stream (mqttv5: server_delivery_strategy = \
+             \"control_only\")"
+        ));
+        connection.close(CLOSED_BY_CLIENT.into(), b"unexpected stream");
+    }
+}
+
+/// The read half: the stream, and the reason the broker's own stream failed it, if one did.
+struct QuicReader {
+    recv: quinn::RecvStream,
+    foreign: Arc<OnceLock<String>>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for QuicReader {
+    fn drop(&mut self) {
+        // The watcher holds a handle on the connection: it must not outlive the reader.
+        self.watch.abort();
+    }
+}
+
+impl AsyncRead for QuicReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(reason) = self.foreign.get() {
+            return Poll::Ready(Err(unread_stream(reason)));
+        }
+        match self.recv.poll_read_buf(cx, buf) {
+            Poll::Ready(Err(error)) => Poll::Ready(Err(read_error(error, &self.foreign))),
+            other => other.map(|_| Ok(())),
+        }
+    }
+}
+
+/// The read error of a connection on which the broker opened a stream: of its own kind, so
+/// the run's errors name it ([`super::read_failure`]).
+fn unread_stream(reason: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, reason.to_string())
+}
+
+/// A read error as the session reads it: the broker closing the connection with "no error"
+/// (as after DISCONNECT, or an MQTT-level close) is the end of the stream, as a FIN is on TCP.
+fn read_error(error: quinn::ReadError, foreign: &OnceLock<String>) -> io::Error {
+    if let Some(reason) = foreign.get() {
+        return unread_stream(reason);
+    }
+    match error {
+        quinn::ReadError::ConnectionLost(quinn::ConnectionError::ApplicationClosed(close))
+            if close.error_code == quinn::VarInt::from_u32(CLOSED_BY_CLIENT) =>
+        {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the broker closed the QUIC connection",
+            )
+        }
+        other => io::Error::other(other),
+    }
+}
+
+/// The write half; its shutdown finishes the stream at once, as a FIN does on TCP, and
+/// leaves the connection to close in the background once the broker has had what was
+/// written.
+struct QuicWriter {
+    send: quinn::SendStream,
+    connection: quinn::Connection,
+    finished: bool,
+}
+
+impl AsyncWrite for QuicWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        // The trait's, which says the error as io::Error (the inherent one is quinn's).
+        AsyncWrite::poll_write(Pin::new(&mut self.send), cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        AsyncWrite::poll_flush(Pin::new(&mut self.send), cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.finished {
+            self.finished = true;
+            // Finished or reset already (the broker closed first) is fine.
+            let _ = self.send.finish();
+            let connection = self.connection.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(CLOSE_WAIT, connection.closed()).await;
+                connection.close(CLOSED_BY_CLIENT.into(), b"");
+            });
+        }
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,172 @@
+//! The mqttv5 broker (crates.io `mqttv5-cli`) run by a test on loopback with the agent's own
+//! config (`recipes::mqttv5`), plus a QUIC listener beside its TCP one: certificate and key
+//! from a test CA, one stream per connection (`control_only` delivery). Its `$SYS` tree
+//! counts every PUBLISH received and sent, whatever the transport.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use domain::BrokerOptions;
+use host::blocking::kill_group_and_reap;
+use tempfile::TempDir;
+
+use crate::mosquitto::{ServerTlsFiles, tls_files_in};
+use crate::mqtt_wire::wait_for_connack;
+use crate::ports::{LOOPBACK, free_loopback_ports};
+use crate::process::{INSTANCE_MARKER_VAR, instance_marker, new_instance_id};
+use crate::sys_snapshot::{SysCounter, SysSnapshot};
+
+/// Where `cargo install --root /usr/local mqttv5-cli` puts the broker (.ci/run does).
+pub const MQTTV5_BINARY: &str = "/usr/local/bin/mqttv5";
+
+/// How long the broker may take to answer MQTT.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Starts tried, each on fresh ports, when a port turns out taken.
+const START_ATTEMPTS: usize = 3;
+
+/// One mqttv5 broker with TCP and QUIC listeners on 127.0.0.1; stopped on drop.
+#[derive(Debug)]
+pub struct Mqttv5 {
+    child: Child,
+    tcp_port: u16,
+    quic_port: u16,
+    tls: ServerTlsFiles,
+    instance_id: String,
+    dir: TempDir,
+}
+
+impl Mqttv5 {
+    /// Starts a broker with a QUIC listener, retrying on fresh ports if one was taken.
+    pub fn start_with_quic() -> Result<Self> {
+        Self::start(true)
+    }
+
+    /// [`Mqttv5::start_with_quic`], but delivering as the library does by default: each
+    /// topic on a stream the broker opens, which a single-stream client does not read.
+    pub fn start_with_quic_per_topic() -> Result<Self> {
+        Self::start(false)
+    }
+
+    fn start(control_only: bool) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_once(control_only) {
+                Ok(broker) => return Ok(broker),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("mqttv5 never started")))
+            .context(format!("starting mqttv5 {START_ATTEMPTS} times"))
+    }
+
+    fn start_once(control_only: bool) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("continuum-mqttv5-")
+            .tempdir()
+            .context("creating the broker's temporary directory")?;
+        // The UDP port is a TCP port found free: taken for UDP, the broker exits and the
+        // start is tried again.
+        let [tcp_port, quic_port] = free_loopback_ports(2)?[..] else {
+            bail!("expected two free ports");
+        };
+        let tls_dir = dir.path().join("tls");
+        std::fs::create_dir(&tls_dir).with_context(|| format!("creating {}", tls_dir.display()))?;
+        let tls = tls_files_in(&tls_dir, LOOPBACK.into())?;
+        let config = recipes::mqttv5::with_quic(
+            recipes::mqttv5::config(
+                &BrokerOptions::default(),
+                SocketAddr::from((LOOPBACK, tcp_port)),
+                None,
+            ),
+            &recipes::mqttv5::QuicListen {
+                address: SocketAddr::from((LOOPBACK, quic_port)),
+                cert_file: &tls.cert,
+                key_file: &tls.key,
+            },
+        );
+        let mut config = config;
+        if !control_only {
+            config["server_delivery_strategy"] = serde_json::json!("per_topic");
+        }
+        let config_path = dir.path().join(recipes::mqttv5::CONFIG_FILE);
+        std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        let log_path = dir.path().join("mqttv5.log");
+        let log =
+            File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let instance_id = new_instance_id();
+        let child = Command::new(MQTTV5_BINARY)
+            .args(["broker", "-c"])
+            .arg(&config_path)
+            .arg("--non-interactive")
+            .env(INSTANCE_MARKER_VAR, &instance_id)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("duplicating the log file handle")?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("spawning {MQTTV5_BINARY}"))?;
+        let mut broker = Mqttv5 {
+            child,
+            tcp_port,
+            quic_port,
+            tls,
+            instance_id,
+            dir,
+        };
+        let address = broker.address();
+        if let Err(error) = wait_for_connack(address, &mut broker.child, START_DEADLINE) {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(error.context(format!("mqttv5 did not become ready; its log:\n{log}")));
+        }
+        Ok(broker)
+    }
+
+    /// Its TCP listener.
+    pub fn address(&self) -> SocketAddr {
+        SocketAddr::from((LOOPBACK, self.tcp_port))
+    }
+
+    /// Its QUIC listener's UDP port on 127.0.0.1.
+    pub fn quic_port(&self) -> u16 {
+        self.quic_port
+    }
+
+    /// The CA that signed its certificate (for 127.0.0.1).
+    pub fn ca_file(&self) -> &Path {
+        &self.tls.ca
+    }
+
+    /// The folder of its config, certificate and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its `$SYS` counters of PUBLISH packets received from and sent to clients, every QoS
+    /// and transport; read through the TCP listener.
+    pub fn counters() -> [SysCounter; 2] {
+        [
+            SysCounter::Topic("$SYS/broker/messages/publish/received".into()),
+            SysCounter::Topic("$SYS/broker/messages/publish/sent".into()),
+        ]
+    }
+
+    /// One reading of [`Mqttv5::counters`].
+    pub fn read_counters(&self) -> Result<SysSnapshot> {
+        SysSnapshot::read(self.address(), &Self::counters())
+    }
+}
+
+impl Drop for Mqttv5 {
+    fn drop(&mut self) {
+        kill_group_and_reap(&mut self.child);
+        instance_marker(&self.instance_id).sweep_blocking(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,256 @@
+//! loadgen over MQTT-over-QUIC against a real broker that speaks it: the mqttv5 broker with the
+//! agent's config and a QUIC listener (`tests::mqttv5`). As over TCP, every message must
+//! arrive and the broker's `$SYS` counts of PUBLISH packets received and sent must equal
+//! loadgen's: for the study's latency test, 1 MB payloads, a sustained rate judged steady by
+//! loadgen, and churn; refusals name the field or the reason.
+
+use std::time::{Duration, Instant};
+
+use loadgen::Summary;
+use loadgen::size::ByteSize;
+use loadgen::spec::{Churn, Pacing, Qos, Transport, WorkloadSpec};
+use tests::load::{assert_nothing_lost, megabyte_workload, run};
+use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
+use tests::skip_unless_installed;
+use tokio_util::sync::CancellationToken;
+
+/// `spec` over QUIC to `broker`'s QUIC listener, trusting its test CA.
+fn over_quic(mut spec: WorkloadSpec, broker: &Mqttv5) -> WorkloadSpec {
+    spec.broker.host = "127.0.0.1".to_string();
+    spec.broker.port = broker.quic_port();
+    spec.broker.transport = Transport::Quic;
+    spec.broker.tls_ca_file = Some(broker.ca_file().to_path_buf());
+    spec
+}
+
+/// The study's latency test, shortened: 100 publishers at 4 msg/s each to one subscriber,
+/// 8 messages each (2 of them warm-up), QoS 1.
+fn latency_workload() -> WorkloadSpec {
+    let mut spec = loadgen::presets::latency();
+    spec.messages_per_publisher = 8;
+    spec
+}
+
+/// How long the broker's counters may take to show a finished load (it updates them every
+/// second; a loaded machine can delay that).
+const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Runs `spec` and checks the broker's PUBLISH counts since before the run against loadgen's:
+/// received equal to what loadgen published; sent equal to what loadgen received, plus at most
+/// the `$SYS` publishes the readings themselves were sent.
+async fn counted_run(broker: &Mqttv5, spec: WorkloadSpec, dedicated: bool) -> Summary {
+    let [received, sent] = Mqttv5::counters();
+    let before = broker.read_counters().expect("counters before");
+    let summary = if dedicated {
+        tests::load::run_dedicated(spec).await.1
+    } else {
+        run(&spec).await.1
+    };
+    let started = Instant::now();
+    let mut readers = before.deliveries + 2;
+    let (broker_received, broker_sent) = loop {
+        let now = broker.read_counters().expect("counters after");
+        readers += now.deliveries + 2;
+        let counts = (
+            now.get(&received) - before.get(&received),
+            now.get(&sent) - before.get(&sent),
+        );
+        let caught_up = counts.0 >= summary.published && counts.1 >= summary.received;
+        if caught_up || started.elapsed() > SETTLE_DEADLINE {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "{}: loadgen published {} received {}; mqttv5 received {broker_received} sent \
+         {broker_sent} (its $SYS readings took at most {readers}); latency p50 {:.0} µs p99 \
+         {:.0} µs; connect p50 {:.0} µs p99 {:.0} µs",
+        summary.broker,
+        summary.published,
+        summary.received,
+        summary.latency.p50_us,
+        summary.latency.p99_us,
+        summary.connect_time.p50_us,
+        summary.connect_time.p99_us,
+    );
+    assert_eq!(
+        broker_received, summary.published,
+        "the broker received what loadgen published"
+    );
+    assert!(
+        (summary.received..=summary.received + readers).contains(&broker_sent),
+        "the broker sent {broker_sent}, loadgen received {} (+ at most {readers} $SYS)",
+        summary.received
+    );
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latency_run_over_quic_delivers_everything_and_mqttv5_counts_the_same() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    // The same workload over TCP first, to compare connect time and latency.
+    let mut tcp = latency_workload();
+    tcp.broker.port = broker.address().port();
+    let over_tcp = counted_run(&broker, tcp, false).await;
+    assert_nothing_lost(&over_tcp);
+    let summary = counted_run(&broker, over_quic(latency_workload(), &broker), false).await;
+    assert_eq!(
+        summary.broker,
+        format!("mqtt+quic://127.0.0.1:{}", broker.quic_port())
+    );
+    assert_eq!(summary.published, 100 * 8);
+    assert_eq!(
+        summary.acknowledged, summary.published,
+        "QoS 1: all acknowledged"
+    );
+    assert_eq!(
+        summary.latency.count,
+        100 * 6,
+        "every measured message timed"
+    );
+    assert_eq!(
+        summary.connect_time.count, 101,
+        "every client's handshake timed"
+    );
+    assert_nothing_lost(&summary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_megabyte_payloads_over_quic_arrive_whole() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let summary = counted_run(&broker, over_quic(megabyte_workload(), &broker), false).await;
+    assert_eq!(summary.published, 5 * 6);
+    assert_nothing_lost(&summary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sustained_run_over_quic_is_steady_at_qos_1() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let mut spec = loadgen::presets::throughput();
+    spec.publishers = 10;
+    spec.subscribers = 10;
+    spec.qos = Qos::AtLeastOnce;
+    spec.payload = ByteSize(32);
+    spec.messages_per_publisher = 0;
+    spec.duration = Some(Duration::from_secs(4));
+    spec.warmup = Some(Duration::from_secs(1));
+    spec.pacing = Pacing::Rate { rate: 1_000 };
+    let summary = counted_run(&broker, over_quic(spec, &broker), true).await;
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.lost, Some(0));
+    let reasons = &summary.generator.reasons;
+    if summary.rate_kind == loadgen::summary::RateKind::GeneratorLimited
+        && !reasons.is_empty()
+        && reasons.iter().all(|r| r.contains("waited for a CPU"))
+    {
+        // This test is about the transport: a machine that starved loadgen is said, not judged.
+        eprintln!("not judged, the machine was oversubscribed: {reasons:?}");
+        return;
+    }
+    let steady = summary.steadiness.as_ref().expect("a timed run is judged");
+    assert!(steady.steady, "not steady: {:?}", steady.reasons);
+    assert_eq!(
+        summary.rate_kind,
+        loadgen::summary::RateKind::Sustained,
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_over_quic_connects_and_leaves_every_client() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let mut spec = loadgen::presets::latency();
+    spec.publishers = 2;
+    spec.messages_per_publisher = 10;
+    spec.warmup_messages = 1;
+    spec.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(100),
+    };
+    spec.churn = Some(Churn {
+        rate: 100.0,
+        connections: 200,
+        hold: Duration::from_millis(150),
+    });
+    let summary = counted_run(&broker, over_quic(spec, &broker), false).await;
+    let churn = summary.churn.as_ref().expect("a churn summary");
+    assert_eq!(churn.attempted, 200);
+    assert_eq!(churn.connected, 200, "{:?}", churn.failures);
+    assert_eq!(churn.disconnected, 200);
+    assert!(churn.failures.is_empty(), "{:?}", churn.failures);
+    assert_eq!(churn.connect_time.count, 200, "each QUIC handshake timed");
+    assert_eq!(summary.lost, Some(0), "the workload beside it lost nothing");
+    eprintln!(
+        "churn over QUIC: {} connected, connect p50 {:.0} µs p99 {:.0} µs, {} at once",
+        churn.connected, churn.connect_time.p50_us, churn.connect_time.p99_us, churn.most_open
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_without_a_ca_is_refused_naming_the_field() {
+    let mut spec = latency_workload();
+    spec.broker.transport = Transport::Quic;
+    let error = spec.validate().expect_err("QUIC needs a CA");
+    let shown = error.to_string();
+    assert!(shown.contains("broker.transport"), "{shown}");
+    assert!(shown.contains("broker.tls_ca_file"), "{shown}");
+    let error = loadgen::run(&spec, CancellationToken::new(), None)
+        .await
+        .expect_err("refused before any connection");
+    assert!(error.to_string().contains("broker.tls_ca_file"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_to_the_brokers_tcp_port_fails_as_unreachable() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let mut spec = over_quic(latency_workload(), &broker);
+    // Its TCP port: no QUIC listener on that UDP port.
+    spec.broker.port = broker.address().port();
+    spec.connection.connect_timeout = Duration::from_secs(3);
+    let started = Instant::now();
+    let error = loadgen::run(&spec, CancellationToken::new(), None)
+        .await
+        .expect_err("nothing answers QUIC there");
+    let shown = error.to_string();
+    eprintln!("after {:?}: {shown}", started.elapsed());
+    assert!(
+        matches!(error, loadgen::LoadgenError::BrokerUnreachable { .. }),
+        "{shown}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "bounded by the connect timeout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_delivering_on_streams_of_its_own_fails_the_run_saying_so() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic_per_topic().expect("mqttv5 starts");
+    let mut spec = over_quic(latency_workload(), &broker);
+    spec.publishers = 2;
+    let error = loadgen::run(&spec, CancellationToken::new(), None).await;
+    // Either the run fails, or it ends with errors and losses: never a clean result.
+    let shown = match error {
+        Err(error) => error.to_string(),
+        Ok(result) => {
+            let (_, summary) = tests::load::summarised(result);
+            assert!(
+                summary.errors.contains_key("broker_opened_a_quic_stream"),
+                "errors must say why: {:?}",
+                summary.errors
+            );
+            assert_ne!(
+                summary.lost,
+                Some(0),
+                "what the broker put elsewhere is lost"
+            );
+            format!("{:?}", summary.errors)
+        }
+    };
+    eprintln!("{shown}");
+}
