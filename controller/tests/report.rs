@@ -45,6 +45,7 @@ const EDGE_HALF: NetemRecord = NetemRecord {
     loss_percent: 0.02,
     rate_bytes_per_sec: None,
     limit_packets: None,
+    gilbert_elliott: None,
 };
 
 /// Reads one rate of a cell's summary.

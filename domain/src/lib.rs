@@ -32,6 +32,6 @@ pub use field_error::FieldError;
 pub use file::{FileError, parse_toml, read_toml};
 pub use invalid_spec::InvalidSpec;
 pub use name::{MAX_NAME_LEN, NameError, check_identity_name, check_name};
-pub use netem::{NetemParams, ParamsError};
+pub use netem::{GilbertElliott, NetemParams, ParamsError};
 pub use product::Product;
 pub use role::NodeRole;

@@ -39,6 +39,61 @@ pub struct NetemParams {
     /// netem's queue length in packets; [`DEFAULT_LIMIT`] when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_packets: Option<u32>,
+    /// Losses in bursts (netem's `loss gemodel`) instead of at random: with this set,
+    /// `loss_percent` must be 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gilbert_elliott: Option<GilbertElliott>,
+}
+
+/// netem's Gilbert-Elliott loss model: each packet finds the link in a good or a bad state,
+/// loses with the state's own chance, and moves the chain on. Losses so come in bursts
+/// (radio fades, a congested uplink), which a random loss of the same mean does not make: a
+/// TCP connection and a QUIC one suffer differently from a burst.
+///
+/// With the defaults for the state losses (0 % in the good state, 100 % in the bad one) this
+/// is Gilbert's simple model: on average `100 / r_percent` packets in a row are lost, and
+/// [`GilbertElliott::mean_loss_percent`] of all packets.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GilbertElliott {
+    /// Chance per packet, in percent, that the good state turns bad (netem's `p`).
+    pub p_percent: f64,
+    /// Chance per packet, in percent, that the bad state turns good (netem's `r`).
+    pub r_percent: f64,
+    /// Share of the packets lost in the bad state, percent (netem's `1-h`); 100 by default.
+    #[serde(default = "all_lost")]
+    pub bad_loss_percent: f64,
+    /// Share of the packets lost in the good state, percent (netem's `1-k`); 0 by default.
+    #[serde(default)]
+    pub good_loss_percent: f64,
+}
+
+fn all_lost() -> f64 {
+    100.0
+}
+
+impl GilbertElliott {
+    /// The share of packets lost in the long run, percent: each state's loss weighted by the
+    /// time the chain spends in it (bad: `p / (p + r)`). A chain that never moves (`p` = 0)
+    /// stays good.
+    pub fn mean_loss_percent(&self) -> f64 {
+        let moves = self.p_percent + self.r_percent;
+        if self.p_percent == 0.0 || moves == 0.0 {
+            return self.good_loss_percent;
+        }
+        let bad = self.p_percent / moves;
+        bad * self.bad_loss_percent + (1.0 - bad) * self.good_loss_percent
+    }
+
+    /// Its four percentages, each named as in a plan.
+    pub fn fields(&self) -> [(&'static str, f64); 4] {
+        [
+            ("gilbert_elliott.p_percent", self.p_percent),
+            ("gilbert_elliott.r_percent", self.r_percent),
+            ("gilbert_elliott.bad_loss_percent", self.bad_loss_percent),
+            ("gilbert_elliott.good_loss_percent", self.good_loss_percent),
+        ]
+    }
 }
 
 /// Why a [`NetemParams`] cannot be applied as asked. Each variant names the field.
@@ -81,6 +136,22 @@ pub enum ParamsError {
         /// The value as given.
         value: f64,
     },
+    /// A Gilbert-Elliott percentage outside 0-100, or not a number.
+    #[error("{field}: {value} is outside 0-100")]
+    ModelOutOfRange {
+        /// `gilbert_elliott.<name>`.
+        field: &'static str,
+        /// The value as given.
+        value: f64,
+    },
+    /// Random loss and a loss model at once: netem applies one of them only.
+    #[error(
+        "loss_percent: {value} given with gilbert_elliott; netem applies one loss model, so give one"
+    )]
+    TwoLossModels {
+        /// The random loss as given.
+        value: f64,
+    },
     /// A rate of zero, which would stop all traffic rather than leave it unlimited.
     #[error("rate_bytes_per_sec: 0 would stop all traffic; leave it unset for no limit")]
     ZeroRate,
@@ -95,7 +166,8 @@ impl ParamsError {
         match self {
             Self::NotADuration { field, .. } | Self::TooLong { field, .. } => field,
             Self::JitterWithoutDelay { .. } | Self::JitterExceedsDelay { .. } => "jitter",
-            Self::LossOutOfRange { .. } => "loss_percent",
+            Self::LossOutOfRange { .. } | Self::TwoLossModels { .. } => "loss_percent",
+            Self::ModelOutOfRange { field, .. } => field,
             Self::ZeroRate => "rate_bytes_per_sec",
             Self::ZeroLimit => "limit_packets",
         }
@@ -116,6 +188,7 @@ impl NetemParams {
             loss_percent,
             rate_bytes_per_sec: None,
             limit_packets: None,
+            gilbert_elliott: None,
         };
         params.validate()?;
         Ok(params)
@@ -145,6 +218,18 @@ impl NetemParams {
                 value: self.loss_percent,
             });
         }
+        if let Some(model) = &self.gilbert_elliott {
+            for (field, value) in model.fields() {
+                if !(0.0..=100.0).contains(&value) {
+                    return Err(ParamsError::ModelOutOfRange { field, value });
+                }
+            }
+            if self.loss_percent != 0.0 {
+                return Err(ParamsError::TwoLossModels {
+                    value: self.loss_percent,
+                });
+            }
+        }
         if self.rate_bytes_per_sec == Some(0) {
             return Err(ParamsError::ZeroRate);
         }
@@ -159,8 +244,17 @@ impl NetemParams {
     pub fn is_noop(&self) -> bool {
         self.delay.is_zero()
             && self.jitter.is_zero()
-            && self.loss_percent == 0.0
+            && self.mean_loss_percent() == 0.0
             && self.rate_bytes_per_sec.is_none()
+    }
+
+    /// The share of packets lost in the long run, percent: the random loss, or the
+    /// Gilbert-Elliott model's mean.
+    pub fn mean_loss_percent(&self) -> f64 {
+        match &self.gilbert_elliott {
+            Some(model) => model.mean_loss_percent(),
+            None => self.loss_percent,
+        }
     }
 }
 
@@ -291,6 +385,100 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p.validate(), Err(ParamsError::ZeroLimit));
+    }
+
+    #[test]
+    fn gilbert_elliott_reads_with_gilberts_defaults_and_has_its_mean() {
+        let p: NetemParams = toml::from_str(
+            "delay = \"1ms\"\n[gilbert_elliott]\np_percent = 5.0\nr_percent = 50.0\n",
+        )
+        .expect("parses");
+        let model = p.gilbert_elliott.expect("a model");
+        assert_eq!(
+            (model.bad_loss_percent, model.good_loss_percent),
+            (100.0, 0.0)
+        );
+        p.validate().expect("valid");
+        // In the bad state 5 / 55 of the time, losing everything there.
+        assert!((p.mean_loss_percent() - 500.0 / 55.0).abs() < 1e-9);
+        assert!(!p.is_noop());
+        let elliott = GilbertElliott {
+            p_percent: 1.0,
+            r_percent: 25.0,
+            bad_loss_percent: 70.0,
+            good_loss_percent: 0.1,
+        };
+        let expected = (1.0 * 70.0 + 25.0 * 0.1) / 26.0;
+        assert!((elliott.mean_loss_percent() - expected).abs() < 1e-9);
+        let never_bad = GilbertElliott {
+            p_percent: 0.0,
+            ..elliott
+        };
+        assert_eq!(never_bad.mean_loss_percent(), 0.1);
+        let silent = NetemParams {
+            gilbert_elliott: Some(GilbertElliott {
+                good_loss_percent: 0.0,
+                ..never_bad
+            }),
+            ..Default::default()
+        };
+        assert!(silent.is_noop(), "a chain that never loses changes nothing");
+    }
+
+    #[test]
+    fn gilbert_elliott_refuses_bad_percentages_and_a_second_loss() {
+        let model = GilbertElliott {
+            p_percent: 5.0,
+            r_percent: 50.0,
+            bad_loss_percent: 100.0,
+            good_loss_percent: 0.0,
+        };
+        for (bad, field) in [
+            (
+                GilbertElliott {
+                    p_percent: 101.0,
+                    ..model
+                },
+                "gilbert_elliott.p_percent",
+            ),
+            (
+                GilbertElliott {
+                    r_percent: f64::NAN,
+                    ..model
+                },
+                "gilbert_elliott.r_percent",
+            ),
+            (
+                GilbertElliott {
+                    bad_loss_percent: -1.0,
+                    ..model
+                },
+                "gilbert_elliott.bad_loss_percent",
+            ),
+            (
+                GilbertElliott {
+                    good_loss_percent: 200.0,
+                    ..model
+                },
+                "gilbert_elliott.good_loss_percent",
+            ),
+        ] {
+            let params = NetemParams {
+                gilbert_elliott: Some(bad),
+                ..Default::default()
+            };
+            let error = params.validate().expect_err(field);
+            assert_eq!(error.field(), field);
+            assert!(error.to_string().starts_with(field), "{error}");
+        }
+        let both = NetemParams {
+            loss_percent: 1.0,
+            gilbert_elliott: Some(model),
+            ..Default::default()
+        };
+        let error = both.validate().expect_err("two loss models");
+        assert_eq!(error.field(), "loss_percent");
+        assert!(error.to_string().contains("one loss model"), "{error}");
     }
 
     #[test]

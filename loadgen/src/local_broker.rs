@@ -35,9 +35,18 @@ pub struct ProcessCounters {
     pub wait_ns: u64,
 }
 
+/// Which kind of socket a broker listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// A TCP socket in LISTEN (MQTT over TCP, TLS or WebSocket).
+    Tcp,
+    /// A bound UDP socket (MQTT over QUIC).
+    Udp,
+}
+
 /// The process listening on `host:port` when that address belongs to this host; `None` when
 /// it is remote, not found, or not readable (another user's process without root).
-pub fn find(host: &str, port: u16) -> Option<LocalBroker> {
+pub fn find(host: &str, port: u16, listener: Listener) -> Option<LocalBroker> {
     let addresses: Vec<IpAddr> = (host, port)
         .to_socket_addrs()
         .ok()?
@@ -47,7 +56,7 @@ pub fn find(host: &str, port: u16) -> Option<LocalBroker> {
     if addresses.is_empty() {
         return None;
     }
-    let inode = listening_inodes(port)
+    let inode = listening_inodes(port, listener)
         .into_iter()
         .find(|(listening, _)| {
             addresses
@@ -99,28 +108,42 @@ fn same_address(listening: IpAddr, target: IpAddr) -> bool {
     unmapped(listening) == unmapped(target)
 }
 
-/// (address, socket inode) of every TCP socket listening on `port` in this namespace.
-fn listening_inodes(port: u16) -> Vec<(IpAddr, u64)> {
+/// (address, socket inode) of every socket of the `listener` kind listening on `port` in
+/// this namespace.
+fn listening_inodes(port: u16, listener: Listener) -> Vec<(IpAddr, u64)> {
     // The calling thread's namespace: `/proc/net` is the process's main thread's, which is
     // another one for an agent running on threads inside an emulated node's namespace.
-    ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+    let (tables, state) = match listener {
+        Listener::Tcp => (
+            ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"],
+            TCP_LISTEN,
+        ),
+        Listener::Udp => (
+            ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"],
+            UDP_UNCONNECTED,
+        ),
+    };
+    tables
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
-        .flat_map(|table| parse_listening(&table, port))
+        .flat_map(|table| parse_listening(&table, port, state))
         .collect()
 }
 
 /// The TCP state `/proc/net/tcp` prints for LISTEN.
 const TCP_LISTEN: &str = "0A";
+/// The state `/proc/net/udp` prints for a bound socket with no peer: a server's (the clients'
+/// QUIC sockets are loadgen's own, which the search skips).
+const UDP_UNCONNECTED: &str = "07";
 
-fn parse_listening(table: &str, port: u16) -> Vec<(IpAddr, u64)> {
+fn parse_listening(table: &str, port: u16, listening_state: &str) -> Vec<(IpAddr, u64)> {
     table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
-            if *state != TCP_LISTEN {
+            if *state != listening_state {
                 return None;
             }
             let (address, listening_port) = local.split_once(':')?;
@@ -180,7 +203,7 @@ mod tests {
            0: 0100007F:075B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0\n\
            1: 0100007F:075B 0100007F:A000 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0 100 0 0 10 0\n\
            2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0 100 0 0 10 0\n";
-        let on_1883 = parse_listening(table, 1883);
+        let on_1883 = parse_listening(table, 1883, TCP_LISTEN);
         assert_eq!(
             on_1883.len(),
             1,
@@ -192,8 +215,8 @@ mod tests {
             IpAddr::V4(Ipv4Addr::new(1, 0, 0, 127))
         };
         assert_eq!(on_1883[0], (expected, 4242));
-        assert_eq!(parse_listening(table, 8080)[0].1, 4444);
-        assert!(parse_listening(table, 80).is_empty());
+        assert_eq!(parse_listening(table, 8080, TCP_LISTEN)[0].1, 4444);
+        assert!(parse_listening(table, 80, TCP_LISTEN).is_empty());
     }
 
     #[test]
@@ -215,7 +238,7 @@ mod tests {
         )
         .expect("the port is printed");
         let port: u16 = line.trim().parse().expect("a port");
-        let found = find("127.0.0.1", port);
+        let found = find("127.0.0.1", port, Listener::Tcp);
         let counters_now = found.as_ref().and_then(|b| counters(b.pid));
         let _ = child.kill();
         let _ = child.wait();
@@ -224,7 +247,37 @@ mod tests {
         assert!(found.command.starts_with("python"), "{}", found.command);
         assert!(counters_now.expect("its counters are read").cpu_ns > 0);
         // A port nobody listens on, and an address that is not this host's.
-        assert_eq!(find("127.0.0.1", 1), None);
-        assert_eq!(find("198.51.100.7", port), None);
+        assert_eq!(find("127.0.0.1", 1, Listener::Tcp), None);
+        assert_eq!(find("198.51.100.7", port, Listener::Tcp), None);
+        assert_eq!(
+            find("127.0.0.1", port, Listener::Udp),
+            None,
+            "no UDP socket there"
+        );
+    }
+
+    #[test]
+    fn a_udp_listener_on_this_host_is_found_for_quic() {
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',0))\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
+            &mut line,
+        )
+        .expect("the port is printed");
+        let port: u16 = line.trim().parse().expect("a port");
+        let found = find("127.0.0.1", port, Listener::Udp);
+        let over_tcp = find("127.0.0.1", port, Listener::Tcp);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.expect("the UDP socket is found").pid, child.id());
+        assert_eq!(over_tcp, None, "no TCP listener there");
     }
 }

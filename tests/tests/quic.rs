@@ -12,6 +12,7 @@ use loadgen::spec::{Churn, Pacing, Qos, Transport, WorkloadSpec};
 use tests::load::{assert_nothing_lost, megabyte_workload, run};
 use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
 use tests::skip_unless_installed;
+use tests::sys_snapshot::{SysCounter, SysSnapshot};
 use tokio_util::sync::CancellationToken;
 
 /// `spec` over QUIC to `broker`'s QUIC listener, trusting its test CA.
@@ -113,6 +114,11 @@ async fn a_latency_run_over_quic_delivers_everything_and_mqttv5_counts_the_same(
         summary.connect_time.count, 101,
         "every client's handshake timed"
     );
+    let on_host = summary
+        .broker_on_host
+        .as_ref()
+        .expect("mqttv5's process found on this host by its UDP socket");
+    assert_eq!(on_host.command, "mqttv5");
     assert_nothing_lost(&summary);
 }
 
@@ -159,6 +165,14 @@ async fn a_sustained_run_over_quic_is_steady_at_qos_1() {
     );
 }
 
+/// The broker's count of clients connected now (the reading client included).
+fn read_connected(broker: &Mqttv5) -> u64 {
+    let connected = SysCounter::Topic("$SYS/broker/clients/connected".into());
+    SysSnapshot::read(broker.address(), std::slice::from_ref(&connected))
+        .expect("clients/connected")
+        .get(&connected)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_over_quic_connects_and_leaves_every_client() {
     skip_unless_installed!(MQTTV5_BINARY);
@@ -175,6 +189,7 @@ async fn churn_over_quic_connects_and_leaves_every_client() {
         connections: 200,
         hold: Duration::from_millis(150),
     });
+    let connected_before = read_connected(&broker);
     let summary = counted_run(&broker, over_quic(spec, &broker), false).await;
     let churn = summary.churn.as_ref().expect("a churn summary");
     assert_eq!(churn.attempted, 200);
@@ -183,6 +198,21 @@ async fn churn_over_quic_connects_and_leaves_every_client() {
     assert!(churn.failures.is_empty(), "{:?}", churn.failures);
     assert_eq!(churn.connect_time.count, 200, "each QUIC handshake timed");
     assert_eq!(summary.lost, Some(0), "the workload beside it lost nothing");
+    // Every churned client is gone from the broker too: its connected count is back where it
+    // was (or below: a count taken on the broker's 1 s timer may still hold an earlier
+    // reading's client, never 200 churned ones).
+    let started = Instant::now();
+    let connected_after = loop {
+        let now = read_connected(&broker);
+        if now <= connected_before || started.elapsed() > SETTLE_DEADLINE {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        connected_after <= connected_before,
+        "clients connected to mqttv5: {connected_before} before the churn, {connected_after} after"
+    );
     eprintln!(
         "churn over QUIC: {} connected, connect p50 {:.0} µs p99 {:.0} µs, {} at once",
         churn.connected, churn.connect_time.p50_us, churn.connect_time.p99_us, churn.most_open
@@ -233,24 +263,57 @@ async fn a_broker_delivering_on_streams_of_its_own_fails_the_run_saying_so() {
     let broker = Mqttv5::start_with_quic_per_topic().expect("mqttv5 starts");
     let mut spec = over_quic(latency_workload(), &broker);
     spec.publishers = 2;
-    let error = loadgen::run(&spec, CancellationToken::new(), None).await;
-    // Either the run fails, or it ends with errors and losses: never a clean result.
-    let shown = match error {
-        Err(error) => error.to_string(),
-        Ok(result) => {
-            let (_, summary) = tests::load::summarised(result);
-            assert!(
-                summary.errors.contains_key("broker_opened_a_quic_stream"),
-                "errors must say why: {:?}",
-                summary.errors
-            );
-            assert_ne!(
-                summary.lost,
-                Some(0),
-                "what the broker put elsewhere is lost"
-            );
-            format!("{:?}", summary.errors)
-        }
+    let result = loadgen::run(&spec, CancellationToken::new(), None)
+        .await
+        .expect("the run completes, with what it lost");
+    let (_, summary) = tests::load::summarised(result);
+    assert!(
+        summary.errors.contains_key("broker_opened_a_quic_stream"),
+        "errors must say why: {:?}",
+        summary.errors
+    );
+    assert!(
+        summary.lost.is_some_and(|lost| lost > 0),
+        "what the broker put on its own streams is lost: {:?}",
+        summary.lost
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_quic_a_clean_disconnect_leaves_no_will_and_a_dropped_client_leaves_one() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let mut spec = loadgen::presets::latency();
+    spec.publishers = 1;
+    spec.messages_per_publisher = 30;
+    spec.warmup_messages = 0;
+    spec.pacing = Pacing::OpenLoop {
+        interval: Duration::from_millis(100),
     };
-    eprintln!("{shown}");
+    spec.run_id = Some("quicwills".to_string());
+    spec.wills = Some(loadgen::spec::Wills {
+        clients: 40,
+        dropped: 10,
+        after: Duration::from_secs(1),
+        delay: None,
+        qos: Qos::AtLeastOnce,
+        retain: false,
+    });
+    let (_, summary) = run(&over_quic(spec, &broker)).await;
+    assert_nothing_lost(&summary);
+    let wills = summary.wills.as_ref().expect("the watcher's verdict");
+    assert!(wills.watched);
+    assert_eq!((wills.connected, wills.failed), (40, 0));
+    assert_eq!(
+        (wills.dropped, wills.delivered, wills.missing()),
+        (10, 10, 0),
+        "each dropped client's will arrived: {wills:?}"
+    );
+    // A DISCONNECT the broker never read would have sent these clients' wills.
+    assert_eq!(
+        (wills.duplicates, wills.unexpected),
+        (0, 0),
+        "no will of a client that said goodbye"
+    );
+    assert_eq!(wills.disconnected, 30, "the others left cleanly");
 }

@@ -13,12 +13,16 @@
 //! - loss is a probability scaled so that `u32::MAX` is 100 %, rounded to nearest as `tc` does.
 //! - a rate goes into `TCA_NETEM_RATE` (bytes/s); from 2^32 bytes/s on, `TCA_NETEM_RATE64`
 //!   carries it and `TCA_NETEM_RATE` holds `u32::MAX`, as both `tc` and the kernel do.
+//! - the Gilbert-Elliott loss model goes into a nested `TCA_NETEM_LOSS` holding
+//!   `NETEM_LOSS_GE` (`struct tc_netem_gemodel`: p, r, h, k1 on the same 32-bit scale), before
+//!   the rate, as `tc ... loss gemodel` sends it. The kernel keeps `h`, the chance of *no* loss
+//!   in the bad state (`tc` takes `1-h`), and `k1`, the chance of loss in the good state.
 
 use std::time::Duration;
 
 use thiserror::Error;
 
-use domain::netem::{DEFAULT_LIMIT, NetemParams, ParamsError};
+use domain::netem::{DEFAULT_LIMIT, GilbertElliott, NetemParams, ParamsError};
 
 /// Length of `struct tc_netem_qopt`.
 const QOPT_LEN: usize = 24;
@@ -41,6 +45,27 @@ const JITTER64: u16 = 11;
 const SLOT: u16 = 12;
 /// `struct tc_netem_rate`: rate, packet_overhead, cell_size, cell_overhead.
 const RATE_LEN: usize = 16;
+/// Marks an attribute whose payload is attributes (`NLA_F_NESTED`).
+const NESTED: u16 = 0x8000;
+// NETEM_LOSS_* attribute types inside TCA_NETEM_LOSS.
+const LOSS_GI: u16 = 1;
+const LOSS_GE: u16 = 2;
+/// `struct tc_netem_gemodel`: p, r, h, k1.
+const GE_LEN: usize = 16;
+
+/// The Gilbert-Elliott model as the kernel holds it: four chances on the 32-bit scale where
+/// `u32::MAX` is certainty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GeModel {
+    /// Good to bad, per packet.
+    pub p: u32,
+    /// Bad to good, per packet.
+    pub r: u32,
+    /// No loss in the bad state.
+    pub h: u32,
+    /// Loss in the good state.
+    pub k1: u32,
+}
 
 /// netem settings in the units the kernel holds them: what is really applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +80,8 @@ pub struct NetemOptions {
     pub loss: u32,
     /// Rate limit in bytes per second; 0 means none.
     pub rate: u64,
+    /// Losses in bursts instead of at random (`loss` is then 0).
+    pub gilbert_elliott: Option<GeModel>,
 }
 
 /// Why bytes read back from the kernel are not netem options this crate understands.
@@ -95,14 +122,18 @@ impl NetemOptions {
     /// whole 64 ns ticks, loss rounded to the kernel's 32-bit scale, the default limit filled in.
     pub fn from_params(params: &NetemParams) -> Result<Self, ParamsError> {
         params.validate()?;
-        let scaled = (params.loss_percent / 100.0) * f64::from(u32::MAX);
         Ok(Self {
             latency_ns: whole_ticks(params.delay),
             jitter_ns: whole_ticks(params.jitter),
             limit: params.limit_packets.unwrap_or(DEFAULT_LIMIT),
-            // In range after validation; `as` saturates anyway. Ties to even, like C's rint().
-            loss: scaled.round_ties_even() as u32,
+            loss: chance(params.loss_percent),
             rate: params.rate_bytes_per_sec.unwrap_or(0),
+            gilbert_elliott: params.gilbert_elliott.map(|model| GeModel {
+                p: chance(model.p_percent),
+                r: chance(model.r_percent),
+                h: u32::MAX - chance(model.bad_loss_percent),
+                k1: chance(model.good_loss_percent),
+            }),
         })
     }
 
@@ -111,9 +142,15 @@ impl NetemOptions {
         NetemParams {
             delay: Duration::from_nanos(self.latency_ns),
             jitter: Duration::from_nanos(self.jitter_ns),
-            loss_percent: f64::from(self.loss) / f64::from(u32::MAX) * 100.0,
+            loss_percent: percent(self.loss),
             rate_bytes_per_sec: (self.rate > 0).then_some(self.rate),
             limit_packets: Some(self.limit),
+            gilbert_elliott: self.gilbert_elliott.map(|model| GilbertElliott {
+                p_percent: percent(model.p),
+                r_percent: percent(model.r),
+                bad_loss_percent: percent(u32::MAX - model.h),
+                good_loss_percent: percent(model.k1),
+            }),
         }
     }
 
@@ -131,6 +168,15 @@ impl NetemOptions {
         }
         if !jitter_exact {
             push_attr(&mut out, JITTER64, &self.jitter_ns.to_ne_bytes());
+        }
+        if let Some(model) = &self.gilbert_elliott {
+            let mut ge = Vec::with_capacity(GE_LEN);
+            for chance in [model.p, model.r, model.h, model.k1] {
+                ge.extend_from_slice(&chance.to_ne_bytes());
+            }
+            let mut nested = Vec::with_capacity(NLA_HDR + GE_LEN);
+            push_attr(&mut nested, LOSS_GE, &ge);
+            push_attr(&mut out, LOSS | NESTED, &nested);
         }
         if self.rate > 0 {
             let rate32 = match u32::try_from(self.rate) {
@@ -178,6 +224,7 @@ impl NetemOptions {
             limit,
             loss,
             rate: 0,
+            gilbert_elliott: None,
         };
         let mut rate64 = None;
         let attributes = Attributes {
@@ -207,7 +254,10 @@ impl NetemOptions {
                     options.rate =
                         u64::from(u32::from_ne_bytes([rate[0], rate[1], rate[2], rate[3]]));
                 }
-                CORR | REORDER | CORRUPT | ECN | LOSS if payload.iter().any(|b| *b != 0) => {
+                LOSS if payload.iter().any(|b| *b != 0) => {
+                    options.gilbert_elliott = Some(loss_model(payload, offset_of(bytes, payload))?);
+                }
+                CORR | REORDER | CORRUPT | ECN if payload.iter().any(|b| *b != 0) => {
                     return Err(DecodeError::Unsupported {
                         feature: feature_name(kind),
                     });
@@ -227,6 +277,57 @@ impl NetemOptions {
         }
         Ok(options)
     }
+}
+
+/// A percentage as the kernel's 32-bit chance, rounded as `tc` does (ties to even, like C's
+/// rint()). In range after validation; `as` saturates anyway.
+fn chance(percent: f64) -> u32 {
+    ((percent / 100.0) * f64::from(u32::MAX)).round_ties_even() as u32
+}
+
+/// A 32-bit chance as a percentage.
+fn percent(chance: u32) -> f64 {
+    f64::from(chance) / f64::from(u32::MAX) * 100.0
+}
+
+/// Where `part` (a slice of `whole`) starts in it, for error offsets.
+fn offset_of(whole: &[u8], part: &[u8]) -> usize {
+    (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
+}
+
+/// The loss model nested in `TCA_NETEM_LOSS`: Gilbert-Elliott is read, the 4-state model
+/// (`NETEM_LOSS_GI`, which Continuum never sets) reported.
+fn loss_model(payload: &[u8], offset: usize) -> Result<GeModel, DecodeError> {
+    let mut model = None;
+    for attr in (Attributes {
+        rest: payload,
+        offset,
+    }) {
+        let (kind, inner) = attr?;
+        match kind {
+            LOSS_GE => {
+                let ge: [u8; GE_LEN] = array(kind, inner)?;
+                let field = |i: usize| {
+                    u32::from_ne_bytes([ge[4 * i], ge[4 * i + 1], ge[4 * i + 2], ge[4 * i + 3]])
+                };
+                model = Some(GeModel {
+                    p: field(0),
+                    r: field(1),
+                    h: field(2),
+                    k1: field(3),
+                });
+            }
+            LOSS_GI => {
+                return Err(DecodeError::Unsupported {
+                    feature: "the 4-state loss model",
+                });
+            }
+            _ => {}
+        }
+    }
+    model.ok_or(DecodeError::Unsupported {
+        feature: "a loss model",
+    })
 }
 
 /// Truncates to whole ticks: for every whole-microsecond value (all that `tc` accepts) this is
@@ -391,6 +492,34 @@ mod tests {
     }
 
     #[test]
+    fn gilbert_elliott_holds_h_as_the_chance_of_no_loss_in_the_bad_state() {
+        let options = NetemOptions::from_params(&vectors::params("edge_gemodel")).expect("valid");
+        let model = options.gilbert_elliott.expect("a model");
+        assert_eq!(options.loss, 0, "no random loss beside the model");
+        // tc's 1-h of 70 % is kept as h = 30 %; 1-k of 0.1 % as k1 itself.
+        assert_eq!(model.h, u32::MAX - chance(70.0));
+        assert_eq!(model.h, 0x4ccc_cccd);
+        assert_eq!(model.k1, 0x0041_8937);
+        let back = options.to_params().gilbert_elliott.expect("a model");
+        assert!((back.bad_loss_percent - 70.0).abs() < 1e-7, "{back:?}");
+        // A kernel dump: the nested attribute after the zeroed structs it always adds.
+        let mut dump = NetemOptions {
+            gilbert_elliott: None,
+            ..options
+        }
+        .encode();
+        push_attr(&mut dump, CORR, &[0; 12]);
+        let mut nested = Vec::new();
+        let ge: Vec<u8> = [model.p, model.r, model.h, model.k1]
+            .iter()
+            .flat_map(|c| c.to_ne_bytes())
+            .collect();
+        push_attr(&mut nested, LOSS_GE, &ge);
+        push_attr(&mut dump, LOSS | NESTED, &nested);
+        assert_eq!(NetemOptions::decode(&dump), Ok(options));
+    }
+
+    #[test]
     fn values_ticks_cannot_hold_travel_in_64_bit_attributes() {
         let odd = NetemOptions {
             latency_ns: 1_000_001,
@@ -398,6 +527,7 @@ mod tests {
             limit: 1000,
             loss: 0,
             rate: 0,
+            gilbert_elliott: None,
         };
         let bytes = odd.encode();
         assert_eq!(bytes.len(), QOPT_LEN + 2 * 12);
@@ -428,6 +558,17 @@ mod tests {
             NetemOptions::decode(&corr),
             Err(DecodeError::Unsupported {
                 feature: "correlation"
+            })
+        );
+        // netem's 4-state model: a loss model, but not the one Continuum sets.
+        let mut four_states = base.clone();
+        let mut nested = Vec::new();
+        push_attr(&mut nested, LOSS_GI, &[1; 20]);
+        push_attr(&mut four_states, LOSS | NESTED, &nested);
+        assert_eq!(
+            NetemOptions::decode(&four_states),
+            Err(DecodeError::Unsupported {
+                feature: "the 4-state loss model"
             })
         );
         let mut slot = base.clone();

@@ -59,13 +59,12 @@ pub enum NetemError {
     },
     /// After an apply, the kernel holds something else than asked. The qdisc is left as the
     /// kernel holds it (the caller decides whether to clear).
-    #[error("netem on {iface:?} reads back as {held:?}, not the {asked:?} applied")]
+    #[error("netem on {iface:?} reads back as {:?}, not the {:?} applied", read_back.1, read_back.0)]
     ReadBackMismatch {
         /// The interface.
         iface: String,
-        /// What was sent.
-        asked: NetemOptions,
-        /// What the kernel reports (none: no netem root qdisc).
-        held: Option<NetemOptions>,
+        /// What was sent, and what the kernel reports (none: no netem root qdisc); boxed, as
+        /// the options are large beside the other errors.
+        read_back: Box<(NetemOptions, Option<NetemOptions>)>,
     },
 }

@@ -87,8 +87,7 @@ impl Netem {
             Ok(held) if held == Some(asked) => Ok(()),
             Ok(held) => Err(NetemError::ReadBackMismatch {
                 iface: iface.to_owned(),
-                asked,
-                held,
+                read_back: Box::new((asked, held)),
             }),
             Err(error) => Err(error),
         };

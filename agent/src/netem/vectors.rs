@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use domain::netem::NetemParams;
+use domain::netem::{GilbertElliott, NetemParams};
 
 const REQUESTS: &str = include_str!("testdata/tc-netem-requests.tsv");
 
@@ -79,8 +79,33 @@ pub(crate) fn params(name: &str) -> NetemParams {
             loss_percent: 0.5,
             rate_bytes_per_sec: Some(1_250_000),
             limit_packets: Some(2000),
+            gilbert_elliott: None,
+        },
+        // tc's `loss gemodel P R 1-H 1-K`.
+        "gemodel" => NetemParams {
+            gilbert_elliott: Some(gemodel(5.0, 50.0, 100.0, 0.0)),
+            ..Default::default()
+        },
+        "edge_gemodel" => NetemParams {
+            gilbert_elliott: Some(gemodel(1.0, 25.0, 70.0, 0.1)),
+            ..ms(1.25, 0.25, 0.0)
+        },
+        "gemodel_rate" => NetemParams {
+            rate_bytes_per_sec: Some(1_250_000),
+            limit_packets: Some(2000),
+            gilbert_elliott: Some(gemodel(2.0, 40.0, 100.0, 0.0)),
+            ..ms(5.0, 0.0, 0.0)
         },
         other => panic!("no params for vector {other}"),
+    }
+}
+
+fn gemodel(p: f64, r: f64, bad: f64, good: f64) -> GilbertElliott {
+    GilbertElliott {
+        p_percent: p,
+        r_percent: r,
+        bad_loss_percent: bad,
+        good_loss_percent: good,
     }
 }
 

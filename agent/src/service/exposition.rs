@@ -96,8 +96,9 @@ fn write_netem(page: &mut Page, node: &str, in_force: &[NetemInForce], now_unix_
         ),
         (
             "continuum_agent_netem_loss_ratio",
-            "netem's loss probability as the kernel holds it, 0 to 1.",
-            |o| f64::from(o.loss) / f64::from(u32::MAX),
+            "netem's loss as the kernel holds it, 0 to 1: the random loss, or the long-run mean \
+             of its Gilbert-Elliott model.",
+            |o| o.to_params().mean_loss_percent() / 100.0,
         ),
         (
             "continuum_agent_netem_rate_bytes_per_second",

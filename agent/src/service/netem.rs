@@ -489,6 +489,7 @@ mod tests {
             loss_percent: loss,
             rate_bytes_per_sec: None,
             limit_packets: None,
+            gilbert_elliott: None,
         }
     }
 

@@ -950,8 +950,9 @@ fn a_metrics_table_names_its_mistakes() {
 #[test]
 fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
     let quic = "[tests.workload.broker]\ntransport = \"quic\"\ntls_ca_file = \"/etc/ca.pem\"\n";
-    let external =
-        "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:14567\"\n";
+    let external_tcp =
+        "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n";
+    let external = format!("{external_tcp}quic_address = \"198.18.0.9:14567\"\n");
     let cases = [
         (
             format!("{BASE}[tests.workload.broker]\ntransport = \"quic\"\n{external}"),
@@ -967,6 +968,20 @@ fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
             ),
             "tests[0].workload.broker.transport = \"quic\": brokers[0] (b): the agent opens no QUIC listener",
         ),
+        (
+            format!("{BASE}{quic}{external_tcp}"),
+            "brokers[0] (x): an external broker needs quic_address (host:port, UDP)",
+        ),
+        (
+            format!(
+                "{BASE}[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\nquic_address = \"198.18.0.9:14567\"\n"
+            ),
+            "brokers[0].quic_address = \"198.18.0.9:14567\": only an external broker",
+        ),
+        (
+            format!("{BASE}{external_tcp}quic_address = \"14567\"\n"),
+            "brokers[0].quic_address = \"14567\": needs host:port",
+        ),
     ];
     for (text, expected) in cases {
         let error = error_of(&text);
@@ -974,4 +989,38 @@ fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
     }
     let plan = Plan::parse(&format!("{BASE}{quic}{external}"), "plan.toml").unwrap();
     assert_eq!(plan.quic_tests(), [0]);
+}
+
+#[test]
+fn a_scenario_with_a_burst_loss_model_is_read_and_checked() {
+    let broker =
+        "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mosquitto\"\n";
+    let bursty = "[[scenarios]]\nname = \"edge-bursts\"\ndelay = \"2.5ms\"\njitter = \"0.5ms\"\n\
+                  [scenarios.gilbert_elliott]\np_percent = 1.0\nr_percent = 25.0\n";
+    let plan = Plan::parse(&format!("{BASE}{broker}{bursty}"), "plan.toml").expect("valid");
+    let model = plan.scenarios[1].gilbert_elliott.expect("a model");
+    assert_eq!(
+        (model.bad_loss_percent, model.good_loss_percent),
+        (100.0, 0.0)
+    );
+    for (extra, expected) in [
+        (
+            "bad_loss_percent = 120.0\n",
+            "scenarios[1].gilbert_elliott.bad_loss_percent = 120: a percentage is between 0 and 100",
+        ),
+        (
+            "good_loss_percent = -1.0\n",
+            "scenarios[1].gilbert_elliott.good_loss_percent = -1",
+        ),
+    ] {
+        let error = error_of(&format!("{BASE}{broker}{bursty}{extra}"));
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+    }
+    let twice = "[[scenarios]]\nname = \"x\"\ndelay = \"1ms\"\njitter = \"0ms\"\nloss_percent = 1.0\n\
+                 [scenarios.gilbert_elliott]\np_percent = 1.0\nr_percent = 25.0\n";
+    let error = error_of(&format!("{BASE}{broker}{twice}"));
+    assert!(
+        error.contains("scenarios[1].loss_percent = 1: given with gilbert_elliott"),
+        "{error}"
+    );
 }

@@ -310,6 +310,10 @@ pub struct BrokerEntry {
     /// WebSocket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket_address: Option<String>,
+    /// `host:port` (UDP) of an external broker's MQTT-over-QUIC listener, for tests that
+    /// speak QUIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_address: Option<String>,
 }
 
 impl BrokerEntry {
@@ -332,6 +336,7 @@ impl BrokerEntry {
             BrokerKind::External => BrokerSetup::External {
                 address: self.address.as_deref()?,
                 websocket: self.websocket_address.as_deref(),
+                quic: self.quic_address.as_deref(),
             },
             BrokerKind::Kubernetes => BrokerSetup::Kubernetes {
                 product: self.product()?,
@@ -362,6 +367,8 @@ pub enum BrokerSetup<'a> {
         address: &'a str,
         /// `host:port` of its WebSocket listener.
         websocket: Option<&'a str>,
+        /// `host:port` (UDP) of its QUIC listener.
+        quic: Option<&'a str>,
     },
     /// A product's pinned image on the k3s cluster, its pod pinned to `node` and applied by
     /// the headnode's agent.
@@ -399,6 +406,11 @@ pub struct ScenarioEntry {
     /// Total packet loss, percent.
     #[serde(default)]
     pub loss_percent: Option<f64>,
+    /// Losses in bursts (netem's Gilbert-Elliott model) instead of `loss_percent`. A chain of
+    /// states cannot be halved: each end's egress gets the model as given (with `split =
+    /// "broker_side"`, the broker's egress only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gilbert_elliott: Option<domain::GilbertElliott>,
     /// How the totals are split over the two ends.
     #[serde(default)]
     pub split: DelaySplit,

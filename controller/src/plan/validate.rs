@@ -409,13 +409,34 @@ impl Plan {
             let path = |field: &str| format!("scenarios[{i}].{field}");
             let complete = scenario.delay.is_some()
                 && scenario.jitter.is_some()
-                && scenario.loss_percent.is_some();
+                && (scenario.loss_percent.is_some() || scenario.gilbert_elliott.is_some());
             if scenario_preset(&scenario.name).is_none() && !complete {
                 return Err(invalid(
                     path("name"),
                     quoted(&scenario.name),
-                    "not a preset (local, edge, cloud): give delay, jitter and loss_percent",
+                    "not a preset (local, edge, cloud): give delay, jitter and loss_percent \
+                     (or gilbert_elliott)",
                 ));
+            }
+            if let Some(model) = &scenario.gilbert_elliott {
+                for (field, value) in model.fields() {
+                    if !(0.0..=100.0).contains(&value) {
+                        return Err(invalid(
+                            path(field),
+                            value,
+                            "a percentage is between 0 and 100",
+                        ));
+                    }
+                }
+                if let Some(loss) = scenario.loss_percent
+                    && loss != 0.0
+                {
+                    return Err(invalid(
+                        path("loss_percent"),
+                        loss,
+                        "given with gilbert_elliott; netem applies one loss model, so give one",
+                    ));
+                }
             }
             if let Some(loss) = scenario.loss_percent
                 && !(0.0..=100.0).contains(&loss)

@@ -80,6 +80,9 @@ pub struct NetemRecord {
     /// netem's queue length, packets; the kernel's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_packets: Option<u32>,
+    /// Losses in bursts (Gilbert-Elliott) instead of `loss_percent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gilbert_elliott: Option<domain::GilbertElliott>,
 }
 
 impl NetemRecord {
@@ -96,6 +99,15 @@ impl NetemRecord {
             loss_percent: spec.loss_percent,
             rate_bytes_per_sec: spec.rate_bytes_per_sec,
             limit_packets: spec.limit_packets,
+            gilbert_elliott: spec
+                .gilbert_elliott
+                .as_ref()
+                .map(|model| domain::GilbertElliott {
+                    p_percent: model.p_percent,
+                    r_percent: model.r_percent,
+                    bad_loss_percent: model.bad_loss_percent,
+                    good_loss_percent: model.good_loss_percent,
+                }),
         }
     }
 
@@ -105,17 +117,30 @@ impl NetemRecord {
     }
 }
 
-/// `delay 1.25ms jitter 0.25ms loss 0.02%`, as the report shows it.
+/// `delay 1.25ms jitter 0.25ms loss 0.02%`, as the report shows it; a loss model as
+/// `loss gemodel p 5% r 50% 1-h 100% 1-k 0% (mean 9.090909%)`.
 impl fmt::Display for NetemRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The kernel holds chances as fractions of 2^32: 0.05 reads back as 0.0500000082.
+        let shown = |percent: f64| (percent * 1e6).round() / 1e6;
         write!(
             f,
-            "delay {}ms jitter {}ms loss {}%",
+            "delay {}ms jitter {}ms ",
             self.delay_ns as f64 / 1e6,
             self.jitter_ns as f64 / 1e6,
-            // The kernel holds loss as a fraction of 2^32: 0.05 reads back as 0.0500000082.
-            (self.loss_percent * 1e6).round() / 1e6
-        )
+        )?;
+        match &self.gilbert_elliott {
+            None => write!(f, "loss {}%", shown(self.loss_percent)),
+            Some(model) => write!(
+                f,
+                "loss gemodel p {}% r {}% 1-h {}% 1-k {}% (mean {}%)",
+                shown(model.p_percent),
+                shown(model.r_percent),
+                shown(model.bad_loss_percent),
+                shown(model.good_loss_percent),
+                shown(model.mean_loss_percent()),
+            ),
+        }
     }
 }
 
@@ -308,6 +333,7 @@ mod tests {
             loss_percent: 0.050_000_008_2,
             rate_bytes_per_sec: None,
             limit_packets: Some(1000),
+            gilbert_elliott: None,
         };
         let record = NetemRecord::of(&spec);
         assert_eq!((record.delay_ns, record.jitter_ns), (1_249_984, 250_000));
@@ -316,6 +342,22 @@ mod tests {
             "delay 1.249984ms jitter 0.25ms loss 0.05%"
         );
         assert_eq!(record.delay(), Duration::from_nanos(1_249_984));
+
+        // A loss model read back: the kernel's 1-h of 70 % is 69.99999998 %.
+        let bursts = pb::NetemSpec {
+            loss_percent: 0.0,
+            gilbert_elliott: Some(pb::GilbertElliott {
+                p_percent: 5.000_000_004,
+                r_percent: 50.0,
+                bad_loss_percent: 69.999_999_98,
+                good_loss_percent: 0.0,
+            }),
+            ..spec
+        };
+        assert_eq!(
+            NetemRecord::of(&bursts).to_string(),
+            "delay 1.249984ms jitter 0.25ms loss gemodel p 5% r 50% 1-h 70% 1-k 0% (mean 6.363636%)"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::agents::AgentHandle;
 use super::deploy::Endpoints;
 use super::load::run_load;
-use crate::plan::{BrokerKind, Cell, Plan, Timing};
+use crate::plan::{Cell, Plan, Timing};
 use crate::results::MetricsRow;
 
 /// Metrics sampling interval during a cell: a 10 s window holds 20 samples of the broker
@@ -61,9 +61,9 @@ pub(super) fn workload(
                 .websocket
                 .ok_or_else(|| format!("broker {} reported no WebSocket listener", entry.name))?
         }
-        // Only an external broker's address is dialled over QUIC (plan validation).
-        Transport::Quic if entry.kind == BrokerKind::External => endpoints.mqtt,
-        Transport::Quic => return Err(format!("broker {} opens no QUIC listener", entry.name)),
+        Transport::Quic => endpoints
+            .quic
+            .ok_or_else(|| format!("broker {} has no QUIC listener", entry.name))?,
     };
     spec.broker.host = broker.ip().to_string();
     spec.broker.port = broker.port();
@@ -235,6 +235,7 @@ mod tests {
         let endpoints = Endpoints {
             mqtt: "127.0.0.1:1883".parse().unwrap(),
             websocket: None,
+            quic: None,
         };
         let spec = workload(base, plan, cell, endpoints, "r").expect("a workload");
         (spec.broker.username, spec.broker.password)

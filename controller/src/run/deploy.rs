@@ -47,6 +47,8 @@ pub(super) struct Deployed {
     pub address: SocketAddr,
     /// Where WebSocket clients dial it, when it has such a listener.
     pub websocket: Option<SocketAddr>,
+    /// Where QUIC clients dial it, when it has such a listener (external brokers only).
+    pub quic: Option<SocketAddr>,
     pub detail: String,
     /// What the broker supports, as probed when it was started (none for an external one).
     pub capabilities: Option<loadgen::capabilities::Capabilities>,
@@ -57,6 +59,7 @@ impl From<Started> for Deployed {
         Deployed {
             address: started.address,
             websocket: started.websocket,
+            quic: None,
             detail: started.detail,
             capabilities: started.capabilities,
         }
@@ -69,6 +72,7 @@ impl Deployed {
         Endpoints {
             mqtt: self.address,
             websocket: self.websocket,
+            quic: self.quic,
         }
     }
 }
@@ -80,6 +84,8 @@ pub(super) struct Endpoints {
     pub mqtt: SocketAddr,
     /// MQTT over WebSocket, when the broker has such a listener.
     pub websocket: Option<SocketAddr>,
+    /// MQTT over QUIC (UDP), when the broker has such a listener.
+    pub quic: Option<SocketAddr>,
 }
 
 /// The first address `host:port` resolves to.
@@ -117,8 +123,13 @@ pub(super) async fn deploy(
     let setup = broker
         .setup()
         .ok_or_else(|| DeployError::Failed(format!("broker {}: not a valid entry", broker.name)))?;
-    if let BrokerSetup::External { address, websocket } = setup {
-        return external(address, websocket).await;
+    if let BrokerSetup::External {
+        address,
+        websocket,
+        quic,
+    } = setup
+    {
+        return external(address, websocket, quic).await;
     }
     let node = deploying_node(plan, broker).unwrap_or_default();
     let agent = agents
@@ -140,6 +151,7 @@ pub(super) async fn deploy(
             websocket: started
                 .websocket
                 .map(|ws| SocketAddr::new(via.data_address, ws.port())),
+            quic: None,
             detail: started.detail,
             capabilities: started.capabilities,
         });
@@ -148,7 +160,11 @@ pub(super) async fn deploy(
 }
 
 /// An external broker: only its addresses resolved.
-async fn external(address: &str, websocket: Option<&str>) -> Result<Deployed, DeployError> {
+async fn external(
+    address: &str,
+    websocket: Option<&str>,
+    quic: Option<&str>,
+) -> Result<Deployed, DeployError> {
     let resolved = resolve(address).await.ok_or_else(|| {
         DeployError::Failed(format!("external address {address:?} does not resolve"))
     })?;
@@ -160,9 +176,18 @@ async fn external(address: &str, websocket: Option<&str>) -> Result<Deployed, De
             ))
         })?),
     };
+    let quic = match quic {
+        None => None,
+        Some(address) => Some(resolve(address).await.ok_or_else(|| {
+            DeployError::Failed(format!(
+                "external QUIC address {address:?} does not resolve"
+            ))
+        })?),
+    };
     Ok(Deployed {
         address: resolved,
         websocket,
+        quic,
         detail: "external: run by someone else".to_string(),
         capabilities: None,
     })
@@ -193,6 +218,7 @@ async fn enter_through(
         Ok(hop_started) => Ok(Deployed {
             address: hop_started.address,
             websocket: None,
+            quic: None,
             detail: format!(
                 "{}; entered through {entry}: {}",
                 started.detail, hop_started.detail

@@ -48,7 +48,8 @@ pub struct ServeConfig {
 
 /// An external broker the service offers (`[[external_brokers]]` in the nodes file). A plan
 /// measures it with a `[[brokers]]` entry of kind `"external"` that has its `name`,
-/// `address` and `websocket_address`; its tests speaking WebSocket use `websocket_path`.
+/// `address`, `websocket_address` and `quic_address`; its tests speaking WebSocket use
+/// `websocket_path`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServedBroker {
@@ -62,6 +63,9 @@ pub struct ServedBroker {
     /// The request path of its WebSocket listener; loadgen's default (`/mqtt`) when absent.
     #[serde(default)]
     pub websocket_path: Option<String>,
+    /// `host:port` (UDP) of its MQTT-over-QUIC listener, if it has one.
+    #[serde(default)]
+    pub quic_address: Option<String>,
 }
 
 impl ServedBroker {
@@ -228,17 +232,19 @@ impl ServeConfig {
             };
             if broker.address.as_deref() != Some(served.address.as_str())
                 || broker.websocket_address != served.websocket_address
+                || broker.quic_address != served.quic_address
             {
+                let shown = |address: Option<&str>| {
+                    address.map_or("absent".to_string(), |a| format!("{a:?}"))
+                };
                 return Err(format!(
                     "brokers[{b}] ({:?}): differs from the service's external broker of that \
                      name; use it as the service describes it (address = {:?}, \
-                     websocket_address = {})",
+                     websocket_address = {}, quic_address = {})",
                     broker.name,
                     served.address,
-                    served
-                        .websocket_address
-                        .as_deref()
-                        .map_or("absent".to_string(), |a| format!("{a:?}"))
+                    shown(served.websocket_address.as_deref()),
+                    shown(served.quic_address.as_deref()),
                 ));
             }
         }
@@ -396,6 +402,7 @@ fn check_external_brokers(brokers: &[ServedBroker]) -> Result<(), String> {
         for (key, address) in [
             ("address", Some(&broker.address)),
             ("websocket_address", broker.websocket_address.as_ref()),
+            ("quic_address", broker.quic_address.as_ref()),
         ] {
             let Some(address) = address else { continue };
             let valid = address
@@ -575,6 +582,16 @@ websocket_address = "127.0.0.1:8080""#;
                     "protocol = \"5\"",
                 ),
                 "brokers[0] (\"lab\"): differs from the service's external broker",
+            ),
+            (
+                // A QUIC address of the plan's own: the server would send UDP where it says.
+                external_plan(
+                    &format!("{LAB}\nquic_address = \"198.51.100.7:14567\""),
+                    "transport = \"quic\"\ntls_ca_file = \"lab-ca\"",
+                ),
+                "brokers[0] (\"lab\"): differs from the service's external broker of that name; \
+                 use it as the service describes it (address = \"127.0.0.1:1883\", \
+                 websocket_address = \"127.0.0.1:8080\", quic_address = absent)",
             ),
             (
                 external_plan(

@@ -90,5 +90,6 @@ pub(crate) async fn run_scoped(
     {
         result.retained = Some(retained::check(&run, &result.published).await);
     }
+    run.dialer.settle().await;
     Ok(result)
 }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::prepare::Run;
 use crate::LoadgenError;
-use crate::local_broker::LocalBroker;
+use crate::local_broker::{Listener, LocalBroker};
 use crate::session;
 use crate::session::connect_fields;
+use crate::spec::Transport;
 
 /// The preflight probe gives up after this long, whatever the connect timeout.
 const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -16,8 +17,12 @@ const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) async fn preflight(run: &Run<'_>) -> Result<Option<LocalBroker>, LoadgenError> {
     probe(run).await?;
     let (host, port) = (run.spec.broker.host.clone(), run.spec.broker.port);
+    let listener = match run.spec.broker.transport {
+        Transport::Quic => Listener::Udp,
+        Transport::Tcp | Transport::WebSocket => Listener::Tcp,
+    };
     Ok(
-        tokio::task::spawn_blocking(move || crate::local_broker::find(&host, port))
+        tokio::task::spawn_blocking(move || crate::local_broker::find(&host, port, listener))
             .await
             .ok()
             .flatten(),

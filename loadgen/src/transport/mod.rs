@@ -125,6 +125,14 @@ impl Dialer {
         self
     }
 
+    /// Waits (a few seconds at most) for connections still closing after their writers shut
+    /// down: QUIC ones close in the background, and a run's runtime must not go before.
+    pub async fn settle(&self) {
+        if let Some(quic) = &self.quic {
+            quic.settle().await;
+        }
+    }
+
     /// The `host:port` dialled.
     pub fn address(&self) -> &str {
         &self.address

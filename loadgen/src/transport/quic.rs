@@ -12,9 +12,12 @@
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use quinn::crypto::rustls::QuicClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -25,23 +28,40 @@ use super::{DialSetupError, ReadHalf, WriteHalf};
 /// accept for MQTT over QUIC.
 pub const ALPN: &[u8] = b"mqtt";
 
-/// How long a connection may be silent before QUIC drops it: the mqttv5 broker's own 60 s,
-/// longer than any keep-alive loadgen asks for, so MQTT's keep-alive decides, not QUIC's.
+/// How long a connection may be silent before QUIC drops it: the mqttv5 broker's own 60 s.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// QUIC's own pings on a silent connection, well within [`IDLE_TIMEOUT`]: a client that holds
+/// a connection without traffic (a churn client, a keep-alive of minutes) keeps it, as over
+/// TCP, and MQTT's keep-alive alone decides when a client is gone.
+const QUIC_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// How long a connection is kept, after its writer finished the stream, for the broker to
 /// close it (as it does after DISCONNECT). Closing at once would discard what the broker has
 /// not yet acknowledged, DISCONNECT included, and the broker would see a lost client.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// The error code of a connection loadgen closes itself: 0, "no error", as after DISCONNECT.
-const CLOSED_BY_CLIENT: u32 = 0;
+/// The error code of a connection closed normally (after DISCONNECT): 0, "no error".
+const CLOSED_NORMALLY: u32 = 0;
+
+/// The error code loadgen closes a connection with when the broker opened a stream of its
+/// own, which loadgen does not read: any code but 0 says "not a normal end".
+const REFUSED_STREAM: u32 = 1;
 
 /// QUIC connections to one broker, with the TLS configuration built once per run.
 #[derive(Clone)]
 pub(super) struct QuicDialer {
     config: quinn::ClientConfig,
     server_name: String,
+    closing: Arc<Closing>,
+}
+
+/// Connections closing in the background after their writer's shutdown: a run waits for them
+/// ([`QuicDialer::settle`]) before its runtime goes, so no goodbye is cut off mid-way.
+#[derive(Default)]
+struct Closing {
+    count: AtomicUsize,
+    done: Notify,
 }
 
 impl QuicDialer {
@@ -61,6 +81,7 @@ impl QuicDialer {
         let crypto = QuicClientConfig::try_from(tls)
             .map_err(|e| DialSetupError::Rustls(format!("QUIC: {e}")))?;
         let mut transport = quinn::TransportConfig::default();
+        transport.keep_alive_interval(Some(QUIC_KEEP_ALIVE));
         transport.max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(IDLE_TIMEOUT)
                 .map_err(|e| DialSetupError::Rustls(format!("QUIC idle timeout: {e}")))?,
@@ -74,7 +95,24 @@ impl QuicDialer {
         Ok(QuicDialer {
             config,
             server_name: server_name.to_string(),
+            closing: Arc::default(),
         })
+    }
+
+    /// Waits, at most [`CLOSE_WAIT`], until every connection whose writer shut down has
+    /// closed.
+    pub(super) async fn settle(&self) {
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+        loop {
+            // Created before the count is read: a wake-up in between is not missed.
+            let done = self.closing.done.notified();
+            if self.closing.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Resolves `address`, handshakes from a UDP socket of its own and opens the stream.
@@ -111,6 +149,7 @@ impl QuicDialer {
             send,
             connection,
             finished: false,
+            closing: self.closing.clone(),
         };
         Ok((Box::pin(reader), Box::pin(writer)))
     }
@@ -144,7 +183,7 @@ async fn refuse_broker_streams(connection: quinn::Connection, foreign: Arc<OnceL
              the broker to deliver on that stream (mqttv5: server_delivery_strategy = \
              \"control_only\")"
         ));
-        connection.close(CLOSED_BY_CLIENT.into(), b"unexpected stream");
+        connection.close(REFUSED_STREAM.into(), b"unexpected stream");
     }
 }
 
@@ -172,7 +211,7 @@ impl AsyncRead for QuicReader {
             return Poll::Ready(Err(unread_stream(reason)));
         }
         match self.recv.poll_read_buf(cx, buf) {
-            Poll::Ready(Err(error)) => Poll::Ready(Err(read_error(error, &self.foreign))),
+            Poll::Ready(Err(error)) => Poll::Ready(read_error(error, &self.foreign)),
             other => other.map(|_| Ok(())),
         }
     }
@@ -185,31 +224,30 @@ fn unread_stream(reason: &str) -> io::Error {
 }
 
 /// A read error as the session reads it: the broker closing the connection with "no error"
-/// (as after DISCONNECT, or an MQTT-level close) is the end of the stream, as a FIN is on TCP.
-fn read_error(error: quinn::ReadError, foreign: &OnceLock<String>) -> io::Error {
+/// (as after DISCONNECT, or an MQTT-level close) is the end of the stream, as a FIN is on TCP
+/// (a read of nothing); anything else is an error.
+fn read_error(error: quinn::ReadError, foreign: &OnceLock<String>) -> io::Result<()> {
     if let Some(reason) = foreign.get() {
-        return unread_stream(reason);
+        return Err(unread_stream(reason));
     }
     match error {
         quinn::ReadError::ConnectionLost(quinn::ConnectionError::ApplicationClosed(close))
-            if close.error_code == quinn::VarInt::from_u32(CLOSED_BY_CLIENT) =>
+            if close.error_code == quinn::VarInt::from_u32(CLOSED_NORMALLY) =>
         {
-            io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the broker closed the QUIC connection",
-            )
+            Ok(())
         }
-        other => io::Error::other(other),
+        other => Err(io::Error::other(other)),
     }
 }
 
 /// The write half; its shutdown finishes the stream at once, as a FIN does on TCP, and
 /// leaves the connection to close in the background once the broker has had what was
-/// written.
+/// written (counted in `closing`, which the run waits for).
 struct QuicWriter {
     send: quinn::SendStream,
     connection: quinn::Connection,
     finished: bool,
+    closing: Arc<Closing>,
 }
 
 impl AsyncWrite for QuicWriter {
@@ -232,9 +270,13 @@ impl AsyncWrite for QuicWriter {
             // Finished or reset already (the broker closed first) is fine.
             let _ = self.send.finish();
             let connection = self.connection.clone();
+            let closing = self.closing.clone();
+            closing.count.fetch_add(1, Ordering::AcqRel);
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(CLOSE_WAIT, connection.closed()).await;
-                connection.close(CLOSED_BY_CLIENT.into(), b"");
+                connection.close(CLOSED_NORMALLY.into(), b"");
+                closing.count.fetch_sub(1, Ordering::AcqRel);
+                closing.done.notify_waiters();
             });
         }
         Poll::Ready(Ok(()))

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use domain::{FieldError, NetemParams};
+use domain::{FieldError, GilbertElliott, NetemParams};
 
 use super::{ConversionError, duration_to_proto, field, required};
 use crate::agent::v1 as pb;
@@ -38,6 +38,12 @@ impl TryFrom<&pb::NetemSpec> for NetemParams {
             loss_percent: spec.loss_percent,
             rate_bytes_per_sec: spec.rate_bytes_per_sec,
             limit_packets: spec.limit_packets,
+            gilbert_elliott: spec.gilbert_elliott.as_ref().map(|model| GilbertElliott {
+                p_percent: model.p_percent,
+                r_percent: model.r_percent,
+                bad_loss_percent: model.bad_loss_percent,
+                good_loss_percent: model.good_loss_percent,
+            }),
         };
         params.validate().map_err(|error| ConversionError::Rule {
             path: field(at, error.field()),
@@ -56,6 +62,12 @@ impl From<&NetemParams> for pb::NetemSpec {
             loss_percent: params.loss_percent,
             rate_bytes_per_sec: params.rate_bytes_per_sec,
             limit_packets: params.limit_packets,
+            gilbert_elliott: params.gilbert_elliott.map(|model| pb::GilbertElliott {
+                p_percent: model.p_percent,
+                r_percent: model.r_percent,
+                bad_loss_percent: model.bad_loss_percent,
+                good_loss_percent: model.good_loss_percent,
+            }),
         }
     }
 }
@@ -74,7 +86,38 @@ mod tests {
             loss_percent: loss,
             rate_bytes_per_sec: None,
             limit_packets: None,
+            gilbert_elliott: None,
         }
+    }
+
+    #[test]
+    fn a_gilbert_elliott_model_crosses_the_wire_and_its_fields_are_named() {
+        let params = NetemParams {
+            gilbert_elliott: Some(GilbertElliott {
+                p_percent: 1.0,
+                r_percent: 25.0,
+                bad_loss_percent: 70.0,
+                good_loss_percent: 0.1,
+            }),
+            ..NetemParams::from_millis(10.0, 0.0, 0.0).expect("valid")
+        };
+        let wire = pb::NetemSpec::from(&params);
+        assert_eq!(NetemParams::try_from(&wire).expect("valid"), params);
+        let mut bad = wire;
+        if let Some(model) = bad.gilbert_elliott.as_mut() {
+            model.r_percent = 120.0;
+        }
+        let error = NetemParams::try_from(&bad).expect_err("out of range");
+        assert!(
+            error
+                .to_string()
+                .contains("netem.gilbert_elliott.r_percent"),
+            "{error}"
+        );
+        let mut both = wire;
+        both.loss_percent = 1.0;
+        let error = NetemParams::try_from(&both).expect_err("two models");
+        assert!(error.to_string().contains("netem.loss_percent"), "{error}");
     }
 
     #[test]

@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 use agent::netem::{Netem, NetemOptions};
 use agent::service::AgentService;
 use anyhow::{Context, Result, bail};
-use domain::NetemParams;
 use domain::netem::DEFAULT_LIMIT;
 use domain::{AgentConfig, NodeRole, TlsFiles};
+use domain::{GilbertElliott, NetemParams};
 use proto::agent::v1 as pb;
 use proto::agent::v1::agent_client::AgentClient;
 use proto::client::connect_agent;
@@ -62,6 +62,8 @@ const PROBES: usize = 500;
 /// Twice the 500 the acceptance asks for: the 6-14 % band then sits 4 standard deviations
 /// from 10 % instead of 3, so a correct netem fails it about once in 30,000 runs, not 300.
 const LOSS_PROBES: usize = 1000;
+/// Probes of the burst model: about 90 bursts, so the mean burst is known to about 0.15.
+const BURST_PROBES: usize = 2000;
 /// Far above the slowest RTT configured here (cloud: about 8 ms) plus TCG's 13 ms outliers.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(50);
 /// Lease of the settings held while probing: far longer than a measurement takes.
@@ -159,6 +161,7 @@ async fn run() -> Result<bool> {
     }
 
     ok &= check_loss(&bed, &mut a).await?;
+    ok &= check_bursts(&bed, &mut a).await?;
     ok &= check_combinations(&bed, &mut a).await?;
     ok &= check_permission(&ns_a, &pki).await?;
     ok &= check_bad_input(&bed, &mut a).await?;
@@ -243,6 +246,47 @@ async fn check_loss(bed: &Testbed, a: &mut AgentClient<Channel>) -> Result<bool>
     ))
 }
 
+/// Gilbert's burst model on one end, through agent A: p 5 %, r 50 %, everything lost in the
+/// bad state, so 5/55 = 9.1 % lost in the long run, in bursts of 1/r = 2 probes on average
+/// (random loss of that mean makes bursts of 1.1). Over [`BURST_PROBES`] probes the loss
+/// falls within 4-15 % and the mean burst is at least 1.5 probes: each bound about 4
+/// standard deviations from what the model gives (the chain's correlation widens the loss's
+/// spread 2.6 times over a coin's).
+async fn check_bursts(bed: &Testbed, a: &mut AgentClient<Channel>) -> Result<bool> {
+    let model = NetemParams {
+        gilbert_elliott: Some(GilbertElliott {
+            p_percent: 5.0,
+            r_percent: 50.0,
+            bad_loss_percent: 100.0,
+            good_loss_percent: 0.0,
+        }),
+        ..Default::default()
+    };
+    let applied = rpc(a.apply_netem(apply_request("va", &model, MEASURE_LEASE))).await?;
+    let kernel = bed.a.read("va").await?;
+    let probes = bed.probe(BURST_PROBES)?;
+    let rate = probes.lost as f64 / BURST_PROBES as f64;
+    let bursts = probes.bursts.len();
+    let mean_burst = probes.lost as f64 / bursts.max(1) as f64;
+    let mut details = probes.summary();
+    details["loss_rate"] = json!(rate);
+    details["mean_loss_configured"] = json!(model.mean_loss_percent() / 100.0);
+    details["bursts"] = json!(bursts);
+    details["mean_burst"] = json!(mean_burst);
+    details["longest_burst"] = json!(probes.bursts.iter().max());
+    details["applied"] = describe(&applied);
+    let cleared = rpc(a.clear_netem(clear_request("va"))).await?;
+    Ok(report(
+        "bursts",
+        matches(&model, &applied)
+            && kernel == Some(NetemOptions::from_params(&model)?)
+            && (0.04..=0.15).contains(&rate)
+            && mean_burst >= 1.5
+            && !cleared.present,
+        details,
+    ))
+}
+
 /// Every combination applies as asked through the agent, including the ones the study's
 /// successor dropped, and the kernel holds exactly that.
 async fn check_combinations(bed: &Testbed, a: &mut AgentClient<Channel>) -> Result<bool> {
@@ -280,6 +324,19 @@ async fn check_combinations(bed: &Testbed, a: &mut AgentClient<Channel>) -> Resu
                 rate_bytes_per_sec: Some(1_250_000),
                 limit_packets: Some(2000),
                 ..ms(5.0, 1.0, 0.5)?
+            },
+        ),
+        (
+            "gemodel",
+            NetemParams {
+                rate_bytes_per_sec: Some(1_250_000),
+                gilbert_elliott: Some(GilbertElliott {
+                    p_percent: 1.0,
+                    r_percent: 25.0,
+                    bad_loss_percent: 70.0,
+                    good_loss_percent: 0.1,
+                }),
+                ..ms(5.0, 1.0, 0.0)?
             },
         ),
     ];
@@ -549,6 +606,12 @@ fn spec_of(params: &NetemParams) -> Result<pb::NetemSpec> {
         loss_percent: params.loss_percent,
         rate_bytes_per_sec: params.rate_bytes_per_sec,
         limit_packets: params.limit_packets,
+        gilbert_elliott: params.gilbert_elliott.map(|model| pb::GilbertElliott {
+            p_percent: model.p_percent,
+            r_percent: model.r_percent,
+            bad_loss_percent: model.bad_loss_percent,
+            good_loss_percent: model.good_loss_percent,
+        }),
     })
 }
 
@@ -562,6 +625,12 @@ fn params_of(spec: &pb::NetemSpec) -> Result<NetemParams> {
         loss_percent: spec.loss_percent,
         rate_bytes_per_sec: spec.rate_bytes_per_sec,
         limit_packets: spec.limit_packets,
+        gilbert_elliott: spec.gilbert_elliott.as_ref().map(|model| GilbertElliott {
+            p_percent: model.p_percent,
+            r_percent: model.r_percent,
+            bad_loss_percent: model.bad_loss_percent,
+            good_loss_percent: model.good_loss_percent,
+        }),
     })
 }
 
@@ -607,13 +676,14 @@ fn matches(asked: &NetemParams, state: &pb::NetemState) -> bool {
         && (held.loss_percent - asked.loss_percent).abs() <= 100.0 / f64::from(u32::MAX)
         && held.rate_bytes_per_sec == asked.rate_bytes_per_sec
         && held.limit_packets == Some(asked.limit_packets.unwrap_or(DEFAULT_LIMIT))
+        && held.gilbert_elliott.is_some() == asked.gilbert_elliott.is_some()
         && NetemOptions::from_params(&held).ok() == NetemOptions::from_params(asked).ok()
 }
 
 fn describe_params(params: &NetemParams) -> Value {
     json!({ "delay_ns": params.delay.as_nanos() as u64, "jitter_ns": params.jitter.as_nanos() as u64,
             "loss_percent": params.loss_percent, "rate": params.rate_bytes_per_sec,
-            "limit": params.limit_packets })
+            "limit": params.limit_packets, "gilbert_elliott": params.gilbert_elliott })
 }
 
 fn describe(state: &pb::NetemState) -> Value {
@@ -855,6 +925,8 @@ impl Testbed {
     fn probe(&self, n: usize) -> Result<Probes> {
         let mut rtts = Vec::with_capacity(n);
         let mut lost = 0;
+        let mut bursts = Vec::new();
+        let mut run = 0;
         let mut buf = [0u8; 64];
         for seq in 0..n as u64 {
             let sent = Instant::now();
@@ -863,6 +935,10 @@ impl Testbed {
                 match self.probe.recv(&mut buf) {
                     Ok(8) if buf[..8] == seq.to_be_bytes() => {
                         rtts.push(sent.elapsed());
+                        if run > 0 {
+                            bursts.push(run);
+                            run = 0;
+                        }
                         break;
                     }
                     Ok(_) => continue,
@@ -873,19 +949,25 @@ impl Testbed {
                         ) =>
                     {
                         lost += 1;
+                        run += 1;
                         break;
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
         }
-        Ok(Probes { rtts, lost })
+        if run > 0 {
+            bursts.push(run);
+        }
+        Ok(Probes { rtts, lost, bursts })
     }
 }
 
 struct Probes {
     rtts: Vec<Duration>,
     lost: usize,
+    /// The lengths of the runs of consecutive lost probes, in order.
+    bursts: Vec<usize>,
 }
 
 impl Probes {

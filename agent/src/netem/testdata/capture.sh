@@ -27,6 +27,9 @@ cases=(
   "cloud_side|delay 3.125ms 0.625ms loss 0.05%"
   "loss10|loss 10%"
   "all|delay 5ms 1ms loss 0.5% rate 10mbit limit 2000"
+  "gemodel|loss gemodel 5% 50% 100% 0%"
+  "edge_gemodel|delay 1.25ms 0.25ms loss gemodel 1% 25% 70% 0.1%"
+  "gemodel_rate|delay 5ms loss gemodel 2% 40% 100% 0% rate 10mbit limit 2000"
 )
 
 echo "# iproute2: $(tc -V | head -1); /proc/net/psched: $(cat /proc/net/psched)"
