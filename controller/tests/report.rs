@@ -181,6 +181,7 @@ fn build(dir: &Path, plan_text: &str) -> Vec<(String, Summary)> {
             node: "headnode".into(),
             address: "198.19.0.3:31883".into(),
             websocket_address: None,
+            quic_address: None,
             detail: "mosquitto (eclipse-mosquitto:1.6.15-openssl) as Deployment continuum/mosquitto on node worker, NodePort 31883".into(),
             capabilities: None,
         }],

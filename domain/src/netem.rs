@@ -144,6 +144,12 @@ pub enum ParamsError {
         /// The value as given.
         value: f64,
     },
+    /// A chain that turns bad and never back: after about `100 / p` packets the link loses
+    /// (nearly) everything for good, which no link to measure does.
+    #[error(
+        "gilbert_elliott.r_percent: 0 with p_percent above 0: once bad the link never recovers; give the chance per packet of recovering"
+    )]
+    NeverRecovers,
     /// Random loss and a loss model at once: netem applies one of them only.
     #[error(
         "loss_percent: {value} given with gilbert_elliott; netem applies one loss model, so give one"
@@ -168,6 +174,7 @@ impl ParamsError {
             Self::JitterWithoutDelay { .. } | Self::JitterExceedsDelay { .. } => "jitter",
             Self::LossOutOfRange { .. } | Self::TwoLossModels { .. } => "loss_percent",
             Self::ModelOutOfRange { field, .. } => field,
+            Self::NeverRecovers => "gilbert_elliott.r_percent",
             Self::ZeroRate => "rate_bytes_per_sec",
             Self::ZeroLimit => "limit_packets",
         }
@@ -223,6 +230,9 @@ impl NetemParams {
                 if !(0.0..=100.0).contains(&value) {
                     return Err(ParamsError::ModelOutOfRange { field, value });
                 }
+            }
+            if model.r_percent == 0.0 && model.p_percent > 0.0 && model.bad_loss_percent > 0.0 {
+                return Err(ParamsError::NeverRecovers);
             }
             if self.loss_percent != 0.0 {
                 return Err(ParamsError::TwoLossModels {
@@ -479,6 +489,15 @@ mod tests {
         let error = both.validate().expect_err("two loss models");
         assert_eq!(error.field(), "loss_percent");
         assert!(error.to_string().contains("one loss model"), "{error}");
+        let stuck = NetemParams {
+            gilbert_elliott: Some(GilbertElliott {
+                r_percent: 0.0,
+                ..model
+            }),
+            ..Default::default()
+        };
+        let error = stuck.validate().expect_err("never recovers");
+        assert_eq!(error.field(), "gilbert_elliott.r_percent");
     }
 
     #[test]

@@ -219,15 +219,16 @@ mod tests {
         assert!(parse_listening(table, 80, TCP_LISTEN).is_empty());
     }
 
-    #[test]
-    fn a_listener_on_this_host_is_found_with_its_cpu() {
-        // This test process listens; the search skips loadgen's own process, so a child
-        // listens instead: a real process found by its socket.
+    /// A child process holding `socket` (Python) bound on 127.0.0.1, and its port: the search
+    /// skips loadgen's own process, so a real other process must hold the socket.
+    fn child_with(socket: &str) -> (std::process::Child, u16) {
+        let script = format!(
+            "import socket,time\ns={socket}\ns.bind(('127.0.0.1',0))\n\
+             getattr(s,'listen',lambda:0)() if s.type==socket.SOCK_STREAM else 0\n\
+             print(s.getsockname()[1],flush=True)\ntime.sleep(30)"
+        );
         let mut child = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)",
-            ])
+            .args(["-c", &script])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("python3 runs");
@@ -237,7 +238,12 @@ mod tests {
             &mut line,
         )
         .expect("the port is printed");
-        let port: u16 = line.trim().parse().expect("a port");
+        (child, line.trim().parse().expect("a port"))
+    }
+
+    #[test]
+    fn a_listener_on_this_host_is_found_with_its_cpu() {
+        let (mut child, port) = child_with("socket.socket()");
         let found = find("127.0.0.1", port, Listener::Tcp);
         let counters_now = found.as_ref().and_then(|b| counters(b.pid));
         let _ = child.kill();
@@ -258,21 +264,7 @@ mod tests {
 
     #[test]
     fn a_udp_listener_on_this_host_is_found_for_quic() {
-        let mut child = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',0))\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
-            &mut line,
-        )
-        .expect("the port is printed");
-        let port: u16 = line.trim().parse().expect("a port");
+        let (mut child, port) = child_with("socket.socket(socket.AF_INET,socket.SOCK_DGRAM)");
         let found = find("127.0.0.1", port, Listener::Udp);
         let over_tcp = find("127.0.0.1", port, Listener::Tcp);
         let _ = child.kill();

@@ -60,3 +60,25 @@ pub fn assert_nothing_lost(summary: &Summary) {
     );
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
 }
+
+/// For tests about a transport: loadgen judged the timed run steady and its rate sustained,
+/// without errors; or it refused to judge because this shared machine starved it of CPU and
+/// said so (every reason a wait for a CPU), the one other verdict let pass.
+pub fn assert_transport_steady(summary: &Summary) {
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let reasons = &summary.generator.reasons;
+    if summary.rate_kind == loadgen::summary::RateKind::GeneratorLimited
+        && !reasons.is_empty()
+        && reasons.iter().all(|r| r.contains("waited for a CPU"))
+    {
+        eprintln!("not judged, the machine was oversubscribed: {reasons:?}");
+        return;
+    }
+    let steady = summary.steadiness.as_ref().expect("a timed run is judged");
+    assert!(steady.steady, "not steady: {:?}", steady.reasons);
+    assert_eq!(
+        summary.rate_kind,
+        loadgen::summary::RateKind::Sustained,
+        "{reasons:?}"
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use loadgen::Summary;
 use loadgen::size::ByteSize;
 use loadgen::spec::{Pacing, Qos, Transport, WorkloadSpec};
-use tests::load::{assert_nothing_lost, megabyte_workload, run};
+use tests::load::{assert_nothing_lost, assert_transport_steady, megabyte_workload, run};
 use tests::mosquitto::WebSocketListener;
 use tests::rabbitmq::{RabbitOptions, WEB_MQTT_PATH};
 use tests::{Mosquitto, MosquittoOptions, RabbitMq, skip_unless_installed};
@@ -57,28 +57,6 @@ fn sustained_workload(pairs: u32, rate: u64, duration: u64) -> WorkloadSpec {
 /// A timed run on loadgen's own runtime, as the CLI and agents run it.
 async fn run_sustained(spec: WorkloadSpec) -> Summary {
     tests::load::run_dedicated(spec).await.1
-}
-
-/// loadgen's verdict: the rate was sustained, and the halves of the window agree; or
-/// loadgen refused to judge because this shared machine starved it of CPU (and said so),
-/// the one other verdict let pass: these tests are about the transport.
-fn assert_steady(summary: &Summary) {
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
-    let reasons = &summary.generator.reasons;
-    if summary.rate_kind == loadgen::summary::RateKind::GeneratorLimited
-        && !reasons.is_empty()
-        && reasons.iter().all(|r| r.contains("waited for a CPU"))
-    {
-        eprintln!("not judged, the machine was oversubscribed: {reasons:?}");
-        return;
-    }
-    let steady = summary.steadiness.as_ref().expect("a timed run is judged");
-    assert!(steady.steady, "not steady: {:?}", steady.reasons);
-    assert_eq!(
-        summary.rate_kind,
-        loadgen::summary::RateKind::Sustained,
-        "{reasons:?}"
-    );
 }
 
 fn print_figures(label: &str, summary: &Summary) {
@@ -216,7 +194,7 @@ async fn a_sustained_run_over_ws_is_steady_and_mosquitto_counts_the_same() {
     let ws_port = broker.websocket_port().expect("a websocket listener");
     let spec = over_websocket(sustained_workload(10, 1_000, 5), ws_port, None, None);
     let summary = mosquitto_counts(&broker, &log, spec, "wssustained", true).await;
-    assert_steady(&summary);
+    assert_transport_steady(&summary);
     print_figures("ws sustained", &summary);
     let off = (summary.receive_rate.msgs_per_s - 1_000.0).abs() / 1_000.0;
     assert!(
@@ -242,7 +220,7 @@ async fn latency_and_sustained_runs_over_wss_match_mosquittos_counters() {
 
     let spec = over_websocket(sustained_workload(10, 1_000, 3), wss_port, None, Some(&ca));
     let summary = mosquitto_counts(&broker, &log, spec, "wsssustained", true).await;
-    assert_steady(&summary);
+    assert_transport_steady(&summary);
     print_figures("wss sustained", &summary);
 }
 
@@ -299,7 +277,7 @@ async fn latency_and_sustained_runs_over_rabbitmq_web_mqtt_match_its_counters() 
         );
         assert_eq!(summary.lost, Some(0));
         if sustained {
-            assert_steady(&summary);
+            assert_transport_steady(&summary);
         } else {
             assert_nothing_lost(&summary);
         }

@@ -96,6 +96,15 @@ pub(crate) fn params(name: &str) -> NetemParams {
             gilbert_elliott: Some(gemodel(2.0, 40.0, 100.0, 0.0)),
             ..ms(5.0, 0.0, 0.0)
         },
+        // h = u32::MAX - rint(1-h): 0x7fffffff and 0xe6666665, as tc sends them.
+        "gemodel_half" => NetemParams {
+            gilbert_elliott: Some(gemodel(50.0, 50.0, 50.0, 0.0)),
+            ..Default::default()
+        },
+        "gemodel_tenth" => NetemParams {
+            gilbert_elliott: Some(gemodel(10.0, 10.0, 10.0, 0.0)),
+            ..Default::default()
+        },
         other => panic!("no params for vector {other}"),
     }
 }

@@ -437,6 +437,13 @@ impl Plan {
                         "given with gilbert_elliott; netem applies one loss model, so give one",
                     ));
                 }
+                if model.r_percent == 0.0 && model.p_percent > 0.0 && model.bad_loss_percent > 0.0 {
+                    return Err(invalid(
+                        path("gilbert_elliott.r_percent"),
+                        0,
+                        "with p_percent above 0 the link, once bad, never recovers",
+                    ));
+                }
             }
             if let Some(loss) = scenario.loss_percent
                 && !(0.0..=100.0).contains(&loss)

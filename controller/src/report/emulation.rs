@@ -124,13 +124,15 @@ pub(super) fn path_model(
 
 /// The scenario the others are compared with: `local`, else the first without delay.
 pub(super) fn baseline(plan: &Plan) -> Option<usize> {
+    // A scenario losing packets in bursts is no baseline, whatever its name or delay.
+    let clean = |s: &&crate::plan::ScenarioEntry| s.gilbert_elliott.is_none();
     plan.scenarios
         .iter()
-        .position(|s| s.name == "local")
+        .position(|s| s.name == "local" && clean(&s))
         .or_else(|| {
             plan.scenarios
                 .iter()
-                .position(|s| s.delay.is_some_and(|d| d.is_zero()))
+                .position(|s| clean(&s) && s.delay.is_some_and(|d| d.is_zero()))
         })
 }
 

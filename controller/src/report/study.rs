@@ -183,10 +183,13 @@ pub fn section(data: &RunData) -> Option<Section> {
         .iter()
         .filter(|(key, group)| key.test == test && group.count > 0)
         .collect();
+    // The study lost packets at random: a scenario losing them in bursts has no counterpart.
     let study_scenario = |scenario: usize| {
-        SCENARIOS
-            .iter()
-            .position(|&s| s == plan.scenarios[scenario].name)
+        let entry = &plan.scenarios[scenario];
+        if entry.gilbert_elliott.is_some() {
+            return None;
+        }
+        SCENARIOS.iter().position(|&s| s == entry.name)
     };
     let rows: BTreeSet<(u64, usize, usize)> = groups
         .iter()

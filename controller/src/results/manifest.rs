@@ -118,7 +118,8 @@ impl NetemRecord {
 }
 
 /// `delay 1.25ms jitter 0.25ms loss 0.02%`, as the report shows it; a loss model as
-/// `loss gemodel p 5% r 50% 1-h 100% 1-k 0% (mean 9.090909%)`.
+/// `loss gemodel p 5% r 50% 1-h 100% 1-k 0% (mean 9.090909% per egress)`: the model runs on
+/// each egress a message crosses, so a message crossing two loses about twice that.
 impl fmt::Display for NetemRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The kernel holds chances as fractions of 2^32: 0.05 reads back as 0.0500000082.
@@ -133,7 +134,7 @@ impl fmt::Display for NetemRecord {
             None => write!(f, "loss {}%", shown(self.loss_percent)),
             Some(model) => write!(
                 f,
-                "loss gemodel p {}% r {}% 1-h {}% 1-k {}% (mean {}%)",
+                "loss gemodel p {}% r {}% 1-h {}% 1-k {}% (mean {}% per egress)",
                 shown(model.p_percent),
                 shown(model.r_percent),
                 shown(model.bad_loss_percent),
@@ -256,6 +257,9 @@ pub struct BrokerRecord {
     /// Where WebSocket clients dialled it, when it had such a listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket_address: Option<String>,
+    /// Where QUIC clients dialled it (UDP), when it had such a listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_address: Option<String>,
     /// What runs: product and process, or image, Deployment and node.
     pub detail: String,
     /// What it supports, as probed when it was started; absent for an external broker or
@@ -356,7 +360,7 @@ mod tests {
         };
         assert_eq!(
             NetemRecord::of(&bursts).to_string(),
-            "delay 1.249984ms jitter 0.25ms loss gemodel p 5% r 50% 1-h 70% 1-k 0% (mean 6.363636%)"
+            "delay 1.249984ms jitter 0.25ms loss gemodel p 5% r 50% 1-h 70% 1-k 0% (mean 6.363636% per egress)"
         );
     }
 

@@ -329,6 +329,7 @@ impl<'p> Run<'p> {
                 .to_string(),
             address: deployed.address.to_string(),
             websocket_address: deployed.websocket.map(|ws| ws.to_string()),
+            quic_address: deployed.quic.map(|quic| quic.to_string()),
             detail: deployed.detail.clone(),
             capabilities: deployed.capabilities.clone(),
         };

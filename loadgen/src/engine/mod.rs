@@ -41,6 +41,7 @@ use connect::connect;
 use drain::drain;
 use finish::finish;
 use preflight::preflight;
+use prepare::Run;
 use prepare::prepare;
 use publish::publish;
 use start::start;
@@ -76,20 +77,28 @@ pub(crate) async fn run_scoped(
     scope: Scope,
 ) -> Result<RunResult, LoadgenError> {
     let run = prepare(spec, barrier, cancel, status, scope)?;
-    let local_broker = preflight(&run).await?;
-    let connected = connect(&run).await?;
-    let mut started = start(&run, connected.subscribers, local_broker)?;
-    let published = publish(&run, &started, connected.publishers).await?;
-    let drained = drain(&run, &mut started, published).await?;
-    let mut result = finish(&run, connected.result, started, drained).await;
+    let outcome = measure(&run).await;
+    // Connections still closing (QUIC's, after their goodbye) finish before the runtime may
+    // go, whether the run succeeded or not.
+    run.dialer.settle().await;
+    outcome
+}
+
+/// The phases after `prepare`.
+async fn measure(run: &Run<'_>) -> Result<RunResult, LoadgenError> {
+    let local_broker = preflight(run).await?;
+    let connected = connect(run).await?;
+    let mut started = start(run, connected.subscribers, local_broker)?;
+    let published = publish(run, &started, connected.publishers).await?;
+    let drained = drain(run, &mut started, published).await?;
+    let mut result = finish(run, connected.result, started, drained).await;
     // After the measurement: the late subscribers' connections are not the load's.
     // The instance holding every publisher checks; one without publishers leaves it to it.
     if run.spec.retain.is_some()
         && run.shard.publishers == (0..run.spec.publishers)
         && !run.cancel.is_cancelled()
     {
-        result.retained = Some(retained::check(&run, &result.published).await);
+        result.retained = Some(retained::check(run, &result.published).await);
     }
-    run.dialer.settle().await;
     Ok(result)
 }

@@ -30,6 +30,8 @@ cases=(
   "gemodel|loss gemodel 5% 50% 100% 0%"
   "edge_gemodel|delay 1.25ms 0.25ms loss gemodel 1% 25% 70% 0.1%"
   "gemodel_rate|delay 5ms loss gemodel 2% 40% 100% 0% rate 10mbit limit 2000"
+  "gemodel_half|loss gemodel 50% 50% 50% 0%"
+  "gemodel_tenth|loss gemodel 10% 10% 10% 0%"
 )
 
 echo "# iproute2: $(tc -V | head -1); /proc/net/psched: $(cat /proc/net/psched)"

@@ -147,10 +147,7 @@ pub async fn emulation_lacks(plan: &Plan) -> Option<Missing> {
     let impairing: Vec<String> = plan
         .scenarios
         .iter()
-        .filter(|scenario| {
-            let (delay, jitter, loss) = impairment::totals(scenario);
-            !delay.is_zero() || !jitter.is_zero() || loss > 0.0
-        })
+        .filter(|scenario| impairment::impairs(scenario))
         .map(|scenario| scenario.name.clone())
         .collect();
     if impairing.is_empty() {
