@@ -11,6 +11,7 @@
 //! - `validate.rs`: the checks (`test_checks.rs`: those of `[[tests]]`; `error.rs`: the error
 //!   they return); `testbed.rs`: the checks of `[testbed]` (overlay, k3s) and of kubernetes
 //!   brokers;
+//! - `transports.rs`: a test's `transports` sweep, unrolled into one test per transport;
 //! - `cells.rs`: the plan unrolled into measurement cells; `spread.rs`: a test's load spread
 //!   over its loadgen nodes; `path.rs`: a message's path; `redact.rs`: the plan and its text
 //!   without secrets, as a results folder holds them.
@@ -31,6 +32,7 @@ mod test_checks;
 mod testbed;
 #[cfg(test)]
 mod tests;
+mod transports;
 mod types;
 mod validate;
 mod websocket;
@@ -60,7 +62,11 @@ impl Plan {
     /// Parses and validates plan text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Plan, PlanError> {
         let plan: Plan = domain::parse_toml(text, origin)?;
-        plan.validate().map_err(|error| error.in_file(origin))?;
+        let (plan, origins) = plan
+            .expand_transports()
+            .map_err(|error| error.in_file(origin))?;
+        plan.validate()
+            .map_err(|error| origins.name(error).in_file(origin))?;
         Ok(plan)
     }
 }

@@ -128,6 +128,10 @@ pub fn workload_for(
         spec.publishers = pairs;
         spec.subscribers = pairs;
     }
+    // A plan's `transports` sweep leaves each of its tests one transport (`transports.rs`).
+    if let Some([transport]) = test.transports.as_deref() {
+        spec.broker.transport = *transport;
+    }
     if let Some(scenario) = test.kind.suite_scenario() {
         scenario.settle(&mut spec);
     }

@@ -507,6 +507,7 @@ impl Plan {
                     "pacing.rate" => "rate",
                     "publishers" if clients.is_some() => "clients",
                     "payload" if payload.is_some() => "payloads",
+                    "broker.transport" if test.transports.is_some() => "transports",
                     other => other,
                 };
                 return Err(invalid(path(field), error.value, error.problem));

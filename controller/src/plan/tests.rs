@@ -992,6 +992,75 @@ fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
 }
 
 #[test]
+fn a_transports_sweep_runs_the_test_once_per_transport() {
+    use loadgen::spec::Transport;
+    let external = "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n\
+                    quic_address = \"198.18.0.9:14567\"\n";
+    let sweep =
+        "transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\ntls_ca_file = \"/ca.pem\"\n";
+    let payload = "[[tests]]\nkind = \"payload\"\nloadgen = [\"n\"]\n";
+    let plan = Plan::parse(&format!("{BASE}{sweep}{payload}{external}"), "plan.toml").unwrap();
+    let transports: Vec<_> = (0..plan.tests.len())
+        .map(|t| {
+            (
+                plan.tests[t].kind,
+                plan.first_workload(t).unwrap().broker.transport,
+            )
+        })
+        .collect();
+    assert_eq!(
+        transports,
+        [
+            (TestKind::Latency, Transport::Tcp),
+            (TestKind::Latency, Transport::Quic),
+            (TestKind::Payload, Transport::Tcp),
+        ]
+    );
+    assert_eq!(plan.quic_tests(), [1]);
+    // What the run records is the unrolled plan; reading it back changes nothing.
+    let again: Plan = serde_json::from_str(&serde_json::to_string(&plan).unwrap()).unwrap();
+    assert_eq!(again.expand_transports().unwrap().0, plan);
+}
+
+#[test]
+fn a_transports_sweep_is_checked_as_the_file_numbers_its_test() {
+    let external = "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n\
+                    quic_address = \"198.18.0.9:14567\"\n";
+    let cases = [
+        (
+            // The QUIC run lacks a CA: named as tests[0], its transport said.
+            format!("{BASE}transports = [\"tcp\", \"quic\"]\n{external}"),
+            "tests[0].transports = \"quic\": QUIC is always TLS 1.3: set broker.tls_ca_file",
+        ),
+        (
+            format!("{BASE}transports = []\n{external}"),
+            "tests[0].transports = []: name at least one transport",
+        ),
+        (
+            format!("{BASE}transports = [\"quic\", \"quic\"]\n{external}"),
+            "tests[0].transports = [\"quic\", \"quic\"]: quic is named twice",
+        ),
+        (
+            format!(
+                "{BASE}transports = [\"tcp\"]\n[tests.workload.broker]\ntransport = \"quic\"\n{external}"
+            ),
+            "tests[0].transports = [\"tcp\"]: tests[0].workload.broker.transport sets the transport as well",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = error_of(&text);
+        assert!(error.contains(expected), "{expected:?} not in {error:?}");
+    }
+    let swept = error_of(&format!(
+        "{BASE}transports = [\"tcp\", \"quic\"]\n{external}"
+    ));
+    assert!(
+        swept.contains("(its run over quic, from tests[0].transports)"),
+        "{swept}"
+    );
+}
+
+#[test]
 fn a_scenario_with_a_burst_loss_model_is_read_and_checked() {
     let broker =
         "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mosquitto\"\n";

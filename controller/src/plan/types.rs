@@ -544,6 +544,11 @@ pub struct TestEntry {
     /// are the run's to set.
     #[serde(default)]
     pub workload: Option<toml::Table>,
+    /// How MQTT travels, one test each (`["tcp", "quic"]`): the plan runs the test once per
+    /// transport, as consecutive tests, and the report sets TCP and QUIC side by side. Not
+    /// together with `workload.broker.transport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transports: Option<Vec<loadgen::spec::Transport>>,
 }
 
 /// The overlay network of phase 2.

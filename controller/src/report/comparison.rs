@@ -193,6 +193,15 @@ pub fn testable(n_a: usize, n_b: usize) -> bool {
 /// One paragraph, said once, for the comparisons whose repetitions (`counts`: the pairs of
 /// repetition counts compared) cannot reach significance in a plan of `repetitions`.
 pub fn untestable_note(counts: &BTreeSet<(usize, usize)>, repetitions: u32) -> String {
+    untestable_note_of(counts, repetitions, "brokers")
+}
+
+/// [`untestable_note`] for comparisons of `compared` ("brokers", "transports").
+pub fn untestable_note_of(
+    counts: &BTreeSet<(usize, usize)>,
+    repetitions: u32,
+    compared: &str,
+) -> String {
     let pairs: Vec<String> = counts
         .iter()
         .map(|&(n_a, n_b)| {
@@ -203,10 +212,11 @@ pub fn untestable_note(counts: &BTreeSet<(usize, usize)>, repetitions: u32) -> S
         })
         .collect();
     let advice = if repetitions < 4 {
-        "repeat the plan at least 4 times to tell brokers apart"
+        format!("repeat the plan at least 4 times to tell {compared} apart")
     } else {
         "fewer repetitions counted than the plan ran (only sustained repetitions and searches \
          that found a rate count)"
+            .to_string()
     };
     format!(
         "Where repetitions are too few to test, no difference can be significant at p < \

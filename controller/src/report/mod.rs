@@ -15,7 +15,8 @@
 //!    intervals, broker CPU per delivery, and each cell's rates over time.
 //! 5. Saturation point: the highest offered rate sustained, and latency vs offered load.
 //! 6. The study's burst (Fig. 4/5), labelled as burst figures, beside its per-client medians.
-//! 7. Broker comparisons: Mann-Whitney U and Cliff's delta for every pair of brokers.
+//! 7. Broker comparisons: Mann-Whitney U and Cliff's delta for every pair of brokers; TCP
+//!    and QUIC side by side where two tests differ only in transport (`transports.rs`).
 //! 8. Broker CPU and memory per test, from `metrics.csv`.
 //! 9. Emulation check: the delay netem should add beside the measured rise of the median.
 //! 10. Beside the study: its Tables IV/V next to this run's figures, added delays over local
@@ -72,6 +73,7 @@ mod suite;
 mod svg;
 mod throughput;
 mod timeseries;
+mod transports;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -170,6 +172,7 @@ fn sections(data: &RunData) -> Vec<Section> {
     sections.extend(fleet::retained_section(data));
     sections.extend(fleet::wills_section(data));
     sections.extend(answers::section(data));
+    sections.extend(transports::section(data));
     sections.extend(comparison::section(data));
     sections.push(resources::section(data));
     sections.extend(emulation::section(data));
@@ -207,14 +210,21 @@ fn sections_of(
         .collect()
 }
 
-/// A test as named in tables: its kind, with its number when the plan has two of a kind.
+/// A test as named in tables: its kind, with its number when the plan has two of a kind and
+/// its transport when a `transports` sweep made it.
 fn test_label(plan: &Plan, test: usize) -> String {
     let kind = plan.tests[test].kind;
     let name = input::kind_name(kind);
-    if plan.tests.iter().filter(|t| t.kind == kind).count() > 1 {
-        format!("{name} (test {})", test + 1)
-    } else {
-        name.to_string()
+    let several = plan.tests.iter().filter(|t| t.kind == kind).count() > 1;
+    let transport = match plan.tests[test].transports.as_deref() {
+        Some([transport]) => Some(transport),
+        _ => None,
+    };
+    match (several, transport) {
+        (true, Some(transport)) => format!("{name} (test {}, over {transport})", test + 1),
+        (true, None) => format!("{name} (test {})", test + 1),
+        (false, Some(transport)) => format!("{name} (over {transport})"),
+        (false, None) => name.to_string(),
     }
 }
 

@@ -1,0 +1,120 @@
+//! TCP against QUIC in one plan, end to end through the controller: the study's latency test
+//! twice, over TCP and over QUIC, against one real mqttv5 broker with both listeners
+//! (`tests::mqttv5`, an external broker to the plan), three repetitions interleaved. Every
+//! cell must deliver all it published at QoS 1, and the report must set the two transports
+//! side by side ("TCP and QUIC under the continuum's links") with the figures of the cells
+//! and QUIC's shift against TCP, saying that 3 repetitions against 3 cannot be tested.
+//!
+//! The plan writes the two tests by hand: its `transports` sweep would give the TCP run the
+//! QUIC run's CA, and this broker's TCP listener speaks no TLS (the sweep's unrolling is
+//! checked in the plan's own tests).
+
+use controller::plan::Plan;
+use controller::results::{self, CellStatus};
+use controller::run::{RunOptions, run_plan};
+use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
+use tokio_util::sync::CancellationToken;
+
+const REPETITIONS: usize = 3;
+/// 20 publishers x 6 messages (1 warm-up) to one subscriber, QoS 1, every 250 ms.
+const PUBLISHERS: u64 = 20;
+const MESSAGES: u64 = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_plan_sets_tcp_and_quic_side_by_side() {
+    if !tests::components_available(&[MQTTV5_BINARY]) {
+        return;
+    }
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts with a QUIC listener");
+    let work = tempfile::tempdir().expect("temp dir");
+    let test = format!(
+        "[[tests]]\nkind = \"latency\"\nloadgen = [\"tester\"]\npublishers = {PUBLISHERS}\n\
+         messages = {MESSAGES}\nwarmup = 1\nqos = 1\n"
+    );
+    let text = format!(
+        r#"name = "transports"
+repetitions = {REPETITIONS}
+results_dir = "{results}"
+[[nodes]]
+name = "tester"
+agent = "local"
+roles = ["loadgen"]
+[[brokers]]
+name = "mqttv5"
+kind = "external"
+address = "{tcp}"
+quic_address = "127.0.0.1:{quic}"
+[[scenarios]]
+name = "local"
+{test}{test}[tests.workload.broker]
+transport = "quic"
+tls_ca_file = "{ca}"
+"#,
+        results = work.path().join("results").display(),
+        tcp = broker.address(),
+        quic = broker.quic_port(),
+        ca = broker.ca_file().display(),
+    );
+    let plan = Plan::parse(&text, "transports.toml").expect("a valid plan");
+    let summary = run_plan(
+        &plan,
+        &text,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("the run completes");
+    assert_eq!(
+        (summary.measured, summary.failed),
+        (2 * REPETITIONS, 0),
+        "{summary:?}"
+    );
+    let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
+    for row in &rows {
+        assert_eq!(row.status, CellStatus::Ok, "{}: {}", row.cell, row.reason);
+    }
+    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
+    let section = report
+        .split("## TCP and QUIC under the continuum's links")
+        .nth(1)
+        .expect("the report has the transports section")
+        .split("\n## ")
+        .next()
+        .unwrap_or_default();
+    eprintln!("{section}");
+    // Measured messages alone would be 20 x 5 per repetition; the warm-up is delivered too.
+    let expected = PUBLISHERS * MESSAGES * REPETITIONS as u64;
+    for transport in ["TCP", "QUIC"] {
+        let row = section
+            .lines()
+            .find(|line| line.contains(&format!("| {transport} | {REPETITIONS} |")))
+            .unwrap_or_else(|| panic!("no {transport} row with {REPETITIONS} repetitions"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // | test | broker | scenario | point | transport | repetitions | p50 | p99 | p99.9 |
+        // connect | reconnect | delivered / expected | lost | errors |
+        assert_eq!(cells.len(), 16, "{row}");
+        assert_eq!(
+            cells[12],
+            format!("{expected} / {expected}"),
+            "{transport}: {row}"
+        );
+        assert_eq!(cells[13], "0", "{transport}: {row}");
+        for latency in &cells[7..=10] {
+            assert!(
+                latency.parse::<f64>().is_ok() || latency.contains('['),
+                "{row}"
+            );
+        }
+    }
+    for figure in ["p50", "p99"] {
+        let row = section
+            .lines()
+            .find(|line| line.contains(&format!("| {figure} |")))
+            .unwrap_or_else(|| panic!("no shift row for {figure}"));
+        assert!(row.contains("too few to test"), "{row}");
+    }
+    assert!(
+        section.contains("3 against 3 (smallest p 0.100)"),
+        "{section}"
+    );
+}
