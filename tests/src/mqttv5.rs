@@ -30,11 +30,12 @@ const START_DEADLINE: Duration = Duration::from_secs(20);
 /// Starts tried, each on fresh ports, when a port turns out taken.
 const START_ATTEMPTS: usize = 3;
 
-/// One mqttv5 broker with TCP and QUIC listeners on 127.0.0.1; stopped on drop.
+/// One mqttv5 broker with TCP, TLS and QUIC listeners on 127.0.0.1; stopped on drop.
 #[derive(Debug)]
 pub struct Mqttv5 {
     child: Child,
     tcp_port: u16,
+    tls_port: u16,
     quic_port: u16,
     tls: ServerTlsFiles,
     instance_id: String,
@@ -72,8 +73,8 @@ impl Mqttv5 {
             .context("creating the broker's temporary directory")?;
         // The UDP port is a TCP port found free: taken for UDP, the broker exits and the
         // start is tried again.
-        let [tcp_port, quic_port] = free_loopback_ports(2)?[..] else {
-            bail!("expected two free ports");
+        let [tcp_port, tls_port, quic_port] = free_loopback_ports(3)?[..] else {
+            bail!("expected three free ports");
         };
         let tls_dir = dir.path().join("tls");
         std::fs::create_dir(&tls_dir).with_context(|| format!("creating {}", tls_dir.display()))?;
@@ -91,6 +92,14 @@ impl Mqttv5 {
             },
         );
         let mut config = config;
+        // MQTT over TLS beside them, with the same certificate: TCP with TLS against QUIC.
+        config["tls_config"] = serde_json::json!({
+            "cert_file": tls.cert,
+            "key_file": tls.key,
+            "ca_file": null,
+            "require_client_cert": false,
+            "bind_addresses": [SocketAddr::from((LOOPBACK, tls_port)).to_string()],
+        });
         if !control_only {
             config["server_delivery_strategy"] = serde_json::json!("per_topic");
         }
@@ -116,6 +125,7 @@ impl Mqttv5 {
         let mut broker = Mqttv5 {
             child,
             tcp_port,
+            tls_port,
             quic_port,
             tls,
             instance_id,
@@ -132,6 +142,11 @@ impl Mqttv5 {
     /// Its TCP listener.
     pub fn address(&self) -> SocketAddr {
         SocketAddr::from((LOOPBACK, self.tcp_port))
+    }
+
+    /// Its MQTT-over-TLS listener (the certificate [`Mqttv5::ca_file`] signed).
+    pub fn tls_address(&self) -> SocketAddr {
+        SocketAddr::from((LOOPBACK, self.tls_port))
     }
 
     /// Its QUIC listener's UDP port on 127.0.0.1.

@@ -62,11 +62,11 @@ impl Plan {
     /// Parses and validates plan text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Plan, PlanError> {
         let plan: Plan = domain::parse_toml(text, origin)?;
-        let (plan, origins) = plan
+        let plan = plan
             .expand_transports()
             .map_err(|error| error.in_file(origin))?;
         plan.validate()
-            .map_err(|error| origins.name(error).in_file(origin))?;
+            .map_err(|error| plan.name_unrolled(error).in_file(origin))?;
         Ok(plan)
     }
 }

@@ -253,7 +253,9 @@ impl Plan {
             else {
                 continue;
             };
-            let path = |key: &str| format!("tests[{i}].workload.broker.{key}");
+            // Named as the plan file numbers it (a transports sweep unrolls tests).
+            let file_test = test.unrolled_from.unwrap_or(i);
+            let path = |key: &str| format!("tests[{file_test}].workload.broker.{key}");
             let password = if let Some(value) = broker.remove("password_file") {
                 let file = value.as_str().unwrap_or_default();
                 read_password_file(Path::new(file))
@@ -286,7 +288,7 @@ impl Plan {
             PASSWORD_SOURCES[1..]
                 .iter()
                 .find(|key| broker.contains_key(**key))
-                .map(|key| format!("tests[{i}].workload.broker.{key}"))
+                .map(|key| format!("tests[{}].workload.broker.{key}", self.file_test(i)))
         })
     }
 

@@ -41,7 +41,7 @@ impl Plan {
             for (b, broker) in self.brokers.iter().enumerate() {
                 if let Some(reason) = quic_unreachable(broker) {
                     return Err(invalid(
-                        format!("tests[{t}].workload.broker.transport"),
+                        format!("tests[{t}].{}", self.transport_field(t)),
                         quoted("quic"),
                         format!("brokers[{b}] ({}): {reason}", broker.name),
                     ));

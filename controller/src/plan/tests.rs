@@ -1017,9 +1017,15 @@ fn a_transports_sweep_runs_the_test_once_per_transport() {
         ]
     );
     assert_eq!(plan.quic_tests(), [1]);
-    // What the run records is the unrolled plan; reading it back changes nothing.
+    // Each run keeps the file's number; the run records the unrolled plan, read back as is.
+    assert_eq!(
+        (0..3).map(|t| plan.file_test(t)).collect::<Vec<_>>(),
+        [0, 0, 1]
+    );
+    assert_eq!(plan.swept_transport(1), Some(Transport::Quic));
+    assert_eq!(plan.swept_transport(2), None);
     let again: Plan = serde_json::from_str(&serde_json::to_string(&plan).unwrap()).unwrap();
-    assert_eq!(again.expand_transports().unwrap().0, plan);
+    assert_eq!(again, plan);
 }
 
 #[test]
@@ -1057,6 +1063,25 @@ fn a_transports_sweep_is_checked_as_the_file_numbers_its_test() {
     assert!(
         swept.contains("(its run over quic, from tests[0].transports)"),
         "{swept}"
+    );
+    // A test after a sweep is named as the file numbers it, not as the unrolled plan does.
+    let sweep =
+        "transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\ntls_ca_file = \"/ca.pem\"\n";
+    let bad = "[[tests]]\nkind = \"latency\"\nloadgen = [\"n\"]\nqos = 1\nmessages = 0\n";
+    let later = error_of(&format!("{BASE}{sweep}{bad}{external}"));
+    assert!(later.contains("tests[1].messages"), "{later}");
+    assert!(!later.contains("its run over"), "{later}");
+    // A QUIC refusal of a swept test names the sweep's field.
+    let embedded = "[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let refused = error_of(&format!("{BASE}{sweep}{embedded}"));
+    assert!(
+        refused.contains("tests[0].transports = \"quic\": brokers[0] (e): the embedded broker"),
+        "{refused}"
+    );
+    let written = error_of(&format!("{BASE}unrolled_from = 3\n{external}"));
+    assert!(
+        written.contains("tests[0].unrolled_from = 3: is the plan's own note"),
+        "{written}"
     );
 }
 

@@ -549,6 +549,10 @@ pub struct TestEntry {
     /// together with `workload.broker.transport`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transports: Option<Vec<loadgen::spec::Transport>>,
+    /// Not written in a plan: once a `transports` sweep is unrolled, the index the plan file
+    /// gives this test, by which errors and the report name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrolled_from: Option<usize>,
 }
 
 /// The overlay network of phase 2.

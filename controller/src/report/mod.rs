@@ -201,30 +201,39 @@ fn sections_of(
             let kind = plan.tests[test].kind;
             let title = match (tests.len() > 1, kind == home) {
                 (false, true) => title.to_string(),
-                (true, true) => format!("{title} (test {})", test + 1),
+                (true, true) => format!("{title} (test {})", test_number(plan, test)),
                 (false, false) => format!("{title} ({} test)", kind.name()),
-                (true, false) => format!("{title} (test {}, {})", test + 1, kind.name()),
+                (true, false) => {
+                    format!(
+                        "{title} (test {}, {})",
+                        test_number(plan, test),
+                        kind.name()
+                    )
+                }
             };
             build(data, test, &title)
         })
         .collect()
 }
 
-/// A test as named in tables: its kind, with its number when the plan has two of a kind and
-/// its transport when a `transports` sweep made it.
+/// A test as named in tables: its kind, with its number when the plan has two of a kind.
 fn test_label(plan: &Plan, test: usize) -> String {
     let kind = plan.tests[test].kind;
     let name = input::kind_name(kind);
-    let several = plan.tests.iter().filter(|t| t.kind == kind).count() > 1;
-    let transport = match plan.tests[test].transports.as_deref() {
-        Some([transport]) => Some(transport),
-        _ => None,
-    };
-    match (several, transport) {
-        (true, Some(transport)) => format!("{name} (test {}, over {transport})", test + 1),
-        (true, None) => format!("{name} (test {})", test + 1),
-        (false, Some(transport)) => format!("{name} (over {transport})"),
-        (false, None) => name.to_string(),
+    if plan.tests.iter().filter(|t| t.kind == kind).count() > 1 {
+        format!("{name} (test {})", test_number(plan, test))
+    } else {
+        name.to_string()
+    }
+}
+
+/// A test's number as the plan file counts it (from 1), with the transport of a
+/// `transports` sweep's run: `2`, `2, over quic`.
+fn test_number(plan: &Plan, test: usize) -> String {
+    let number = plan.file_test(test) + 1;
+    match plan.swept_transport(test) {
+        Some(transport) => format!("{number}, over {transport}"),
+        None => number.to_string(),
     }
 }
 

@@ -1,8 +1,9 @@
-//! TCP and QUIC under the continuum's links: every pair of tests that differ only in how MQTT
-//! travels (TCP, with or without TLS, against QUIC) set side by side per broker, scenario and
-//! point: each transport's latency percentiles, connect and reconnect times, delivered and
-//! lost; then QUIC's shift against TCP of the per-repetition median and p99, with its
-//! distribution-free interval and the Mann-Whitney verdict the broker comparisons use.
+//! TCP and QUIC under the continuum's links: every pair of latency tests (the kinds that
+//! measure latency: latency, payload) that differ only in how MQTT travels (TCP, with or
+//! without TLS, against QUIC) set side by side per broker, scenario and point: each
+//! transport's latency percentiles, connect and reconnect times, delivered and lost; then
+//! QUIC's shift against TCP of the per-repetition median and p99, with its distribution-free
+//! interval and the Mann-Whitney verdict the broker comparisons use.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,7 +16,7 @@ use super::grouped::by_kind;
 use super::input::{CellFigures, RunData};
 use super::model::{Block, Section, Table, ms};
 use super::test_label;
-use crate::plan::Plan;
+use crate::plan::{Measures, Plan};
 use crate::stats;
 
 /// A test over TCP and one over QUIC that are otherwise the same.
@@ -27,11 +28,14 @@ pub struct TransportPair {
     pub quic: usize,
 }
 
-/// Every TCP test paired with every QUIC test whose workload is the same once the transport
-/// and the CA are set aside (a plan's `transports` sweep, or two tests written by hand), in
-/// plan order.
+/// Every TCP latency test paired with every QUIC test whose workload is the same once the
+/// transport and the CA are set aside (a plan's `transports` sweep, or two tests written by
+/// hand), in plan order.
 pub fn transport_pairs(plan: &Plan) -> Vec<TransportPair> {
     let shape = |test: usize| {
+        if plan.tests[test].kind.measures() != Measures::Latency {
+            return None;
+        }
         let spec = plan.first_workload(test).ok()?;
         let transport = spec.broker.transport;
         let entry = &plan.tests[test];
@@ -129,8 +133,14 @@ pub fn section(data: &RunData) -> Option<Section> {
                 ("p50", latency_p50 as fn(&CellFigures) -> f64),
                 ("p99", latency_p99),
             ] {
-                let a: Vec<f64> = tcp.iter().map(|c| value(c)).collect();
-                let b: Vec<f64> = quic.iter().map(|c| value(c)).collect();
+                let timed = |cells: &[&CellFigures]| -> Vec<f64> {
+                    cells
+                        .iter()
+                        .filter(|c| latency_of(c).count > 0)
+                        .map(|c| value(c))
+                        .collect()
+                };
+                let (a, b) = (timed(&tcp), timed(&quic));
                 let Some(compared) = comparison::compare(Metric::Latency, (0, &a), (1, &b)) else {
                     continue;
                 };
@@ -150,21 +160,24 @@ pub fn section(data: &RunData) -> Option<Section> {
     }
     let mut section = Section::new("transports", "TCP and QUIC under the continuum's links");
     section.paragraph(
-        "Pairs of tests that differ only in how MQTT travels: over TCP (TLS when the test names \
-         a CA) and over QUIC (TLS 1.3, every packet on one bidirectional stream). Latency is \
-         the transit latency, from the moment loadgen handed a message to its connection to its \
-         arrival, so loadgen's own send delay counts for neither. Percentiles and connect times \
-         are medians over the repetitions, with their interval in brackets where it is not a \
-         point (its coverage when below 95 %); counts are sums. A QUIC connect time includes \
-         the QUIC and TLS handshakes and the stream's opening; a TCP one the TCP handshake, \
-         the TLS one when there is TLS, and MQTT's CONNECT.",
+        "Pairs of latency tests that differ only in how MQTT travels: over TCP (TLS when the \
+         test names a CA) and over QUIC (TLS 1.3, every packet on one bidirectional stream). \
+         Latency is the transit latency, from the moment loadgen handed a message to its \
+         connection to its arrival, so loadgen's own send delay counts for neither. \
+         Percentiles and connect times are medians over the repetitions, with their interval \
+         in brackets where it is not a point (its coverage when below 95 %); counts are sums. \
+         A connect time runs until MQTT's CONNACK (and a subscriber's SUBACK) over either \
+         transport; before it, QUIC sets up its connection and TLS 1.3 in one round trip and \
+         opens its stream, while TCP takes a round trip for its handshake and, with TLS, \
+         TLS's own on top.",
     );
     section.paragraph(
-        "What the transports can show differently: a loss on a TCP connection stalls every \
-         message behind it on that connection until it is sent again; QUIC stalls only the \
-         stream that lost a packet. With one stream per connection that is the same \
-         connection, so single-stream QUIC avoids head-of-line blocking only between \
-         connections (each client has its own), not between the messages of one client.",
+        "Every client has a connection of its own over either transport, and with one stream \
+         per connection a lost packet holds back the later messages of that client over QUIC \
+         as over TCP: single-stream QUIC removes no head-of-line blocking that TCP has. What \
+         can differ under loss is how each detects and repairs it (QUIC's acknowledgements and \
+         loss timers against the kernel's TCP, in user space against the kernel) and how each \
+         backs off.",
     );
     section.blocks.push(Block::Table(figures));
     if !shifts.rows.is_empty() {
@@ -269,7 +282,7 @@ fn figures_of(cells: &[&CellFigures]) -> Vec<String> {
     ]
 }
 
-/// QUIC's Hodges-Lehmann shift against TCP with its interval: "+0.31 [0.12-0.55, 90 %]".
+/// QUIC's Hodges-Lehmann shift against TCP with its interval: "+0.310 [+0.120 to +0.550, 90 %]".
 fn shift_text(tcp: &[f64], quic: &[f64]) -> String {
     let Some((shift, interval)) = stats::shift_ci(tcp, quic, CONFIDENCE) else {
         return "-".to_string();
@@ -351,7 +364,7 @@ mod tests {
 
     #[test]
     fn the_shift_says_its_sign_and_interval() {
-        // QUIC 0.3 ms slower in every repetition: a point shift.
+        // QUIC 0.3 ms slower by the median of the differences (0.1 to 0.5 between them).
         let tcp = [1000.0, 1100.0, 1200.0];
         let quic = [1300.0, 1400.0, 1500.0];
         let text = shift_text(&tcp, &quic);

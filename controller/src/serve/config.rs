@@ -263,6 +263,8 @@ impl ServeConfig {
         let websocket_path = self.websocket_path(plan)?;
         let websocket_tests = plan.websocket_tests();
         for (i, test) in plan.tests.iter_mut().enumerate() {
+            // Named as the plan file numbers it (a transports sweep unrolls tests).
+            let file_test = test.unrolled_from.unwrap_or(i);
             // A test speaking WebSocket says so in its workload, so it has one.
             let Some(workload) = test.workload.as_mut() else {
                 continue;
@@ -273,7 +275,7 @@ impl ServeConfig {
             {
                 if broker.contains_key("websocket_path") {
                     return Err(format!(
-                        "tests[{i}].workload.broker.websocket_path: WebSocket paths are the \
+                        "tests[{file_test}].workload.broker.websocket_path: WebSocket paths are the \
                          service's (its external brokers' own, the products' for the others); \
                          remove it"
                     ));
@@ -282,7 +284,7 @@ impl ServeConfig {
                     let path = value
                         .as_str()
                         .and_then(|name| self.ca_files.get(name))
-                        .ok_or_else(|| self.ca_refusal(i))?;
+                        .ok_or_else(|| self.ca_refusal(file_test))?;
                     *value = toml::Value::String(path.display().to_string());
                 }
             }
@@ -363,8 +365,9 @@ fn admit_password_sources(plan: &Plan) -> Result<(), String> {
             .find(|key| broker.contains_key(*key))
         {
             return Err(format!(
-                "tests[{i}].workload.broker.{key}: would read the server's files or \
-                 environment; a submitted plan gives the password inline (remove it)"
+                "tests[{}].workload.broker.{key}: would read the server's files or \
+                 environment; a submitted plan gives the password inline (remove it)",
+                plan.file_test(i)
             ));
         }
     }
