@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BrokerKind, Plan};
+use super::Plan;
 
 /// The nodes one message visits, in order, and the hops between them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,12 +27,9 @@ pub struct MessagePath {
 
 impl MessagePath {
     /// The path of `broker`'s messages under test `test`'s load; `None` for a broker on no
-    /// node of the plan (an external one).
+    /// node of the plan (an external one that names none).
     pub fn of(plan: &Plan, broker: usize, test: usize) -> Option<Self> {
         let entry = &plan.brokers[broker];
-        if entry.kind == BrokerKind::External {
-            return None;
-        }
         let broker_node = entry.node.clone()?;
         let test_entry = plan.tests.get(test)?;
         // Modelled on the message from publisher 0 to subscriber 0 at the test's first point:

@@ -1029,6 +1029,28 @@ fn a_transports_sweep_runs_the_test_once_per_transport() {
 }
 
 #[test]
+fn an_external_broker_may_name_the_node_it_runs_on_for_its_links() {
+    let external =
+        "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n";
+    let nodes =
+        "[[nodes]]\nname = \"w\"\nagent = \"198.19.0.6:7100\"\nroles = [\"broker\", \"netem\"]\n";
+    let plan = Plan::parse(
+        &format!("{BASE}{nodes}{external}node = \"w\"\n"),
+        "plan.toml",
+    )
+    .unwrap();
+    let path = MessagePath::of(&plan, 0, 0).expect("a path through the broker's node");
+    assert_eq!(path.describe(), "n -> w -> n");
+    let without = Plan::parse(&format!("{BASE}{nodes}{external}"), "plan.toml").unwrap();
+    assert_eq!(MessagePath::of(&without, 0, 0), None);
+    let error = error_of(&format!("{BASE}{external}node = \"nowhere\"\n"));
+    assert!(
+        error.contains("brokers[0].node = \"nowhere\": no such node in [[nodes]]"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_transports_sweep_is_checked_as_the_file_numbers_its_test() {
     let external = "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n\
                     quic_address = \"198.18.0.9:14567\"\n";

@@ -281,7 +281,9 @@ pub struct BrokerEntry {
     /// with a pinned image).
     #[serde(default)]
     pub product: Option<String>,
-    /// Node it runs on (native, embedded).
+    /// Node it runs on (native, embedded, kubernetes). An external broker may name the node
+    /// it runs on too: that node's agent then emulates the broker's end of each impaired
+    /// link (it deploys nothing); without it an impaired scenario has no link to emulate.
     #[serde(default)]
     pub node: Option<String>,
     /// MQTT port; 0 or absent = a free one.

@@ -285,6 +285,18 @@ impl Plan {
                     return Err(invalid(path("node"), quoted(node), problem));
                 }
             }
+            // An external broker's node is optional: where it runs, so that node's agent
+            // emulates the broker's end of the link (nothing is deployed there).
+            if broker.kind == BrokerKind::External
+                && let Some(node) = broker.node.as_deref()
+                && self.node_has(node, NodeRole::Broker).is_none()
+            {
+                return Err(invalid(
+                    path("node"),
+                    quoted(node),
+                    "no such node in [[nodes]]",
+                ));
+            }
             if let Some(entry) = broker.entry.as_deref() {
                 self.validate_entry(broker, entry, &path("entry"))?;
             }
