@@ -43,6 +43,9 @@
 //!   delayed scenarios spread out: the direct path rose 0.4 ms less than its model.
 //! - While the plan runs, the kernel's qdiscs on both ends of both planes are polled
 //!   through netlink sockets of each namespace, independently of the agents.
+//! - Then a second plan on the tester and the worker: TCP against QUIC under the edge's
+//!   delay with 0, 2 and 5 % loss, against the mqttv5 broker in the worker's namespace
+//!   ([`crate::transports`]).
 //!
 //! Each check prints one line `RESULT {json}` with at least `check` and `pass`; the last one
 //! is `done`.
@@ -299,6 +302,24 @@ async fn run() -> Result<bool> {
         Err(err) => println!("VM: report.html not handed over: {err}"),
     }
 
+    // TCP against QUIC on the same testbed: the tester's and the worker's agents and links.
+    let worker = NODES
+        .iter()
+        .position(|n| n.name == "worker")
+        .context("the worker node")?;
+    let header = plan_header(
+        "vm-transports",
+        &work.join("transports-results"),
+        &["tester", "worker"],
+    );
+    ok &= crate::transports::run(
+        &header,
+        &bed.namespaces[worker],
+        NODES[worker].data_addr,
+        work,
+    )
+    .await?;
+
     let mut after = BTreeMap::new();
     for (node, netem) in NODES.iter().zip(&bed.netem) {
         after.insert(node.data_if, netem.read(node.data_if).await?);
@@ -322,11 +343,11 @@ async fn run() -> Result<bool> {
     ))
 }
 
-fn plan_text(results: &Path) -> String {
+/// The plan's name, settings and `nodes` (agents at their control addresses, netem on their
+/// data planes), as every plan of this suite has them.
+pub(crate) fn plan_header(name: &str, results: &Path, nodes: &[&str]) -> String {
     let mut text = format!(
-        r#"# The controller in the netem VM: one embedded broker on the worker, the study's three
-# scenarios, the latency test run from the tester (every 250 ms: see the example's notes).
-name = "vm"
+        r#"name = "{name}"
 repetitions = {REPETITIONS}
 order = "interleaved"
 results_dir = "{results}"
@@ -341,7 +362,7 @@ cell = "180s"
 "#,
         results = results.display()
     );
-    for node in &NODES {
+    for node in NODES.iter().filter(|n| nodes.contains(&n.name)) {
         let roles: Vec<String> = node
             .roles
             .iter()
@@ -355,6 +376,15 @@ cell = "180s"
             node.data_addr
         );
     }
+    text
+}
+
+/// The controller in the netem VM: two embedded brokers on the worker (one entered through
+/// the headnode), the study's three scenarios, the latency test run from the tester (every
+/// 250 ms: see the notes above) and the payload test at 1 KB.
+fn plan_text(results: &Path) -> String {
+    let nodes: Vec<&str> = NODES.iter().map(|n| n.name).collect();
+    let mut text = plan_header("vm", results, &nodes);
     for (name, entry, _) in BROKERS {
         text +=
             &format!("\n[[brokers]]\nname = \"{name}\"\nkind = \"embedded\"\nnode = \"worker\"\n");

@@ -1,4 +1,4 @@
-//! The VM payload: one static program that one VM boot runs for every real-kernel check
+//! The VM payload: one program that one VM boot runs for every real-kernel check
 //! (`tests/tests/netem_vm.rs` builds it, packs it as the initramfs's `/payload` and boots it).
 //! The VM has netem; this machine does not.
 //!
@@ -10,7 +10,8 @@
 //! # Layout
 //! - this file: the suites and how they are run.
 //! - [`netem`]: the agent's netem through its gRPC service, against the kernel.
-//! - [`controller`]: a whole plan run by the controller against two agents with netem.
+//! - [`controller`]: a whole plan run by the controller against two agents with netem;
+//!   [`transports`]: a second plan on its testbed, TCP against QUIC under the edge's loss.
 //! - [`crash`]: a killed agent's netem is cleared by the next agent (run by the netem suite).
 //! - [`emulated`]: the study on emulated nodes (`agent = "namespace"`), the controller a
 //!   process of its own, killed once, and what it leaves.
@@ -21,6 +22,7 @@ mod controller;
 mod crash;
 mod emulated;
 mod netem;
+mod transports;
 
 use std::process::{Command, ExitCode};
 
