@@ -28,6 +28,24 @@ pub fn setns(netns: &File) -> Result<()> {
     Ok(())
 }
 
+/// Makes `command`'s process enter the namespace `netns` refers to before it runs; `netns`
+/// must stay open until the process has started.
+pub fn spawn_in(command: &mut std::process::Command, netns: &File) {
+    use std::os::unix::process::CommandExt;
+    let fd = netns.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only calls setns, which is
+    // async-signal-safe; the caller keeps `fd` open in the parent (and so the child).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
 pub fn connect() -> Result<Handle> {
     let (connection, handle, _) = rtnetlink::new_connection().context("netlink socket")?;
     tokio::spawn(connection);

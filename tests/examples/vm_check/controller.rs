@@ -55,7 +55,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -709,22 +708,10 @@ impl Agents {
         let exe = std::env::current_exe().context("own executable")?;
         let mut children = Vec::new();
         for (node, netns) in NODES.iter().zip(&bed.namespaces) {
-            let fd = netns.as_raw_fd();
             let mut command = Command::new(&exe);
             // Standard streams inherited: the VM has no /dev/null to give them.
             command.args([SUITE, "agent", node.name]);
-            // SAFETY: the closure runs in the forked child before exec and only calls setns,
-            // which is async-signal-safe; `fd` stays open in the parent (and so the child)
-            // for as long as `bed` lives.
-            unsafe {
-                command.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                });
-            }
+            crate::common::spawn_in(&mut command, netns);
             children.push(
                 command
                     .spawn()

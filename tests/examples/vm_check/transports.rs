@@ -17,8 +17,6 @@
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -109,7 +107,6 @@ fn start_broker(
     let config_path = dir.join(recipes::mqttv5::CONFIG_FILE);
     std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
     let log = File::create(dir.join("mqttv5.log")).context("the broker's log")?;
-    let fd = netns.as_raw_fd();
     let mut command = Command::new(MQTTV5);
     command
         .args(["broker", "-c"])
@@ -118,17 +115,7 @@ fn start_broker(
         // Standard input inherited: the VM has no /dev/null to give it.
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: the closure runs in the forked child before exec and only calls setns, which is
-    // async-signal-safe; `fd` stays open in the parent (and so the child) while `netns` lives.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    crate::common::spawn_in(&mut command, netns);
     let broker = Broker(command.spawn().context("start mqttv5")?);
     Ok((broker, tls.ca))
 }
