@@ -32,13 +32,23 @@ install -m 0755 "$payload" "$staging/payload"
 for program in "${extras[@]}"; do
   install -m 0755 "$program" "$staging/$(basename "$program")"
 done
-# ldd prints "name => /path (address)" for a library and "/path (address)" for the loader.
-libraries=$(for program in "$payload" "${extras[@]}"; do ldd "$program"; done |
-  awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
-if [[ -z $libraries ]]; then
-  echo "initramfs: ldd named no library of $payload" >&2
-  exit 1
-fi
+# ldd prints "name => /path (address)" for a library and "/path (address)" for the loader; a
+# static program has none. A library ldd cannot find would fail in the VM: refused here.
+linked=""
+for program in "$payload" "${extras[@]}"; do
+  if ! listed=$(ldd "$program" 2>&1); then
+    [[ $listed == *"not a dynamic executable"* ]] && continue
+    echo "initramfs: ldd $program: $listed" >&2
+    exit 1
+  fi
+  if [[ $listed == *"not found"* ]]; then
+    echo "initramfs: $program needs a library this machine lacks:" >&2
+    echo "$listed" >&2
+    exit 1
+  fi
+  linked+="$listed"$'\n'
+done
+libraries=$(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$linked" | sort -u)
 for library in $libraries; do
   mkdir -p "$staging$(dirname "$library")"
   cp -L "$library" "$staging$library"

@@ -14,7 +14,7 @@ use serde_json::Value;
 /// The VM payload.
 #[derive(Debug)]
 pub struct Payload {
-    /// The example built static (`tests/examples/<example>/`).
+    /// The example (`tests/examples/<example>/`), built as the workspace builds it.
     pub example: &'static str,
     /// Built optimized (a payload that carries load under TCG) or not (faster to build).
     pub release: bool,
@@ -74,10 +74,15 @@ pub fn boot(payload: &Payload) -> Result<Option<Vec<Value>>> {
     let initrd = workspace.join("target/vm").join(payload.initrd);
     let mut initramfs = Command::new(workspace.join("vm/initramfs.sh"));
     initramfs.arg(&binary).arg(&initrd);
-    if Path::new(MQTTV5_ON_HOST).is_file() {
+    if crate::require_binary(MQTTV5_ON_HOST).is_none() {
         initramfs.arg(MQTTV5_ON_HOST);
     }
-    let out = initramfs.env("CONTINUUM_VM_CACHE", &cache).output()?;
+    let out = initramfs
+        .env("CONTINUUM_VM_CACHE", &cache)
+        // What ldd finds must be where the VM's loader looks: in the system's folders, not in
+        // those a test process is given (the toolchain's, the target dir's).
+        .env_remove("LD_LIBRARY_PATH")
+        .output()?;
     echo("initramfs", &out);
     ensure!(out.status.success(), "vm/initramfs.sh failed");
     let out = Command::new(workspace.join("vm/boot.sh"))
@@ -130,10 +135,10 @@ pub fn assert_checks(results: &[Value], checks: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the payload exactly as `cargo build --release` builds the workspace (same target
-/// dir, flags and profile), so the README's quickstart, which CI runs next, reuses every
-/// dependency instead of building them all a second time; the initramfs carries the C
-/// libraries it links (`vm/initramfs.sh`).
+/// Builds the payload in the running test's target dir with the workspace's own profile and
+/// flags (nothing static, no `--target`), so the README's quickstart, which CI runs after the
+/// tests, finds the release dependencies it shares with the payload already built; the
+/// initramfs carries the C libraries the payload links (`vm/initramfs.sh`).
 fn build(workspace: &Path, payload: &Payload) -> Result<PathBuf> {
     let target_dir = crate::workspace::BuildLayout::of_current_test()?.target_dir;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -311,13 +311,22 @@ async fn run() -> Result<bool> {
         &work.join("transports-results"),
         &["tester", "worker"],
     );
-    ok &= crate::transports::run(
+    // A failure is reported, not returned: the netem check and the agents' stop still run.
+    ok &= match crate::transports::run(
         &header,
         &bed.namespaces[worker],
         NODES[worker].data_addr,
         work,
     )
-    .await?;
+    .await
+    {
+        Ok(passed) => passed,
+        Err(error) => report(
+            "transports_error",
+            false,
+            json!({ "error": format!("{error:#}") }),
+        ),
+    };
 
     let mut after = BTreeMap::new();
     for (node, netem) in NODES.iter().zip(&bed.netem) {
