@@ -147,9 +147,16 @@ fn build(workspace: &Path, payload: &Payload) -> Result<PathBuf> {
         .current_dir(workspace)
         .args(["build", "-p", "tests", "--example", payload.example])
         .arg("--target-dir")
-        .arg(&target_dir)
-        // Set by cargo for build scripts only; never meant for a nested build.
-        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+        .arg(&target_dir);
+    // What cargo sets for this test's own crate (CARGO_PKG_NAME=tests, CARGO_MANIFEST_DIR, ...)
+    // is not the build's: ring's build script declares several of these names as inputs, so
+    // with this test's values the quickstart's build, run without them, would rebuild ring and
+    // everything above it.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_for_a_crate) {
+            command.env_remove(name);
+        }
+    }
     if payload.release {
         command.arg("--release");
     }
@@ -163,6 +170,24 @@ fn build(workspace: &Path, payload: &Payload) -> Result<PathBuf> {
         .join(profile)
         .join("examples")
         .join(payload.example))
+}
+
+/// Whether `name` is a variable cargo sets for the crate it compiles, runs or tests (not one of
+/// its configuration variables, such as `CARGO_HOME` or `CARGO_PROFILE_*`).
+fn set_for_a_crate(name: &str) -> bool {
+    const PREFIXES: &[&str] = &["CARGO_PKG_", "CARGO_BIN_", "CARGO_CFG_"];
+    const NAMES: &[&str] = &[
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "OUT_DIR",
+    ];
+    NAMES.contains(&name) || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
 }
 
 fn parse_results(console: &str) -> Result<Vec<Value>> {
@@ -256,6 +281,27 @@ fn skip(reason: &str) -> Result<Option<Vec<Value>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nested_build_drops_what_cargo_set_for_this_crate_and_keeps_configuration() {
+        for name in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_BIN_EXE_x",
+            "OUT_DIR",
+        ] {
+            assert!(set_for_a_crate(name), "{name}");
+        }
+        for name in [
+            "CARGO_HOME",
+            "CARGO_PROFILE_RELEASE_LTO",
+            "CARGO",
+            "RUSTFLAGS",
+            "PATH",
+        ] {
+            assert!(!set_for_a_crate(name), "{name}");
+        }
+    }
 
     #[test]
     fn artifacts_are_reassembled_from_console_lines_and_only_when_complete() {
