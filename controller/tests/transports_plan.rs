@@ -7,6 +7,10 @@
 //! the figures of the cells and QUIC's shift against TCP, saying that 3 repetitions against 3
 //! cannot be tested. (Plain TCP against QUIC, two tests written by hand, is what the qemu
 //! VM's check runs under loss: `tests/examples/vm_check/transports.rs`.)
+//!
+//! Then the same sweep against an mqttv5 the agent deploys: the agent opens the QUIC
+//! listener with a certificate of its making, the test names no CA, and the controller sends
+//! the agent's CA to loadgen; no results file holds it.
 
 use controller::plan::Plan;
 use controller::results::{self, CellStatus};
@@ -77,42 +81,9 @@ tls_ca_file = "{ca}"
         assert_eq!(row.status, CellStatus::Ok, "{}: {}", row.cell, row.reason);
     }
     let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
-    let section = report
-        .split("## TCP and QUIC under the continuum's links")
-        .nth(1)
-        .expect("the report has the transports section")
-        .split("\n## ")
-        .next()
-        .unwrap_or_default();
-    eprintln!("{section}");
-    // Measured messages alone would be 20 x 5 per repetition; the warm-up is delivered too.
-    let expected = PUBLISHERS * MESSAGES * REPETITIONS as u64;
+    let section = transports_section(&report);
     for transport in ["TCP+TLS", "QUIC"] {
-        let row = section
-            .lines()
-            .find(|line| line.contains(&format!("| {transport} | {REPETITIONS} |")))
-            .unwrap_or_else(|| panic!("no {transport} row with {REPETITIONS} repetitions"));
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        // | test | broker | scenario | point | transport | repetitions | p50 | p99 | p99.9 |
-        // connect | reconnect | delivered / expected | lost | errors |
-        assert_eq!(cells.len(), 16, "{row}");
-        assert_eq!(
-            cells[12],
-            format!("{expected} / {expected}"),
-            "{transport}: {row}"
-        );
-        assert_eq!(cells[13], "0", "{transport}: {row}");
-        for latency in &cells[7..=10] {
-            assert!(
-                latency.parse::<f64>().is_ok() || latency.contains('['),
-                "{row}"
-            );
-        }
-        // Both runs are the file's test 1.
-        assert!(
-            row.starts_with("| latency (test 1, over tcp) / latency (test 1, over quic) |"),
-            "{row}"
-        );
+        check_transport_row(&section, transport, REPETITIONS);
     }
     for figure in ["p50", "p99"] {
         let row = section
@@ -125,4 +96,130 @@ tls_ca_file = "{ca}"
         section.contains("3 against 3 (smallest p 0.100)"),
         "{section}"
     );
+}
+
+/// The report's section "TCP and QUIC under the continuum's links", printed.
+fn transports_section(report: &str) -> String {
+    let section = report
+        .split("## TCP and QUIC under the continuum's links")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the report has no transports section:\n{report}"))
+        .split("\n## ")
+        .next()
+        .unwrap_or_default();
+    eprintln!("{section}");
+    section.to_string()
+}
+
+/// `transport`'s row of the section: every message delivered (the warm-up too), none lost,
+/// latency figures, and both runs named as the file's test 1.
+fn check_transport_row(section: &str, transport: &str, repetitions: usize) {
+    let expected = PUBLISHERS * MESSAGES * repetitions as u64;
+    let row = section
+        .lines()
+        .find(|line| line.contains(&format!("| {transport} | {repetitions} |")))
+        .unwrap_or_else(|| panic!("no {transport} row with {repetitions} repetitions"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // | test | broker | scenario | point | transport | repetitions | p50 | p99 | p99.9 |
+    // connect | reconnect | delivered / expected | lost | errors |
+    assert_eq!(cells.len(), 16, "{row}");
+    assert_eq!(
+        cells[12],
+        format!("{expected} / {expected}"),
+        "{transport}: {row}"
+    );
+    assert_eq!(cells[13], "0", "{transport}: {row}");
+    for latency in &cells[7..=10] {
+        assert!(
+            latency.parse::<f64>().is_ok() || latency.contains('['),
+            "{row}"
+        );
+    }
+    assert!(
+        row.starts_with("| latency (test 1, over tcp) / latency (test 1, over quic) |"),
+        "{row}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployed_mqttv5_is_measured_over_quic_with_the_ca_its_agent_made() {
+    if !tests::components_available(&[MQTTV5_BINARY]) {
+        return;
+    }
+    const DEPLOYED_REPETITIONS: usize = 2;
+    let work = tempfile::tempdir().expect("temp dir");
+    let text = format!(
+        r#"name = "deployed-quic"
+repetitions = {DEPLOYED_REPETITIONS}
+order = "interleaved"
+results_dir = "{results}"
+[[nodes]]
+name = "tester"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[brokers]]
+name = "mqttv5"
+kind = "native"
+product = "mqttv5"
+node = "tester"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = {PUBLISHERS}
+messages = {MESSAGES}
+warmup = 1
+qos = 1
+transports = ["tcp", "quic"]
+"#,
+        results = work.path().join("results").display(),
+    );
+    let plan = Plan::parse(&text, "deployed-quic.toml").expect("a valid plan");
+    let summary = run_plan(
+        &plan,
+        &text,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("the run completes");
+    assert_eq!(
+        (summary.measured, summary.failed),
+        (2 * DEPLOYED_REPETITIONS, 0),
+        "{summary:?}"
+    );
+    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
+    let section = transports_section(&report);
+    for transport in ["TCP", "QUIC"] {
+        check_transport_row(&section, transport, DEPLOYED_REPETITIONS);
+    }
+    let manifest = std::fs::read_to_string(summary.dir.join("manifest.json")).expect("manifest");
+    assert!(
+        manifest.contains("\"quic_address\": \"127.0.0.1:"),
+        "{manifest}"
+    );
+    // The CA made for one deployment is sent, never stored.
+    for entry in walk(&summary.dir) {
+        let bytes = std::fs::read(&entry).expect("a results file");
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("BEGIN CERTIFICATE"),
+            "{} holds a certificate",
+            entry.display()
+        );
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

@@ -87,6 +87,10 @@ pub struct BrokerOptions {
     /// port, beside the MQTT one; 0 lets the agent pick a free one (a kubernetes broker's
     /// default NodePort for it). `None`: no WebSocket listener.
     pub websocket_port: Option<u16>,
+    /// A listener speaking MQTT over QUIC (UDP, TLS 1.3) on this port, with a certificate the
+    /// agent makes for the instance; 0 lets the agent pick a free one. `None`: no QUIC
+    /// listener. Native brokers only.
+    pub quic_port: Option<u16>,
 }
 
 /// Queue limit used unless [`BrokerOptions::max_queued_messages`] is set: high enough that a
@@ -165,6 +169,15 @@ impl BrokerSpec {
                 "options.websocket_port",
                 self.port,
                 "is the MQTT port; the WebSocket listener needs a port of its own",
+            ));
+        }
+        if let Some(port) = self.options.quic_port
+            && !matches!(self.kind, BrokerKind::Native { .. })
+        {
+            return Err(InvalidSpec::new(
+                "options.quic_port",
+                port,
+                "the agent opens a QUIC listener for a native broker only",
             ));
         }
         if self.options.max_queued_messages == Some(0) {
@@ -382,6 +395,23 @@ mod tests {
         native.options.websocket_port = Some(1883);
         let error = native.validate().unwrap_err().to_string();
         assert!(error.contains("is the MQTT port"), "{error}");
+    }
+
+    #[test]
+    fn a_quic_listener_is_asked_only_of_native_brokers() {
+        let mut native = spec("a");
+        native.kind = BrokerKind::Native {
+            product: Product::Mqttv5,
+        };
+        native.options.quic_port = Some(0);
+        assert_eq!(native.validate(), Ok(()));
+        let mut embedded = spec("a");
+        embedded.options.quic_port = Some(14567);
+        let error = embedded.validate().unwrap_err().to_string();
+        assert!(
+            error.starts_with("options.quic_port: \"14567\" the agent opens a QUIC listener for a native broker only"),
+            "{error}"
+        );
     }
 
     fn kubernetes(name: &str, node: &str, namespace: &str, node_port: Option<u16>) -> BrokerSpec {

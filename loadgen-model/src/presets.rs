@@ -36,6 +36,7 @@ pub fn latency() -> WorkloadSpec {
             port: 1883,
             protocol: MqttVersion::V311,
             tls_ca_file: None,
+            tls_ca_pem: None,
             username: None,
             password: None,
             transport: Transport::Tcp,

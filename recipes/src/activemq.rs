@@ -206,6 +206,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "s",
+            quic: None,
             websocket: None,
         };
         let plan = native(Path::new("/usr/bin/java"), &instance);

@@ -95,6 +95,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "s",
+            quic: None,
             websocket: websocket.map(|address| WebSocketListen {
                 address: address.parse().unwrap(),
                 interface: Some("lo"),

@@ -210,6 +210,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options,
             secret: "s",
+            quic: None,
             websocket: None,
         };
         native(

@@ -202,6 +202,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "m",
+            quic: None,
             websocket: None,
         };
         let plan = native(Path::new("/opt/hivemq/bin/run.sh"), &instance);

@@ -82,6 +82,32 @@ pub struct Instance<'a> {
     /// Its MQTT-over-WebSocket listener, when the spec asks for one (products whose
     /// [`websocket_path`] is known only).
     pub websocket: Option<WebSocketListen<'a>>,
+    /// Its MQTT-over-QUIC listener, when the spec asks for one (products [`quic_listener`]
+    /// accepts only).
+    pub quic: Option<QuicListen<'a>>,
+}
+
+/// A native instance's QUIC listener: where it binds, and the certificate and key (PEM
+/// files the agent made for the instance) it presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicListen<'a> {
+    /// The UDP address, port resolved.
+    pub address: SocketAddr,
+    /// The certificate chain.
+    pub cert_file: &'a Path,
+    /// Its private key.
+    pub key_file: &'a Path,
+}
+
+/// Whether `product`'s recipe opens a QUIC listener, or why not.
+pub fn quic_listener(product: Product) -> Result<(), &'static str> {
+    match product {
+        Product::Mqttv5 => Ok(()),
+        Product::Emqx => {
+            Err("its recipe opens no QUIC listener yet (EMQX 5 serves one); mqttv5's does here")
+        }
+        _ => Err("it serves no MQTT over QUIC; the mqttv5 broker does here"),
+    }
 }
 
 /// Where a native instance's WebSocket listener binds, as its driver resolved it.
@@ -424,6 +450,7 @@ mod tests {
             max_queued_messages: Some(5000),
             start_deadline: None,
             websocket_port: None,
+            quic_port: None,
         };
         let text = |product| {
             pod(product, &options)

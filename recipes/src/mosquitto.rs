@@ -235,6 +235,7 @@ mod tests {
             max_queued_messages: Some(10),
             start_deadline: None,
             websocket_port: None,
+            quic_port: None,
         };
         let config = render_config(&options, "::".parse().unwrap(), 1883);
         assert!(config.contains("\nlistener 1883 ::\n"));
@@ -251,6 +252,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "m",
+            quic: None,
             websocket: None,
         };
         let plan = native(Path::new("/usr/sbin/mosquitto"), &instance);
@@ -272,6 +274,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "m",
+            quic: None,
             websocket: Some(WebSocketListen {
                 address: "127.0.0.1:4243".parse().unwrap(),
                 interface: Some("lo"),
@@ -290,6 +293,7 @@ mod tests {
         assert!(!without.config[CONFIG_FILE].contains("websockets"));
         let with = pod(&BrokerOptions {
             websocket_port: Some(0),
+            quic_port: None,
             ..BrokerOptions::default()
         });
         assert_eq!(

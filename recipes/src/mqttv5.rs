@@ -11,7 +11,7 @@ use domain::BrokerOptions;
 use host::CommandLine;
 use serde_json::{Value, json};
 
-use crate::{Instance, NativePlan, VersionCommand};
+use crate::{Instance, NativePlan, QuicListen, VersionCommand};
 
 /// Where `mqttv5` is looked for: `cargo install --root /usr/local`, then a distribution's.
 pub const PROGRAMS: &[&str] = &["/usr/local/bin/mqttv5", "/usr/bin/mqttv5"];
@@ -98,17 +98,6 @@ pub fn config(options: &BrokerOptions, listen: SocketAddr, websocket: Option<Soc
     })
 }
 
-/// A QUIC listener of the broker: where, and the certificate and key it presents (PEM).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuicListen<'a> {
-    /// The UDP address it binds.
-    pub address: SocketAddr,
-    /// The certificate chain.
-    pub cert_file: &'a Path,
-    /// Its private key.
-    pub key_file: &'a Path,
-}
-
 /// `config` with a QUIC listener at `quic`: MQTT on one bidirectional stream per connection,
 /// every delivery on that stream too (`control_only`; the library's default opens a stream
 /// per topic from the broker's side, which a single-stream client does not read), no
@@ -130,8 +119,11 @@ pub fn with_quic(mut config: Value, quic: &QuicListen<'_>) -> Value {
 pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
     let config_path = instance.dir.join(CONFIG_FILE);
     let websocket = instance.websocket.map(|listen| listen.address);
-    let text = serde_json::to_string_pretty(&config(instance.options, instance.listen, websocket))
-        .unwrap_or_default();
+    let mut settings = config(instance.options, instance.listen, websocket);
+    if let Some(quic) = &instance.quic {
+        settings = with_quic(settings, quic);
+    }
+    let text = serde_json::to_string_pretty(&settings).unwrap_or_default();
     let mut main = CommandLine::new(program);
     main.args = vec![
         "broker".into(),
@@ -163,6 +155,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options,
             secret: "s",
+            quic: None,
             websocket: websocket.map(|address| WebSocketListen {
                 address: address.parse().unwrap(),
                 interface: Some("lo"),
@@ -197,6 +190,33 @@ mod tests {
         // The TCP listener and the rest stay as they were.
         assert_eq!(config["bind_addresses"], json!(["127.0.0.1:4242"]));
         assert_eq!(config["websocket_config"], Value::Null);
+    }
+
+    #[test]
+    fn an_instance_asking_for_quic_gets_the_listener_in_its_file() {
+        let options = BrokerOptions::default();
+        let quic = QuicListen {
+            address: "127.0.0.1:14567".parse().unwrap(),
+            cert_file: Path::new("/state/m5/quic.pem"),
+            key_file: Path::new("/state/m5/quic.key"),
+        };
+        let plan = native(
+            Path::new("/usr/local/bin/mqttv5"),
+            &Instance {
+                quic: Some(quic),
+                ..instance(&options, None)
+            },
+        );
+        let config: Value = serde_json::from_str(&plan.files[0].1).unwrap();
+        assert_eq!(
+            config["quic_config"]["bind_addresses"],
+            json!(["127.0.0.1:14567"])
+        );
+        assert_eq!(
+            config["quic_config"]["cert_file"],
+            json!("/state/m5/quic.pem")
+        );
+        assert_eq!(config["server_delivery_strategy"], json!("control_only"));
     }
 
     #[test]
@@ -250,6 +270,7 @@ mod tests {
             max_queued_messages: Some(10),
             start_deadline: Some(Duration::from_secs(3)),
             websocket_port: Some(0),
+            quic_port: None,
         };
         let plan = native(
             Path::new("/usr/local/bin/mqttv5"),

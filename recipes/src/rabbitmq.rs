@@ -357,6 +357,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options,
             secret: "m",
+            quic: None,
             websocket: None,
         };
         let ports = PrivatePorts {
@@ -376,6 +377,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "m",
+            quic: None,
             websocket: Some(crate::WebSocketListen {
                 address: "127.0.0.1:1884".parse().unwrap(),
                 interface: Some("lo"),
@@ -420,6 +422,7 @@ mod tests {
 
         let pod = pod(&BrokerOptions {
             websocket_port: Some(0),
+            quic_port: None,
             ..BrokerOptions::default()
         });
         assert_eq!(pod.ports, [("mqtt", MQTT_PORT), ("ws", POD_WEBSOCKET_PORT)]);

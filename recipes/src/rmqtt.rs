@@ -156,6 +156,7 @@ mod tests {
             listen: "127.0.0.1:4242".parse().unwrap(),
             options: &options,
             secret: "s",
+            quic: None,
             websocket: None,
         };
         let program = Path::new("/usr/local/bin/continuum-rmqtt");
@@ -196,6 +197,7 @@ mod tests {
         };
         let with_all = Instance {
             options: &limited,
+            quic: None,
             websocket: Some(WebSocketListen {
                 address: "[::1]:4243".parse().unwrap(),
                 interface: Some("lo"),

@@ -194,6 +194,7 @@ mod tests {
             listen: "127.0.0.1:1883".parse().unwrap(),
             options: &options,
             secret: "cookie-1",
+            quic: None,
             websocket: None,
         };
         let plan = native(Path::new("/bin/true"), &instance);

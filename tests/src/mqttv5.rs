@@ -85,7 +85,7 @@ impl Mqttv5 {
                 SocketAddr::from((LOOPBACK, tcp_port)),
                 None,
             ),
-            &recipes::mqttv5::QuicListen {
+            &recipes::QuicListen {
                 address: SocketAddr::from((LOOPBACK, quic_port)),
                 cert_file: &tls.cert,
                 key_file: &tls.key,

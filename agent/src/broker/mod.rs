@@ -41,6 +41,7 @@ mod install;
 pub mod kubernetes;
 mod native;
 mod ports;
+mod quic_listener;
 mod readiness;
 mod registry;
 mod sockets;
@@ -88,6 +89,11 @@ pub trait RunningBroker: Send + std::fmt::Debug {
     fn address(&self) -> SocketAddr;
     /// Where clients reach its MQTT-over-WebSocket listener, when the spec asked for one.
     fn websocket_address(&self) -> Option<SocketAddr> {
+        None
+    }
+    /// Where clients reach its MQTT-over-QUIC listener and the CA they trust, when the spec
+    /// asked for one.
+    fn quic_endpoint(&self) -> Option<QuicEndpoint> {
         None
     }
     /// The PID whose CPU and memory are the broker's: the broker process (the Erlang VM or
@@ -139,6 +145,15 @@ pub enum BrokerState {
     Failed(String),
 }
 
+/// A broker's MQTT-over-QUIC listener as its clients dial it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicEndpoint {
+    /// Where clients connect (UDP).
+    pub address: SocketAddr,
+    /// The CA (PEM) that signed the certificate the agent made for the listener.
+    pub ca_pem: String,
+}
+
 /// What the Broker RPCs report about one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerStatus {
@@ -150,6 +165,8 @@ pub struct BrokerStatus {
     pub address: Option<SocketAddr>,
     /// Where WebSocket clients connect, when the broker has such a listener.
     pub websocket_address: Option<SocketAddr>,
+    /// Its QUIC listener, when it has one.
+    pub quic: Option<QuicEndpoint>,
     /// The PID to watch, while it runs.
     pub pid: Option<u32>,
     /// Human-readable details.

@@ -19,16 +19,17 @@ use tokio::net::TcpStream;
 
 use super::error::BrokerError;
 use super::install::InstallPaths;
-use super::ports::{claim_port, connect_address, free_loopback_ports};
+use super::ports::{claim_port, claim_udp_port, connect_address, free_loopback_ports};
+use super::quic_listener::{self, QuicCertificate, certified_addresses, make_certificate};
 use super::readiness::wait_ready;
 use super::sockets::{self, Listening, Transport};
 use super::websocket_probe;
-use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker};
+use super::{BoxFuture, BrokerDriver, BrokerState, QuicEndpoint, RunningBroker};
 use crate::new_marker;
 use domain::{BrokerKind, BrokerSpec, Product};
 use host::Marker;
 use host::{Account, CommandLine, GroupChild, log_tail, run_bounded};
-use recipes::{Instance, NativePlan, VersionCommand, WebSocketListen, rabbitmq};
+use recipes::{Instance, NativePlan, QuicListen, VersionCommand, WebSocketListen, rabbitmq};
 
 /// Starts tried, each on a fresh port, when the spec asked for any port (0) and the chosen
 /// one was taken between picking it and the broker binding it.
@@ -67,6 +68,17 @@ pub struct PlanContext<'a> {
     pub secret: &'a str,
     /// The WebSocket listener, port resolved, when the spec asks for one.
     pub websocket: Option<WebSocketPlace<'a>>,
+    /// The QUIC listener, port resolved and certificate made, when the spec asks for one.
+    pub quic: Option<QuicPlace<'a>>,
+}
+
+/// Where a QUIC listener goes and what it presents.
+#[derive(Debug, Clone, Copy)]
+pub struct QuicPlace<'a> {
+    /// Bind address (UDP), port resolved.
+    pub address: SocketAddr,
+    /// The certificate the agent made for it.
+    pub certificate: &'a QuicCertificate,
 }
 
 /// Where a WebSocket listener goes: its address, the interface holding it (`None` for
@@ -169,12 +181,19 @@ impl NativeDriver {
                 )
             })?),
         };
+        if let Some(port) = spec.options.quic_port {
+            recipes::quic_listener(product).map_err(|reason| {
+                BrokerError::invalid("options.quic_port", port, format!("{product}: {reason}"))
+            })?;
+        }
         self.install.check(product)?;
         let interface = match websocket_path {
             Some(_) => interface_of(spec.bind)?,
             None => None,
         };
-        let any_port = spec.port == 0 || spec.options.websocket_port == Some(0);
+        let any_port = spec.port == 0
+            || spec.options.websocket_port == Some(0)
+            || spec.options.quic_port == Some(0);
         let attempts = if any_port { START_ATTEMPTS } else { 1 };
         let mut attempt = 0;
         loop {
@@ -193,7 +212,25 @@ impl NativeDriver {
                     interface: interface.as_deref(),
                     path,
                 });
+            let quic_claim = match spec.options.quic_port {
+                Some(port) => Some(claim_udp_port(spec.bind, port)?),
+                None => None,
+            };
             let dir = self.fresh_dir(&spec.name)?;
+            let certificate = match &quic_claim {
+                Some(claim) => {
+                    let address = SocketAddr::new(spec.bind, claim.port());
+                    let names = certified_addresses(spec.bind, connect_address(address).ip());
+                    Some((address, make_certificate(&dir, &spec.name, &names)?))
+                }
+                None => None,
+            };
+            let quic = certificate
+                .as_ref()
+                .map(|(address, certificate)| QuicPlace {
+                    address: *address,
+                    certificate,
+                });
             let marker = new_marker(&spec.name);
             let secret = host::secret::random_hex(32)
                 .map_err(|e| BrokerError::io("drawing the instance's secret", e))?;
@@ -203,6 +240,7 @@ impl NativeDriver {
                 port,
                 secret: &secret,
                 websocket,
+                quic,
             };
             let plan = plan(product, &self.install, &context)?;
             match launch(&context, product, plan, marker).await {
@@ -245,6 +283,11 @@ fn plan(
         websocket: context.websocket.map(|place| WebSocketListen {
             address: place.address,
             interface: place.interface,
+        }),
+        quic: context.quic.map(|place| QuicListen {
+            address: place.address,
+            cert_file: &place.certificate.cert_file,
+            key_file: &place.certificate.key_file,
         }),
     };
     let locate = |candidates: &[PathBuf]| InstallPaths::locate(product, candidates);
@@ -408,6 +451,10 @@ async fn launch(
         product,
         listen: context.listen(),
         websocket: context.websocket.map(|place| (place.address, place.path)),
+        quic: context.quic.map(|place| QuicEndpoint {
+            address: connect_address(place.address),
+            ca_pem: place.certificate.ca_pem.clone(),
+        }),
         main: None,
         helpers: Vec::new(),
         marker,
@@ -507,6 +554,25 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
             });
         }
     }
+    if let Some(quic) = &broker.quic {
+        let mut main = broker.main.as_mut();
+        let ready =
+            quic_listener::wait_ready(quic.address, &quic.ca_pem, plan.ready_deadline, || {
+                main.as_mut().and_then(|main| main.exited()).map(|status| {
+                    format!("{product} exited ({status}) before its QUIC listener answered")
+                })
+            })
+            .await;
+        if let Err(reason) = ready {
+            return Err(BrokerError::NotReady {
+                name: broker.name.clone(),
+                address: quic.address,
+                deadline: plan.ready_deadline,
+                reason: format!("its QUIC listener: {reason}"),
+                log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
+            });
+        }
+    }
     if let Some(pid) = broker.marker.find_process_named(plan.main_process_names) {
         broker.pid = pid;
     }
@@ -514,19 +580,34 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     // Probes were answered, but by the broker's own listeners? A broker that failed to bind
     // and stayed up (amqtt logs the failure and runs on) would otherwise be measured on
     // another program's port.
-    let wanted = std::iter::once(broker.listen).chain(broker.websocket.map(|(address, _)| address));
-    for address in wanted {
+    let wanted = std::iter::once((Transport::Tcp, broker.listen))
+        .chain(
+            broker
+                .websocket
+                .map(|(address, _)| (Transport::Tcp, address)),
+        )
+        .chain(
+            broker
+                .quic
+                .as_ref()
+                .map(|quic| (Transport::Udp, quic.address)),
+        );
+    for (transport, address) in wanted {
         let own = listening
             .iter()
-            .any(|l| l.transport == Transport::Tcp && l.address.port() == address.port());
+            .any(|l| l.transport == transport && l.address.port() == address.port());
         if !own {
             return Err(BrokerError::NotReady {
                 name: broker.name.clone(),
                 address,
                 deadline: plan.ready_deadline,
                 reason: format!(
-                    "{product} answered, but none of its processes listens on port {} \
-                     (another program owns it)",
+                    "{product} answered, but none of its processes {} port {} (another \
+                     program owns it)",
+                    match transport {
+                        Transport::Tcp => "listens on",
+                        Transport::Udp => "is bound to UDP",
+                    },
                     address.port()
                 ),
                 log_tail: log_tail(&broker.log, LOG_TAIL_LINES),
@@ -582,6 +663,8 @@ pub struct NativeBroker {
     listen: SocketAddr,
     /// The WebSocket listener's address and path, when it has one.
     websocket: Option<(SocketAddr, &'static str)>,
+    /// The QUIC listener as clients dial it, when it has one.
+    quic: Option<QuicEndpoint>,
     main: Option<GroupChild>,
     helpers: Vec<GroupChild>,
     marker: Marker,
@@ -644,6 +727,10 @@ impl RunningBroker for NativeBroker {
 
     fn websocket_address(&self) -> Option<SocketAddr> {
         self.websocket.map(|(address, _)| connect_address(address))
+    }
+
+    fn quic_endpoint(&self) -> Option<QuicEndpoint> {
+        self.quic.clone()
     }
 
     fn pid(&self) -> Option<u32> {

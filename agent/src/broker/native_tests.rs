@@ -396,6 +396,75 @@ async fn a_real_rabbitmq_opens_its_web_mqtt_listener_that_answers_mqtt() {
     a_websocket_listener_answers_mqtt(Product::RabbitMq, Duration::from_secs(90)).await;
 }
 
+/// mqttv5 with a QUIC listener beside its TCP one: the start waits for a CONNACK over
+/// QUIC, and a client trusting the CA the agent reports connects to it; after the stop the
+/// listener is gone.
+#[tokio::test]
+async fn a_real_mqttv5_opens_a_quic_listener_with_a_certificate_the_agent_made() {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::Mqttv5) {
+        return;
+    }
+    let deadline = Duration::from_secs(30);
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let mut spec = loopback_spec(
+        "quic-mqttv5",
+        BrokerKind::Native {
+            product: Product::Mqttv5,
+        },
+    );
+    spec.options.quic_port = Some(0);
+    let broker = tokio::time::timeout(deadline, driver.start(&spec))
+        .await
+        .expect("start is bounded")
+        .unwrap();
+    let quic = broker.quic_endpoint().expect("a QUIC listener");
+    assert_ne!(quic.address.port(), 0);
+    assert!(quic.address.ip().is_loopback(), "{}", quic.address);
+    super::quic_listener::probe(quic.address, &quic.ca_pem, PROBE_TIMEOUT)
+        .await
+        .expect("CONNACK over QUIC");
+    // Another CA is not trusted: the certificate is checked, not just any accepted.
+    let other = super::quic_listener::make_certificate(
+        tempfile::tempdir().unwrap().path(),
+        "other",
+        &[quic.address.ip()],
+    )
+    .unwrap();
+    let refused = super::quic_listener::probe(quic.address, &other.ca_pem, PROBE_TIMEOUT).await;
+    assert!(refused.is_err(), "{refused:?}");
+    tokio::time::timeout(deadline, broker.stop())
+        .await
+        .expect("stop is bounded")
+        .unwrap();
+    let gone = super::quic_listener::probe(quic.address, &quic.ca_pem, PROBE_TIMEOUT).await;
+    assert!(gone.is_err(), "{gone:?}");
+    assert_eq!(tagged_processes("quic-mqttv5"), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_quic_listener_a_recipe_cannot_open_is_refused_before_anything_starts() {
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(InstallPaths::default(), state.path().to_owned());
+    let mut spec = loopback_spec(
+        "mosq",
+        BrokerKind::Native {
+            product: Product::Mosquitto,
+        },
+    );
+    spec.options.quic_port = Some(0);
+    let error = driver.start(&spec).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("options.quic_port: \"0\" mosquitto: it serves no MQTT over QUIC"),
+        "{error}"
+    );
+    assert!(!state.path().join("mosq").exists());
+}
+
 #[tokio::test]
 async fn a_websocket_listener_a_recipe_cannot_open_is_refused_before_anything_starts() {
     let state = tempfile::tempdir().unwrap();
@@ -578,6 +647,7 @@ async fn vernemq_runs_on_its_random_cookie_not_the_installed_one() {
         listen: "127.0.0.1:1883".parse().unwrap(),
         options: &options,
         secret: &secret,
+        quic: None,
         websocket: None,
     };
     let plan = recipes::vernemq::native(Path::new("/usr/sbin/vernemq"), &instance);

@@ -10,13 +10,15 @@
 //! and check after readiness that their broker is still the one running.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::{Mutex, PoisonError};
 
 use super::error::BrokerError;
 
 /// Ports handed out by [`claim_port`] whose start has not finished yet.
 static RESERVED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+/// The same for UDP ports ([`claim_udp_port`]): a number of their own beside TCP's.
+static RESERVED_UDP: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// How many kernel-chosen ports are tried before giving up on finding an unreserved one.
 const PICK_ATTEMPTS: usize = 16;
@@ -26,6 +28,7 @@ const PICK_ATTEMPTS: usize = 16;
 #[derive(Debug)]
 pub struct PortClaim {
     port: u16,
+    set: &'static Mutex<BTreeSet<u16>>,
 }
 
 impl PortClaim {
@@ -37,23 +40,23 @@ impl PortClaim {
 
 impl Drop for PortClaim {
     fn drop(&mut self) {
-        RESERVED
+        self.set
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.port);
     }
 }
 
-/// Reserves `port` unless a start in this process holds it already.
-fn reserve(port: u16) -> Option<PortClaim> {
-    let newly_reserved = RESERVED
+/// Reserves `port` in `set` unless a start in this process holds it already.
+fn reserve(port: u16, set: &'static Mutex<BTreeSet<u16>>) -> Option<PortClaim> {
+    let newly_reserved = set
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(port);
     // A claim is built only when it owns the reservation: dropping one releases the port
     // (and takes the lock, which is free again here).
     if newly_reserved {
-        Some(PortClaim { port })
+        Some(PortClaim { port, set })
     } else {
         None
     }
@@ -64,7 +67,7 @@ fn reserve(port: u16) -> Option<PortClaim> {
 pub fn claim_port(bind: IpAddr, port: u16) -> Result<PortClaim, BrokerError> {
     for _ in 0..PICK_ATTEMPTS {
         let bound = try_bind(bind, port)?;
-        if let Some(claim) = reserve(bound) {
+        if let Some(claim) = reserve(bound, &RESERVED) {
             return Ok(claim);
         }
         if port != 0 {
@@ -77,6 +80,42 @@ pub fn claim_port(bind: IpAddr, port: u16) -> Result<PortClaim, BrokerError> {
     }
     Err(BrokerError::io(
         format!("choosing a port on {bind}"),
+        std::io::Error::other(format!(
+            "the kernel offered {PICK_ATTEMPTS} ports that starting brokers hold"
+        )),
+    ))
+}
+
+/// [`claim_port`] for a UDP port (a QUIC listener's), errors naming `options.quic_port`.
+pub fn claim_udp_port(bind: IpAddr, port: u16) -> Result<PortClaim, BrokerError> {
+    const FIELD: &str = "options.quic_port";
+    for _ in 0..PICK_ATTEMPTS {
+        let bound = match UdpSocket::bind(SocketAddr::new(bind, port)) {
+            Ok(socket) => socket
+                .local_addr()
+                .map(|addr| addr.port())
+                .map_err(|e| BrokerError::io(format!("reading the UDP port bound on {bind}"), e))?,
+            Err(error) => {
+                return Err(BrokerError::invalid(
+                    FIELD,
+                    port,
+                    format!("cannot be bound (UDP) on {bind}: {error}"),
+                ));
+            }
+        };
+        if let Some(claim) = reserve(bound, &RESERVED_UDP) {
+            return Ok(claim);
+        }
+        if port != 0 {
+            return Err(BrokerError::invalid(
+                FIELD,
+                port,
+                format!("is being taken by another broker starting on {bind}"),
+            ));
+        }
+    }
+    Err(BrokerError::io(
+        format!("choosing a UDP port on {bind}"),
         std::io::Error::other(format!(
             "the kernel offered {PICK_ATTEMPTS} ports that starting brokers hold"
         )),

@@ -150,6 +150,7 @@ impl Brokers {
             state: BrokerState::Starting,
             address: (spec.port != 0).then(|| spec.listen_address(spec.port)),
             websocket_address: None,
+            quic: None,
             pid: None,
             detail: spec.summary(),
         });
@@ -166,6 +167,7 @@ impl Brokers {
                     state: BrokerState::Failed(error.to_string()),
                     address: None,
                     websocket_address: None,
+                    quic: None,
                     pid: None,
                     detail: spec.summary(),
                 });
@@ -184,6 +186,7 @@ impl Brokers {
                 state: BrokerState::Stopped,
                 address: None,
                 websocket_address: None,
+                quic: None,
                 pid: None,
                 detail: "no broker of this name was started by this agent".to_owned(),
             });
@@ -198,12 +201,14 @@ impl Brokers {
         };
         let address = Some(current.broker.address());
         let websocket_address = current.broker.websocket_address();
+        let quic = current.broker.quic_endpoint();
         let detail = current.broker.detail();
         slot.show(BrokerStatus {
             name: name.to_owned(),
             state: BrokerState::Stopping,
             address,
             websocket_address,
+            quic: quic.clone(),
             pid: current.broker.pid(),
             detail: detail.clone(),
         });
@@ -217,6 +222,7 @@ impl Brokers {
             state,
             address,
             websocket_address,
+            quic,
             pid: None,
             detail,
         };
@@ -321,6 +327,7 @@ impl Brokers {
                     state: BrokerState::Stopped,
                     address: None,
                     websocket_address: None,
+                    quic: None,
                     pid: None,
                     detail: String::new(),
                 }),
@@ -337,6 +344,7 @@ fn status_of(name: &str, state: BrokerState, broker: &dyn RunningBroker) -> Brok
         state,
         address: Some(broker.address()),
         websocket_address: broker.websocket_address(),
+        quic: broker.quic_endpoint(),
         pid: if running { broker.pid() } else { None },
         detail: broker.detail(),
     }

@@ -25,13 +25,18 @@ pub struct Listening {
     pub address: SocketAddr,
 }
 
-impl fmt::Display for Listening {
+impl fmt::Display for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let transport = match self.transport {
+        f.write_str(match self {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
-        };
-        write!(f, "{transport} {}", self.address)
+        })
+    }
+}
+
+impl fmt::Display for Listening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.transport, self.address)
     }
 }
 

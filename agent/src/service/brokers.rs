@@ -218,6 +218,16 @@ pub(crate) fn status_to_message(status: &BrokerStatus) -> pb::BrokerStatus {
         pid: status.pid.unwrap_or(0),
         detail,
         capabilities: None,
+        quic_address: status
+            .quic
+            .as_ref()
+            .map(|quic| quic.address.to_string())
+            .unwrap_or_default(),
+        quic_ca_pem: status
+            .quic
+            .as_ref()
+            .map(|quic| quic.ca_pem.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -87,9 +87,26 @@ impl TryFrom<pb::BrokerStatus> for Started {
                 ))
             })?),
         };
+        let quic = match (status.quic_address.as_str(), status.quic_ca_pem) {
+            ("", _) => None,
+            (_, pem) if pem.is_empty() => {
+                return Err(AgentError::Reply(
+                    "the agent reported a QUIC listener without its CA".to_string(),
+                ));
+            }
+            (quic, pem) => Some((
+                quic.parse::<SocketAddr>().map_err(|_| {
+                    AgentError::Reply(format!(
+                        "the agent reported QUIC address {quic:?}, not host:port"
+                    ))
+                })?,
+                pem,
+            )),
+        };
         Ok(Started {
             address,
             websocket,
+            quic,
             detail: status.detail,
             capabilities: status.capabilities.map(Into::into),
         })

@@ -1,8 +1,11 @@
 //! MQTT over QUIC in a plan: which tests speak it (`[tests.workload.broker] transport =
-//! "quic"`), an external broker's QUIC listener (`quic_address`), and the check that every
-//! broker of the plan can be reached that way.
+//! "quic"`), an external broker's QUIC listener (`quic_address`), the listener a native
+//! broker's agent opens, and the check that every broker of the plan can be reached that way.
+//!
+//! A native broker's QUIC certificate is made by its agent, and the controller sends that
+//! CA with each workload; the test's `tls_ca_file` is for external brokers.
 
-use loadgen::spec::Transport;
+use loadgen::spec::{Transport, WorkloadSpec};
 
 use super::error::{PlanError, invalid, quoted};
 use super::types::{BrokerEntry, BrokerKind, Plan};
@@ -16,6 +19,35 @@ impl Plan {
                     .is_ok_and(|spec| spec.broker.transport == Transport::Quic)
             })
             .collect()
+    }
+
+    /// The QUIC port a native `broker` is asked to open: any free one when a test speaks
+    /// QUIC, else none.
+    pub fn quic_port_of(&self, broker: &BrokerEntry) -> Option<u16> {
+        (broker.kind == BrokerKind::Native && !self.quic_tests().is_empty()).then_some(0)
+    }
+
+    /// Whether the CA of `spec`'s broker comes with the run rather than from the test: a
+    /// test speaking QUIC to brokers that are all deployed, whose agents make their
+    /// certificates (the other checks refuse QUIC to a broker that cannot open a listener).
+    pub(super) fn quic_ca_supplied(&self, spec: &WorkloadSpec) -> bool {
+        spec.broker.transport == Transport::Quic
+            && self
+                .brokers
+                .iter()
+                .all(|broker| broker.kind == BrokerKind::Native)
+    }
+
+    /// `spec` checked as the run will send it: with the agents' CA where they supply one.
+    pub(super) fn validate_as_run(
+        &self,
+        spec: &WorkloadSpec,
+    ) -> Result<(), loadgen::spec::SpecError> {
+        if self.quic_ca_supplied(spec) {
+            spec.validate_with_ca_supplied()
+        } else {
+            spec.validate()
+        }
     }
 
     /// The brokers' `quic_address`, and every broker reachable by every test that speaks
@@ -60,10 +92,26 @@ fn quic_unreachable(broker: &BrokerEntry) -> Option<String> {
             .is_none()
             .then(|| "an external broker needs quic_address (host:port, UDP)".to_string()),
         BrokerKind::Embedded => Some("the embedded broker (rumqttd) serves no QUIC".to_string()),
-        BrokerKind::Native | BrokerKind::Kubernetes => Some(
-            "the agent opens no QUIC listener for a broker it deploys yet; run the broker \
-             yourself and name it as an external broker with quic_address"
+        BrokerKind::Kubernetes => Some(
+            "the agent opens no QUIC listener for a pod yet; deploy the broker natively \
+             (product = \"mqttv5\"), or run it yourself and name it as an external broker \
+             with quic_address"
                 .to_string(),
         ),
+        BrokerKind::Native => {
+            let product = broker.product()?;
+            if let Err(reason) = recipes::quic_listener(product) {
+                return Some(format!("{product}: {reason}"));
+            }
+            let forwarded_by_hop = broker
+                .entry
+                .as_deref()
+                .is_some_and(|entry| broker.node.as_deref() != Some(entry));
+            forwarded_by_hop.then(|| {
+                "entered through another node, whose forwarding hop relays its MQTT port \
+                 (TCP) only"
+                    .to_string()
+            })
+        }
     }
 }

@@ -279,7 +279,7 @@ impl Plan {
         Ok(self
             .first_workload(i)
             .ok()
-            .filter(|spec| spec.validate().is_ok())
+            .filter(|spec| self.validate_as_run(spec).is_ok())
             .and_then(|spec| {
                 let timed = spec
                     .duration
@@ -488,7 +488,7 @@ impl Plan {
         for (point, spec) in workloads {
             let (payload, clients) = point.overrides();
             Self::validate_departures(i, test, &spec)?;
-            if let Err(error) = spec.validate() {
+            if let Err(error) = self.validate_as_run(&spec) {
                 if let Some(refused) = scaled_count_refused(i, test, &error) {
                     return Err(refused);
                 }

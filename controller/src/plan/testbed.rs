@@ -220,6 +220,14 @@ mod tests {
                 "k3s runs over the overlay",
             ),
             (
+                study.replace(
+                    "warmup = 2\n",
+                    "warmup = 2\n[tests.workload.broker]\ntransport = \"quic\"\ntls_ca_file = \"/ca.pem\"\n",
+                ),
+                "tests[0].workload.broker.transport = \"quic\": brokers[0] (mosquitto): \
+                 the agent opens no QUIC listener for a pod yet",
+            ),
+            (
                 study.replace("orchestrator = \"k3s\"", "orchestrator = \"none\""),
                 "brokers[0].kind = \"kubernetes\": a kubernetes broker needs",
             ),

@@ -948,7 +948,7 @@ fn a_metrics_table_names_its_mistakes() {
 }
 
 #[test]
-fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
+fn quic_tests_need_a_ca_and_reach_external_brokers_and_native_ones_that_open_a_listener() {
     let quic = "[tests.workload.broker]\ntransport = \"quic\"\ntls_ca_file = \"/etc/ca.pem\"\n";
     let external_tcp =
         "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n";
@@ -964,9 +964,17 @@ fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
         ),
         (
             format!(
-                "{BASE}{quic}[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n"
+                "{BASE}{quic}[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mosquitto\"\n"
             ),
-            "tests[0].workload.broker.transport = \"quic\": brokers[0] (b): the agent opens no QUIC listener",
+            "tests[0].workload.broker.transport = \"quic\": brokers[0] (b): mosquitto: it serves no MQTT over QUIC",
+        ),
+        (
+            // The native broker's CA comes with the run, the external one's from the test.
+            format!(
+                "{BASE}[tests.workload.broker]\ntransport = \"quic\"\n{external}\
+                 [[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n"
+            ),
+            "broker.transport = \"quic\": QUIC is always TLS 1.3: set broker.tls_ca_file",
         ),
         (
             format!("{BASE}{quic}{external_tcp}"),
@@ -989,6 +997,19 @@ fn quic_tests_need_a_ca_and_reach_only_external_brokers() {
     }
     let plan = Plan::parse(&format!("{BASE}{quic}{external}"), "plan.toml").unwrap();
     assert_eq!(plan.quic_tests(), [0]);
+    assert_eq!(
+        plan.quic_port_of(&plan.brokers[0]),
+        None,
+        "external: its own"
+    );
+    // A native mqttv5 needs no CA in the test: its agent makes the certificate.
+    let native =
+        "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n";
+    let text = format!("{BASE}[tests.workload.broker]\ntransport = \"quic\"\n{native}");
+    let plan = Plan::parse(&text, "plan.toml").unwrap();
+    assert_eq!(plan.quic_port_of(&plan.brokers[0]), Some(0));
+    let tcp_only = Plan::parse(&format!("{BASE}{native}"), "plan.toml").unwrap();
+    assert_eq!(tcp_only.quic_port_of(&tcp_only.brokers[0]), None);
 }
 
 #[test]

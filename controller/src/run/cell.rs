@@ -43,7 +43,7 @@ pub(super) fn workload(
     base: &WorkloadSpec,
     plan: &Plan,
     cell: &Cell,
-    endpoints: Endpoints,
+    endpoints: Endpoints<'_>,
     run_id: &str,
 ) -> Result<WorkloadSpec, String> {
     let mut spec = base.clone();
@@ -61,9 +61,16 @@ pub(super) fn workload(
                 .websocket
                 .ok_or_else(|| format!("broker {} reported no WebSocket listener", entry.name))?
         }
-        Transport::Quic => endpoints
-            .quic
-            .ok_or_else(|| format!("broker {} has no QUIC listener", entry.name))?,
+        Transport::Quic => {
+            if let Some(pem) = endpoints.quic_ca_pem {
+                // The agent made the listener's certificate: its CA is the one to trust.
+                spec.broker.tls_ca_file = None;
+                spec.broker.tls_ca_pem = Some(pem.to_owned());
+            }
+            endpoints
+                .quic
+                .ok_or_else(|| format!("broker {} has no QUIC listener", entry.name))?
+        }
     };
     spec.broker.host = broker.ip().to_string();
     spec.broker.port = broker.port();
@@ -236,6 +243,7 @@ mod tests {
             mqtt: "127.0.0.1:1883".parse().unwrap(),
             websocket: None,
             quic: None,
+            quic_ca_pem: None,
         };
         let spec = workload(base, plan, cell, endpoints, "r").expect("a workload");
         (spec.broker.username, spec.broker.password)

@@ -47,8 +47,11 @@ pub(super) struct Deployed {
     pub address: SocketAddr,
     /// Where WebSocket clients dial it, when it has such a listener.
     pub websocket: Option<SocketAddr>,
-    /// Where QUIC clients dial it, when it has such a listener (external brokers only).
+    /// Where QUIC clients dial it, when it has such a listener.
     pub quic: Option<SocketAddr>,
+    /// The CA of the QUIC listener's certificate, when its agent made it (a deployed
+    /// broker); `None` for an external broker, whose CA the test names.
+    pub quic_ca_pem: Option<String>,
     pub detail: String,
     /// What the broker supports, as probed when it was started (none for an external one).
     pub capabilities: Option<loadgen::capabilities::Capabilities>,
@@ -59,7 +62,8 @@ impl From<Started> for Deployed {
         Deployed {
             address: started.address,
             websocket: started.websocket,
-            quic: None,
+            quic: started.quic.as_ref().map(|(address, _)| *address),
+            quic_ca_pem: started.quic.map(|(_, pem)| pem),
             detail: started.detail,
             capabilities: started.capabilities,
         }
@@ -68,24 +72,27 @@ impl From<Started> for Deployed {
 
 impl Deployed {
     /// Where a cell's clients dial it.
-    pub fn endpoints(&self) -> Endpoints {
+    pub fn endpoints(&self) -> Endpoints<'_> {
         Endpoints {
             mqtt: self.address,
             websocket: self.websocket,
             quic: self.quic,
+            quic_ca_pem: self.quic_ca_pem.as_deref(),
         }
     }
 }
 
 /// A deployed broker's listeners, as a cell's workload dials them.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Endpoints {
+pub(super) struct Endpoints<'a> {
     /// MQTT over TCP.
     pub mqtt: SocketAddr,
     /// MQTT over WebSocket, when the broker has such a listener.
     pub websocket: Option<SocketAddr>,
     /// MQTT over QUIC (UDP), when the broker has such a listener.
     pub quic: Option<SocketAddr>,
+    /// The CA a deployed broker's QUIC listener presents (its agent made it).
+    pub quic_ca_pem: Option<&'a str>,
 }
 
 /// The first address `host:port` resolves to.
@@ -152,6 +159,7 @@ pub(super) async fn deploy(
                 .websocket
                 .map(|ws| SocketAddr::new(via.data_address, ws.port())),
             quic: None,
+            quic_ca_pem: None,
             detail: started.detail,
             capabilities: started.capabilities,
         });
@@ -188,6 +196,7 @@ async fn external(
         address: resolved,
         websocket,
         quic,
+        quic_ca_pem: None,
         detail: "external: run by someone else".to_string(),
         capabilities: None,
     })
@@ -219,6 +228,7 @@ async fn enter_through(
             address: hop_started.address,
             websocket: None,
             quic: None,
+            quic_ca_pem: None,
             detail: format!(
                 "{}; entered through {entry}: {}",
                 started.detail, hop_started.detail
@@ -434,6 +444,7 @@ fn broker_spec(
         options: BrokerOptions {
             start_deadline: Some(plan.timeouts.deploy),
             websocket_port: plan.websocket_port_of(broker),
+            quic_port: plan.quic_port_of(broker),
             ..BrokerOptions::default()
         },
     })

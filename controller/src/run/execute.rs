@@ -350,7 +350,7 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         pending: &[Cell],
-        endpoints: Endpoints,
+        endpoints: Endpoints<'_>,
     ) -> Result<Flow, RunError> {
         for (s, cells) in self.plan.scenario_rounds(pending) {
             if self.cancel.is_cancelled() {
@@ -370,7 +370,7 @@ impl<'p> Run<'p> {
         b: usize,
         s: usize,
         cells: &[&Cell],
-        endpoints: Endpoints,
+        endpoints: Endpoints<'_>,
     ) -> Result<Flow, RunError> {
         let entry = &self.plan.scenarios[s];
         let mut netem = Guard::new(Netem::new(&entry.name, self.events(), self.netem_renewal));
@@ -449,7 +449,7 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         cells: &[&Cell],
-        endpoints: Endpoints,
+        endpoints: Endpoints<'_>,
         lapse: &Lapse,
     ) -> Result<Flow, RunError> {
         for (n, cell) in cells.iter().enumerate() {
@@ -480,7 +480,7 @@ impl<'p> Run<'p> {
         &mut self,
         b: usize,
         cell: &Cell,
-        endpoints: Endpoints,
+        endpoints: Endpoints<'_>,
         lapse: &Lapse,
     ) -> Result<Flow, RunError> {
         let plan = self.plan;

@@ -23,6 +23,12 @@ pub struct BrokerTarget {
     /// Connect with TLS, trusting this CA certificate (PEM).
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
+    /// The CA certificates themselves (PEM), instead of `tls_ca_file`: what the controller
+    /// sends for a broker whose agent made its certificate (a deployed QUIC listener). Read
+    /// but never written, like the password: a results folder records the transport, and a
+    /// CA made for one deployment says nothing a reader can use.
+    #[serde(default, skip_serializing)]
+    pub tls_ca_pem: Option<String>,
     /// Username for CONNECT.
     #[serde(default)]
     pub username: Option<String>,
@@ -48,6 +54,7 @@ impl fmt::Debug for BrokerTarget {
             .field("port", &self.port)
             .field("protocol", &self.protocol)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_ca_pem", &self.tls_ca_pem.as_ref().map(|pem| pem.len()))
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("transport", &self.transport)
@@ -87,6 +94,11 @@ impl fmt::Display for Transport {
 }
 
 impl BrokerTarget {
+    /// Whether a CA is given, as a file or inline: the connection then speaks TLS.
+    pub fn has_ca(&self) -> bool {
+        self.tls_ca_file.is_some() || self.tls_ca_pem.is_some()
+    }
+
     /// The WebSocket request path in use ([`DEFAULT_WEBSOCKET_PATH`] unless set).
     pub fn websocket_path(&self) -> &str {
         self.websocket_path
@@ -97,7 +109,7 @@ impl BrokerTarget {
 
 impl fmt::Display for BrokerTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let tls = self.tls_ca_file.is_some();
+        let tls = self.has_ca();
         let scheme = match (self.transport, tls) {
             (Transport::Tcp, false) => "mqtt",
             (Transport::Tcp, true) => "mqtts",

@@ -51,7 +51,8 @@ pub use routing::{MAX_TREE_MATCHES, MatchedPublishers, Routing, Subscribed};
 pub use topology::{Shard, Topology};
 pub use tree::{MAX_TREE_FILTERS, MAX_TREE_TOPICS, TopicNames, TopicTree};
 pub use validate::{
-    MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES, SpecError,
+    MAX_CA_PEM, MAX_CLIENTS, MAX_DELIVERY_TRACKS, MAX_PAYLOAD_BYTES_HELD, MAX_TRACKED_MESSAGES,
+    SpecError,
 };
 pub use wills::{MAX_WILL_CLIENTS, WILL_CLOSE_WAIT, WILL_QUIET, Wills};
 
@@ -240,6 +241,7 @@ mod tests {
                 port: 1883,
                 protocol: MqttVersion::V311,
                 tls_ca_file: None,
+                tls_ca_pem: None,
                 username: None,
                 password: None,
                 transport: Transport::Tcp,

@@ -19,6 +19,9 @@ pub type SpecError = domain::FieldError;
 /// Most publishers, and most subscribers, one workload has (over all its instances): each
 /// costs a connection, a task and its buffers.
 pub const MAX_CLIENTS: u32 = 100_000;
+/// Longest inline CA (`broker.tls_ca_pem`), as long as the longest CA file loadgen reads:
+/// a bundle of a few hundred certificates.
+pub const MAX_CA_PEM: u64 = 1024 * 1024;
 /// Most (subscriber, publisher) delivery tracks a workload keeps: a subscriber of the shared
 /// topic tracks every publisher, so this bounds subscribers x publishers there.
 pub const MAX_DELIVERY_TRACKS: u64 = 10_000_000;
@@ -51,6 +54,18 @@ fn at_most(path: &str, value: Duration, bound: Duration) -> Result<(), SpecError
 impl WorkloadSpec {
     /// Checks every field; the first problem found is returned with its TOML path.
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.validate_given(false)
+    }
+
+    /// [`validate`](Self::validate) for a spec whose broker's CA is supplied when it runs (the
+    /// controller sends the CA of a QUIC listener an agent deployed with a certificate of its
+    /// own making), or a result's spec, which records no inline CA: QUIC without a CA in the
+    /// spec is accepted here.
+    pub fn validate_with_ca_supplied(&self) -> Result<(), SpecError> {
+        self.validate_given(true)
+    }
+
+    fn validate_given(&self, ca_supplied: bool) -> Result<(), SpecError> {
         self.validate_duration_bounds()?;
         if self.broker.host.trim().is_empty() {
             return Err(invalid("broker.host", "\"\"", "a broker host is required"));
@@ -81,7 +96,23 @@ impl WorkloadSpec {
                 ));
             }
         }
-        if self.broker.transport == Transport::Quic && self.broker.tls_ca_file.is_none() {
+        if self.broker.tls_ca_file.is_some() && self.broker.tls_ca_pem.is_some() {
+            return Err(invalid(
+                "broker.tls_ca_pem",
+                "(set)",
+                "give the CA once: tls_ca_file or tls_ca_pem",
+            ));
+        }
+        if let Some(pem) = &self.broker.tls_ca_pem
+            && pem.len() as u64 > MAX_CA_PEM
+        {
+            return Err(invalid(
+                "broker.tls_ca_pem",
+                format!("({} bytes)", pem.len()),
+                format!("at most {MAX_CA_PEM} bytes"),
+            ));
+        }
+        if self.broker.transport == Transport::Quic && !self.broker.has_ca() && !ca_supplied {
             return Err(invalid(
                 "broker.transport",
                 "\"quic\"",
@@ -748,6 +779,31 @@ mod tests {
     use crate::size::ByteSize;
     use crate::spec::Shard;
     use crate::spec::tests::example;
+
+    #[test]
+    fn quic_needs_a_ca_once_unless_the_run_supplies_it() {
+        let mut quic = example();
+        quic.broker.transport = Transport::Quic;
+        let error = quic.validate().expect_err("no CA");
+        assert_eq!(error.path, "broker.transport");
+        assert_eq!(quic.validate_with_ca_supplied(), Ok(()));
+        quic.broker.tls_ca_pem = Some("-----BEGIN CERTIFICATE-----".into());
+        assert_eq!(quic.validate(), Ok(()));
+        quic.broker.tls_ca_file = Some("/ca.pem".into());
+        let twice = quic.validate().expect_err("two CAs");
+        assert_eq!(
+            twice.to_string(),
+            "broker.tls_ca_pem = (set): give the CA once: tls_ca_file or tls_ca_pem"
+        );
+        quic.broker.tls_ca_file = None;
+        quic.broker.tls_ca_pem = Some("A".repeat(MAX_CA_PEM as usize + 1));
+        let long = quic.validate().expect_err("too long");
+        assert_eq!(long.path, "broker.tls_ca_pem");
+        // Never written: a results folder holds no CA made for one deployment.
+        quic.broker.tls_ca_pem = Some("-----BEGIN CERTIFICATE-----".into());
+        let json = serde_json::to_string(&quic).expect("serialises");
+        assert!(!json.contains("BEGIN CERTIFICATE"), "{json}");
+    }
 
     #[test]
     fn bad_values_name_their_path_and_value() {

@@ -69,6 +69,12 @@ pub enum DialSetupError {
         /// The file.
         path: String,
     },
+    /// The inline CA holds no usable PEM certificate.
+    #[error("broker.tls_ca_pem: {reason}")]
+    CaPem {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// rustls refused the configuration or the host name.
     #[error("TLS setup: {0}")]
     Rustls(String),
@@ -89,12 +95,9 @@ impl Dialer {
     /// Prepares connections to `target` (reads the CA file once, checks the upgrade request).
     pub fn new(target: &BrokerTarget) -> Result<Self, DialSetupError> {
         let address = format!("{}:{}", target.host, target.port);
+        let roots = target_roots(target)?;
         if target.transport == Transport::Quic {
-            let path = target
-                .tls_ca_file
-                .as_deref()
-                .ok_or(DialSetupError::QuicWithoutCa)?;
-            let roots = ca_file_roots(path)?;
+            let roots = roots.ok_or(DialSetupError::QuicWithoutCa)?;
             return Ok(Dialer {
                 address,
                 tls: None,
@@ -102,9 +105,9 @@ impl Dialer {
                 quic: Some(quic::QuicDialer::new(roots, &target.host)?),
             });
         }
-        let tls = match &target.tls_ca_file {
+        let tls = match roots {
             None => None,
-            Some(path) => Some(tls_connector(path, &target.host)?),
+            Some(roots) => Some(tls_connector(roots, &target.host)?),
         };
         let websocket = match target.transport {
             Transport::Tcp | Transport::Quic => None,
@@ -239,8 +242,13 @@ pub const MAX_CA_FILE: u64 = 1024 * 1024;
 pub fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     let pem = host::read_capped(path, MAX_CA_FILE, host::Links::Follow)
         .map_err(|error| error.to_string())?;
+    pem_roots(&pem)
+}
+
+/// The certificates in `pem`, or why there are none.
+fn pem_roots(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
-    for certificate in rustls_pemfile::certs(&mut pem.as_slice()) {
+    for certificate in rustls_pemfile::certs(&mut &pem[..]) {
         let certificate = certificate.map_err(|error| format!("PEM: {error}"))?;
         roots
             .add(certificate)
@@ -261,11 +269,21 @@ fn ca_file_roots(path: &Path) -> Result<rustls::RootCertStore, DialSetupError> {
     })
 }
 
+/// The CA `target` trusts, from its file or inline; `None` without one (no TLS).
+fn target_roots(target: &BrokerTarget) -> Result<Option<rustls::RootCertStore>, DialSetupError> {
+    if let Some(pem) = &target.tls_ca_pem {
+        // Sent by a controller for a listener an agent deployed: its reason is no secret.
+        return pem_roots(pem.as_bytes())
+            .map(Some)
+            .map_err(|reason| DialSetupError::CaPem { reason });
+    }
+    target.tls_ca_file.as_deref().map(ca_file_roots).transpose()
+}
+
 fn tls_connector(
-    path: &Path,
+    roots: rustls::RootCertStore,
     host: &str,
 ) -> Result<(TlsConnector, ServerName<'static>), DialSetupError> {
-    let roots = ca_file_roots(path)?;
     // ring everywhere: mixing rustls crypto providers in one process panics.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -291,6 +309,7 @@ mod tests {
             port: 8883,
             protocol: crate::spec::MqttVersion::V311,
             tls_ca_file: Some(path.to_path_buf()),
+            tls_ca_pem: None,
             username: None,
             password: None,
             transport: Transport::Tcp,
@@ -341,5 +360,33 @@ mod tests {
         for path in refused {
             assert_eq!(refusal(&path), expected, "{}", path.display());
         }
+    }
+
+    #[test]
+    fn an_inline_ca_is_trusted_as_a_file_is_and_garbage_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pki = dir.path().join("pki");
+        ::tests::pki::TestPki::create(&pki, &[]).expect("a PKI");
+        let pem = std::fs::read_to_string(pki.join(CA_PEM)).expect("the CA");
+        for transport in [Transport::Tcp, Transport::Quic] {
+            let target = BrokerTarget {
+                tls_ca_file: None,
+                tls_ca_pem: Some(pem.clone()),
+                transport,
+                ..with_ca(Path::new("unused"))
+            };
+            let dialer = Dialer::new(&target).expect("an inline CA is used");
+            assert!(dialer.tls.is_some() || dialer.quic.is_some(), "{dialer:?}");
+        }
+        let garbage = BrokerTarget {
+            tls_ca_file: None,
+            tls_ca_pem: Some("not a certificate".to_string()),
+            ..with_ca(Path::new("unused"))
+        };
+        let error = Dialer::new(&garbage).expect_err("no certificate in it");
+        assert_eq!(
+            error.to_string(),
+            "broker.tls_ca_pem: no PEM certificate found"
+        );
     }
 }

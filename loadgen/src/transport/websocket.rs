@@ -291,6 +291,7 @@ mod tests {
             port: 9001,
             protocol: crate::spec::MqttVersion::V311,
             tls_ca_file: None,
+            tls_ca_pem: None,
             username: None,
             password: None,
             transport: crate::spec::Transport::WebSocket,

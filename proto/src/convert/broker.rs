@@ -14,7 +14,7 @@ use crate::agent::v1 as pb;
 
 /// The option keys a `BrokerSpec` message may carry.
 const OPTION_KEYS: &str =
-    "max_inflight_messages, max_queued_messages, start_deadline, websocket_port";
+    "max_inflight_messages, max_queued_messages, start_deadline, websocket_port, quic_port";
 
 impl From<Product> for pb::Product {
     fn from(product: Product) -> Self {
@@ -196,6 +196,9 @@ fn options(
             "websocket_port" => {
                 options.websocket_port = Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
             }
+            "quic_port" => {
+                options.quic_port = Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
+            }
             _ => return Err(invalid(format!("unknown option ({OPTION_KEYS})"))),
         }
     }
@@ -255,6 +258,9 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
         }
         if let Some(port) = spec.options.websocket_port {
             options.insert("websocket_port".to_owned(), port.to_string());
+        }
+        if let Some(port) = spec.options.quic_port {
+            options.insert("quic_port".to_owned(), port.to_string());
         }
         pb::BrokerSpec {
             name: spec.name.clone(),
@@ -345,7 +351,9 @@ mod tests {
         message
             .options
             .insert("start_deadline".into(), "30s".into());
+        message.options.insert("quic_port".into(), "0".into());
         let spec = BrokerSpec::try_from(message).expect("valid");
+        assert_eq!(spec.options.quic_port, Some(0));
         assert_eq!(
             spec.kind,
             BrokerKind::Native {

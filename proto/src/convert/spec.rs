@@ -144,6 +144,7 @@ fn broker_from_proto(message: pb::BrokerTarget, at: &str) -> Result<BrokerTarget
             },
         )?,
         tls_ca_file: message.tls_ca_file.map(PathBuf::from),
+        tls_ca_pem: message.tls_ca_pem,
         username: message.username,
         password: message.password,
         transport: enumeration(
@@ -377,6 +378,7 @@ impl From<&BrokerTarget> for pb::BrokerTarget {
             }
             .into(),
             websocket_path: broker.websocket_path.clone(),
+            tls_ca_pem: broker.tls_ca_pem.clone(),
         }
     }
 }
@@ -460,6 +462,7 @@ pub(super) mod tests {
                 port: 1883,
                 protocol: MqttVersion::V311,
                 tls_ca_file: None,
+                tls_ca_pem: None,
                 username: None,
                 password: None,
                 transport: Transport::Tcp,
@@ -501,6 +504,7 @@ pub(super) mod tests {
                 port: 8883,
                 protocol: MqttVersion::V5,
                 tls_ca_file: Some(PathBuf::from("/etc/continuum/ca.pem")),
+                tls_ca_pem: None,
                 username: Some("bench".into()),
                 password: Some("secret".into()),
                 transport: Transport::Tcp,

@@ -98,7 +98,7 @@ fn start_broker(
             SocketAddr::from((worker, MQTT_PORT)),
             None,
         ),
-        &recipes::mqttv5::QuicListen {
+        &recipes::QuicListen {
             address: SocketAddr::from((worker, QUIC_PORT)),
             cert_file: &tls.cert,
             key_file: &tls.key,

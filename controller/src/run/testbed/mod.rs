@@ -184,6 +184,9 @@ pub struct Started {
     pub address: SocketAddr,
     /// Where WebSocket clients dial it, when it has such a listener.
     pub websocket: Option<SocketAddr>,
+    /// Where QUIC clients dial it, and the CA of the certificate its agent made, when it has
+    /// such a listener.
+    pub quic: Option<(SocketAddr, String)>,
     /// What runs (product, process or image, node).
     pub detail: String,
     /// What the broker supports, as its agent probed it; `None` when it could not.
