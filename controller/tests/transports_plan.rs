@@ -199,6 +199,11 @@ transports = ["tcp", "quic"]
         manifest.contains("\"quic_address\": \"127.0.0.1:"),
         "{manifest}"
     );
+    let deployed = report
+        .lines()
+        .find(|line| line.starts_with("| mqttv5 | tester |"))
+        .expect("the broker as deployed");
+    assert!(deployed.contains("; QUIC 127.0.0.1:"), "{deployed}");
     // The CA made for one deployment is sent, never stored.
     for entry in walk(&summary.dir) {
         let bytes = std::fs::read(&entry).expect("a results file");

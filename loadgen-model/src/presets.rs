@@ -41,6 +41,7 @@ pub fn latency() -> WorkloadSpec {
             password: None,
             transport: Transport::Tcp,
             websocket_path: None,
+            quic_zero_rtt: false,
         },
         publishers: 100,
         subscribers: 1,

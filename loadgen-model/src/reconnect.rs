@@ -28,6 +28,13 @@ pub struct ReconnectOutcome {
     pub failures: BTreeMap<String, u64>,
     /// Reconnections whose CONNACK said the broker had kept the session.
     pub sessions_resumed: u64,
+    /// Connections opened again over QUIC with 0-RTT data (`broker.quic_zero_rtt`): the
+    /// client held a ticket from its previous connection.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_rtt_attempted: u64,
+    /// Of those, the ones whose 0-RTT data the broker accepted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_rtt_accepted: u64,
     /// QoS 1 messages sent again (DUP) after a reconnect: sent but not acknowledged when
     /// the connection was lost.
     pub resent: u64,
@@ -51,6 +58,8 @@ impl std::fmt::Debug for ReconnectOutcome {
             .field("attempts", &self.attempts)
             .field("failures", &self.failures)
             .field("sessions_resumed", &self.sessions_resumed)
+            .field("zero_rtt_attempted", &self.zero_rtt_attempted)
+            .field("zero_rtt_accepted", &self.zero_rtt_accepted)
             .field("resent", &self.resent)
             .field(
                 "time_away_ns",
@@ -66,6 +75,10 @@ impl std::fmt::Debug for ReconnectOutcome {
     }
 }
 
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
 impl ReconnectOutcome {
     /// Nothing lost yet.
     pub fn empty() -> Self {
@@ -77,6 +90,8 @@ impl ReconnectOutcome {
             attempts: 0,
             failures: BTreeMap::new(),
             sessions_resumed: 0,
+            zero_rtt_attempted: 0,
+            zero_rtt_accepted: 0,
             resent: 0,
             time_away: new_histogram(),
             first_lost_ns: 0,
@@ -110,6 +125,8 @@ impl ReconnectOutcome {
             *self.failures.entry(kind.clone()).or_insert(0) += count;
         }
         self.sessions_resumed += other.sessions_resumed;
+        self.zero_rtt_attempted += other.zero_rtt_attempted;
+        self.zero_rtt_accepted += other.zero_rtt_accepted;
         self.resent += other.resent;
         self.time_away
             .add(&other.time_away)

@@ -450,6 +450,7 @@ mod tests {
                 password: None,
                 transport: Transport::Tcp,
                 websocket_path: None,
+                quic_zero_rtt: false,
             },
             publishers: 4,
             subscribers: 4,

@@ -192,9 +192,20 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
             ("reconnect.interrupted", storm.interrupted),
             ("reconnect.attempts", storm.attempts),
             ("reconnect.sessions_resumed", storm.sessions_resumed),
+            ("reconnect.zero_rtt_attempted", storm.zero_rtt_attempted),
+            ("reconnect.zero_rtt_accepted", storm.zero_rtt_accepted),
             ("reconnect.resent", storm.resent),
         ] {
             total(name, [count])?;
+        }
+        if storm.zero_rtt_accepted > storm.zero_rtt_attempted {
+            return Err(problem(
+                "reconnect.zero_rtt_accepted",
+                format!(
+                    "{} accepted of {} attempted",
+                    storm.zero_rtt_accepted, storm.zero_rtt_attempted
+                ),
+            ));
         }
         total("reconnect.failures", storm.failures.values().copied())?;
         check_histogram("reconnect.time_away", &storm.time_away)?;

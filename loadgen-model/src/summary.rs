@@ -277,6 +277,12 @@ pub struct ReconnectSummary {
     pub failures: BTreeMap<String, u64>,
     /// Reconnections to a session the broker had kept.
     pub sessions_resumed: u64,
+    /// Connections opened again over QUIC with 0-RTT data.
+    #[serde(default)]
+    pub zero_rtt_attempted: u64,
+    /// Of those, the ones the broker accepted.
+    #[serde(default)]
+    pub zero_rtt_accepted: u64,
     /// QoS 1 messages sent again after a reconnect.
     pub resent: u64,
 }
@@ -294,6 +300,8 @@ impl ReconnectSummary {
             attempts: outcome.attempts,
             failures: outcome.failures.clone(),
             sessions_resumed: outcome.sessions_resumed,
+            zero_rtt_attempted: outcome.zero_rtt_attempted,
+            zero_rtt_accepted: outcome.zero_rtt_accepted,
             resent: outcome.resent,
         })
     }

@@ -536,6 +536,13 @@ fn reconnect_lines(out: &mut String, storm: &crate::summary::ReconnectSummary) {
         storm.sessions_resumed,
         storm.resent
     );
+    if storm.zero_rtt_attempted > 0 {
+        let _ = writeln!(
+            out,
+            "  0-RTT over QUIC: {} of {} reconnections' early data accepted",
+            storm.zero_rtt_accepted, storm.zero_rtt_attempted
+        );
+    }
     for (kind, count) in &storm.failures {
         let _ = writeln!(out, "  reconnect attempt {kind}: {count}");
     }

@@ -13,7 +13,7 @@ use crate::clock::RunClock;
 use crate::codec::Codec;
 use crate::session::{self, KeptSession, Session, StampReads};
 use crate::spec::{Qos, Reconnect, WorkloadSpec};
-use crate::transport::Dialer;
+use crate::transport::{Dialer, ZeroRttCounts};
 
 pub use loadgen_model::reconnect::ReconnectOutcome;
 
@@ -153,12 +153,18 @@ impl Reconnector {
         self.update(|o| o.resent += messages);
     }
 
-    /// The figures, once every client is done.
-    pub(crate) fn outcome(&self) -> ReconnectOutcome {
-        self.outcome
+    /// The figures, once every client is done, with the dialer's 0-RTT counts.
+    pub(crate) fn outcome(&self, zero_rtt: Option<ZeroRttCounts>) -> ReconnectOutcome {
+        let mut outcome = self
+            .outcome
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        if let Some(counts) = zero_rtt {
+            outcome.zero_rtt_attempted = counts.attempted;
+            outcome.zero_rtt_accepted = counts.accepted;
+        }
+        outcome
     }
 
     fn update(&self, change: impl FnOnce(&mut ReconnectOutcome)) {

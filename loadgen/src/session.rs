@@ -162,8 +162,11 @@ async fn open_unbounded(
     stamp: StampReads,
 ) -> Result<Session, ConnectFailure> {
     let dialed = match stamp {
-        StampReads::Yes => dialer.dial_stamped().await,
-        StampReads::No => dialer.dial().await.map(|(read, write)| (read, write, None)),
+        StampReads::Yes => dialer.dial_stamped(Some(fields.client_id)).await,
+        StampReads::No => dialer
+            .dial_as(Some(fields.client_id))
+            .await
+            .map(|(read, write)| (read, write, None)),
     };
     let (reader, writer, arrival) = dialed.map_err(|e| ConnectFailure::Io(e.to_string()))?;
     let mut session = Session {

@@ -101,7 +101,8 @@ pub fn config(options: &BrokerOptions, listen: SocketAddr, websocket: Option<Soc
 /// `config` with a QUIC listener at `quic`: MQTT on one bidirectional stream per connection,
 /// every delivery on that stream too (`control_only`; the library's default opens a stream
 /// per topic from the broker's side, which a single-stream client does not read), no
-/// client certificates and no 0-RTT data accepted.
+/// client certificates, and 0-RTT data accepted from clients resuming with a ticket (a
+/// client that sends none is not affected).
 pub fn with_quic(mut config: Value, quic: &QuicListen<'_>) -> Value {
     config["quic_config"] = json!({
         "cert_file": quic.cert_file,
@@ -109,7 +110,7 @@ pub fn with_quic(mut config: Value, quic: &QuicListen<'_>) -> Value {
         "ca_file": Value::Null,
         "require_client_cert": false,
         "bind_addresses": [quic.address.to_string()],
-        "enable_early_data": false,
+        "enable_early_data": true,
     });
     config["server_delivery_strategy"] = json!("control_only");
     config
@@ -183,7 +184,7 @@ mod tests {
                 "ca_file": null,
                 "require_client_cert": false,
                 "bind_addresses": ["127.0.0.1:14567"],
-                "enable_early_data": false,
+                "enable_early_data": true,
             })
         );
         assert_eq!(config["server_delivery_strategy"], json!("control_only"));

@@ -222,15 +222,12 @@ async fn a_burst_over_quic_at_qos_1_is_counted_exactly() {
     assert_nothing_lost(&summary);
 }
 
-/// Every connection cut by loadgen at one moment, over QUIC: each comes back through a new
-/// QUIC handshake, and every message is accounted for, delivered or lost. (This mqttv5 keeps
-/// no session of a client that left, as the capability probe finds, so what its subscribers
-/// missed while away is lost, and counted as such.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconnect_storm_over_quic_brings_every_connection_back() {
-    skip_unless_installed!(MQTTV5_BINARY);
+/// Every connection cut by loadgen at one moment, over QUIC, with 0-RTT or without: each comes
+/// back through a new QUIC handshake, and every message is accounted for, delivered or lost.
+/// (This mqttv5 keeps no session of a client that left, as the capability probe finds, so
+/// what its subscribers missed while away is lost, and counted as such.)
+async fn storm_over_quic(broker: &Mqttv5, zero_rtt: bool) -> loadgen::result::ReconnectOutcome {
     const PAIRS: u32 = 4;
-    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
     let mut spec = loadgen::presets::latency();
     spec.publishers = PAIRS;
     spec.subscribers = PAIRS;
@@ -247,15 +244,24 @@ async fn a_reconnect_storm_over_quic_brings_every_connection_back() {
         retry: Duration::from_millis(100),
         cut_all_at: Some(Duration::from_secs(1)),
     });
-    let result = loadgen::run(&over_quic(spec, &broker), CancellationToken::new(), None)
+    let mut spec = over_quic(spec, broker);
+    spec.broker.quic_zero_rtt = zero_rtt;
+    let result = loadgen::run(&spec, CancellationToken::new(), None)
         .await
         .expect("the run completes");
     let summary = Summary::of(&result);
     let storm = result.reconnect.clone().expect("the storm is reported");
     let connections = u64::from(2 * PAIRS);
     eprintln!(
-        "reconnect storm over QUIC: {storm:?}; delivered {} of {}, lost {:?}",
-        summary.delivered_unique, summary.expected_deliveries, summary.lost
+        "reconnect storm over QUIC, 0-RTT {zero_rtt}: {storm:?}; time away p50 {:.2} ms; \
+         delivered {} of {}, lost {:?}",
+        summary
+            .reconnect
+            .as_ref()
+            .map_or(0.0, |r| r.time_away.p50_us / 1e3),
+        summary.delivered_unique,
+        summary.expected_deliveries,
+        summary.lost
     );
     assert_eq!(storm.lost, connections, "{storm:?}");
     assert_eq!(storm.reconnected, connections, "{storm:?}");
@@ -275,6 +281,34 @@ async fn a_reconnect_storm_over_quic_brings_every_connection_back() {
         summary.delivered_unique + lost,
         summary.expected_deliveries,
         "every message delivered or lost"
+    );
+    storm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_storm_over_quic_brings_every_connection_back() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let storm = storm_over_quic(&broker, false).await;
+    assert_eq!(
+        (storm.zero_rtt_attempted, storm.zero_rtt_accepted),
+        (0, 0),
+        "no 0-RTT unless asked"
+    );
+}
+
+/// With `quic_zero_rtt`, each of the 8 clients comes back with a ticket of its own first
+/// connection, sends CONNECT as early data, and mqttv5 (early data on) accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_0_rtt_every_client_resumes_with_its_own_ticket_and_mqttv5_accepts() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let broker = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let storm = storm_over_quic(&broker, true).await;
+    // Every reconnect attempt (8, unless one had to be tried again) held a ticket.
+    assert_eq!(storm.zero_rtt_attempted, storm.attempts, "{storm:?}");
+    assert_eq!(
+        storm.zero_rtt_accepted, storm.zero_rtt_attempted,
+        "mqttv5 takes early data: {storm:?}"
     );
 }
 

@@ -221,7 +221,7 @@ impl NativeDriver {
                 Some(claim) => {
                     let address = SocketAddr::new(spec.bind, claim.port());
                     let names = certified_addresses(spec.bind, connect_address(address).ip());
-                    Some((address, make_certificate(&dir, &spec.name, &names)?))
+                    Some((address, make_certificate(&dir, &names)?))
                 }
                 None => None,
             };
@@ -291,7 +291,7 @@ fn plan(
         }),
     };
     let locate = |candidates: &[PathBuf]| InstallPaths::locate(product, candidates);
-    Ok(match product {
+    let mut plan = match product {
         Product::Mosquitto => recipes::mosquitto::native(&locate(&install.mosquitto)?, &instance),
         Product::RabbitMq => {
             let programs = rabbitmq::Programs {
@@ -320,7 +320,15 @@ fn plan(
             &instance,
         ),
         Product::Rmqtt => recipes::rmqtt::native(&locate(&install.rmqtt)?, &instance),
-    })
+    };
+    if let Some(place) = context.quic {
+        let certificate = place.certificate;
+        plan.files
+            .push((certificate.cert_file.clone(), certificate.cert_pem.clone()));
+        plan.private_files
+            .push((certificate.key_file.clone(), certificate.key_pem.clone()));
+    }
+    Ok(plan)
 }
 
 /// `N` distinct free loopback ports for `what`.

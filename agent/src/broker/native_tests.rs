@@ -426,12 +426,12 @@ async fn a_real_mqttv5_opens_a_quic_listener_with_a_certificate_the_agent_made()
         .await
         .expect("CONNACK over QUIC");
     // Another CA is not trusted: the certificate is checked, not just any accepted.
-    let other = super::quic_listener::make_certificate(
-        tempfile::tempdir().unwrap().path(),
-        "other",
-        &[quic.address.ip()],
-    )
-    .unwrap();
+    // Its key is the broker's alone.
+    let key = state.path().join("quic-mqttv5/quic/key.pem");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o400, "{}", key.display());
+    let other =
+        super::quic_listener::make_certificate(Path::new("/unused"), &[quic.address.ip()]).unwrap();
     let refused = super::quic_listener::probe(quic.address, &other.ca_pem, PROBE_TIMEOUT).await;
     assert!(refused.is_err(), "{refused:?}");
     tokio::time::timeout(deadline, broker.stop())

@@ -24,64 +24,58 @@ use super::error::BrokerError;
 use super::readiness::{connect_packet, probe_client_id, wait_for};
 
 /// The certificate's file in the instance's directory.
-const CERT_FILE: &str = "quic-cert.pem";
-/// Its key's file, readable by the agent's user only.
-const KEY_FILE: &str = "quic-key.pem";
+const CERT_FILE: &str = "quic/cert.pem";
+/// Its key's file, in a folder only the broker's user reads (written as a private file).
+const KEY_FILE: &str = "quic/key.pem";
 /// The CA's common name (the CA lives as long as the deployment).
 const CA_NAME: &str = "Continuum broker QUIC listener";
+/// The name in the certificate's identity: the listener's, not the broker's (a broker's name
+/// may be one that identities reserve, such as `ca`); the addresses are what clients check.
+const LISTENER_NAME: &str = "broker-quic-listener";
 
 /// What a QUIC listener presents, and what its clients trust.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct QuicCertificate {
     /// The CA that signed the certificate (PEM): what loadgen nodes trust.
     pub ca_pem: String,
-    /// The certificate (PEM), in the instance's directory.
+    /// The certificate (PEM), and the file the plan writes it to.
+    pub cert_pem: String,
     pub cert_file: PathBuf,
-    /// Its private key (PEM, mode 0600), in the instance's directory.
+    /// Its private key (PEM), and the private file the plan writes it to.
+    pub key_pem: String,
     pub key_file: PathBuf,
 }
 
-/// Makes a CA and a certificate it signs for `addresses`, and writes both files into `dir`.
-pub fn make_certificate(
-    dir: &Path,
-    instance: &str,
-    addresses: &[IpAddr],
-) -> Result<QuicCertificate, BrokerError> {
+impl std::fmt::Debug for QuicCertificate {
+    /// Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicCertificate")
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes a CA and a certificate it signs for `addresses`, to be written into `dir` (the
+/// instance's) with the rest of its plan.
+pub fn make_certificate(dir: &Path, addresses: &[IpAddr]) -> Result<QuicCertificate, BrokerError> {
     let failed = |error: proto::pki::PkiError| {
         BrokerError::io(
-            format!("making the QUIC listener's certificate for {instance}"),
+            "making the QUIC listener's certificate",
             std::io::Error::other(error.to_string()),
         )
     };
     let ca = CertificateAuthority::generate(CA_NAME).map_err(failed)?;
-    let mut spec = IdentitySpec::new(Role::Agent, instance);
+    let mut spec = IdentitySpec::new(Role::Agent, LISTENER_NAME);
     spec.ip_addresses = addresses.to_vec();
     let issued = ca.issue(&spec).map_err(failed)?;
-    let cert_file = dir.join(CERT_FILE);
-    let key_file = dir.join(KEY_FILE);
-    std::fs::write(&cert_file, &issued.cert_pem)
-        .map_err(|e| BrokerError::io(format!("writing {}", cert_file.display()), e))?;
-    write_private(&key_file, &issued.key_pem)?;
     Ok(QuicCertificate {
         ca_pem: ca.cert_pem().to_owned(),
-        cert_file,
-        key_file,
+        cert_pem: issued.cert_pem.clone(),
+        cert_file: dir.join(CERT_FILE),
+        key_pem: issued.key_pem.clone(),
+        key_file: dir.join(KEY_FILE),
     })
-}
-
-/// Writes `text` to a new file only its owner can read.
-fn write_private(path: &Path, text: &str) -> Result<(), BrokerError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let write = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?
-            .write_all(text.as_bytes())
-    };
-    write().map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))
 }
 
 /// The addresses the certificate names for a listener bound to `bind`: the address clients
@@ -107,6 +101,7 @@ pub async fn probe(address: SocketAddr, ca_pem: &str, limit: Duration) -> Result
         password: None,
         transport: Transport::Quic,
         websocket_path: None,
+        quic_zero_rtt: false,
     };
     let dialer = Dialer::new(&target).map_err(|e| e.to_string())?;
     let exchange = async {
@@ -157,20 +152,17 @@ pub async fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn the_certificate_names_the_dialled_address_and_its_key_is_private() {
-        let dir = tempfile::tempdir().expect("temp dir");
+    fn the_certificate_names_the_dialled_address_and_its_key_stays_out_of_debug() {
         let loopback: IpAddr = "127.0.0.1".parse().unwrap();
-        let made = make_certificate(dir.path(), "m5", &[loopback]).expect("made");
-        let key_mode = std::fs::metadata(&made.key_file)
-            .expect("key written")
-            .permissions()
-            .mode();
-        assert_eq!(key_mode & 0o777, 0o600);
+        let made = make_certificate(Path::new("/state/ca"), &[loopback]).expect("made");
+        assert_eq!(made.cert_file, Path::new("/state/ca/quic/cert.pem"));
+        assert_eq!(made.key_file, Path::new("/state/ca/quic/key.pem"));
+        assert!(!format!("{made:?}").contains("PRIVATE KEY"));
+        assert!(made.key_pem.contains("PRIVATE KEY"));
         assert!(made.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
-        // The certificate verifies against the CA for the address, as loadgen will check it.
+        // The CA is one loadgen takes (the real broker's test checks a handshake against it).
         let target = BrokerTarget {
             host: "127.0.0.1".into(),
             port: 1,
@@ -181,12 +173,12 @@ mod tests {
             password: None,
             transport: Transport::Quic,
             websocket_path: None,
+            quic_zero_rtt: false,
         };
         Dialer::new(&target).expect("the CA is usable");
-        let cert = std::fs::read_to_string(&made.cert_file).expect("certificate written");
-        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(made.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert_ne!(
-            cert, made.ca_pem,
+            made.cert_pem, made.ca_pem,
             "the listener's own certificate, not the CA"
         );
     }

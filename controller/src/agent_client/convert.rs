@@ -274,6 +274,33 @@ mod tests {
     }
 
     #[test]
+    fn a_quic_listener_converts_only_with_its_ca_and_a_usable_address() {
+        let status = |quic: &str, pem: &str| pb::BrokerStatus {
+            address: "127.0.0.1:1883".into(),
+            quic_address: quic.into(),
+            quic_ca_pem: pem.into(),
+            ..Default::default()
+        };
+        assert_eq!(Started::try_from(status("", "")).expect("none").quic, None);
+        let started = Started::try_from(status("127.0.0.1:14567", "PEM")).expect("quic");
+        assert_eq!(
+            started.quic,
+            Some(("127.0.0.1:14567".parse().expect("addr"), "PEM".to_string()))
+        );
+        assert_eq!(
+            Started::try_from(status("127.0.0.1:14567", "")),
+            Err(AgentError::Reply(
+                "the agent reported a QUIC listener without its CA".into()
+            ))
+        );
+        let error = Started::try_from(status("udp", "PEM")).expect_err("bad address");
+        assert!(
+            error.to_string().contains("\"udp\", not host:port"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_refused_precondition_is_unmet_and_other_errors_failed() {
         let unmet = AgentError::from(tonic::Status::failed_precondition("not installed"));
         assert_eq!(unmet, AgentError::Unmet("not installed".into()));

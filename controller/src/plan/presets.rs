@@ -10,7 +10,7 @@ use std::time::Duration;
 use loadgen::WorkloadSpec;
 use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
-use loadgen::spec::Pacing;
+use loadgen::spec::{Pacing, Transport};
 
 use super::error::{PlanError, invalid, quoted};
 use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
@@ -128,9 +128,11 @@ pub fn workload_for(
         spec.publishers = pairs;
         spec.subscribers = pairs;
     }
-    // A plan's `transports` sweep leaves each of its tests one transport (`transports.rs`).
+    // A plan's `transports` sweep leaves each of its tests one transport (`transports.rs`);
+    // a QUIC setting of the test applies to its QUIC run only.
     if let Some([transport]) = test.transports.as_deref() {
         spec.broker.transport = *transport;
+        spec.broker.quic_zero_rtt &= *transport == Transport::Quic;
     }
     if let Some(scenario) = test.kind.suite_scenario() {
         scenario.settle(&mut spec);
@@ -143,7 +145,7 @@ pub fn workload_for(
 pub type WorkloadTableError = domain::FieldError;
 
 /// Fields of the spec that the run sets itself, per cell.
-const RUN_OWNED: [(&str, &str); 3] = [
+const RUN_OWNED: [(&str, &str); 4] = [
     (
         "broker.host",
         "the broker's address comes from the plan's [[brokers]]",
@@ -153,6 +155,11 @@ const RUN_OWNED: [(&str, &str); 3] = [
         "the broker's address comes from the plan's [[brokers]]",
     ),
     ("shard", "the run splits the load over tests[].loadgen"),
+    (
+        "broker.tls_ca_pem",
+        "the run supplies it (the CA an agent made for a QUIC listener it deployed); a test \
+         names its CA with tls_ca_file",
+    ),
 ];
 
 /// `spec` with `table` laid over it, field by field (tables merge, values replace), then read

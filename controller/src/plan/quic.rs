@@ -69,6 +69,35 @@ impl Plan {
                 return Err(invalid(path, quoted(address), "needs host:port"));
             }
         }
+        // A deployed broker has no TLS listener: a test naming a CA reaches it over QUIC only.
+        for t in 0..self.tests.len() {
+            let Ok(spec) = self.first_workload(t) else {
+                continue;
+            };
+            let Some(ca) = spec.broker.tls_ca_file.as_deref() else {
+                continue;
+            };
+            if spec.broker.transport == Transport::Quic {
+                continue;
+            }
+            if let Some((b, broker)) = self
+                .brokers
+                .iter()
+                .enumerate()
+                .find(|(_, broker)| broker.kind != BrokerKind::External)
+            {
+                return Err(invalid(
+                    format!("tests[{t}].workload.broker.tls_ca_file"),
+                    quoted(&ca.display().to_string()),
+                    format!(
+                        "brokers[{b}] ({}): the agent opens no TLS listener for a broker it \
+                         deploys, so MQTT over TLS ({} with a CA) reaches external brokers \
+                         only; over QUIC its agent's CA is used",
+                        broker.name, spec.broker.transport
+                    ),
+                ));
+            }
+        }
         for t in self.quic_tests() {
             for (b, broker) in self.brokers.iter().enumerate() {
                 if let Some(reason) = quic_unreachable(broker) {

@@ -269,6 +269,10 @@ fn a_workload_table_sets_any_spec_field_and_names_its_mistakes() {
             "tests[0].workload.broker.port = 1884: the broker's address comes from the plan",
         ),
         (
+            "[tests.workload]\nbroker = { tls_ca_pem = \"-----BEGIN CERTIFICATE-----\" }\n",
+            "tests[0].workload.broker.tls_ca_pem = \"-----BEGIN CERTIFICATE-----\": the run supplies it",
+        ),
+        (
             "[tests.workload]\ntopology = \"pairs\"\nsubscribers = 3\n",
             "tests[0].workload.subscribers = 3",
         ),
@@ -1072,6 +1076,29 @@ fn an_external_broker_may_name_the_node_it_runs_on_for_its_links() {
 }
 
 #[test]
+fn a_sweeps_quic_setting_applies_to_its_quic_run_only() {
+    let native =
+        "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n";
+    let text = format!(
+        "{BASE}transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\nquic_zero_rtt = true\n{native}"
+    );
+    let plan = Plan::parse(&text, "plan.toml").expect("valid");
+    let zero_rtt: Vec<bool> = (0..2)
+        .map(|t| plan.first_workload(t).unwrap().broker.quic_zero_rtt)
+        .collect();
+    assert_eq!(zero_rtt, [false, true]);
+    // Written on a TCP test, it is refused naming the field.
+    let tcp = format!("{BASE}[tests.workload.broker]\nquic_zero_rtt = true\n{native}");
+    let error = error_of(&tcp);
+    assert!(
+        error.contains(
+            "tests[0].workload.broker.quic_zero_rtt = true: only with broker.transport = \"quic\""
+        ),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_transports_sweep_is_checked_as_the_file_numbers_its_test() {
     let external = "[[brokers]]\nname = \"x\"\nkind = \"external\"\naddress = \"198.18.0.9:1883\"\n\
                     quic_address = \"198.18.0.9:14567\"\n";
@@ -1115,11 +1142,26 @@ fn a_transports_sweep_is_checked_as_the_file_numbers_its_test() {
     assert!(later.contains("tests[1].messages"), "{later}");
     assert!(!later.contains("its run over"), "{later}");
     // A QUIC refusal of a swept test names the sweep's field.
-    let embedded = "[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\n";
-    let refused = error_of(&format!("{BASE}{sweep}{embedded}"));
+    let mosquitto =
+        "[[brokers]]\nname = \"m\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mosquitto\"\n";
+    let refused = error_of(&format!(
+        "{BASE}transports = [\"tcp\", \"quic\"]\n{mosquitto}"
+    ));
     assert!(
-        refused.contains("tests[0].transports = \"quic\": brokers[0] (e): the embedded broker"),
+        refused.contains(
+            "tests[0].transports = \"quic\": brokers[0] (m): mosquitto: it serves no MQTT over QUIC"
+        ),
         "{refused}"
+    );
+    // A deployed broker has no TLS listener: the sweep's TCP run with the CA is refused.
+    let embedded = "[[brokers]]\nname = \"e\"\nkind = \"embedded\"\nnode = \"n\"\n";
+    let tls = error_of(&format!("{BASE}{sweep}{embedded}"));
+    assert!(
+        tls.contains(
+            "tests[0].workload.broker.tls_ca_file = \"/ca.pem\": brokers[0] (e): the agent \
+             opens no TLS listener for a broker it deploys"
+        ) && tls.contains("(its run over tcp, from tests[0].transports)"),
+        "{tls}"
     );
     let written = error_of(&format!("{BASE}unrolled_from = 3\n{external}"));
     assert!(

@@ -44,7 +44,56 @@ pub fn section(data: &RunData) -> Option<Section> {
          loss to the last reconnection and is shown only when every lost connection came back.",
     );
     section.blocks.push(Block::Table(table));
+    zero_rtt_part(&mut section, data);
     Some(section)
+}
+
+/// A cell's storm, when its reconnections tried 0-RTT.
+fn with_zero_rtt(summary: &loadgen::Summary) -> Option<&ReconnectSummary> {
+    summary
+        .reconnect
+        .as_ref()
+        .filter(|storm| storm.zero_rtt_attempted > 0)
+}
+
+/// The reconnections over QUIC that sent their CONNECT as 0-RTT data, when a test asked
+/// for it (`broker.quic_zero_rtt`).
+fn zero_rtt_part(section: &mut Section, data: &RunData) {
+    let mut table = Table::new(
+        &[
+            "Test",
+            "Broker",
+            "Scenario",
+            "Repetitions",
+            "0-RTT accepted / tried",
+        ],
+        3,
+    );
+    for row in rows_per_group(data, with_zero_rtt, |storms| {
+        let sum =
+            |value: fn(&ReconnectSummary) -> u64| storms.iter().map(|s| value(s)).sum::<u64>();
+        vec![
+            storms.len().to_string(),
+            format!(
+                "{} / {}",
+                sum(|s| s.zero_rtt_accepted),
+                sum(|s| s.zero_rtt_attempted)
+            ),
+        ]
+    }) {
+        table.row(row);
+    }
+    if table.rows.is_empty() {
+        return;
+    }
+    section.paragraph(
+        "Over QUIC with 0-RTT, a client connecting again resumed TLS with a ticket of its own \
+         previous connection and sent its CONNECT in the first flight. Tried: connections \
+         opened that way; accepted: those whose early data the broker took (a rejected one \
+         failed that attempt, counted above, and its client's next attempt was a full \
+         handshake). Its time away is in the table above.",
+    );
+    section.blocks.push(Block::Table(table));
 }
 
 /// The figures of one test, broker and scenario's storms (one per repetition).

@@ -98,10 +98,18 @@ pub fn section(data: &RunData) -> Section {
             .paragraph("What each broker's agent reported running, and where clients dialled it.");
         let mut brokers = Table::new(&["Broker", "Deployed by", "Address", "What runs"], 4);
         for broker in &manifest.brokers {
+            // Its MQTT listener, then its WebSocket and QUIC (UDP) ones when it had them.
+            let mut address = broker.address.clone();
+            if let Some(websocket) = &broker.websocket_address {
+                address += &format!("; WebSocket {websocket}");
+            }
+            if let Some(quic) = &broker.quic_address {
+                address += &format!("; QUIC {quic}");
+            }
             brokers.row(vec![
                 broker.name.clone(),
                 broker.node.clone(),
-                broker.address.clone(),
+                address,
                 broker.detail.clone(),
             ]);
         }

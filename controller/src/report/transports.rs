@@ -66,10 +66,11 @@ pub fn transport_pairs(plan: &Plan) -> Vec<TransportPair> {
     pairs
 }
 
-/// `spec` as compared between transports: TCP, no CA.
+/// `spec` as compared between transports: TCP, no CA, no QUIC setting.
 fn without_transport(mut spec: WorkloadSpec) -> WorkloadSpec {
     spec.broker.transport = Transport::Tcp;
     spec.broker.tls_ca_file = None;
+    spec.broker.quic_zero_rtt = false;
     spec
 }
 

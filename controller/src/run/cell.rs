@@ -250,6 +250,34 @@ mod tests {
     }
 
     #[test]
+    fn a_quic_cell_of_a_deployed_broker_trusts_its_agents_ca_and_an_external_ones_its_own() {
+        let quic = "[tests.workload.broker]\ntransport = \"quic\"\n";
+        let native = plan("mqttv5", quic);
+        let cell = &native.cells()[0];
+        let base = &native.workloads_of(cell.test).expect("workloads")[0].1;
+        let endpoints = Endpoints {
+            mqtt: "127.0.0.1:1883".parse().unwrap(),
+            websocket: None,
+            quic: Some("127.0.0.1:14567".parse().unwrap()),
+            quic_ca_pem: Some("AGENT CA"),
+        };
+        let spec = workload(base, &native, cell, endpoints, "r").expect("a workload");
+        assert_eq!(spec.broker.port, 14567);
+        assert_eq!(spec.broker.tls_ca_pem.as_deref(), Some("AGENT CA"));
+        assert_eq!(spec.broker.tls_ca_file, None);
+        // An external broker's cell keeps the test's CA file.
+        let mut external = base.clone();
+        external.broker.tls_ca_file = Some("/ca.pem".into());
+        let endpoints = Endpoints {
+            quic_ca_pem: None,
+            ..endpoints
+        };
+        let spec = workload(&external, &native, cell, endpoints, "r").expect("a workload");
+        assert_eq!(spec.broker.tls_ca_file, Some("/ca.pem".into()));
+        assert_eq!(spec.broker.tls_ca_pem, None);
+    }
+
+    #[test]
     fn a_product_whose_anonymous_access_asks_a_login_gets_it_unless_the_test_names_one() {
         assert_eq!(
             login_sent(&plan("ejabberd", "")),

@@ -222,8 +222,8 @@ async fn enter_through(
         options: BrokerOptions::default(),
     };
     match start_on(plan, via, &hop, false).await {
-        // The hop relays the MQTT port only (a plan with WebSocket tests refuses such an
-        // entry at validation).
+        // The hop relays the MQTT port only (a plan with WebSocket or QUIC tests refuses such
+        // an entry at validation).
         Ok(hop_started) => Ok(Deployed {
             address: hop_started.address,
             websocket: None,

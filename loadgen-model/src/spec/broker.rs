@@ -36,15 +36,21 @@ pub struct BrokerTarget {
     /// results embed their spec, and a password has no place in a results folder.
     #[serde(default, skip_serializing)]
     pub password: Option<String>,
-    /// How MQTT travels: TCP (TLS with `tls_ca_file`), inside WebSocket frames (ws, or wss
-    /// with `tls_ca_file`), as browsers and many gateways speak it, or over QUIC (always
-    /// TLS 1.3, so `tls_ca_file` is required).
+    /// How MQTT travels: TCP (TLS with a CA), inside WebSocket frames (ws, or wss with a
+    /// CA), as browsers and many gateways speak it, or over QUIC (always TLS 1.3, so a CA is
+    /// required: `tls_ca_file`, or `tls_ca_pem` as a controller sends it).
     #[serde(default)]
     pub transport: Transport,
     /// The WebSocket request path; [`DEFAULT_WEBSOCKET_PATH`] when unset. Only with
     /// `transport = "websocket"`.
     #[serde(default)]
     pub websocket_path: Option<String>,
+    /// Over QUIC, a client that connects again (a reconnect, a persistent session's return)
+    /// resumes TLS with the ticket its own previous connection got, and sends its CONNECT as
+    /// 0-RTT data in the first flight. How many tried and how many the broker accepted is
+    /// reported with the reconnects. Only with `transport = "quic"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quic_zero_rtt: bool,
 }
 
 impl fmt::Debug for BrokerTarget {
@@ -59,6 +65,7 @@ impl fmt::Debug for BrokerTarget {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("transport", &self.transport)
             .field("websocket_path", &self.websocket_path)
+            .field("quic_zero_rtt", &self.quic_zero_rtt)
             .finish()
     }
 }

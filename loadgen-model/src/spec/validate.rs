@@ -96,6 +96,13 @@ impl WorkloadSpec {
                 ));
             }
         }
+        if self.broker.quic_zero_rtt && self.broker.transport != Transport::Quic {
+            return Err(invalid(
+                "broker.quic_zero_rtt",
+                true,
+                "only with broker.transport = \"quic\"",
+            ));
+        }
         if self.broker.tls_ca_file.is_some() && self.broker.tls_ca_pem.is_some() {
             return Err(invalid(
                 "broker.tls_ca_pem",

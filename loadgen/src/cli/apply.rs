@@ -140,6 +140,9 @@ impl WorkloadArgs {
             spec.subscriber_rate_limit = self.subscriber_rate_limit;
         }
         set(&mut spec.broker.transport, self.transport);
+        if self.quic_zero_rtt {
+            spec.broker.quic_zero_rtt = true;
+        }
         if self.websocket_path.is_some() {
             spec.broker.websocket_path = self.websocket_path.clone();
         }

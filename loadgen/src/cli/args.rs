@@ -215,9 +215,13 @@ pub struct WorkloadArgs {
     /// Keep sessions (clean session off).
     #[arg(long)]
     pub persistent_session: bool,
-    /// How MQTT travels: tcp, or websocket (wss with --tls-ca).
+    /// How MQTT travels: tcp, websocket (wss with --tls-ca), or quic (needs --tls-ca).
     #[arg(long, value_parser = one_of::<Transport>("a transport"))]
     pub transport: Option<Transport>,
+    /// Over QUIC, a client connecting again sends CONNECT as 0-RTT data with a ticket of its
+    /// own previous connection.
+    #[arg(long)]
+    pub quic_zero_rtt: bool,
     /// The WebSocket request path (default /mqtt; RabbitMQ's web-mqtt serves /ws).
     #[arg(long, value_name = "PATH")]
     pub websocket_path: Option<String>,

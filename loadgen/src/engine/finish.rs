@@ -38,7 +38,13 @@ pub(super) async fn finish(
         &run.routing,
         expiry.as_ref(),
     );
-    result.reconnect = started.reconnector.map(|reconnector| reconnector.outcome());
+    let zero_rtt = match started.reconnector {
+        Some(_) => run.dialer.zero_rtt_counts().await,
+        None => None,
+    };
+    result.reconnect = started
+        .reconnector
+        .map(|reconnector| reconnector.outcome(zero_rtt));
     result.load_wall_ns = load_wall_ns;
     let threads = crate::cpus::threads_for(run.spec);
     result.resources = started.meter.usage_before.until(usage_after, threads);

@@ -15,7 +15,7 @@ mod quic;
 mod websocket;
 
 pub use arrival::ArrivalStamp;
-pub use quic::ALPN as QUIC_ALPN;
+pub use quic::{ALPN as QUIC_ALPN, ZeroRttCounts};
 
 use std::io;
 use std::path::Path;
@@ -102,7 +102,11 @@ impl Dialer {
                 address,
                 tls: None,
                 websocket: None,
-                quic: Some(quic::QuicDialer::new(roots, &target.host)?),
+                quic: Some(quic::QuicDialer::new(
+                    roots,
+                    &target.host,
+                    target.quic_zero_rtt,
+                )?),
             });
         }
         let tls = match roots {
@@ -128,6 +132,15 @@ impl Dialer {
         self
     }
 
+    /// The 0-RTT counts of QUIC connections, once the verdicts awaited are in (2 s at
+    /// most); `None` unless the spec asked for 0-RTT.
+    pub async fn zero_rtt_counts(&self) -> Option<ZeroRttCounts> {
+        match &self.quic {
+            Some(quic) => quic.zero_rtt_counts().await,
+            None => None,
+        }
+    }
+
     /// Waits (a few seconds at most) for connections still closing after their writers shut
     /// down: QUIC ones close in the background, and a run's runtime must not go before.
     pub async fn settle(&self) {
@@ -146,8 +159,14 @@ impl Dialer {
     /// Writers of WebSocket connections (and of TLS ones) may keep the last bytes written
     /// when the socket is full: flush before waiting for the broker's answer.
     pub async fn dial(&self) -> io::Result<(ReadHalf, WriteHalf)> {
+        self.dial_as(None).await
+    }
+
+    /// [`Dialer::dial`] for the client `client` (its id, when it has one): over QUIC with
+    /// 0-RTT, a client that connected before sends early data with its own ticket.
+    pub async fn dial_as(&self, client: Option<&str>) -> io::Result<(ReadHalf, WriteHalf)> {
         if let Some(quic) = &self.quic {
-            return quic.dial(&self.address).await;
+            return quic.dial(&self.address, client).await;
         }
         let stream = self.connect().await?;
         if self.tls.is_none() && self.websocket.is_none() {
@@ -164,9 +183,10 @@ impl Dialer {
     /// not by the session, so they carry none.
     pub async fn dial_stamped(
         &self,
+        client: Option<&str>,
     ) -> io::Result<(ReadHalf, WriteHalf, Option<Arc<ArrivalStamp>>)> {
         if let Some(quic) = &self.quic {
-            let (read, write) = quic.dial(&self.address).await?;
+            let (read, write) = quic.dial(&self.address, client).await?;
             return Ok((read, write, None));
         }
         let stream = self.connect().await?;
@@ -314,6 +334,7 @@ mod tests {
             password: None,
             transport: Transport::Tcp,
             websocket_path: None,
+            quic_zero_rtt: false,
         }
     }
 

@@ -8,12 +8,19 @@
 //! A broker that delivers on streams it opens itself (mqttv5's default per-topic delivery)
 //! would deliver where loadgen does not read: such a stream fails the connection's reads
 //! with that reason instead of being counted as loss.
+//!
+//! With 0-RTT (`broker.quic_zero_rtt`) each client keeps the TLS tickets of its own
+//! connections, as a device does: when it connects again with a ticket that allows early
+//! data, its CONNECT leaves in the first flight. A broker that rejects the early data fails
+//! that attempt (its stream never reaches the broker), and the client's tickets are dropped,
+//! so its next attempt is a full handshake. Tried and accepted are counted ([`ZeroRttCounts`]).
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,12 +55,46 @@ const CLOSED_NORMALLY: u32 = 0;
 /// own, which loadgen does not read: any code but 0 says "not a normal end".
 const REFUSED_STREAM: u32 = 1;
 
+/// TLS tickets kept per server name in a 0-RTT client's own store: a connection gets two
+/// from rustls-based brokers, and each ticket is used once.
+const TICKETS_PER_CLIENT: usize = 4;
+
 /// QUIC connections to one broker, with the TLS configuration built once per run.
 #[derive(Clone)]
 pub(super) struct QuicDialer {
     config: quinn::ClientConfig,
     server_name: String,
     closing: Arc<Closing>,
+    zero_rtt: Option<Arc<ZeroRtt>>,
+}
+
+/// 0-RTT: the configuration each client's own is made from, the clients' configurations
+/// (each with its own ticket store), and the counts.
+struct ZeroRtt {
+    tls: rustls::ClientConfig,
+    transport: Arc<quinn::TransportConfig>,
+    clients: Mutex<HashMap<String, quinn::ClientConfig>>,
+    counts: Arc<ZeroRttShared>,
+}
+
+/// Connections opened with 0-RTT data, the ones the broker accepted, and the verdicts still
+/// awaited (a run waits for them before it reads the counts).
+#[derive(Default)]
+struct ZeroRttShared {
+    attempted: AtomicU64,
+    accepted: AtomicU64,
+    pending: AtomicUsize,
+    decided: Notify,
+}
+
+/// How many connections were opened with 0-RTT data, and how many of those the broker
+/// accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZeroRttCounts {
+    /// Opened with 0-RTT data: the client held a ticket that allowed it.
+    pub attempted: u64,
+    /// Of those, the ones whose early data the broker accepted.
+    pub accepted: u64,
 }
 
 /// Connections closing in the background after their writer's shutdown: a run waits for them
@@ -65,10 +106,12 @@ struct Closing {
 }
 
 impl QuicDialer {
-    /// Trusts `roots` for `server_name` (the broker's host as the spec gives it).
+    /// Trusts `roots` for `server_name` (the broker's host as the spec gives it); with
+    /// `zero_rtt`, clients that connect again send 0-RTT data.
     pub(super) fn new(
         roots: rustls::RootCertStore,
         server_name: &str,
+        zero_rtt: bool,
     ) -> Result<Self, DialSetupError> {
         // ring everywhere: mixing rustls crypto providers in one process panics.
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -78,16 +121,24 @@ impl QuicDialer {
             .with_root_certificates(roots)
             .with_no_client_auth();
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        let crypto = QuicClientConfig::try_from(tls)
-            .map_err(|e| DialSetupError::Rustls(format!("QUIC: {e}")))?;
         let mut transport = quinn::TransportConfig::default();
         transport.keep_alive_interval(Some(QUIC_KEEP_ALIVE));
         transport.max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(IDLE_TIMEOUT)
                 .map_err(|e| DialSetupError::Rustls(format!("QUIC idle timeout: {e}")))?,
         ));
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
+        let transport = Arc::new(transport);
+        let zero_rtt = zero_rtt.then(|| {
+            let mut tls = tls.clone();
+            tls.enable_early_data = true;
+            Arc::new(ZeroRtt {
+                tls,
+                transport: transport.clone(),
+                clients: Mutex::default(),
+                counts: Arc::default(),
+            })
+        });
+        let config = client_config(tls, &transport)?;
         // The name is checked against the certificate at each handshake; refuse a name that
         // cannot be one now, as the TCP dialer does.
         rustls::pki_types::ServerName::try_from(server_name.to_string())
@@ -96,7 +147,49 @@ impl QuicDialer {
             config,
             server_name: server_name.to_string(),
             closing: Arc::default(),
+            zero_rtt,
         })
+    }
+
+    /// The 0-RTT counts once every verdict awaited is in (or [`CLOSE_WAIT`] has passed);
+    /// `None` without 0-RTT.
+    pub(super) async fn zero_rtt_counts(&self) -> Option<ZeroRttCounts> {
+        let counts = &self.zero_rtt.as_ref()?.counts;
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+        loop {
+            let decided = counts.decided.notified();
+            if counts.pending.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, decided).await.is_err() {
+                break;
+            }
+        }
+        Some(ZeroRttCounts {
+            attempted: counts.attempted.load(Ordering::Acquire),
+            accepted: counts.accepted.load(Ordering::Acquire),
+        })
+    }
+
+    /// The configuration `client` dials with: with 0-RTT, its own (its own tickets).
+    fn config_of(&self, client: Option<&str>) -> Result<quinn::ClientConfig, io::Error> {
+        let (Some(zero_rtt), Some(client)) = (&self.zero_rtt, client) else {
+            return Ok(self.config.clone());
+        };
+        let mut clients = zero_rtt
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(config) = clients.get(client) {
+            return Ok(config.clone());
+        }
+        let mut tls = zero_rtt.tls.clone();
+        tls.resumption = rustls::client::Resumption::store(Arc::new(
+            rustls::client::ClientSessionMemoryCache::new(TICKETS_PER_CLIENT),
+        ));
+        let config = client_config(tls, &zero_rtt.transport).map_err(io::Error::other)?;
+        clients.insert(client.to_string(), config.clone());
+        Ok(config)
     }
 
     /// Waits, at most [`CLOSE_WAIT`], until every connection whose writer shut down has
@@ -115,8 +208,13 @@ impl QuicDialer {
         }
     }
 
-    /// Resolves `address`, handshakes from a UDP socket of its own and opens the stream.
-    pub(super) async fn dial(&self, address: &str) -> io::Result<(ReadHalf, WriteHalf)> {
+    /// Resolves `address`, handshakes from a UDP socket of its own and opens the stream;
+    /// as `client` (its id), which with 0-RTT sends early data when it holds a ticket.
+    pub(super) async fn dial(
+        &self,
+        address: &str,
+        client: Option<&str>,
+    ) -> io::Result<(ReadHalf, WriteHalf)> {
         let peer = tokio::net::lookup_host(address)
             .await?
             .next()
@@ -129,11 +227,20 @@ impl QuicDialer {
         };
         // The endpoint's driver lives as long as its connection; the handle may go.
         let endpoint = quinn::Endpoint::client(local)?;
-        let connection = endpoint
-            .connect_with(self.config.clone(), peer, &self.server_name)
-            .map_err(|e| io::Error::other(format!("QUIC to {peer}: {e}")))?
-            .await
-            .map_err(|e| connection_error(peer, e))?;
+        let connecting = endpoint
+            .connect_with(self.config_of(client)?, peer, &self.server_name)
+            .map_err(|e| io::Error::other(format!("QUIC to {peer}: {e}")))?;
+        let connection = match (&self.zero_rtt, client) {
+            (Some(zero_rtt), Some(client)) => match connecting.into_0rtt() {
+                Ok((connection, accepted)) => {
+                    zero_rtt.await_verdict(client, accepted);
+                    connection
+                }
+                // No ticket that allows early data: a full handshake.
+                Err(connecting) => connecting.await.map_err(|e| connection_error(peer, e))?,
+            },
+            _ => connecting.await.map_err(|e| connection_error(peer, e))?,
+        };
         let (send, recv) = connection
             .open_bi()
             .await
@@ -153,6 +260,42 @@ impl QuicDialer {
         };
         Ok((Box::pin(reader), Box::pin(writer)))
     }
+}
+
+impl ZeroRtt {
+    /// Counts an attempt, and its verdict once the handshake is done; a rejected client's
+    /// tickets go, so its next connection is a full handshake.
+    fn await_verdict(self: &Arc<Self>, client: &str, accepted: quinn::ZeroRttAccepted) {
+        let counts = self.counts.clone();
+        counts.attempted.fetch_add(1, Ordering::AcqRel);
+        counts.pending.fetch_add(1, Ordering::AcqRel);
+        let (zero_rtt, client) = (self.clone(), client.to_string());
+        tokio::spawn(async move {
+            if accepted.await {
+                counts.accepted.fetch_add(1, Ordering::AcqRel);
+            } else {
+                zero_rtt
+                    .clients
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&client);
+            }
+            counts.pending.fetch_sub(1, Ordering::AcqRel);
+            counts.decided.notify_waiters();
+        });
+    }
+}
+
+/// quinn's client configuration of `tls`, with `transport`.
+fn client_config(
+    tls: rustls::ClientConfig,
+    transport: &Arc<quinn::TransportConfig>,
+) -> Result<quinn::ClientConfig, DialSetupError> {
+    let crypto = QuicClientConfig::try_from(tls)
+        .map_err(|e| DialSetupError::Rustls(format!("QUIC: {e}")))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport.clone());
+    Ok(config)
 }
 
 fn connection_error(peer: SocketAddr, error: quinn::ConnectionError) -> io::Error {

@@ -51,14 +51,10 @@ pub(super) struct Upgrade {
 }
 
 impl Upgrade {
-    /// The upgrade for `target` (`wss` when it has a CA file); fails when host, port and path
+    /// The upgrade for `target` (`wss` when it has a CA); fails when host, port and path
     /// make no valid request.
     pub(super) fn new(target: &BrokerTarget) -> Result<Self, DialSetupError> {
-        let scheme = if target.tls_ca_file.is_some() {
-            "wss"
-        } else {
-            "ws"
-        };
+        let scheme = if target.has_ca() { "wss" } else { "ws" };
         let path = target.websocket_path();
         let invalid = |reason: String| DialSetupError::WebSocketRequest {
             path: path.to_string(),
@@ -296,6 +292,7 @@ mod tests {
             password: None,
             transport: crate::spec::Transport::WebSocket,
             websocket_path: None,
+            quic_zero_rtt: false,
         }
     }
 

@@ -145,6 +145,7 @@ fn broker_from_proto(message: pb::BrokerTarget, at: &str) -> Result<BrokerTarget
         )?,
         tls_ca_file: message.tls_ca_file.map(PathBuf::from),
         tls_ca_pem: message.tls_ca_pem,
+        quic_zero_rtt: message.quic_zero_rtt,
         username: message.username,
         password: message.password,
         transport: enumeration(
@@ -379,6 +380,7 @@ impl From<&BrokerTarget> for pb::BrokerTarget {
             .into(),
             websocket_path: broker.websocket_path.clone(),
             tls_ca_pem: broker.tls_ca_pem.clone(),
+            quic_zero_rtt: broker.quic_zero_rtt,
         }
     }
 }
@@ -467,6 +469,7 @@ pub(super) mod tests {
                 password: None,
                 transport: Transport::Tcp,
                 websocket_path: None,
+                quic_zero_rtt: false,
             },
             publishers: 100,
             subscribers: 1,
@@ -509,6 +512,7 @@ pub(super) mod tests {
                 password: Some("secret".into()),
                 transport: Transport::Tcp,
                 websocket_path: None,
+                quic_zero_rtt: false,
             },
             publishers: 10,
             subscribers: 10,
