@@ -10,6 +10,13 @@
 //! `EMQX_MQTT__MAX_PACKET_SIZE=2MB` as in the study, deep queues, and with no authenticator
 //! configured EMQX admits anonymous clients, which `AUTHORIZATION__NO_MATCH=allow` lets
 //! publish and subscribe to any topic.
+//!
+//! Natively, an instance asking for QUIC gets EMQX 5's `listeners.quic.default` (off unless
+//! enabled): on its address, with the certificate and key the agent made. EMQX serves MQTT on
+//! the connection's one stream unless the client opens more (its single-stream mode, which
+//! loadgen speaks). EMQX is not installed on the machine that builds this, so the listener
+//! is checked here by its settings only, and by the agent's readiness probe over QUIC on a
+//! node that has EMQX.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -101,10 +108,28 @@ pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> N
         ("EMQX_RPC__TCP_SERVER_PORT", ports.rpc.to_string()),
         ("ERL_ZFLAGS", DISTRIBUTION_ON_LOOPBACK.to_owned()),
     ];
+    let quic = instance.quic.map(|quic| {
+        [
+            ("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED", "true".to_owned()),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__BIND",
+                quic.address.to_string(),
+            ),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE",
+                quic.cert_file.display().to_string(),
+            ),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE",
+                quic.key_file.display().to_string(),
+            ),
+        ]
+    });
     let mut main = CommandLine::new(program);
     main.args = vec!["foreground".into()];
     main.env = own
         .into_iter()
+        .chain(quic.into_iter().flatten())
         .chain(benchmark_settings(instance.options))
         .map(|(name, value)| (name.to_owned(), value))
         .collect();
@@ -195,5 +220,57 @@ mod tests {
         assert_eq!(plan.main.env_value("EMQX_MQTT__MAX_INFLIGHT"), None);
         assert_eq!(plan.main_process_names, ["beam.smp"]);
         assert_eq!(plan.ready_deadline, START_DEADLINE);
+    }
+
+    #[test]
+    fn an_instance_asking_for_quic_gets_emqxs_quic_listener_with_the_agents_certificate() {
+        let options = BrokerOptions::default();
+        let quic = crate::QuicListen {
+            address: "198.18.0.2:14567".parse().unwrap(),
+            cert_file: Path::new("/state/x/quic/cert.pem"),
+            key_file: Path::new("/state/x/quic/key.pem"),
+        };
+        let instance = Instance {
+            name: "x",
+            dir: Path::new("/state/x"),
+            listen: "198.18.0.2:1883".parse().unwrap(),
+            options: &options,
+            secret: "cookie-1",
+            quic: Some(quic),
+            websocket: None,
+        };
+        let ports = PrivatePorts {
+            dashboard: 40001,
+            rpc: 40002,
+        };
+        let plan = native(Path::new("/bin/true"), &instance, ports);
+        for (name, value) in [
+            ("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED", "true"),
+            ("EMQX_LISTENERS__QUIC__DEFAULT__BIND", "198.18.0.2:14567"),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE",
+                "/state/x/quic/cert.pem",
+            ),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE",
+                "/state/x/quic/key.pem",
+            ),
+        ] {
+            assert_eq!(plan.main.env_value(name), Some(value), "{name}");
+        }
+        let without = native(
+            Path::new("/bin/true"),
+            &Instance {
+                quic: None,
+                ..instance
+            },
+            ports,
+        );
+        assert_eq!(
+            without
+                .main
+                .env_value("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED"),
+            None
+        );
     }
 }
