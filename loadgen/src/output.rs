@@ -539,7 +539,7 @@ fn reconnect_lines(out: &mut String, storm: &crate::summary::ReconnectSummary) {
     if storm.zero_rtt_attempted > 0 {
         let _ = writeln!(
             out,
-            "  0-RTT over QUIC: {} of {} reconnections' early data accepted",
+            "  0-RTT over QUIC: early data of {} of {} connections opened again accepted",
             storm.zero_rtt_accepted, storm.zero_rtt_attempted
         );
     }

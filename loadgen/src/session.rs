@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::codec::{Codec, ConnectFields, Incoming};
 use crate::spec::{Qos, WorkloadSpec};
-use crate::transport::{ArrivalStamp, Dialer, ReadHalf, WriteHalf};
+use crate::transport::{ArrivalStamp, Dialer, EARLY_DATA_REJECTED, ReadHalf, WriteHalf};
 
 /// Bytes reserved before each socket read, so large packets are not read 64 bytes at a time.
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
@@ -137,6 +137,13 @@ pub(crate) async fn open_with(
                 {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                // The broker refused this connection's 0-RTT data: at once again, as a QUIC
+                // client resends on 1-RTT, with a full handshake this time.
+                Err(ConnectFailure::Io(reason))
+                    if reason.contains(EARLY_DATA_REJECTED) && attempt < HANDSHAKE_ATTEMPTS =>
+                {
+                    attempt += 1;
                 }
                 outcome => return outcome,
             }

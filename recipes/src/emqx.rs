@@ -108,21 +108,23 @@ pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> N
         ("EMQX_RPC__TCP_SERVER_PORT", ports.rpc.to_string()),
         ("ERL_ZFLAGS", DISTRIBUTION_ON_LOOPBACK.to_owned()),
     ];
+    // EMQX 5.0 reads the listener's certfile and keyfile; 5.1 and later drop those as
+    // deprecated and read ssl_options: both are set.
     let quic = instance.quic.map(|quic| {
+        let (cert, key) = (
+            quic.cert_file.display().to_string(),
+            quic.key_file.display().to_string(),
+        );
         [
             ("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED", "true".to_owned()),
             (
                 "EMQX_LISTENERS__QUIC__DEFAULT__BIND",
                 quic.address.to_string(),
             ),
-            (
-                "EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE",
-                quic.cert_file.display().to_string(),
-            ),
-            (
-                "EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE",
-                quic.key_file.display().to_string(),
-            ),
+            ("EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE", cert.clone()),
+            ("EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE", key.clone()),
+            ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__CERTFILE", cert),
+            ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__KEYFILE", key),
         ]
     });
     let mut main = CommandLine::new(program);
@@ -253,6 +255,14 @@ mod tests {
             ),
             (
                 "EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE",
+                "/state/x/quic/key.pem",
+            ),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__CERTFILE",
+                "/state/x/quic/cert.pem",
+            ),
+            (
+                "EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__KEYFILE",
                 "/state/x/quic/key.pem",
             ),
         ] {

@@ -123,7 +123,7 @@ fn quic_unreachable(broker: &BrokerEntry) -> Option<String> {
         BrokerKind::Embedded => Some("the embedded broker (rumqttd) serves no QUIC".to_string()),
         BrokerKind::Kubernetes => Some(
             "the agent opens no QUIC listener for a pod yet; deploy the broker natively \
-             (product = \"mqttv5\"), or run it yourself and name it as an external broker \
+             (product = \"mqttv5\" or \"emqx\"), or run it yourself and name it as an external broker \
              with quic_address"
                 .to_string(),
         ),

@@ -1080,7 +1080,8 @@ fn a_sweeps_quic_setting_applies_to_its_quic_run_only() {
     let native =
         "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n";
     let text = format!(
-        "{BASE}transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\nquic_zero_rtt = true\n{native}"
+        "{BASE}transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\nquic_zero_rtt = true\n\
+         [tests.workload.connection.reconnect]\nwithin = \"20s\"\n{native}"
     );
     let plan = Plan::parse(&text, "plan.toml").expect("valid");
     let zero_rtt: Vec<bool> = (0..2)

@@ -88,10 +88,11 @@ fn zero_rtt_part(section: &mut Section, data: &RunData) {
     }
     section.paragraph(
         "Over QUIC with 0-RTT, a client connecting again resumed TLS with a ticket of its own \
-         previous connection and sent its CONNECT in the first flight. Tried: connections \
-         opened that way; accepted: those whose early data the broker took (a rejected one \
-         failed that attempt, counted above, and its client's next attempt was a full \
-         handshake). Its time away is in the table above.",
+         earlier connection and sent its CONNECT in the first flight. Tried: connections \
+         opened that way; accepted: those whose early data the broker took. The others were \
+         rejected, or their handshake did not finish; after a rejection the client tried again \
+         at once with a full handshake. The time away, with 0-RTT's part in it, is in the \
+         table above.",
     );
     section.blocks.push(Block::Table(table));
 }

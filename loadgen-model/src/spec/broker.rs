@@ -45,10 +45,10 @@ pub struct BrokerTarget {
     /// `transport = "websocket"`.
     #[serde(default)]
     pub websocket_path: Option<String>,
-    /// Over QUIC, a client that connects again (a reconnect, a persistent session's return)
-    /// resumes TLS with the ticket its own previous connection got, and sends its CONNECT as
+    /// Over QUIC, a client that connects again (after a loss, with `connection.reconnect`)
+    /// resumes TLS with a ticket its own earlier connection got, and sends its CONNECT as
     /// 0-RTT data in the first flight. How many tried and how many the broker accepted is
-    /// reported with the reconnects. Only with `transport = "quic"`.
+    /// reported with the reconnects. Only with `transport = "quic"` and a reconnect policy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub quic_zero_rtt: bool,
 }

@@ -103,6 +103,13 @@ impl WorkloadSpec {
                 "only with broker.transport = \"quic\"",
             ));
         }
+        if self.broker.quic_zero_rtt && self.connection.reconnect.is_none() {
+            return Err(invalid(
+                "broker.quic_zero_rtt",
+                true,
+                "0-RTT is used and counted when clients connect again: set connection.reconnect",
+            ));
+        }
         if self.broker.tls_ca_file.is_some() && self.broker.tls_ca_pem.is_some() {
             return Err(invalid(
                 "broker.tls_ca_pem",
@@ -786,6 +793,27 @@ mod tests {
     use crate::size::ByteSize;
     use crate::spec::Shard;
     use crate::spec::tests::example;
+
+    #[test]
+    fn zero_rtt_is_for_quic_reconnects() {
+        let mut spec = example();
+        spec.broker.quic_zero_rtt = true;
+        let tcp = spec.validate().expect_err("not over TCP");
+        assert_eq!(
+            tcp.to_string(),
+            "broker.quic_zero_rtt = true: only with broker.transport = \"quic\""
+        );
+        spec.broker.transport = Transport::Quic;
+        spec.broker.tls_ca_file = Some("/ca.pem".into());
+        let once = spec.validate().expect_err("nothing reconnects");
+        assert!(once.problem.contains("set connection.reconnect"), "{once}");
+        spec.connection.reconnect = Some(crate::spec::Reconnect {
+            within: Duration::from_secs(20),
+            retry: Duration::from_millis(100),
+            cut_all_at: None,
+        });
+        assert_eq!(spec.validate(), Ok(()));
+    }
 
     #[test]
     fn quic_needs_a_ca_once_unless_the_run_supplies_it() {

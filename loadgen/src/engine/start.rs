@@ -189,7 +189,8 @@ fn start_churn(
                 spec: shared_spec.clone(),
                 churn,
                 run_id: run.run_id.clone(),
-                dialer: run.dialer.clone(),
+                // Each arrival visits once: no tickets kept for it.
+                dialer: run.dialer.for_one_off_clients(),
                 codec: run.codec,
                 clock: run.clock,
                 start_ns,

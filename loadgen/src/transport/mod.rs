@@ -15,7 +15,7 @@ mod quic;
 mod websocket;
 
 pub use arrival::ArrivalStamp;
-pub use quic::{ALPN as QUIC_ALPN, ZeroRttCounts};
+pub use quic::{ALPN as QUIC_ALPN, EARLY_DATA_REJECTED, ZeroRttCounts};
 
 use std::io;
 use std::path::Path;
@@ -130,6 +130,15 @@ impl Dialer {
     pub fn with_max_packet(mut self, bytes: usize) -> Self {
         self.websocket = self.websocket.map(|ws| ws.with_largest_packet(bytes));
         self
+    }
+
+    /// This dialer for clients that connect once and never again (churn arrivals): over QUIC
+    /// with 0-RTT they keep no tickets, so a fleet of them holds no memory for any.
+    pub fn for_one_off_clients(&self) -> Dialer {
+        Dialer {
+            quic: self.quic.as_ref().map(quic::QuicDialer::without_zero_rtt),
+            ..self.clone()
+        }
     }
 
     /// The 0-RTT counts of QUIC connections, once the verdicts awaited are in (2 s at
@@ -306,11 +315,14 @@ fn tls_connector(
 ) -> Result<(TlsConnector, ServerName<'static>), DialSetupError> {
     // ring everywhere: mixing rustls crypto providers in one process panics.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| DialSetupError::Rustls(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Every connection a full handshake, as over QUIC without 0-RTT: rustls' default store
+    // is shared by the whole dialer, so clients would resume with each other's tickets.
+    config.resumption = rustls::client::Resumption::disabled();
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| DialSetupError::Rustls(format!("host {host:?}: {e}")))?;
     Ok((TlsConnector::from(Arc::new(config)), name))

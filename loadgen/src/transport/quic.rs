@@ -9,11 +9,14 @@
 //! would deliver where loadgen does not read: such a stream fails the connection's reads
 //! with that reason instead of being counted as loss.
 //!
-//! With 0-RTT (`broker.quic_zero_rtt`) each client keeps the TLS tickets of its own
-//! connections, as a device does: when it connects again with a ticket that allows early
-//! data, its CONNECT leaves in the first flight. A broker that rejects the early data fails
-//! that attempt (its stream never reaches the broker), and the client's tickets are dropped,
-//! so its next attempt is a full handshake. Tried and accepted are counted ([`ZeroRttCounts`]).
+//! Without 0-RTT every connection is a full handshake: no client resumes TLS, least of all
+//! with another client's ticket. With 0-RTT (`broker.quic_zero_rtt`) each client keeps the
+//! TLS tickets of its own connections, as a device does: when it connects again with a
+//! ticket that allows early data, its CONNECT leaves in the first flight. Until the broker's
+//! verdict the client's tickets are set aside, so a broker that rejects the early data fails
+//! that attempt (its stream never reaches the broker, and the reads say
+//! [`EARLY_DATA_REJECTED`]), and the client's next attempt is a full handshake. Tried and
+//! accepted are counted ([`ZeroRttCounts`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -55,9 +58,9 @@ const CLOSED_NORMALLY: u32 = 0;
 /// own, which loadgen does not read: any code but 0 says "not a normal end".
 const REFUSED_STREAM: u32 = 1;
 
-/// TLS tickets kept per server name in a 0-RTT client's own store: a connection gets two
-/// from rustls-based brokers, and each ticket is used once.
-const TICKETS_PER_CLIENT: usize = 4;
+/// What a read or write says when the broker rejected the connection's 0-RTT data: the
+/// session tries again at once, with a full handshake.
+pub const EARLY_DATA_REJECTED: &str = "the broker rejected the 0-RTT data";
 
 /// QUIC connections to one broker, with the TLS configuration built once per run.
 #[derive(Clone)]
@@ -73,6 +76,8 @@ pub(super) struct QuicDialer {
 struct ZeroRtt {
     tls: rustls::ClientConfig,
     transport: Arc<quinn::TransportConfig>,
+    /// Each client's configuration, its ticket store inside; out of the map while a 0-RTT
+    /// attempt awaits the broker's verdict.
     clients: Mutex<HashMap<String, quinn::ClientConfig>>,
     counts: Arc<ZeroRttShared>,
 }
@@ -128,9 +133,13 @@ impl QuicDialer {
                 .map_err(|e| DialSetupError::Rustls(format!("QUIC idle timeout: {e}")))?,
         ));
         let transport = Arc::new(transport);
+        // No client resumes with a ticket unless 0-RTT gives it its own (below).
+        let mut tls = tls;
+        tls.resumption = rustls::client::Resumption::disabled();
         let zero_rtt = zero_rtt.then(|| {
             let mut tls = tls.clone();
             tls.enable_early_data = true;
+            tls.resumption = rustls::client::Resumption::disabled();
             Arc::new(ZeroRtt {
                 tls,
                 transport: transport.clone(),
@@ -149,6 +158,14 @@ impl QuicDialer {
             closing: Arc::default(),
             zero_rtt,
         })
+    }
+
+    /// This dialer without 0-RTT: every connection a full handshake, no tickets kept.
+    pub(super) fn without_zero_rtt(&self) -> Self {
+        QuicDialer {
+            zero_rtt: None,
+            ..self.clone()
+        }
     }
 
     /// The 0-RTT counts once every verdict awaited is in (or [`CLOSE_WAIT`] has passed);
@@ -176,20 +193,20 @@ impl QuicDialer {
         let (Some(zero_rtt), Some(client)) = (&self.zero_rtt, client) else {
             return Ok(self.config.clone());
         };
-        let mut clients = zero_rtt
-            .clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(config) = clients.get(client) {
+        if let Some(config) = zero_rtt.clients().get(client) {
             return Ok(config.clone());
         }
         let mut tls = zero_rtt.tls.clone();
+        // One server, the broker: rustls keeps up to 8 TLS 1.3 tickets for it.
         tls.resumption = rustls::client::Resumption::store(Arc::new(
-            rustls::client::ClientSessionMemoryCache::new(TICKETS_PER_CLIENT),
+            rustls::client::ClientSessionMemoryCache::new(1),
         ));
         let config = client_config(tls, &zero_rtt.transport).map_err(io::Error::other)?;
-        clients.insert(client.to_string(), config.clone());
-        Ok(config)
+        Ok(zero_rtt
+            .clients()
+            .entry(client.to_string())
+            .or_insert(config)
+            .clone())
     }
 
     /// Waits, at most [`CLOSE_WAIT`], until every connection whose writer shut down has
@@ -233,7 +250,8 @@ impl QuicDialer {
         let connection = match (&self.zero_rtt, client) {
             (Some(zero_rtt), Some(client)) => match connecting.into_0rtt() {
                 Ok((connection, accepted)) => {
-                    zero_rtt.await_verdict(client, accepted);
+                    let config = zero_rtt.clients().remove(client);
+                    zero_rtt.await_verdict(client, config, accepted);
                     connection
                 }
                 // No ticket that allows early data: a full handshake.
@@ -263,9 +281,20 @@ impl QuicDialer {
 }
 
 impl ZeroRtt {
-    /// Counts an attempt, and its verdict once the handshake is done; a rejected client's
-    /// tickets go, so its next connection is a full handshake.
-    fn await_verdict(self: &Arc<Self>, client: &str, accepted: quinn::ZeroRttAccepted) {
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, quinn::ClientConfig>> {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts an attempt, and its verdict once the handshake is done. The client's
+    /// configuration (`config`, taken out of the map) comes back only when the broker
+    /// accepted: its store then gets this connection's tickets; after a rejection, or a
+    /// handshake that never finished, the client starts again without tickets.
+    fn await_verdict(
+        self: &Arc<Self>,
+        client: &str,
+        config: Option<quinn::ClientConfig>,
+        accepted: quinn::ZeroRttAccepted,
+    ) {
         let counts = self.counts.clone();
         counts.attempted.fetch_add(1, Ordering::AcqRel);
         counts.pending.fetch_add(1, Ordering::AcqRel);
@@ -273,12 +302,10 @@ impl ZeroRtt {
         tokio::spawn(async move {
             if accepted.await {
                 counts.accepted.fetch_add(1, Ordering::AcqRel);
-            } else {
-                zero_rtt
-                    .clients
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&client);
+                if let Some(config) = config {
+                    // A redial meanwhile made a fresh one: either holds this client's tickets.
+                    zero_rtt.clients().entry(client).or_insert(config);
+                }
             }
             counts.pending.fetch_sub(1, Ordering::AcqRel);
             counts.decided.notify_waiters();
@@ -379,8 +406,14 @@ fn read_error(error: quinn::ReadError, foreign: &OnceLock<String>) -> io::Result
         {
             Ok(())
         }
+        quinn::ReadError::ZeroRttRejected => Err(early_data_rejected()),
         other => Err(io::Error::other(other)),
     }
+}
+
+/// The error of a stream whose 0-RTT data the broker rejected.
+fn early_data_rejected() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, EARLY_DATA_REJECTED)
 }
 
 /// The write half; its shutdown finishes the stream at once, as a FIN does on TCP, and
@@ -399,8 +432,12 @@ impl AsyncWrite for QuicWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        // The trait's, which says the error as io::Error (the inherent one is quinn's).
-        AsyncWrite::poll_write(Pin::new(&mut self.send), cx, buf)
+        match Pin::new(&mut self.send).poll_write(cx, buf) {
+            Poll::Ready(Err(quinn::WriteError::ZeroRttRejected)) => {
+                Poll::Ready(Err(early_data_rejected()))
+            }
+            other => other.map_err(io::Error::from),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
