@@ -613,7 +613,7 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     build(dir.path(), &plan);
     std::fs::remove_file(dir.path().join("metrics.csv")).expect("metrics.csv");
     // Their records say measured; their results are gone.
-    for entry in walk(&dir.path().join("cells/rabbitmq/edge")) {
+    for entry in tests::files_under(&dir.path().join("cells/rabbitmq/edge")).expect("the cells") {
         if entry.file_name().is_some_and(|name| name == "result.json") {
             std::fs::remove_file(&entry).expect("result.json");
         }
@@ -645,20 +645,6 @@ fn missing_tests_and_metrics_leave_their_sections_out() {
     assert!(!figure.exists(), "no figure of a test the plan lacks");
     let error = write_report(&dir.path().join("nowhere")).expect_err("no manifest");
     assert!(error.to_string().contains("manifest.json"), "{error}");
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }
 
 /// A folder's report is the same read through its cells' records as through `summary.csv`,

@@ -3,9 +3,7 @@
 //! an in-process agent, its cells are measured (so the password was sent), and no file of the
 //! results folder (manifest, summary, each cell's result, the reports) holds it.
 
-use std::path::{Path, PathBuf};
-
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use controller::plan::Plan;
 use controller::run::{RunOptions, run_plan};
 use tests::mosquitto::{MOSQUITTO_BINARY, Mosquitto, MosquittoOptions};
@@ -15,23 +13,6 @@ const PASSWD_TOOL: &str = "/usr/bin/mosquitto_passwd";
 const USERNAME: &str = "bench";
 /// Unlikely to appear anywhere by chance.
 const PASSWORD: &str = "pw-7f3a9c21e4b5";
-
-/// Every file under `dir`, at any depth (links are listed, not followed).
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).with_context(|| folder.display().to_string())? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                folders.push(entry.path());
-            } else {
-                files.push(entry.path());
-            }
-        }
-    }
-    Ok(files)
-}
 
 #[test]
 fn a_workload_password_reaches_the_broker_and_no_file_of_the_results() -> Result<()> {
@@ -126,7 +107,7 @@ broker.password = "{password}"
         "the password reached the broker: {summary:?}"
     );
     // Both runs' folders: a refused cell's error must not hold the password either.
-    let files = files_under(&results)?;
+    let files = tests::files_under(&results)?;
     for expected in ["manifest.json", "summary.csv", "report.md", "report.html"] {
         assert!(
             files.iter().any(|f| f.ends_with(expected)),
@@ -239,7 +220,7 @@ broker.password_env = "CONTINUUM_BROKER_PASSWORD"
         (2, 0),
         "the password reached the broker: {summary:?}"
     );
-    let files = files_under(&results)?;
+    let files = tests::files_under(&results)?;
     for expected in ["manifest.json", "summary.csv", "report.md", "report.html"] {
         assert!(
             files.iter().any(|f| f.ends_with(expected)),

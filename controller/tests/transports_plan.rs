@@ -205,7 +205,7 @@ transports = ["tcp", "quic"]
         .expect("the broker as deployed");
     assert!(deployed.contains("; QUIC 127.0.0.1:"), "{deployed}");
     // The CA made for one deployment is sent, never stored.
-    for entry in walk(&summary.dir) {
+    for entry in tests::files_under(&summary.dir).expect("the results folder") {
         let bytes = std::fs::read(&entry).expect("a results file");
         assert!(
             !String::from_utf8_lossy(&bytes).contains("BEGIN CERTIFICATE"),
@@ -213,18 +213,4 @@ transports = ["tcp", "quic"]
             entry.display()
         );
     }
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("a folder").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }

@@ -91,6 +91,25 @@ pub fn require_binary(path: &str) -> Option<String> {
     }
 }
 
+/// Every file under `dir`, at any depth (links are listed, not followed): what a test reads
+/// when nothing in a results folder may hold something (a password, a certificate).
+pub fn files_under(dir: &std::path::Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).with_context(|| folder.display().to_string())? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                folders.push(entry.path());
+            } else {
+                files.push(entry.path());
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// True when running under CI (`CI` set to anything but empty, `0` or
 /// `false`), where every component is installed and nothing may be skipped.
 pub fn running_in_ci() -> bool {
