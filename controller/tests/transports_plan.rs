@@ -14,7 +14,7 @@
 
 use controller::plan::Plan;
 use controller::results::{self, CellStatus};
-use controller::run::{RunOptions, run_plan};
+use controller::run::{RunOptions, RunSummary, run_plan};
 use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
 use tokio_util::sync::CancellationToken;
 
@@ -62,20 +62,7 @@ tls_ca_file = "{ca}"
         quic = broker.quic_port(),
         ca = broker.ca_file().display(),
     );
-    let plan = Plan::parse(&text, "transports.toml").expect("a valid plan");
-    let summary = run_plan(
-        &plan,
-        &text,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run completes");
-    assert_eq!(
-        (summary.measured, summary.failed),
-        (2 * REPETITIONS, 0),
-        "{summary:?}"
-    );
+    let summary = run_measured(&text, "transports.toml", REPETITIONS).await;
     let rows = results::read_rows(&summary.dir.join("summary.csv")).expect("summary.csv");
     for row in &rows {
         assert_eq!(row.status, CellStatus::Ok, "{}: {}", row.cell, row.reason);
@@ -96,6 +83,21 @@ tls_ca_file = "{ca}"
         section.contains("3 against 3 (smallest p 0.100)"),
         "{section}"
     );
+}
+
+/// Runs the plan `text` (named `file`), whose one test sweeps two transports: every cell of
+/// its `repetitions` measured, none failed.
+async fn run_measured(text: &str, file: &str, repetitions: usize) -> RunSummary {
+    let plan = Plan::parse(text, file).expect("a valid plan");
+    let summary = run_plan(&plan, text, RunOptions::default(), CancellationToken::new())
+        .await
+        .expect("the run completes");
+    assert_eq!(
+        (summary.measured, summary.failed),
+        (2 * repetitions, 0),
+        "{summary:?}"
+    );
+    summary
 }
 
 /// The report's section "TCP and QUIC under the continuum's links", printed.
@@ -175,20 +177,7 @@ transports = ["tcp", "quic"]
 "#,
         results = work.path().join("results").display(),
     );
-    let plan = Plan::parse(&text, "deployed-quic.toml").expect("a valid plan");
-    let summary = run_plan(
-        &plan,
-        &text,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run completes");
-    assert_eq!(
-        (summary.measured, summary.failed),
-        (2 * DEPLOYED_REPETITIONS, 0),
-        "{summary:?}"
-    );
+    let summary = run_measured(&text, "deployed-quic.toml", DEPLOYED_REPETITIONS).await;
     let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
     let section = transports_section(&report);
     for transport in ["TCP", "QUIC"] {
