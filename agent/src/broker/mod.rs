@@ -24,6 +24,7 @@
 //!   image, ports and probe, one file per product.
 //! - `native.rs`: [`NativeDriver`], a recipe's plan with this node's executables and ports,
 //!   and the running broker process; `native_tests.rs` starts real Mosquitto and RabbitMQ.
+//!   `log_watch.rs`: the start's watch on its log for a port taken meanwhile.
 //! - (in `host`, shared with the installers and the tests): process groups, markers, the
 //!   `/proc` sweep.
 //! - `embedded.rs`: [`EmbeddedDriver`], rumqttd on its own thread and runtime.
@@ -39,6 +40,7 @@ mod external;
 mod forward;
 mod install;
 pub mod kubernetes;
+mod log_watch;
 mod native;
 mod ports;
 mod quic_listener;

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 
 use super::error::BrokerError;
 use super::install::InstallPaths;
+use super::log_watch::LogWatch;
 use super::ports::{claim_port, claim_udp_port, connect_address, free_loopback_ports};
 use super::quic_listener::{self, QuicCertificate, certified_addresses, make_certificate};
 use super::readiness::wait_ready;
@@ -475,11 +476,13 @@ async fn launch(
     match start_processes(&mut broker, &plan).await {
         Ok(()) => Ok(broker),
         Err(error) => {
+            // Read before the stop: what a broker logs on its way down would bury the line.
+            let taken = LogWatch::new(&broker.log, plan.port_taken_markers)
+                .poll()
+                .is_some();
             if let Err(stop_error) = broker.shutdown().await {
                 tracing::warn!(broker = %spec.name, "cleaning up a failed start: {stop_error}");
             }
-            let tail = log_tail(&broker.log, LOG_TAIL_LINES);
-            let taken = plan.port_taken_markers.iter().any(|m| tail.contains(m));
             Err(if taken {
                 Launch::PortTaken(error)
             } else {
@@ -521,9 +524,16 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     let main = broker.main.insert(main);
     let probe_at = connect_address(broker.listen);
     let login = recipes::anonymous_login(product);
+    // A broker that logs its port taken may stay up without a listener: stop waiting then.
+    let mut log = LogWatch::new(&broker.log, plan.port_taken_markers);
+    let mut port_taken = move || {
+        log.poll()
+            .map(|marker| format!("{product} logged {marker:?}: a port it needs was taken"))
+    };
     let ready = wait_ready(probe_at, plan.ready_deadline, login, || {
         main.exited()
             .map(|status| format!("{product} exited ({status}) before answering MQTT"))
+            .or_else(&mut port_taken)
     })
     .await
     .and_then(|()| match main.exited() {
@@ -547,9 +557,12 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
         let probe_at = connect_address(address);
         let mut main = broker.main.as_mut();
         let ready = websocket_probe::wait_ready(probe_at, path, plan.ready_deadline, || {
-            main.as_mut().and_then(|main| main.exited()).map(|status| {
-                format!("{product} exited ({status}) before its WebSocket listener answered")
-            })
+            main.as_mut()
+                .and_then(|main| main.exited())
+                .map(|status| {
+                    format!("{product} exited ({status}) before its WebSocket listener answered")
+                })
+                .or_else(&mut port_taken)
         })
         .await;
         if let Err(reason) = ready {
@@ -566,9 +579,12 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
         let mut main = broker.main.as_mut();
         let ready =
             quic_listener::wait_ready(quic.address, &quic.ca_pem, plan.ready_deadline, || {
-                main.as_mut().and_then(|main| main.exited()).map(|status| {
-                    format!("{product} exited ({status}) before its QUIC listener answered")
-                })
+                main.as_mut()
+                    .and_then(|main| main.exited())
+                    .map(|status| {
+                        format!("{product} exited ({status}) before its QUIC listener answered")
+                    })
+                    .or_else(&mut port_taken)
             })
             .await;
         if let Err(reason) = ready {

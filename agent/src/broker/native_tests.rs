@@ -623,6 +623,64 @@ async fn a_real_rabbitmq_node_starts_answers_and_stops_with_its_epmd() {
     );
 }
 
+/// RabbitMQ logs `eaddrinuse` when its MQTT port was taken after the driver chose it, and keeps
+/// its VM up. The start must give up on that line rather than wait out the deadline, and call
+/// it a taken port (so a start on any port retries) although the stop buries the line.
+#[tokio::test]
+async fn a_rabbitmq_whose_port_was_taken_meanwhile_is_a_taken_port_not_a_timeout() {
+    let install = InstallPaths::default();
+    if !installed_or_skip(&install, Product::RabbitMq) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(install, state.path().to_owned());
+    let spec = loopback_spec(
+        "rabbit-taken",
+        BrokerKind::Native {
+            product: Product::RabbitMq,
+        },
+    );
+    let claim = claim_port(spec.bind, 0).unwrap();
+    // Another program takes the port between the choice and the broker's bind.
+    let _taker = std::net::TcpListener::bind((spec.bind, claim.port())).unwrap();
+    let dir = driver.fresh_dir(&spec.name).unwrap();
+    let secret = host::secret::random_hex(32).unwrap();
+    let context = PlanContext {
+        spec: &spec,
+        dir: &dir,
+        port: claim.port(),
+        secret: &secret,
+        websocket: None,
+        quic: None,
+    };
+    let plan = plan(Product::RabbitMq, &driver.install, &context).unwrap();
+    let deadline = plan.ready_deadline;
+    let launched = tokio::time::timeout(
+        deadline + Duration::from_secs(60),
+        launch(&context, Product::RabbitMq, plan, new_marker(&spec.name)),
+    )
+    .await
+    .expect("the launch is bounded");
+    let error = match launched {
+        Err(Launch::PortTaken(error)) => error,
+        Err(Launch::Failed(error)) => panic!("not seen as a taken port: {error}"),
+        Ok(_) => panic!("RabbitMQ cannot have started on a port held by the test"),
+    };
+    let reason = match &error {
+        BrokerError::NotReady { reason, .. } => reason.clone(),
+        other => panic!("expected NotReady, got {other}"),
+    };
+    assert!(
+        reason.contains("logged \"eaddrinuse\""),
+        "gave up on the logged line, not at the deadline: {reason}"
+    );
+    assert_eq!(
+        tagged_processes(&spec.name),
+        Vec::<u32>::new(),
+        "the failed start left nothing running"
+    );
+}
+
 /// VerneMQ is not installed here, but the Erlang it runs on is (with RabbitMQ): its runner's
 /// way of starting the VM is replayed with `erl`, the runner's generated `vm.args` holding the
 /// stock cookie, and the plan's own arguments, environment, private files and user.
