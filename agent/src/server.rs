@@ -86,8 +86,10 @@ pub async fn run(config: AgentConfig) -> Result<(), ServeError> {
         ),
         None => None,
     };
-    tracing::info!(name = %config.name, listen = %config.listen, "agent serving");
+    let (name, listen) = (config.name.clone(), config.listen);
+    // What a previous agent left (netem, brokers) is undone here, before any call is served.
     let service = Arc::new(AgentService::new(config).await);
+    tracing::info!(%name, %listen, "agent serving");
     let stop_metrics = CancellationToken::new();
     if let Some(metrics) = metrics {
         tracing::info!(listen = %metrics.address, "metrics served");
