@@ -60,6 +60,7 @@ mod mosquitto_sys_reader;
 pub mod mqtt_wire;
 pub mod mqttv5;
 pub mod netns;
+pub mod node_vm;
 pub mod pki;
 pub mod ports;
 pub mod process;
