@@ -85,7 +85,7 @@ pub struct NodeVm {
     pub address: Ipv4Addr,
     /// Its folder: disk overlay, console log.
     pub dir: PathBuf,
-    /// From qemu's start (or the reboot) to SSH answering, at the last boot.
+    /// From qemu's last start to SSH answering.
     pub boot_time: Duration,
     started: Instant,
     qemu: Option<Child>,
@@ -290,40 +290,38 @@ impl<'a> NodeVms<'a> {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// Reboots node `name` (`systemctl reboot`) and waits until it answers SSH again.
-    pub fn reboot(&mut self, name: &str) -> Result<Duration> {
-        let index = self.index(name)?;
-        let boot_id = self.ssh_ok(name, "cat /proc/sys/kernel/random/boot_id")?;
-        // The connection may drop before ssh reports the command's status.
-        let _ = self.ssh(name, "systemctl reboot");
-        let started = Instant::now();
-        let deadline = started + BOOT_DEADLINE;
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-            if let Ok(output) = self.ssh(name, "cat /proc/sys/kernel/random/boot_id")
-                && output.status.success()
-                && String::from_utf8_lossy(&output.stdout) != boot_id
-            {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "{name} did not come back within {} s: {}",
-                BOOT_DEADLINE.as_secs(),
-                self.console_tail(index)
-            );
-        }
-        self.nodes[index].boot_time = started.elapsed();
-        Ok(started.elapsed())
-    }
-
     /// Powers node `name` off at once (kills its qemu), as a pulled plug does.
     pub fn power_off(&mut self, name: &str) -> Result<()> {
         let index = self.index(name)?;
         if let Some(mut qemu) = self.nodes[index].qemu.take() {
             kill_group(&mut qemu);
         }
+        // Its tap goes with qemu's file descriptor only if qemu made it: this script made it.
+        let mut command = Command::new(crate::netns::IP_BINARY);
+        command.args([
+            "-n",
+            self.testbed.bridge_netns_name(),
+            "link",
+            "del",
+            &self.nodes[index].tap,
+        ]);
+        let output = run_with_deadline(&mut command, None, SSH_DEADLINE)?;
+        ensure!(
+            output.status.success(),
+            "removing {}'s tap: {}",
+            name,
+            String::from_utf8_lossy(&output.stderr)
+        );
         Ok(())
+    }
+
+    /// Powers node `name` on again (same disk) and waits until it answers SSH; the time.
+    pub fn power_on(&mut self, name: &str) -> Result<Duration> {
+        let index = self.index(name)?;
+        ensure!(self.nodes[index].qemu.is_none(), "{name} is running");
+        self.start_qemu(index)?;
+        self.wait_for_ssh(index)?;
+        Ok(self.nodes[index].boot_time)
     }
 }
 

@@ -132,6 +132,12 @@ fn parse_cap_eff(status: &str) -> Result<u64> {
 ///
 /// Must be called from the test's own thread: its name is the test's name.
 pub fn isolate_test() -> bool {
+    isolate_test_within(ISOLATED_RUN_DEADLINE)
+}
+
+/// [`isolate_test`] for a test whose isolated run may take up to `deadline` (keep it below
+/// the test's own nextest kill, so that its output is still shown).
+pub fn isolate_test_within(deadline: Duration) -> bool {
     if std::env::var_os(ISOLATED_VAR).is_some() {
         static READY: OnceLock<Result<(), String>> = OnceLock::new();
         let ready = READY.get_or_init(|| prepare_isolated_process().map_err(|e| format!("{e:#}")));
@@ -147,7 +153,7 @@ pub fn isolate_test() -> bool {
     let Some(test_name) = thread.name().filter(|name| *name != "main") else {
         panic!("isolate_test must be called on the test's own thread (it names the test)");
     };
-    if let Err(error) = run_isolated(test_name) {
+    if let Err(error) = run_isolated(test_name, deadline) {
         panic!("{error:#}");
     }
     false
@@ -181,7 +187,7 @@ macro_rules! isolated_netns_test {
     };
 }
 
-fn run_isolated(test_name: &str) -> Result<()> {
+fn run_isolated(test_name: &str, deadline: Duration) -> Result<()> {
     // The mount point for the private tmpfs; `ip netns add` would create it
     // anyway.
     fs::create_dir_all(NETNS_DIR).with_context(|| format!("creating {NETNS_DIR}"))?;
@@ -199,7 +205,7 @@ fn run_isolated(test_name: &str) -> Result<()> {
     // SAFETY: the closure only makes system calls with static arguments,
     // which is allowed between fork and exec.
     unsafe { command.pre_exec(enter_private_namespaces) };
-    let output = run_with_deadline(&mut command, None, ISOLATED_RUN_DEADLINE)
+    let output = run_with_deadline(&mut command, None, deadline)
         .with_context(|| format!("running {test_name} in an isolated network namespace"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     print!("{stdout}");

@@ -36,7 +36,8 @@ mod node;
 
 pub use addr::{BENCHMARK_RANGE, Ipv4Prefix, Subnet};
 pub use isolation::{
-    IP_BINARY, ensure_thread_isolated, isolate_test, outer_netns_path, require_root,
+    IP_BINARY, ensure_thread_isolated, isolate_test, isolate_test_within, outer_netns_path,
+    require_root,
 };
 pub use node::{Node, NodeProcess, established_to, link_bytes_received};
 

@@ -1,0 +1,110 @@
+//! The plan the controller runs against the real nodes, and what its results must show.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, ensure};
+use controller::results::{CellStatus, SummaryRow, read_rows};
+
+/// The broker on the worker, measured first (a run takes its brokers one after the other).
+pub const ON_WORKER: &str = "on-worker";
+/// The broker on the headnode, whose node is powered off mid-run.
+pub const ON_HEADNODE: &str = "on-headnode";
+/// The study's scenarios and their total one-way delay in ms (half on each end's egress, so a
+/// message from the tester to a broker and back passes both: the rise over local is this).
+pub const SCENARIOS: [(&str, f64); 3] = [("local", 0.0), ("edge", 2.5), ("cloud", 6.25)];
+pub const REPETITIONS: u32 = 2;
+
+/// Tester, headnode and worker at their addresses; a native Mosquitto on the worker and one
+/// on the headnode; the study's three scenarios; the latency test from the tester.
+pub fn text(results: &Path, pki: &Path, agents: &[(&str, String)]) -> String {
+    let mut text = format!(
+        "name = \"realnodes\"\nrepetitions = {REPETITIONS}\norder = \"interleaved\"\n\
+         results_dir = {results:?}\npki_dir = {pki:?}\non_failure = \"continue\"\n\n\
+         [timeouts]\nconnect = \"10s\"\ndeploy = \"120s\"\nnetem = \"30s\"\ncell = \"120s\"\n"
+    );
+    for (name, address) in agents {
+        let roles = if *name == "tester" {
+            "\"loadgen\", \"netem\""
+        } else {
+            "\"broker\", \"netem\""
+        };
+        text += &format!(
+            "\n[[nodes]]\nname = \"{name}\"\nagent = \"{address}:7100\"\nroles = [{roles}]\n\
+             data_address = \"{address}\"\n"
+        );
+    }
+    for (broker, node) in [(ON_WORKER, "worker"), (ON_HEADNODE, "headnode")] {
+        text += &format!(
+            "\n[[brokers]]\nname = \"{broker}\"\nkind = \"native\"\nproduct = \"mosquitto\"\n\
+             node = \"{node}\"\n"
+        );
+    }
+    for (scenario, _) in SCENARIOS {
+        text += &format!("\n[[scenarios]]\nname = \"{scenario}\"\n");
+    }
+    text += "\n[[tests]]\nkind = \"latency\"\nloadgen = [\"tester\"]\npublishers = 10\n\
+             messages = 16\nwarmup = 2\ninterval = \"250ms\"\n";
+    text
+}
+
+/// The run's folder (the only one under `results`).
+pub fn run_folder(results: &Path) -> Result<PathBuf> {
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(results)
+        .with_context(|| results.display().to_string())?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_dir())
+        .collect();
+    ensure!(folders.len() == 1, "one run folder: {folders:?}");
+    Ok(folders.remove(0))
+}
+
+/// How many cells of `broker` have a record so far.
+pub fn records_of(results: &Path, broker: &str) -> usize {
+    let Ok(run) = run_folder(results) else {
+        return 0;
+    };
+    tests::files_under(&run.join("cells").join(broker))
+        .map(|files| {
+            files
+                .iter()
+                .filter(|f| f.file_name().is_some_and(|n| n == "record.json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Each scenario's rise over local for the worker's broker: per repetition, its latency
+/// median minus local's, then the median of those (of two: their mean). In ms.
+pub fn rises(rows: &[SummaryRow]) -> Result<BTreeMap<&'static str, f64>> {
+    let median = |scenario: &str, repetition: u32| -> Result<f64> {
+        rows.iter()
+            .find(|r| {
+                r.broker == ON_WORKER
+                    && r.scenario == scenario
+                    && r.repetition == repetition
+                    && r.status == CellStatus::Ok
+            })
+            .and_then(|r| r.latency_p50_us)
+            .map(|us| us / 1000.0)
+            .with_context(|| format!("{ON_WORKER} {scenario} repetition {repetition} measured"))
+    };
+    let mut rises = BTreeMap::new();
+    for (scenario, _) in SCENARIOS.iter().skip(1) {
+        let mut paired = Vec::new();
+        for repetition in 1..=REPETITIONS {
+            paired.push(median(scenario, repetition)? - median("local", repetition)?);
+        }
+        rises.insert(*scenario, paired.iter().sum::<f64>() / paired.len() as f64);
+    }
+    Ok(rises)
+}
+
+/// The rows of the run's `summary.csv`, the last try of each cell.
+pub fn rows(run: &Path) -> Result<Vec<SummaryRow>> {
+    let mut last: BTreeMap<String, SummaryRow> = BTreeMap::new();
+    for row in read_rows(&run.join("summary.csv")).context("summary.csv")? {
+        last.insert(row.cell.clone(), row);
+    }
+    Ok(last.into_values().collect())
+}
