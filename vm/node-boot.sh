@@ -4,8 +4,8 @@
 # Its one NIC is a tap device on BRIDGE inside the network namespace NETNS, which the caller
 # made (a test's testbed): the node reaches that bridge and nothing else, and this machine's
 # root namespace never sees its traffic. Its disk is a copy-on-write overlay in DIR over the
-# cached image, kept across boots of the same DIR (a reboot keeps what was installed);
-# delete DIR for a fresh node. The serial console goes to DIR/console.log.
+# cached image, kept across boots of the same DIR (a reboot keeps what was installed) unless
+# the image was rebuilt since; delete DIR for a fresh node. The serial console goes to DIR/console.log.
 #
 # Usage: vm/node-boot.sh NAME ADDRESS/LEN NETNS BRIDGE TAP DIR [MEMORY_MB]
 #   NAME     the node's hostname;  ADDRESS/LEN  its eth0 address (no default route)
@@ -20,8 +20,11 @@ root="$cache/root"
 image="$cache/node"
 
 mkdir -p "$dir"
-if [ ! -f "$dir/disk.qcow2" ]; then
+# An overlay made over an earlier build of the image would read the new one as garbage.
+if [ ! -f "$dir/disk.qcow2" ] || ! cmp -s "$image/script.sha256" "$dir/image.sha256"; then
+  rm -f "$dir/disk.qcow2"
   qemu-img create -q -f qcow2 -F raw -b "$image/disk.raw" "$dir/disk.qcow2"
+  cp "$image/script.sha256" "$dir/image.sha256"
 fi
 ip -n "$netns" tuntap add dev "$tap" mode tap
 ip -n "$netns" link set "$tap" master "$bridge" up

@@ -6,8 +6,8 @@
 # see vm/node-boot.sh), so one image serves every node. Host keys are made at each node's
 # first boot, so every node has its own.
 #
-# Built by mmdebstrap from Debian's packages (installed with apt if missing), as root: the
-# image's files keep their owners. Idempotent: a complete cache built by this same script is
+# Built by mmdebstrap (Debian's package `mmdebstrap`, which CI installs) from Debian's
+# packages, as root: the image's files keep their owners. Idempotent: a complete cache built by this same script is
 # left as it is; a change to the script rebuilds it.
 #
 # Usage: vm/node-image.sh
@@ -42,10 +42,17 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 if ! command -v mmdebstrap >/dev/null; then
-  say "installing mmdebstrap"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mmdebstrap
+  say "needs mmdebstrap (apt-get install mmdebstrap)" >&2
+  exit 1
 fi
+# What a build killed midway left (its trap does not run on SIGKILL): mounts first.
+for stale in "$cache"/root.*; do
+  [ -d "$stale" ] || continue
+  findmnt -rn -o TARGET | grep -F "$stale/" | sort -r | while read -r mount; do
+    umount -l "$mount"
+  done
+  rm -rf --one-file-system "$stale"
+done
 
 started=$(date +%s)
 rm -f "$cache/ready" "$cache/script.sha256"
@@ -78,6 +85,12 @@ for word in $(cat /proc/cmdline); do
     continuum.net=*)
       spec=${word#continuum.net=}
       iface=${spec%%,*}
+      # The NIC's driver may come up after this unit starts: wait for it (30 s at most).
+      tries=0
+      while [ ! -e "/sys/class/net/$iface" ] && [ "$tries" -lt 300 ]; do
+        sleep 0.1
+        tries=$((tries + 1))
+      done
       ip addr add "${spec#*,}" dev "$iface"
       ip link set "$iface" up
       ;;

@@ -24,9 +24,10 @@
 //! Figures printed: boot time per VM, bootstrap's first and second run, the rises against
 //! their models, the time from `kill -9` to the qdisc being gone, the power cycle. Under TCG
 //! a guest's timers fire late (see `vm/boot.sh`), and the VMs' clocks are not instruction
-//! counts here (they talk to each other), so a rise is checked to be at least 90 % of its
-//! model (netem never delivers early) and printed, not held to within 10 % of it: the netem
-//! VM test checks that on one kernel. Needs root (namespaces, taps), qemu-img and Debian's
+//! counts here (they talk to each other), so a rise is printed and checked to be at least
+//! 75 % of its model (netem never delivers early; the margin is for the noise of two paired
+//! medians), not held to within 10 % of it: the netem VM test checks that on one kernel.
+//! What netem each node held is checked exactly, from the manifest's read-back. Needs root (namespaces, taps), qemu-img and Debian's
 //! packages (the image); skips with the reason otherwise, and fails instead under `CI=true`.
 
 #[path = "real_nodes/plan.rs"]
@@ -59,9 +60,9 @@ const LISTED: &str = "/etc /usr/local /var/lib /opt /root";
 const NOISE: &[&str] = &["/var/lib/systemd/", "/var/lib/private/"];
 /// How long the run may take: 12 cells, the headnode's failing after its power-off.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// How long the whole test may take in its isolated process; nextest kills it at 15 minutes
-/// (`.config/nextest.toml`), and this is below so that its output is still shown.
-const ISOLATED_DEADLINE: Duration = Duration::from_secs(840);
+/// How long the whole test may take, image build included; nextest kills it at 15 minutes
+/// (`.config/nextest.toml`), and this is below so that the isolated run's output is shown.
+const TEST_BUDGET: Duration = Duration::from_secs(870);
 
 fn text(output: &std::process::Output) -> String {
     format!(
@@ -180,10 +181,11 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
     }
     // Built (Debian's packages fetched) by the test's first process, which has this machine's
     // network; the isolated one below finds it cached.
+    let test_started = Instant::now();
     if NodeImage::prepare()?.is_none() {
         return Ok(());
     }
-    if !tests::netns::isolate_test_within(ISOLATED_DEADLINE) {
+    if !tests::netns::isolate_test_within(TEST_BUDGET.saturating_sub(test_started.elapsed())) {
         return Ok(());
     }
     let Some(image) = NodeImage::prepare()? else {
@@ -376,6 +378,8 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         std::fs::read_to_string(dir.path().join("controller.out")).unwrap_or_default()
     );
     let power_off_at = powered_off.context("the headnode's broker never had a cell measured")?;
+    // Failed cells are results of the run (`on_failure = "continue"`), not its failure.
+    ensure!(exit.success(), "the controller failed ({exit})");
     let run_folder = plan::run_folder(&results)?;
     let rows = plan::rows(&run_folder)?;
     for (scenario, _) in plan::SCENARIOS {
@@ -413,6 +417,9 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         headnode_rows.len() == plan::SCENARIOS.len() * plan::REPETITIONS as usize
             && headnode_rows.iter().any(|r| r.status == CellStatus::Ok)
             && !failed.is_empty()
+            && headnode_rows
+                .iter()
+                .all(|r| r.status != CellStatus::Skipped)
             && failed
                 .iter()
                 .all(|r| r.reason.contains("headnode") || r.reason.contains(&headnode_ip)),
@@ -428,13 +435,7 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         failed.len(),
         run_time.as_secs_f64()
     );
-    let manifest = std::fs::read_to_string(run_folder.join("manifest.json"))?;
-    for (scenario, _) in plan::SCENARIOS.iter().skip(1) {
-        ensure!(
-            manifest.contains(&format!("\"{scenario}\"")),
-            "manifest.json names {scenario}"
-        );
-    }
+    plan::check_netem_read_back(&run_folder)?;
     let rises = plan::rises(&rows)?;
     for (scenario, model_ms) in plan::SCENARIOS.iter().skip(1) {
         let rise = rises[scenario];
@@ -445,8 +446,9 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
             100.0 * rise / model_ms
         );
         ensure!(
-            rise >= 0.9 * model_ms,
-            "{scenario}: a rise of {rise:.2} ms is below 90 % of the {model_ms} ms netem adds"
+            rise >= plan::RISE_AT_LEAST * model_ms,
+            "{scenario}: a rise of {rise:.2} ms is below {:.0} % of the {model_ms} ms netem adds",
+            100.0 * plan::RISE_AT_LEAST
         );
     }
     for name in ["tester", "worker"] {
@@ -473,12 +475,31 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         );
         std::thread::sleep(Duration::from_secs(1));
     }
-    let after_power = continuum_on(&vms, "headnode")?;
+    // The records of netem and brokers that the lost agent kept on disk are settled by the
+    // new one: none left, and it holds no netem.
+    let records = vms.ssh_ok(
+        "headnode",
+        "ls /var/lib/continuum-agent/netem/ 2>/dev/null; \
+         find /var/lib/continuum-agent/brokers -name marker 2>/dev/null; true",
+    )?;
     ensure!(
-        !after_power
-            .iter()
-            .any(|l| l.starts_with("qdisc ") || l.contains("mosquitto")),
-        "the headnode after its power cycle: {after_power:?}"
+        records.trim().is_empty(),
+        "the headnode's agent left records of the lost run: {records}"
+    );
+    let address = format!("{}:7100", vms.node("headnode").address);
+    let head_credentials = credentials.clone();
+    let netem = laptop.run_in(|| async move {
+        let mut client = proto::client::connect_agent(&address, None, &head_credentials).await?;
+        let read = client
+            .read_netem(pb::ReadNetemRequest {
+                interface: "eth0".into(),
+            })
+            .await?;
+        anyhow::Ok(read.into_inner())
+    })??;
+    ensure!(
+        !netem.present,
+        "the headnode holds netem after its power cycle: {netem:?}"
     );
 
     // kill -9 of the worker's agent while it holds netem and runs a broker.
@@ -516,17 +537,20 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
             && held.iter().any(|l| l.contains("mosquitto")),
         "before the crash: {held:?}"
     );
-    let old_pid = vms
-        .ssh_ok(
-            "worker",
-            "systemctl show -p MainPID --value continuum-agent",
-        )?
+    let shown = vms.ssh_ok(
+        "worker",
+        "systemctl show -p MainPID --value continuum-agent",
+    )?;
+    let old_pid: u32 = shown
         .trim()
-        .to_owned();
+        .parse()
+        .ok()
+        .filter(|&pid| pid > 0)
+        .with_context(|| format!("the agent's MainPID: {shown:?}"))?;
     vms.ssh_ok("worker", &format!("kill -9 {old_pid}"))?;
     let killed = Instant::now();
     let mut qdisc_gone = None;
-    let restarted = loop {
+    let (restarted, new_pid) = loop {
         let state_now = vms.ssh_ok(
             "worker",
             "echo pid=$(systemctl show -p MainPID --value continuum-agent) \
@@ -540,10 +564,17 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         if qdisc_gone.is_none() && netem_count == "0" {
             qdisc_gone = Some(killed.elapsed());
         }
-        let new_agent =
-            head.contains("active=active") && !head.contains(&format!("pid={old_pid} "));
-        if new_agent && netem_count == "0" && mosquittos == "0" {
-            break killed.elapsed();
+        let new_pid = head
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("pid="))
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .filter(|&pid| pid > 0 && pid != old_pid);
+        if let Some(new_pid) = new_pid
+            && head.contains("active=active")
+            && netem_count == "0"
+            && mosquittos == "0"
+        {
+            break (killed.elapsed(), new_pid);
         }
         ensure!(
             killed.elapsed() < Duration::from_secs(120),
@@ -551,14 +582,24 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    let journal = vms.ssh_ok(
-        "worker",
-        "journalctl -u continuum-agent --no-pager -o cat | tail -n 40",
-    )?;
-    println!("worker's agent journal after kill -9:\n{journal}");
-    // The new agent undid the old one's netem before it served a call.
+    // The new agent's own lines, once it serves: it undid the old one's netem before that.
+    let journal = loop {
+        let journal = vms.ssh_ok(
+            "worker",
+            &format!("journalctl --no-pager -o cat _PID={new_pid}"),
+        )?;
+        if journal.contains("agent serving") {
+            break journal;
+        }
+        ensure!(
+            killed.elapsed() < Duration::from_secs(180),
+            "the new agent (pid {new_pid}) does not serve: {journal}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    println!("worker's new agent's journal after kill -9:\n{journal}");
     let cleared = journal.find("cleared netem a previous agent left behind");
-    let serving = journal.rfind("agent serving");
+    let serving = journal.find("agent serving");
     ensure!(
         matches!((cleared, serving), (Some(c), Some(s)) if c < s),
         "the stale qdisc is cleared before the new agent serves: {journal}"

@@ -21,6 +21,8 @@ use crate::netns::Testbed;
 const BOOT_DEADLINE: Duration = Duration::from_secs(300);
 /// How long one SSH command may run.
 const SSH_DEADLINE: Duration = Duration::from_secs(120);
+/// Tries of one SSH command whose connection failed.
+const SSH_TRIES: u32 = 3;
 /// The bridge of a [`Testbed`], inside its bridge namespace.
 const TESTBED_BRIDGE: &str = "br0";
 /// Host numbers of VMs in the testbed's /24 start here (namespace nodes take 1, 2, ...).
@@ -187,9 +189,12 @@ impl<'a> NodeVms<'a> {
             .arg(&node.dir)
             .env("CONTINUUM_VM_CACHE", &self.image.cache)
             .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(
-                self.dir.join(format!("{}.qemu.log", node.name)),
-            )?)
+            .stderr(
+                std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join(format!("{}.qemu.log", node.name)))?,
+            )
             .process_group(0);
         // SAFETY: a single system call with constant arguments.
         unsafe {
@@ -215,6 +220,8 @@ impl<'a> NodeVms<'a> {
                 .as_mut()
                 .and_then(|q| q.try_wait().ok().flatten())
             {
+                // Reaped: its process group is gone and must not be signalled later.
+                self.nodes[index].qemu = None;
                 bail!(
                     "qemu of {} exited ({status}) before SSH answered: {}",
                     self.nodes[index].name,
@@ -230,7 +237,7 @@ impl<'a> NodeVms<'a> {
             })?;
             if open
                 && self
-                    .ssh_index(index, "true")
+                    .ssh_once(index, "true")
                     .is_ok_and(|o| o.status.success())
             {
                 self.nodes[index].boot_time = started.elapsed();
@@ -248,12 +255,31 @@ impl<'a> NodeVms<'a> {
         }
     }
 
-    /// The last lines of a node's serial console.
+    /// The last lines of a node's qemu output and serial console.
     fn console_tail(&self, index: usize) -> String {
-        host::log_tail(&self.nodes[index].dir.join("console.log"), 30)
+        let node = &self.nodes[index];
+        format!(
+            "qemu: {}\nconsole: {}",
+            host::log_tail(&self.dir.join(format!("{}.qemu.log", node.name)), 10),
+            host::log_tail(&node.dir.join("console.log"), 30)
+        )
     }
 
+    /// `script` over SSH; ssh's own failures (exit 255: no connection, a dropped one) are
+    /// tried again twice, as a node under TCG may be slow to accept.
     fn ssh_index(&self, index: usize, script: &str) -> Result<Output> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let output = self.ssh_once(index, script)?;
+            if output.status.code() != Some(255) || tries == SSH_TRIES {
+                return Ok(output);
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
+    fn ssh_once(&self, index: usize, script: &str) -> Result<Output> {
         let node = &self.nodes[index];
         let mut command = self.testbed.node(&self.from).command("ssh");
         command
@@ -326,6 +352,10 @@ impl<'a> NodeVms<'a> {
 }
 
 fn kill_group(child: &mut Child) {
+    // Once reaped, its process group id may belong to someone else.
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
     if let Ok(pid) = i32::try_from(child.id()) {
         // SAFETY: signals the process group this harness made for qemu.
         unsafe {

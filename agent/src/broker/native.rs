@@ -47,6 +47,8 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 const SWEEP_DEADLINE: Duration = Duration::from_secs(10);
 /// Log lines quoted in errors.
 const LOG_TAIL_LINES: usize = 30;
+/// How long a start still waits for its listener after the broker logged a port taken.
+const PORT_TAKEN_GRACE: Duration = Duration::from_secs(3);
 /// The broker's console output, inside its state directory.
 const LOG_FILE: &str = "broker.log";
 /// The instance's process marker, written before its processes start: an agent that died
@@ -524,11 +526,16 @@ async fn start_processes(broker: &mut NativeBroker, plan: &NativePlan) -> Result
     let main = broker.main.insert(main);
     let probe_at = connect_address(broker.listen);
     let login = recipes::anonymous_login(product);
-    // A broker that logs its port taken may stay up without a listener: stop waiting then.
+    // A broker that logs its port taken may stay up without a listener: stop waiting once
+    // the line has stood for a grace period with every probe still failing (a product that
+    // logs it about a port it can do without still comes up, and is then ready).
     let mut log = LogWatch::new(&broker.log, plan.port_taken_markers);
+    let mut seen_at: Option<std::time::Instant> = None;
     let mut port_taken = move || {
-        log.poll()
-            .map(|marker| format!("{product} logged {marker:?}: a port it needs was taken"))
+        let marker = log.poll()?;
+        let since = *seen_at.get_or_insert_with(std::time::Instant::now);
+        (since.elapsed() >= PORT_TAKEN_GRACE)
+            .then(|| format!("{product} logged {marker:?}: a port it needs was taken"))
     };
     let ready = wait_ready(probe_at, plan.ready_deadline, login, || {
         main.exited()

@@ -623,9 +623,10 @@ async fn a_real_rabbitmq_node_starts_answers_and_stops_with_its_epmd() {
     );
 }
 
-/// RabbitMQ logs `eaddrinuse` when its MQTT port was taken after the driver chose it, and keeps
-/// its VM up. The start must give up on that line rather than wait out the deadline, and call
-/// it a taken port (so a start on any port retries) although the stop buries the line.
+/// RabbitMQ logs `eaddrinuse` when its MQTT port was taken after the driver chose it, and may
+/// keep its VM up (as in a CI run that waited 60 s for it). The start must give up on that line
+/// rather than wait out the deadline, and call it a taken port (so a start on any port
+/// retries) although the stop buries the line.
 #[tokio::test]
 async fn a_rabbitmq_whose_port_was_taken_meanwhile_is_a_taken_port_not_a_timeout() {
     let install = InstallPaths::default();
@@ -670,9 +671,11 @@ async fn a_rabbitmq_whose_port_was_taken_meanwhile_is_a_taken_port_not_a_timeout
         BrokerError::NotReady { reason, .. } => reason.clone(),
         other => panic!("expected NotReady, got {other}"),
     };
+    // RabbitMQ either stays up (then the start gives up on the logged line after its grace)
+    // or stops by itself meanwhile; either way the start did not wait out its deadline.
     assert!(
-        reason.contains("logged \"eaddrinuse\""),
-        "gave up on the logged line, not at the deadline: {reason}"
+        reason.contains("logged \"eaddrinuse\"") || reason.contains("exited"),
+        "gave up on the logged line or the exit, not at the deadline: {reason}"
     );
     assert_eq!(
         tagged_processes(&spec.name),

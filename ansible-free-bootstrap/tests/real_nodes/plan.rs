@@ -108,3 +108,47 @@ pub fn rows(run: &Path) -> Result<Vec<SummaryRow>> {
     }
     Ok(last.into_values().collect())
 }
+
+/// The least rise over local a scenario must show, as a share of its model.
+pub const RISE_AT_LEAST: f64 = 0.75;
+
+/// `manifest.json`: for the worker's broker, edge and cloud were applied on the tester's and
+/// the worker's `eth0`, each half of the scenario's delay, and each node's kernel read back
+/// what was asked (delays to the microsecond, the kernel's unit; loss to 1e-6 %).
+pub fn check_netem_read_back(run: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(run.join("manifest.json")).context("manifest.json")?;
+    let manifest: serde_json::Value = serde_json::from_str(&text).context("manifest.json")?;
+    let applied = manifest["netem"]
+        .as_array()
+        .context("manifest.json has a netem list")?;
+    for (scenario, model_ms) in SCENARIOS.iter().skip(1) {
+        for node in ["tester", "worker"] {
+            let entry = applied
+                .iter()
+                .find(|e| {
+                    e["broker"] == ON_WORKER && e["scenario"] == *scenario && e["node"] == node
+                })
+                .with_context(|| format!("netem of {scenario} on {node} in manifest.json"))?;
+            let (asked, read_back) = (&entry["asked"], &entry["read_back"]);
+            let ns = |record: &serde_json::Value, field: &str| record[field].as_u64();
+            let near = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a.abs_diff(b) < 1_000);
+            let half_ns = (model_ms * 1e6 / 2.0).round() as u64;
+            let loss_near = match (
+                asked["loss_percent"].as_f64(),
+                read_back["loss_percent"].as_f64(),
+            ) {
+                (Some(a), Some(b)) => (a - b).abs() < 1e-6,
+                _ => false,
+            };
+            ensure!(
+                entry["interface"] == "eth0"
+                    && near(ns(asked, "delay_ns"), Some(half_ns))
+                    && near(ns(read_back, "delay_ns"), ns(asked, "delay_ns"))
+                    && near(ns(read_back, "jitter_ns"), ns(asked, "jitter_ns"))
+                    && loss_near,
+                "{scenario} on {node}: {entry} (half the model's delay is {half_ns} ns)"
+            );
+        }
+    }
+    Ok(())
+}
