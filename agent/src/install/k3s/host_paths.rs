@@ -26,6 +26,9 @@ pub struct HostPaths {
     pub netns_prefix: PathBuf,
     /// Folders removed once nothing is mounted below them.
     pub folders: Vec<PathBuf>,
+    /// Parents k3s made for some of [`HostPaths::folders`] (`/etc/rancher`), removed after
+    /// them only when empty: a user's own k3s configuration there stays.
+    pub emptied_parents: Vec<PathBuf>,
     /// Network links deleted (in the agent's own network namespace), after every link
     /// enslaved to the first one (the `cni0` bridge's veths).
     pub links: Vec<String>,
@@ -55,6 +58,7 @@ impl HostPaths {
                 at("var/lib/kubelet"),
                 at("etc/rancher/node"),
             ],
+            emptied_parents: vec![at("etc/rancher")],
             links: [
                 "cni0",
                 "flannel.1",
@@ -97,6 +101,20 @@ pub(super) async fn clean(host: &HostPaths, data_dir: &Path) -> Cleaned {
             Ok(true) => removed.push(folder.display().to_string()),
             Ok(false) => {}
             Err(error) => cleaned.failed.push(error.to_string()),
+        }
+    }
+    for parent in &host.emptied_parents {
+        match std::fs::remove_dir(parent) {
+            Ok(()) => removed.push(parent.display().to_string()),
+            // Not there, or holding what is not k3s's own.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                ) => {}
+            Err(e) => cleaned
+                .failed
+                .push(format!("removing {}: {e}", parent.display())),
         }
     }
     if !removed.is_empty() {
@@ -279,6 +297,7 @@ mod tests {
         let paths = HostPaths::under(root);
         assert!(paths.mount_roots.iter().all(|p| p.starts_with(root)));
         assert!(paths.folders.iter().all(|p| p.starts_with(root)));
+        assert!(paths.emptied_parents.iter().all(|p| p.starts_with(root)));
         assert!(paths.netns_prefix.starts_with(root));
         let host = HostPaths::host();
         assert!(host.folders.contains(&PathBuf::from("/var/lib/kubelet")));

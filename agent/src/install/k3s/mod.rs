@@ -177,9 +177,12 @@ impl K3s {
         private_dir(&self.own_dir)?;
         private_dir(&self.data_dir)?;
         state::save(&self.request_path(), &wanted)?;
-        let pid = self.start(&mut child, &wanted).await?;
-        detail.push(format!("started k3s {role} (pid {pid}){agent_note}"));
+        self.start(&mut child, &wanted).await?;
         let nodes = self.wait_ready(&mut child, &wanted, timeout, true).await?;
+        // Read once ready: a unit started without blocking may not have its process yet (a
+        // real node reported pid 0).
+        let pid = self.pid(&child, &wanted.plan.role).await;
+        detail.push(format!("started k3s {role} (pid {pid}){agent_note}"));
         tracing::info!(role, pid, node = %wanted.plan.node_name, "k3s up");
         Ok(status(role, pid, detail.join("; "), nodes))
     }
@@ -264,12 +267,12 @@ impl K3s {
         Ok((!done.is_empty()).then(|| done.join("; ")))
     }
 
-    /// Starts k3s for `wanted`; returns its PID.
+    /// Starts k3s for `wanted`.
     async fn start(
         &self,
         child: &mut Option<Supervised>,
         wanted: &Applied,
-    ) -> Result<u32, InstallError> {
+    ) -> Result<(), InstallError> {
         let role = &wanted.plan.role;
         let line = command::daemon_line(
             &wanted.binary,
@@ -286,9 +289,8 @@ impl K3s {
                     &self.log_path(),
                     &self.record_path(),
                 )?;
-                let pid = started.pid();
                 *child = Some(started);
-                Ok(pid)
+                Ok(())
             }
             Supervision::Systemd => {
                 let unit = command::unit_name(role);
@@ -296,8 +298,7 @@ impl K3s {
                 let unit_text = command::unit_text(role, &line, &env_path);
                 self.systemd
                     .install(unit, &unit_text, &command::env_file_text(&line))
-                    .await?;
-                Ok(self.systemd.main_pid(unit).await)
+                    .await
             }
         }
     }
