@@ -6,9 +6,11 @@
 use std::process::ExitCode;
 
 /// Logs to stderr; `default_filter` (e.g. `"warn"`, `"info,rumqttd=off"`) unless `RUST_LOG`
-/// is set.
+/// is set. Colours only on a terminal: under systemd the journal would keep the escape codes.
 pub fn init_tracing(default_filter: &str) {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
