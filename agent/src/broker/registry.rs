@@ -292,13 +292,26 @@ impl Brokers {
     /// Stops every instance, concurrently, for agent shutdown. Returns the failures.
     pub async fn stop_all(&self) -> Vec<(String, BrokerError)> {
         let names = self.names();
-        let results =
-            futures_util::future::join_all(names.iter().map(|name| self.stop(name))).await;
-        names
-            .into_iter()
-            .zip(results)
-            .filter_map(|(name, result)| result.err().map(|error| (name, error)))
-            .collect()
+        let stops = names.iter().map(|name| async move {
+            let was_running = match self.existing(name) {
+                Some(slot) => slot.instance.lock().await.is_some(),
+                None => false,
+            };
+            (was_running, self.stop(name).await)
+        });
+        let results = futures_util::future::join_all(stops).await;
+        let mut failed = Vec::new();
+        for (name, (was_running, result)) in names.into_iter().zip(results) {
+            match result {
+                // Said so that a node's journal shows what a stop (a reboot) undid.
+                Ok(_) if was_running => {
+                    tracing::info!(broker = %name, "broker stopped at shutdown")
+                }
+                Ok(_) => {}
+                Err(error) => failed.push((name, error)),
+            }
+        }
+        failed
     }
 
     fn names(&self) -> Vec<String> {

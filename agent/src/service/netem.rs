@@ -373,8 +373,10 @@ impl NetemControl {
     pub(crate) async fn clear_all(&self) {
         let mut held = self.held.lock().await;
         for (interface, current) in held.drain() {
-            if let Err(error) = current.lease.release().await {
-                tracing::warn!(%interface, %error, "clearing netem at shutdown");
+            match current.lease.release().await {
+                // Said so that a node's journal shows what a stop (a reboot) undid.
+                Ok(()) => tracing::info!(%interface, "netem cleared at shutdown"),
+                Err(error) => tracing::warn!(%interface, %error, "clearing netem at shutdown"),
             }
         }
     }
