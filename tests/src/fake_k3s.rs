@@ -26,6 +26,12 @@ const POD_DEADLINE: Duration = Duration::from_secs(10);
 const REAP_DEADLINE: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// The fake's text, recording into `dir` and keeping the node password under `rancher`
+/// (`/etc/rancher` where it stands in for k3s on a real node).
+pub fn script(dir: &str, rancher: &str) -> String {
+    FAKE_K3S.replace("@DIR@", dir).replace("@RANCHER@", rancher)
+}
+
 /// One call of the fake, as it recorded it.
 #[derive(Debug, Deserialize)]
 pub struct Call {
@@ -70,7 +76,10 @@ impl Fake {
         let dir = tempfile::tempdir().expect("fake dir");
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).expect("bin dir");
-        let script = FAKE_K3S.replace("@DIR@", &dir.path().display().to_string());
+        let script = script(
+            &dir.path().display().to_string(),
+            &dir.path().join("rancher").display().to_string(),
+        );
         for name in std::iter::once("k3s").chain(SCRIPTS) {
             let path = bin.join(name);
             std::fs::write(&path, &script).expect("fake written");
