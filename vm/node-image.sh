@@ -135,6 +135,8 @@ install -d -m 0700 "$root/root/.ssh"
 install -m 0600 "$cache/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
 echo '/dev/vda / ext4 rw,errors=remount-ro 0 1' >"$root/etc/fstab"
 echo testnode >"$root/etc/hostname"
+# A persistent journal: what an agent logged before a reboot is read after it.
+chroot "$root" install -d -m 2755 -g systemd-journal /var/log/journal
 chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' >"$cache/ready.part"
 cp "$root"/boot/vmlinuz-* "$cache/vmlinuz"
 cp "$root"/boot/initrd.img-* "$cache/initrd.img"

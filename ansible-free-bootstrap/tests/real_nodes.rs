@@ -14,15 +14,21 @@
 //!   measured, with netem read back on the tester and the worker, and each scenario's rise over
 //!   local is printed beside its model. The headnode is powered off during its broker's
 //!   cells: they fail naming it, and the run finishes;
-//! - the headnode powered on again: the agent is back with no qdisc and no broker;
 //! - `kill -9` of the worker's agent while netem is applied and a native Mosquitto runs:
 //!   systemd restarts it, and the qdisc is cleared before the new agent serves;
+//! - `systemctl reboot` of the worker while it holds netem and runs a broker, as the headnode
+//!   is powered on again: both agents come back by themselves with no qdisc, no broker and no
+//!   record of either on disk; the worker's previous boot's journal shows its agent undid
+//!   both when systemd stopped it; Nebula is back between all three;
+//! - k3s's server on the headnode (a fake stands in for k3s, which cannot run here; pushed by
+//!   bootstrap as an offline binary), installed and uninstalled by the agent under the
+//!   unit's protections: k3s's unit active with the PID the agent reports, nothing of k3s left;
 //! - `bootstrap uninstall` leaves nothing: no file of its own, unit, process, Nebula link or
 //!   qdisc, and no file under `/etc`, `/usr/local`, `/var/lib`, `/opt` or `/root` that was
 //!   not there before bootstrap ran, nor one missing (listed on each node before and after).
 //!
 //! Figures printed: boot time per VM, bootstrap's first and second run, the rises against
-//! their models, the time from `kill -9` to the qdisc being gone, the power cycle. Under TCG
+//! their models, the time from `kill -9` to the qdisc being gone, the power cycle, the reboot. Under TCG
 //! a guest's timers fire late (see `vm/boot.sh`), and the VMs' clocks are not instruction
 //! counts here (they talk to each other), so a rise is printed and checked to be at least
 //! 75 % of its model (netem never delivers early; the margin is for the noise of two paired
@@ -30,6 +36,8 @@
 //! What netem each node held is checked exactly, from the manifest's read-back. Needs root (namespaces, taps), qemu-img and Debian's
 //! packages (the image); skips with the reason otherwise, and fails instead under `CI=true`.
 
+#[path = "real_nodes/node_steps.rs"]
+mod node_steps;
 #[path = "real_nodes/plan.rs"]
 mod plan;
 
@@ -111,19 +119,6 @@ fn continuum_on(vms: &NodeVms, name: &str) -> Result<Vec<String>> {
 fn agent_active(vms: &NodeVms, name: &str) -> Result<bool> {
     let active = vms.ssh(name, "systemctl is-active continuum-agent")?;
     Ok(String::from_utf8_lossy(&active.stdout).trim() == "active")
-}
-
-/// 20 ms on the worker's NIC for 10 minutes: what a crash must not leave behind.
-fn apply_delay() -> pb::ApplyNetemRequest {
-    pb::ApplyNetemRequest {
-        interface: "eth0".into(),
-        netem: Some(pb::NetemSpec {
-            delay: Some(duration(Duration::from_millis(20))),
-            jitter: Some(duration(Duration::ZERO)),
-            ..Default::default()
-        }),
-        lease: Some(duration(Duration::from_secs(600))),
-    }
 }
 
 /// The bounding set and protections of the agent's unit on every node are the shipped unit's.
@@ -219,6 +214,13 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         .arg(&agent_binary)
         .status()?;
     ensure!(status.success(), "strip failed");
+    // k3s cannot run here: a fake stands in for it, pushed as bootstrap pushes an offline k3s.
+    let fake_k3s = dir.path().join("k3s");
+    std::fs::write(&fake_k3s, node_steps::fake_k3s())?;
+    std::fs::set_permissions(
+        &fake_k3s,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
     let key = dir.path().join("node_key");
     std::fs::copy(&image.key, &key)?;
     let state = dir.path().join("state");
@@ -226,7 +228,8 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
     std::fs::write(&known_hosts, "")?;
     let mut inventory = format!(
         "state_dir = {state:?}\n[ssh]\nuser = \"root\"\nkey = {key:?}\nknown_hosts = \
-         {known_hosts:?}\nconnect_timeout = \"10s\"\n[agent]\nbinaries = {{ x86_64 = {agent:?} }}\n"
+         {known_hosts:?}\nconnect_timeout = \"10s\"\n[agent]\nbinaries = {{ x86_64 = {agent:?} }}\n\
+         [k3s]\nbinaries = {{ x86_64 = {fake_k3s:?} }}\n"
     );
     for (name, role, overlay_ip) in NODES {
         inventory.push_str(&format!(
@@ -461,82 +464,8 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         );
     }
 
-    // Power back on: the agent comes back with nothing of the lost run.
-    let back = vms.power_on("headnode")?;
-    println!(
-        "figure: headnode powered on again, SSH answering in {:.1} s",
-        back.as_secs_f64()
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !agent_active(&vms, "headnode")? {
-        ensure!(
-            Instant::now() < deadline,
-            "the headnode's agent is not active 60 s after boot"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // The records of netem and brokers that the lost agent kept on disk are settled by the
-    // new one: none left, and it holds no netem.
-    let records = vms.ssh_ok(
-        "headnode",
-        "ls /var/lib/continuum-agent/netem/ 2>/dev/null; \
-         find /var/lib/continuum-agent/brokers -name marker 2>/dev/null; true",
-    )?;
-    ensure!(
-        records.trim().is_empty(),
-        "the headnode's agent left records of the lost run: {records}"
-    );
-    let address = format!("{}:7100", vms.node("headnode").address);
-    let head_credentials = credentials.clone();
-    let netem = laptop.run_in(|| async move {
-        let mut client = proto::client::connect_agent(&address, None, &head_credentials).await?;
-        let read = client
-            .read_netem(pb::ReadNetemRequest {
-                interface: "eth0".into(),
-            })
-            .await?;
-        anyhow::Ok(read.into_inner())
-    })??;
-    ensure!(
-        !netem.present,
-        "the headnode holds netem after its power cycle: {netem:?}"
-    );
-
     // kill -9 of the worker's agent while it holds netem and runs a broker.
-    let address = format!("{}:7100", vms.node("worker").address);
-    let worker_ip = vms.node("worker").address.to_string();
-    let worker_credentials = credentials.clone();
-    let (applied, broker) = laptop.run_in(|| async move {
-        let mut client = proto::client::connect_agent(&address, None, &worker_credentials).await?;
-        let applied = client.apply_netem(apply_delay()).await?.into_inner();
-        let broker = client
-            .start_broker(pb::StartBrokerRequest {
-                spec: Some(pb::BrokerSpec {
-                    name: "crashme".into(),
-                    kind: Some(pb::broker_spec::Kind::Native(pb::NativeBroker {
-                        product: pb::Product::Mosquitto.into(),
-                    })),
-                    bind: worker_ip,
-                    port: 0,
-                    options: Default::default(),
-                }),
-                lease: None,
-            })
-            .await?
-            .into_inner();
-        anyhow::Ok((applied, broker))
-    })??;
-    ensure!(applied.present, "netem applied: {applied:?}");
-    println!(
-        "worker: netem on eth0 and Mosquitto (pid {}) at {}",
-        broker.pid, broker.address
-    );
-    let held = continuum_on(&vms, "worker")?;
-    ensure!(
-        held.iter().any(|l| l.starts_with("qdisc "))
-            && held.iter().any(|l| l.contains("mosquitto")),
-        "before the crash: {held:?}"
-    );
+    node_steps::impair_and_run_broker(laptop, &vms, &credentials, "worker", "crashme")?;
     let shown = vms.ssh_ok(
         "worker",
         "systemctl show -p MainPID --value continuum-agent",
@@ -611,9 +540,77 @@ fn bootstrap_and_the_controller_on_real_nodes_through_crashes_and_power_loss() -
         restarted.as_secs_f64()
     );
 
+    // A reboot of the worker while it holds netem and runs a broker (systemd stops the agent
+    // with SIGTERM), and meanwhile the headnode powered on again.
+    node_steps::impair_and_run_broker(laptop, &vms, &credentials, "worker", "rebootme")?;
+    let rebooting = vms.reboot("worker")?;
+    let back = vms.power_on("headnode")?;
+    println!(
+        "figure: headnode powered on again, SSH answering in {:.1} s",
+        back.as_secs_f64()
+    );
+    let rebooted = vms.rebooted(rebooting)?;
+    println!(
+        "figure: worker rebooted (systemctl reboot), SSH answering in {:.1} s",
+        rebooted.as_secs_f64()
+    );
+    for name in ["headnode", "worker"] {
+        node_steps::wait_agent_active(&vms, name)?;
+        // The records of netem and brokers the agent kept on disk are settled: by the old
+        // agent's stop (the worker) or by the new one (the powered-off headnode).
+        let records = node_steps::agent_records(&vms, name)?;
+        ensure!(
+            records.is_empty(),
+            "{name}'s agent left records of netem or brokers: {records}"
+        );
+        let netem =
+            node_steps::with_agent(laptop, &vms, &credentials, name, |mut client| async move {
+                let read = client
+                    .read_netem(pb::ReadNetemRequest {
+                        interface: "eth0".into(),
+                    })
+                    .await?;
+                Ok(read.into_inner())
+            })?;
+        ensure!(
+            !netem.present,
+            "{name} holds netem after booting again: {netem:?}"
+        );
+        let held = continuum_on(&vms, name)?;
+        ensure!(
+            !held.iter().any(|l| l.contains("mosquitto")),
+            "{name} runs a broker after booting again: {held:?}"
+        );
+    }
+    // What the worker's agent did when systemd stopped it for the reboot: its netem cleared
+    // and its broker stopped by itself (a qdisc and a process would be gone after a reboot
+    // anyway: its own lines in the previous boot's journal say it undid them).
+    let stopped = vms.ssh_ok(
+        "worker",
+        "journalctl --no-pager -o cat -b -1 -u continuum-agent",
+    )?;
+    println!("worker's agent, previous boot:\n{stopped}");
+    ensure!(
+        stopped.contains("netem cleared at shutdown")
+            && stopped.contains("broker stopped at shutdown")
+            && !stopped.contains("timed out"),
+        "the worker's agent undid its netem and broker when systemd stopped it: {stopped}"
+    );
+    // Nebula is an enabled unit of its own: back after the power cycle and the reboot.
+    node_steps::ping_over_nebula(
+        &vms,
+        "tester",
+        &[("headnode", "198.19.0.2"), ("worker", "198.19.0.3")],
+    )?;
+    println!("Nebula: the tester pings the power-cycled headnode and the rebooted worker");
+
+    // k3s's server on the headnode, installed and uninstalled by its agent under the unit.
+    node_steps::k3s_under_the_unit(laptop, &vms, &credentials, "headnode", "198.19.0.2")?;
+
     // Uninstall: nothing left, nothing lost.
     let (removed, _) = bootstrap(&["uninstall", &inventory])?;
     ensure!(removed.status.success(), "{}", text(&removed));
+    node_steps::remove_fake_records(&vms, &names)?;
     for (index, name) in names.iter().enumerate() {
         let held = continuum_on(&vms, name)?;
         let after = listing(&vms, name)?;

@@ -25,6 +25,8 @@ const SSH_DEADLINE: Duration = Duration::from_secs(120);
 const SSH_TRIES: u32 = 3;
 /// The bridge of a [`Testbed`], inside its bridge namespace.
 const TESTBED_BRIDGE: &str = "br0";
+/// A kernel's id for its current boot.
+const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id";
 /// Host numbers of VMs in the testbed's /24 start here (namespace nodes take 1, 2, ...).
 const FIRST_VM_HOST: u8 = 11;
 
@@ -348,6 +350,59 @@ impl<'a> NodeVms<'a> {
         self.start_qemu(index)?;
         self.wait_for_ssh(index)?;
         Ok(self.nodes[index].boot_time)
+    }
+}
+
+/// A node rebooting from inside: [`NodeVms::reboot`] starts it, [`NodeVms::rebooted`] waits
+/// for the new boot.
+#[derive(Debug)]
+#[must_use = "wait for the reboot with NodeVms::rebooted"]
+pub struct Rebooting {
+    index: usize,
+    /// The kernel's boot id before the reboot: a new one says the node booted again.
+    boot_id: String,
+    started: Instant,
+}
+
+impl NodeVms<'_> {
+    /// Reboots node `name` the way its user would (`systemctl reboot`, so systemd stops its
+    /// units first), without waiting for it to come back.
+    pub fn reboot(&self, name: &str) -> Result<Rebooting> {
+        let index = self.index(name)?;
+        let boot_id = self.ssh_ok(name, BOOT_ID)?.trim().to_owned();
+        // Delayed by a second so that this SSH session ends before sshd is stopped.
+        self.ssh_ok(
+            name,
+            "nohup sh -c 'sleep 1; systemctl reboot' >/dev/null 2>&1 &",
+        )?;
+        Ok(Rebooting {
+            index,
+            boot_id,
+            started: Instant::now(),
+        })
+    }
+
+    /// Waits until a rebooting node answers SSH from its new boot; the time since the reboot.
+    pub fn rebooted(&mut self, rebooting: Rebooting) -> Result<Duration> {
+        let index = rebooting.index;
+        loop {
+            let answer = self.ssh_once(index, BOOT_ID)?;
+            let boot_id = String::from_utf8_lossy(&answer.stdout).trim().to_owned();
+            if answer.status.success() && !boot_id.is_empty() && boot_id != rebooting.boot_id {
+                let took = rebooting.started.elapsed();
+                self.nodes[index].boot_time = took;
+                return Ok(took);
+            }
+            if rebooting.started.elapsed() > BOOT_DEADLINE {
+                bail!(
+                    "{} did not come back within {} s of its reboot: {}",
+                    self.nodes[index].name,
+                    BOOT_DEADLINE.as_secs(),
+                    self.console_tail(index)
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 
