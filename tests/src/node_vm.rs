@@ -89,7 +89,7 @@ pub struct NodeVm {
     pub address: Ipv4Addr,
     /// Its folder: disk overlay, console log.
     pub dir: PathBuf,
-    /// From qemu's last start to SSH answering.
+    /// From qemu's last start (or the last reboot's request) to SSH answering.
     pub boot_time: Duration,
     started: Instant,
     qemu: Option<Child>,
@@ -287,7 +287,15 @@ impl<'a> NodeVms<'a> {
         command
             .arg("-i")
             .arg(&self.image.key)
-            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o"])
+            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
+            // A node reset or powered off under a session: noticed within 15 s.
+            .args([
+                "-o",
+                "ServerAliveInterval=5",
+                "-o",
+                "ServerAliveCountMax=3",
+                "-o",
+            ])
             .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()))
             .args([
                 "-o",
@@ -370,10 +378,11 @@ impl NodeVms<'_> {
     pub fn reboot(&self, name: &str) -> Result<Rebooting> {
         let index = self.index(name)?;
         let boot_id = self.ssh_ok(name, BOOT_ID)?.trim().to_owned();
-        // Delayed by a second so that this SSH session ends before sshd is stopped.
+        // From a timer of systemd's, so that this SSH session has ended before sshd stops.
         self.ssh_ok(
             name,
-            "nohup sh -c 'sleep 1; systemctl reboot' >/dev/null 2>&1 &",
+            "systemd-run --quiet --on-active=3 --timer-property=AccuracySec=100ms \
+             systemctl reboot",
         )?;
         Ok(Rebooting {
             index,
@@ -386,9 +395,14 @@ impl NodeVms<'_> {
     pub fn rebooted(&mut self, rebooting: Rebooting) -> Result<Duration> {
         let index = rebooting.index;
         loop {
-            let answer = self.ssh_once(index, BOOT_ID)?;
-            let boot_id = String::from_utf8_lossy(&answer.stdout).trim().to_owned();
-            if answer.status.success() && !boot_id.is_empty() && boot_id != rebooting.boot_id {
+            // A session cut by the reset (an error) is the node not back yet.
+            let boot_id = match self.ssh_once(index, BOOT_ID) {
+                Ok(answer) if answer.status.success() => {
+                    String::from_utf8_lossy(&answer.stdout).trim().to_owned()
+                }
+                _ => String::new(),
+            };
+            if !boot_id.is_empty() && boot_id != rebooting.boot_id {
                 let took = rebooting.started.elapsed();
                 self.nodes[index].boot_time = took;
                 return Ok(took);

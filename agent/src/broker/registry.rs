@@ -180,8 +180,13 @@ impl Brokers {
     /// and reports `Stopped`.
     #[tracing::instrument(skip(self))]
     pub async fn stop(&self, name: &str) -> Result<BrokerStatus, BrokerError> {
+        self.stop_held(name).await.map(|(status, _)| status)
+    }
+
+    /// [`Brokers::stop`], and whether it held an instance to stop.
+    async fn stop_held(&self, name: &str) -> Result<(BrokerStatus, bool), BrokerError> {
         let Some(slot) = self.existing(name) else {
-            return Ok(BrokerStatus {
+            let status = BrokerStatus {
                 name: name.to_owned(),
                 state: BrokerState::Stopped,
                 address: None,
@@ -189,7 +194,8 @@ impl Brokers {
                 quic: None,
                 pid: None,
                 detail: "no broker of this name was started by this agent".to_owned(),
-            });
+            };
+            return Ok((status, false));
         };
         let mut instance = slot.instance.lock().await;
         let Some(current) = instance.take() else {
@@ -197,7 +203,7 @@ impl Brokers {
             status.state = BrokerState::Stopped;
             status.pid = None;
             slot.show(status.clone());
-            return Ok(status);
+            return Ok((status, false));
         };
         let address = Some(current.broker.address());
         let websocket_address = current.broker.websocket_address();
@@ -227,7 +233,7 @@ impl Brokers {
             detail,
         };
         slot.show(status.clone());
-        result.map(|()| status)
+        result.map(|()| (status, true))
     }
 
     /// The status of `name` right now ([`BrokerError::Unknown`] if never started here).
@@ -292,22 +298,14 @@ impl Brokers {
     /// Stops every instance, concurrently, for agent shutdown. Returns the failures.
     pub async fn stop_all(&self) -> Vec<(String, BrokerError)> {
         let names = self.names();
-        let stops = names.iter().map(|name| async move {
-            let was_running = match self.existing(name) {
-                Some(slot) => slot.instance.lock().await.is_some(),
-                None => false,
-            };
-            (was_running, self.stop(name).await)
-        });
-        let results = futures_util::future::join_all(stops).await;
+        let results =
+            futures_util::future::join_all(names.iter().map(|name| self.stop_held(name))).await;
         let mut failed = Vec::new();
-        for (name, (was_running, result)) in names.into_iter().zip(results) {
+        for (name, result) in names.into_iter().zip(results) {
             match result {
                 // Said so that a node's journal shows what a stop (a reboot) undid.
-                Ok(_) if was_running => {
-                    tracing::info!(broker = %name, "broker stopped at shutdown")
-                }
-                Ok(_) => {}
+                Ok((_, true)) => tracing::info!(broker = %name, "broker stopped at shutdown"),
+                Ok((_, false)) => {}
                 Err(error) => failed.push((name, error)),
             }
         }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use proto::agent::v1 as pb;
 use proto::mtls::Credentials;
 use tests::agent_bed::duration;
@@ -18,7 +18,7 @@ const CLUSTER_TOKEN: &str = "realnodes-cluster-token";
 /// What of k3s a node may hold: its units and their env files, the node password folder k3s
 /// keeps in /etc, the agent's k3s data dir and its processes.
 const K3S_HELD: &str = "for path in /etc/systemd/system/k3s.service /etc/systemd/system/k3s.service.env \
-       /etc/systemd/system/k3s-agent.service /etc/rancher /var/lib/continuum-agent/k3s; do \
+       /etc/systemd/system/k3s-agent.service /etc/rancher /var/lib/continuum-agent/k3s /var/lib/continuum-agent/cluster; do \
        [ -e \"$path\" ] && echo \"file $path\"; done; \
      systemctl list-units --all --plain --no-legend 'k3s*' | sed 's/^/unit /'; \
      pgrep -a -f '/usr/local/bin/k3s (server|agent)' | sed 's/^/process /'; true";
@@ -108,20 +108,39 @@ pub fn impair_and_run_broker(
     Ok(())
 }
 
-/// Waits (60 s at most) until node `name`'s agent unit is active.
-pub fn wait_agent_active(vms: &NodeVms, name: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Waits (90 s at most) until node `name`'s agent serves in this boot: it has settled what
+/// an earlier agent left ("active" comes before that: the unit is `Type=exec`).
+pub fn wait_agent_serving(vms: &NodeVms, name: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let active = vms.ssh(name, "systemctl is-active continuum-agent")?;
-        if String::from_utf8_lossy(&active.stdout).trim() == "active" {
+        let journal = vms.ssh(
+            name,
+            "journalctl --no-pager -o cat -b 0 -u continuum-agent | grep -c 'agent serving'",
+        )?;
+        if String::from_utf8_lossy(&journal.stdout)
+            .trim()
+            .parse::<u32>()
+            .is_ok_and(|count| count > 0)
+        {
             return Ok(());
         }
         ensure!(
             Instant::now() < deadline,
-            "{name}: the agent is not active 60 s after boot"
+            "{name}: the agent does not serve 90 s after boot"
         );
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// The main PID of node `name`'s agent unit.
+pub fn agent_pid(vms: &NodeVms, name: &str) -> Result<u32> {
+    let shown = vms.ssh_ok(name, "systemctl show -p MainPID --value continuum-agent")?;
+    shown
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&pid| pid > 0)
+        .with_context(|| format!("{name}: the agent's MainPID: {shown:?}"))
 }
 
 /// The netem records and broker markers an agent keeps on disk: empty once it settled them.
