@@ -109,8 +109,12 @@ pub fn rows(run: &Path) -> Result<Vec<SummaryRow>> {
     Ok(last.into_values().collect())
 }
 
-/// The least rise over local a scenario must show, as a share of its model.
-pub const RISE_AT_LEAST: f64 = 0.75;
+/// The scenario whose rise over local is held to a bound: the cloud's, whose model is well
+/// above TCG's noise (up to 1.2 ms seen on a busy host, half the edge's 2.5 ms).
+pub const BOUNDED_RISE: &str = "cloud";
+/// The least rise over local [`BOUNDED_RISE`] must show, as a share of its model: a path
+/// without netem cannot reach it, a noisy one with it does (101-118 % seen).
+pub const RISE_AT_LEAST: f64 = 0.5;
 
 /// `manifest.json`: for the worker's broker, edge and cloud were applied on the tester's and
 /// the worker's `eth0`, each half of the scenario's delay, and each node's kernel read back
