@@ -203,3 +203,55 @@ transports = ["tcp", "quic"]
         );
     }
 }
+
+/// An mqttv5 the agent deploys delivering on a stream per topic (`quic_delivery`), and a
+/// sweep whose QUIC run sends PUBLISH on a stream per topic and reads the broker's streams
+/// (`quic_streams`): every message of both runs delivered, the QUIC run named by its mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployed_mqttv5_delivering_per_topic_is_read_on_its_streams() {
+    if !tests::components_available(&[MQTTV5_BINARY]) {
+        return;
+    }
+    let work = tempfile::tempdir().expect("temp dir");
+    let text = format!(
+        r#"name = "per-topic-quic"
+repetitions = 1
+results_dir = "{results}"
+[[nodes]]
+name = "tester"
+agent = "local"
+roles = ["loadgen", "broker"]
+[[brokers]]
+name = "mqttv5"
+kind = "native"
+product = "mqttv5"
+node = "tester"
+quic_delivery = "per_topic"
+[[scenarios]]
+name = "local"
+[[tests]]
+kind = "latency"
+loadgen = ["tester"]
+publishers = {PUBLISHERS}
+messages = {MESSAGES}
+warmup = 1
+qos = 1
+transports = ["tcp", "quic"]
+[tests.workload.broker]
+quic_streams = "per_topic"
+"#,
+        results = work.path().join("results").display(),
+    );
+    let summary = run_measured(&text, "per-topic-quic.toml", 1).await;
+    let report = std::fs::read_to_string(summary.dir.join("report.md")).expect("report.md");
+    let section = transports_section(&report);
+    for transport in ["TCP", "QUIC, a stream per topic"] {
+        check_transport_row(&section, transport, 1);
+    }
+    let manifest = std::fs::read_to_string(summary.dir.join("manifest.json")).expect("manifest");
+    assert!(
+        manifest.contains("\"quic_delivery\": \"per_topic\"")
+            && manifest.contains("\"quic_streams\": \"per_topic\""),
+        "{manifest}"
+    );
+}

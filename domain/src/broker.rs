@@ -91,6 +91,53 @@ pub struct BrokerOptions {
     /// agent makes for the instance; 0 lets the agent pick a free one. `None`: no QUIC
     /// listener. Native brokers only.
     pub quic_port: Option<u16>,
+    /// Where the QUIC listener delivers PUBLISH to subscribers: on each connection's one
+    /// stream (the default), or on streams the broker opens per topic or per message
+    /// (the mqttv5 broker only).
+    pub quic_delivery: QuicDelivery,
+}
+
+/// Where a broker delivers PUBLISH to a client over QUIC (the mqttv5 broker's
+/// `server_delivery_strategy`, whose names these are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuicDelivery {
+    /// On the client's control stream, the one it opened: what a single-stream client reads.
+    #[default]
+    ControlOnly,
+    /// On a stream the broker opens per topic, kept for that topic's later messages.
+    PerTopic,
+    /// On a stream the broker opens per message.
+    PerPublish,
+}
+
+impl QuicDelivery {
+    /// Every name, as an error lists them.
+    pub const NAMES: &'static str = "control_only, per_topic or per_publish";
+
+    /// Its name in a plan and in the broker's settings.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuicDelivery::ControlOnly => "control_only",
+            QuicDelivery::PerTopic => "per_topic",
+            QuicDelivery::PerPublish => "per_publish",
+        }
+    }
+}
+
+impl std::str::FromStr for QuicDelivery {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        [
+            QuicDelivery::ControlOnly,
+            QuicDelivery::PerTopic,
+            QuicDelivery::PerPublish,
+        ]
+        .into_iter()
+        .find(|delivery| delivery.name() == name)
+        .ok_or_else(|| format!("not a QUIC delivery ({})", Self::NAMES))
+    }
 }
 
 /// Queue limit used unless [`BrokerOptions::max_queued_messages`] is set: high enough that a

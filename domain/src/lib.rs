@@ -27,7 +27,7 @@ pub mod product;
 pub mod role;
 
 pub use agent_config::{AgentConfig, K3sSettings, NebulaFiles, TlsFiles, shares_the_control_plane};
-pub use broker::{BrokerKind, BrokerOptions, BrokerSpec};
+pub use broker::{BrokerKind, BrokerOptions, BrokerSpec, QuicDelivery};
 pub use field_error::FieldError;
 pub use file::{FileError, parse_toml, read_toml};
 pub use invalid_spec::InvalidSpec;

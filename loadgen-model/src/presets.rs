@@ -42,6 +42,7 @@ pub fn latency() -> WorkloadSpec {
             transport: Transport::Tcp,
             websocket_path: None,
             quic_zero_rtt: false,
+            quic_streams: Default::default(),
         },
         publishers: 100,
         subscribers: 1,

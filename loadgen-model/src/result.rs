@@ -451,6 +451,7 @@ mod tests {
                 transport: Transport::Tcp,
                 websocket_path: None,
                 quic_zero_rtt: false,
+                quic_streams: Default::default(),
             },
             publishers: 4,
             subscribers: 4,

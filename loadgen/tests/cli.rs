@@ -60,6 +60,16 @@ fn bad_input_is_one_line_naming_the_problem() {
         "is not a transport (tcp, websocket or quic)",
     );
     assert_one_line_error(
+        &loadgen(&["latency", "--quic-streams", "per-topic"]),
+        1,
+        "broker.quic_streams = \"per_topic\": only with broker.transport = \"quic\"",
+    );
+    assert_one_line_error(
+        &loadgen(&["latency", "--quic-streams", "many"]),
+        2,
+        "is not a QUIC stream mode (single, per-topic or per-publish)",
+    );
+    assert_one_line_error(
         &loadgen(&["latency", "--websocket-path", "/ws"]),
         1,
         "broker.websocket_path = \"/ws\": only with broker.transport = \"websocket\"",

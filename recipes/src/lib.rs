@@ -50,7 +50,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use domain::{BrokerOptions, Product};
+use domain::{BrokerOptions, Product, QuicDelivery};
 use host::CommandLine;
 
 /// Who the agent's generated configs say wrote them (`# Written by the Continuum agent.`).
@@ -105,6 +105,25 @@ pub fn quic_listener(product: Product) -> Result<(), &'static str> {
         Product::Mqttv5 | Product::Emqx => Ok(()),
         _ => Err("it serves no MQTT over QUIC; the mqttv5 broker and EMQX do"),
     }
+}
+
+/// Whether `product`'s QUIC listener (at `quic_port`) can deliver as `delivery` asks, or why
+/// not: on streams the broker opens only the mqttv5 broker does, and only with a listener.
+pub fn quic_delivery(
+    product: Product,
+    quic_port: Option<u16>,
+    delivery: QuicDelivery,
+) -> Result<(), &'static str> {
+    if delivery == QuicDelivery::ControlOnly {
+        return Ok(());
+    }
+    if product != Product::Mqttv5 {
+        return Err("only the mqttv5 broker delivers on QUIC streams it opens");
+    }
+    if quic_port.is_none() {
+        return Err("needs a QUIC listener (options.quic_port)");
+    }
+    Ok(())
 }
 
 /// Where a native instance's WebSocket listener binds, as its driver resolved it.
@@ -448,6 +467,7 @@ mod tests {
             start_deadline: None,
             websocket_port: None,
             quic_port: None,
+            quic_delivery: Default::default(),
         };
         let text = |product| {
             pod(product, &options)

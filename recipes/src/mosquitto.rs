@@ -236,6 +236,7 @@ mod tests {
             start_deadline: None,
             websocket_port: None,
             quic_port: None,
+            quic_delivery: Default::default(),
         };
         let config = render_config(&options, "::".parse().unwrap(), 1883);
         assert!(config.contains("\nlistener 1883 ::\n"));

@@ -94,15 +94,18 @@ pub fn config(options: &BrokerOptions, listen: SocketAddr, websocket: Option<Soc
         "websocket_config": websocket_config,
         "websocket_tls_config": Value::Null,
         "quic_config": Value::Null,
+        // Where a QUIC listener delivers: each connection's own stream unless the spec asks
+        // for streams the broker opens (the library's default is one per topic).
+        "server_delivery_strategy": options.quic_delivery.name(),
         "cluster_listener_config": Value::Null,
     })
 }
 
-/// `config` with a QUIC listener at `quic`: MQTT on one bidirectional stream per connection,
-/// every delivery on that stream too (`control_only`; the library's default opens a stream
-/// per topic from the broker's side, which a single-stream client does not read), no
-/// client certificates, and 0-RTT data accepted from clients resuming with a ticket (a
-/// client that sends none is not affected).
+/// `config` with a QUIC listener at `quic`: MQTT on a bidirectional stream per connection
+/// (deliveries on it too unless the options' `quic_delivery` asks for streams the broker
+/// opens, which a single-stream client does not read), no client certificates, and 0-RTT
+/// data accepted from clients resuming with a ticket (a client that sends none is not
+/// affected).
 pub fn with_quic(mut config: Value, quic: &QuicListen<'_>) -> Value {
     config["quic_config"] = json!({
         "cert_file": quic.cert_file,
@@ -112,7 +115,6 @@ pub fn with_quic(mut config: Value, quic: &QuicListen<'_>) -> Value {
         "bind_addresses": [quic.address.to_string()],
         "enable_early_data": true,
     });
-    config["server_delivery_strategy"] = json!("control_only");
     config
 }
 
@@ -148,6 +150,7 @@ pub fn native(program: &Path, instance: &Instance<'_>) -> NativePlan {
 mod tests {
     use super::*;
     use crate::WebSocketListen;
+    use domain::QuicDelivery;
 
     fn instance<'a>(options: &'a BrokerOptions, websocket: Option<&str>) -> Instance<'a> {
         Instance {
@@ -218,6 +221,19 @@ mod tests {
             json!("/state/m5/quic.pem")
         );
         assert_eq!(config["server_delivery_strategy"], json!("control_only"));
+        let per_topic = BrokerOptions {
+            quic_delivery: QuicDelivery::PerTopic,
+            ..BrokerOptions::default()
+        };
+        let plan = native(
+            Path::new("/usr/local/bin/mqttv5"),
+            &Instance {
+                quic: Some(quic),
+                ..instance(&per_topic, None)
+            },
+        );
+        let config: Value = serde_json::from_str(&plan.files[0].1).unwrap();
+        assert_eq!(config["server_delivery_strategy"], json!("per_topic"));
     }
 
     #[test]
@@ -272,6 +288,7 @@ mod tests {
             start_deadline: Some(Duration::from_secs(3)),
             websocket_port: Some(0),
             quic_port: None,
+            quic_delivery: Default::default(),
         };
         let plan = native(
             Path::new("/usr/local/bin/mqttv5"),

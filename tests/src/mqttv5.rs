@@ -1,7 +1,8 @@
 //! The mqttv5 broker (crates.io `mqttv5-cli`) run by a test on loopback with the agent's own
 //! config (`recipes::mqttv5`), plus a QUIC listener beside its TCP one: certificate and key
-//! from a test CA, one stream per connection (`control_only` delivery). Its `$SYS` tree
-//! counts every PUBLISH received and sent, whatever the transport.
+//! from a test CA, one stream per connection (`control_only` delivery) unless a test asks for
+//! another [`QuicDelivery`]. Its `$SYS` tree counts every PUBLISH received and sent, whatever the
+//! transport; its log names each extra stream a client opens.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use domain::BrokerOptions;
+use domain::{BrokerOptions, QuicDelivery};
 use host::blocking::kill_group_and_reap;
 use tempfile::TempDir;
 
@@ -27,8 +28,18 @@ pub const MQTTV5_BINARY: &str = "/usr/local/bin/mqttv5";
 /// How long the broker may take to answer MQTT.
 const START_DEADLINE: Duration = Duration::from_secs(20);
 
+/// Its log (stdout and stderr), in its folder.
+const LOG_FILE: &str = "mqttv5.log";
+
 /// Starts tried, each on fresh ports, when a port turns out taken.
 const START_ATTEMPTS: usize = 3;
+
+/// The broker's module that logs, at debug level, each QUIC stream a client opens beside the
+/// control stream (mqtt5 0.49's "Additional ... data stream accepted").
+const STREAM_LOG_FILTER: &str = "mqtt5::broker::quic_acceptor=debug";
+
+/// What that log line says.
+const DATA_STREAM_ACCEPTED: &str = "data stream accepted from";
 
 /// One mqttv5 broker with TCP, TLS and QUIC listeners on 127.0.0.1; stopped on drop.
 #[derive(Debug)]
@@ -45,19 +56,14 @@ pub struct Mqttv5 {
 impl Mqttv5 {
     /// Starts a broker with a QUIC listener, retrying on fresh ports if one was taken.
     pub fn start_with_quic() -> Result<Self> {
-        Self::start(true)
+        Self::start_with_quic_delivering(QuicDelivery::ControlOnly)
     }
 
-    /// [`Mqttv5::start_with_quic`], but delivering as the library does by default: each
-    /// topic on a stream the broker opens, which a single-stream client does not read.
-    pub fn start_with_quic_per_topic() -> Result<Self> {
-        Self::start(false)
-    }
-
-    fn start(control_only: bool) -> Result<Self> {
+    /// [`Mqttv5::start_with_quic`], delivering PUBLISH over QUIC as `delivery` says.
+    pub fn start_with_quic_delivering(delivery: QuicDelivery) -> Result<Self> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_once(control_only) {
+            match Self::start_once(delivery) {
                 Ok(broker) => return Ok(broker),
                 Err(error) => last = Some(error),
             }
@@ -66,7 +72,7 @@ impl Mqttv5 {
             .context(format!("starting mqttv5 {START_ATTEMPTS} times"))
     }
 
-    fn start_once(control_only: bool) -> Result<Self> {
+    fn start_once(delivery: QuicDelivery) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("continuum-mqttv5-")
             .tempdir()
@@ -81,7 +87,10 @@ impl Mqttv5 {
         let tls = tls_files_in(&tls_dir, LOOPBACK.into())?;
         let config = recipes::mqttv5::with_quic(
             recipes::mqttv5::config(
-                &BrokerOptions::default(),
+                &BrokerOptions {
+                    quic_delivery: delivery,
+                    ..BrokerOptions::default()
+                },
                 SocketAddr::from((LOOPBACK, tcp_port)),
                 None,
             ),
@@ -100,13 +109,10 @@ impl Mqttv5 {
             "require_client_cert": false,
             "bind_addresses": [SocketAddr::from((LOOPBACK, tls_port)).to_string()],
         });
-        if !control_only {
-            config["server_delivery_strategy"] = serde_json::json!("per_topic");
-        }
         let config_path = dir.path().join(recipes::mqttv5::CONFIG_FILE);
         std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)
             .with_context(|| format!("writing {}", config_path.display()))?;
-        let log_path = dir.path().join("mqttv5.log");
+        let log_path = dir.path().join(LOG_FILE);
         let log =
             File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
         let instance_id = new_instance_id();
@@ -115,6 +121,7 @@ impl Mqttv5 {
             .arg(&config_path)
             .arg("--non-interactive")
             .env(INSTANCE_MARKER_VAR, &instance_id)
+            .env("RUST_LOG", STREAM_LOG_FILTER)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("duplicating the log file handle")?)
@@ -162,6 +169,15 @@ impl Mqttv5 {
     /// The folder of its config, certificate and log.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// How many QUIC streams clients have opened beside their control streams, as its log
+    /// says (streams carrying PUBLISH in loadgen's per-topic and per-publish modes).
+    pub fn data_streams_accepted(&self) -> Result<usize> {
+        let path = self.dir.path().join(LOG_FILE);
+        let log = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(log.matches(DATA_STREAM_ACCEPTED).count())
     }
 
     /// Its `$SYS` counters of PUBLISH packets received from and sent to clients, every QoS

@@ -6,11 +6,15 @@
 //! brings every connection back and accounts for every message; refusals name the field or
 //! the reason.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use domain::QuicDelivery;
 use loadgen::Summary;
 use loadgen::size::ByteSize;
-use loadgen::spec::{Churn, Pacing, Qos, Reconnect, Topology, Transport, WorkloadSpec};
+use loadgen::spec::{
+    Churn, Pacing, Qos, QuicStreams, Reconnect, TopicTree, Topology, Transport, WorkloadSpec,
+};
 use tests::load::{assert_nothing_lost, assert_transport_steady, megabyte_workload, run};
 use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
 use tests::skip_unless_installed;
@@ -312,6 +316,70 @@ async fn with_0_rtt_every_client_resumes_with_its_own_ticket_and_mqttv5_accepts(
     );
 }
 
+/// Twelve publishers, each on a topic of its own in a tree, and one subscriber reading them
+/// all through a wildcard, at QoS 1 over QUIC with PUBLISH on streams of the clients' own
+/// (`streams`), against mqttv5 delivering every way it can: on the control stream, on a
+/// stream it opens per topic, on one per message (the last two refused by the single-stream
+/// mode). Every message arrives once, mqttv5's counts equal loadgen's, and its log counts
+/// the clients' own streams: one per publisher, or one per message.
+async fn streams_against_every_delivery(streams: QuicStreams) {
+    const PUBLISHERS: u32 = 12;
+    const MESSAGES: u64 = 20;
+    for delivery in [
+        QuicDelivery::ControlOnly,
+        QuicDelivery::PerTopic,
+        QuicDelivery::PerPublish,
+    ] {
+        let broker = Mqttv5::start_with_quic_delivering(delivery).expect("mqttv5 starts");
+        let mut spec = loadgen::presets::latency();
+        spec.publishers = PUBLISHERS;
+        spec.subscribers = 1;
+        spec.topology = Topology::Tree;
+        spec.topics = Some(TopicTree {
+            pattern: "site/{site}".to_string(),
+            counts: BTreeMap::from([("site".to_string(), PUBLISHERS)]),
+            subscribe: vec!["site/+".to_string()],
+        });
+        spec.qos = Qos::AtLeastOnce;
+        spec.messages_per_publisher = MESSAGES;
+        spec.warmup_messages = 2;
+        spec.pacing = Pacing::OpenLoop {
+            interval: Duration::from_millis(20),
+        };
+        let mut spec = over_quic(spec, &broker);
+        spec.broker.quic_streams = streams;
+        let summary = counted_run(&broker, spec, false).await;
+        let published = u64::from(PUBLISHERS) * MESSAGES;
+        assert_eq!(summary.published, published, "{delivery:?}");
+        assert_eq!(summary.acknowledged, published, "{delivery:?}");
+        assert_nothing_lost(&summary);
+        let opened = broker.data_streams_accepted().expect("mqttv5's log");
+        eprintln!(
+            "PUBLISH on {streams} streams, mqttv5 delivering {delivery:?}: {} delivered, \
+             {opened} client streams beside the control streams",
+            summary.delivered_unique
+        );
+        let expected = match streams {
+            QuicStreams::PerTopic => u64::from(PUBLISHERS),
+            QuicStreams::PerPublish => published,
+            QuicStreams::Single => 0,
+        };
+        assert_eq!(opened as u64, expected, "{streams} against {delivery:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_per_topic_delivers_exactly_however_mqttv5_delivers() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    streams_against_every_delivery(QuicStreams::PerTopic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_per_publish_delivers_exactly_however_mqttv5_delivers() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    streams_against_every_delivery(QuicStreams::PerPublish).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quic_without_a_ca_is_refused_naming_the_field() {
     let mut spec = latency_workload();
@@ -353,7 +421,7 @@ async fn quic_to_the_brokers_tcp_port_fails_as_unreachable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_delivering_on_streams_of_its_own_fails_the_run_saying_so() {
     skip_unless_installed!(MQTTV5_BINARY);
-    let broker = Mqttv5::start_with_quic_per_topic().expect("mqttv5 starts");
+    let broker = Mqttv5::start_with_quic_delivering(QuicDelivery::PerTopic).expect("mqttv5 starts");
     let mut spec = over_quic(latency_workload(), &broker);
     spec.publishers = 2;
     let result = loadgen::run(&spec, CancellationToken::new(), None)

@@ -189,6 +189,14 @@ impl NativeDriver {
                 BrokerError::invalid("options.quic_port", port, format!("{product}: {reason}"))
             })?;
         }
+        recipes::quic_delivery(product, spec.options.quic_port, spec.options.quic_delivery)
+            .map_err(|reason| {
+                BrokerError::invalid(
+                    "options.quic_delivery",
+                    spec.options.quic_delivery.name(),
+                    format!("{product}: {reason}"),
+                )
+            })?;
         self.install.check(product)?;
         let interface = match websocket_path {
             Some(_) => interface_of(spec.bind)?,

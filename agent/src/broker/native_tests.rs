@@ -7,7 +7,7 @@ use crate::broker::readiness::{PROBE_TIMEOUT, probe, probe_as};
 use crate::broker::test_support::{
     installed_or_skip, loopback_spec, running_in_ci, tagged_processes,
 };
-use domain::BrokerOptions;
+use domain::{BrokerOptions, QuicDelivery};
 use host::is_running;
 use std::os::unix::fs::PermissionsExt;
 
@@ -463,6 +463,35 @@ async fn a_quic_listener_a_recipe_cannot_open_is_refused_before_anything_starts(
         "{error}"
     );
     assert!(!state.path().join("mosq").exists());
+}
+
+#[tokio::test]
+async fn a_quic_delivery_on_streams_of_the_brokers_own_is_mqttv5s_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let driver = NativeDriver::new(InstallPaths::default(), state.path().to_owned());
+    let refused = |product, quic_port| {
+        let mut spec = loopback_spec("quic", BrokerKind::Native { product });
+        spec.options.quic_port = quic_port;
+        spec.options.quic_delivery = QuicDelivery::PerTopic;
+        spec
+    };
+    for (spec, expected) in [
+        (
+            refused(Product::Emqx, Some(0)),
+            "options.quic_delivery: \"per_topic\" emqx: only the mqttv5 broker delivers on QUIC \
+             streams it opens",
+        ),
+        (
+            refused(Product::Mqttv5, None),
+            "options.quic_delivery: \"per_topic\" mqttv5: needs a QUIC listener \
+             (options.quic_port)",
+        ),
+    ] {
+        let error = driver.start(&spec).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert_eq!(error.to_string(), expected);
+        assert!(!state.path().join("quic").exists());
+    }
 }
 
 #[tokio::test]

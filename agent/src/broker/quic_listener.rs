@@ -102,6 +102,7 @@ pub async fn probe(address: SocketAddr, ca_pem: &str, limit: Duration) -> Result
         transport: Transport::Quic,
         websocket_path: None,
         quic_zero_rtt: false,
+        quic_streams: Default::default(),
     };
     let dialer = Dialer::new(&target).map_err(|e| e.to_string())?;
     let exchange = async {
@@ -174,6 +175,7 @@ mod tests {
             transport: Transport::Quic,
             websocket_path: None,
             quic_zero_rtt: false,
+            quic_streams: Default::default(),
         };
         Dialer::new(&target).expect("the CA is usable");
         assert!(made.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));

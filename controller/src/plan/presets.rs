@@ -10,7 +10,7 @@ use std::time::Duration;
 use loadgen::WorkloadSpec;
 use loadgen::presets::StudyTest;
 use loadgen::size::ByteSize;
-use loadgen::spec::{Pacing, Transport};
+use loadgen::spec::{Pacing, QuicStreams, Transport};
 
 use super::error::{PlanError, invalid, quoted};
 use super::types::{Plan, TestEntry, TestKind, WarmupEntry};
@@ -133,6 +133,9 @@ pub fn workload_for(
     if let Some([transport]) = test.transports.as_deref() {
         spec.broker.transport = *transport;
         spec.broker.quic_zero_rtt &= *transport == Transport::Quic;
+        if *transport != Transport::Quic {
+            spec.broker.quic_streams = QuicStreams::Single;
+        }
     }
     if let Some(scenario) = test.kind.suite_scenario() {
         scenario.settle(&mut spec);

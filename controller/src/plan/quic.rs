@@ -5,6 +5,7 @@
 //! A native broker's QUIC certificate is made by its agent, and the controller sends that
 //! CA with each workload; the test's `tls_ca_file` is for external brokers.
 
+use domain::{Product, QuicDelivery};
 use loadgen::spec::{Transport, WorkloadSpec};
 
 use super::error::{PlanError, invalid, quoted};
@@ -107,6 +108,56 @@ impl Plan {
                         format!("brokers[{b}] ({}): {reason}", broker.name),
                     ));
                 }
+            }
+        }
+        self.validate_quic_streams()
+    }
+
+    /// Each broker's `quic_delivery`, and each QUIC test's streams against every broker's
+    /// delivery: a client on one stream reads none the broker opens.
+    fn validate_quic_streams(&self) -> Result<(), PlanError> {
+        for (b, broker) in self.brokers.iter().enumerate() {
+            let Some(delivery) = broker.quic_delivery else {
+                continue;
+            };
+            if broker.kind != BrokerKind::Native || broker.product() != Some(Product::Mqttv5) {
+                return Err(invalid(
+                    format!("brokers[{b}].quic_delivery"),
+                    quoted(delivery.name()),
+                    "only a native mqttv5 broker is deployed with a QUIC delivery of its choosing",
+                ));
+            }
+        }
+        for t in self.quic_tests() {
+            let Ok(spec) = self.first_workload(t) else {
+                continue;
+            };
+            let streams = spec.broker.quic_streams;
+            for (b, broker) in self.brokers.iter().enumerate() {
+                let delivery = broker.quic_delivery.unwrap_or_default();
+                let problem = if streams.is_single() && delivery != QuicDelivery::ControlOnly {
+                    format!(
+                        "brokers[{b}] ({}) delivers on QUIC streams it opens (quic_delivery = \
+                         {}), which a client on one stream does not read: set quic_streams = \
+                         \"per_topic\" or \"per_publish\"",
+                        broker.name,
+                        quoted(delivery.name())
+                    )
+                } else if !streams.is_single() && broker.product() == Some(Product::Emqx) {
+                    format!(
+                        "brokers[{b}] ({}): whether EMQX reads PUBLISH on a client's own \
+                         unidirectional streams is not checked here (only the mqttv5 broker's \
+                         is); use quic_streams = \"single\"",
+                        broker.name
+                    )
+                } else {
+                    continue;
+                };
+                return Err(invalid(
+                    format!("tests[{t}].workload.broker.quic_streams"),
+                    quoted(&streams.to_string()),
+                    problem,
+                ));
             }
         }
         Ok(())

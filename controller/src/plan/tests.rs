@@ -1,6 +1,7 @@
 //! Plan parsing and validation against the shipped examples and bad input.
 
 use super::*;
+use loadgen::spec::QuicStreams;
 
 fn examples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -1081,6 +1082,7 @@ fn a_sweeps_quic_setting_applies_to_its_quic_run_only() {
         "[[brokers]]\nname = \"b\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n";
     let text = format!(
         "{BASE}transports = [\"tcp\", \"quic\"]\n[tests.workload.broker]\nquic_zero_rtt = true\n\
+         quic_streams = \"per_publish\"\n\
          [tests.workload.connection.reconnect]\nwithin = \"20s\"\n{native}"
     );
     let plan = Plan::parse(&text, "plan.toml").expect("valid");
@@ -1088,6 +1090,10 @@ fn a_sweeps_quic_setting_applies_to_its_quic_run_only() {
         .map(|t| plan.first_workload(t).unwrap().broker.quic_zero_rtt)
         .collect();
     assert_eq!(zero_rtt, [false, true]);
+    let streams: Vec<QuicStreams> = (0..2)
+        .map(|t| plan.first_workload(t).unwrap().broker.quic_streams)
+        .collect();
+    assert_eq!(streams, [QuicStreams::Single, QuicStreams::PerPublish]);
     // Written on a TCP test, it is refused naming the field.
     let tcp = format!("{BASE}[tests.workload.broker]\nquic_zero_rtt = true\n{native}");
     let error = error_of(&tcp);
@@ -1097,6 +1103,61 @@ fn a_sweeps_quic_setting_applies_to_its_quic_run_only() {
         ),
         "{error}"
     );
+    let tcp = format!("{BASE}[tests.workload.broker]\nquic_streams = \"per_topic\"\n{native}");
+    let error = error_of(&tcp);
+    assert!(
+        error.contains(
+            "tests[0].workload.broker.quic_streams = \"per_topic\": only with broker.transport \
+             = \"quic\""
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_brokers_quic_delivery_is_read_by_the_tests_streams() {
+    let mqttv5 =
+        "[[brokers]]\nname = \"m\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"mqttv5\"\n";
+    let quic = |streams: &str| {
+        format!(
+            "{BASE}[tests.workload.broker]\ntransport = \"quic\"\nquic_streams = \"{streams}\"\n"
+        )
+    };
+    let per_topic_broker = format!("{mqttv5}quic_delivery = \"per_topic\"\n");
+    let plan = Plan::parse(
+        &format!("{}{per_topic_broker}", quic("per_publish")),
+        "plan.toml",
+    )
+    .expect("a stream mode reads the broker's streams");
+    assert_eq!(
+        plan.brokers[0].quic_delivery,
+        Some(domain::QuicDelivery::PerTopic)
+    );
+    let error = error_of(&format!("{}{per_topic_broker}", quic("single")));
+    assert_eq!(
+        error,
+        "plan.toml: tests[0].workload.broker.quic_streams = \"single\": brokers[0] (m) delivers on QUIC \
+         streams it opens (quic_delivery = \"per_topic\"), which a client on one stream does not \
+         read: set quic_streams = \"per_topic\" or \"per_publish\""
+    );
+    let mosquitto = "[[brokers]]\nname = \"q\"\nkind = \"native\"\nnode = \"n\"\n\
+                     product = \"mosquitto\"\nquic_delivery = \"per_publish\"\n";
+    let error = error_of(&format!("{BASE}{mosquitto}"));
+    assert!(
+        error.starts_with("plan.toml: brokers[0].quic_delivery = \"per_publish\": only a native"),
+        "{error}"
+    );
+    let emqx = "[[brokers]]\nname = \"e\"\nkind = \"native\"\nnode = \"n\"\nproduct = \"emqx\"\n";
+    let error = error_of(&format!("{}{emqx}", quic("per_topic")));
+    assert!(
+        error.starts_with(
+            "plan.toml: tests[0].workload.broker.quic_streams = \"per_topic\": brokers[0] (e): \
+             whether EMQX reads PUBLISH"
+        ),
+        "{error}"
+    );
+    let delivery = error_of(&format!("{BASE}{mqttv5}quic_delivery = \"sideways\"\n"));
+    assert!(delivery.contains("sideways"), "{delivery}");
 }
 
 #[test]

@@ -316,6 +316,11 @@ pub struct BrokerEntry {
     /// speak QUIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic_address: Option<String>,
+    /// Where a native mqttv5 broker's QUIC listener delivers PUBLISH: `control_only` (on each
+    /// client's one stream, the default), `per_topic` or `per_publish` (on streams the broker
+    /// opens, which only tests with `quic_streams` other than `single` read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_delivery: Option<domain::QuicDelivery>,
 }
 
 impl BrokerEntry {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use loadgen::WorkloadSpec;
-use loadgen::spec::Transport;
+use loadgen::spec::{QuicStreams, Transport};
 
 use super::comparison::{self, Metric, point_text, untestable_note_of};
 use super::estimate::{CONFIDENCE, Estimate, coverage_text};
@@ -71,6 +71,7 @@ fn without_transport(mut spec: WorkloadSpec) -> WorkloadSpec {
     spec.broker.transport = Transport::Tcp;
     spec.broker.tls_ca_file = None;
     spec.broker.quic_zero_rtt = false;
+    spec.broker.quic_streams = QuicStreams::Single;
     spec
 }
 
@@ -123,7 +124,7 @@ pub fn section(data: &RunData) -> Option<Section> {
                 plan.scenarios[scenario].name.clone(),
                 point_text(plan, pair.tcp, point),
             ];
-            let names = [transport_name(&tcp), "QUIC".to_string()];
+            let names = [transport_name(&tcp), quic_name(&quic)];
             for (name, cells) in names.iter().zip([&tcp, &quic]) {
                 let mut row = labels.to_vec();
                 row.push(name.clone());
@@ -162,7 +163,8 @@ pub fn section(data: &RunData) -> Option<Section> {
     let mut section = Section::new("transports", "TCP and QUIC under the continuum's links");
     section.paragraph(
         "Pairs of latency tests that differ only in how MQTT travels: over TCP (TLS when the \
-         test names a CA) and over QUIC (TLS 1.3, every packet on one bidirectional stream). \
+         test names a CA) and over QUIC (TLS 1.3, every packet on one bidirectional stream \
+         unless the transport names a stream per topic or per PUBLISH). \
          Latency is the transit latency, from the moment loadgen handed a message to its \
          connection to its arrival, so loadgen's own send delay counts for neither. \
          Percentiles and connect times are medians over the repetitions, with their interval \
@@ -178,7 +180,9 @@ pub fn section(data: &RunData) -> Option<Section> {
          as over TCP: single-stream QUIC removes no head-of-line blocking that TCP has. What \
          can differ under loss is how each detects and repairs it (QUIC's acknowledgements and \
          loss timers against the kernel's TCP, in user space against the kernel) and how each \
-         backs off.",
+         backs off. With a stream per topic or per PUBLISH (`broker.quic_streams`), a \
+         client's PUBLISH packets leave on streams of their own and loadgen reads those the \
+         broker opens: a lost packet then holds back only its own stream.",
     );
     section.blocks.push(Block::Table(figures));
     if !shifts.rows.is_empty() {
@@ -231,6 +235,15 @@ fn transport_name(cells: &[&CellFigures]) -> String {
         "TCP+TLS".to_string()
     } else {
         "TCP".to_string()
+    }
+}
+
+/// "QUIC", with its stream mode when it is not the one stream.
+fn quic_name(cells: &[&CellFigures]) -> String {
+    match cells.first().map(|c| c.spec.broker.quic_streams) {
+        Some(QuicStreams::PerTopic) => "QUIC, a stream per topic".to_string(),
+        Some(QuicStreams::PerPublish) => "QUIC, a stream per PUBLISH".to_string(),
+        Some(QuicStreams::Single) | None => "QUIC".to_string(),
     }
 }
 
@@ -349,6 +362,20 @@ mod tests {
         let payload = "[[tests]]\nkind = \"payload\"\nloadgen = [\"n\"]\nmessages = 20\n";
         assert!(transport_pairs(&plan(&format!("{payload}{QUIC}"))).is_empty());
         assert!(transport_pairs(&plan(&format!("{TCP}{TCP}"))).is_empty());
+    }
+
+    #[test]
+    fn every_quic_stream_mode_pairs_with_tcp() {
+        let per_topic = format!("{QUIC}quic_streams = \"per_topic\"\n");
+        let per_publish = format!("{QUIC}quic_streams = \"per_publish\"\n");
+        assert_eq!(
+            transport_pairs(&plan(&format!("{TCP}{QUIC}{per_topic}{per_publish}"))),
+            [
+                TransportPair { tcp: 0, quic: 1 },
+                TransportPair { tcp: 0, quic: 2 },
+                TransportPair { tcp: 0, quic: 3 }
+            ]
+        );
     }
 
     #[test]

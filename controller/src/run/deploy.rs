@@ -445,6 +445,10 @@ fn broker_spec(
             start_deadline: Some(plan.timeouts.deploy),
             websocket_port: plan.websocket_port_of(broker),
             quic_port: plan.quic_port_of(broker),
+            quic_delivery: plan
+                .quic_port_of(broker)
+                .and(broker.quic_delivery)
+                .unwrap_or_default(),
             ..BrokerOptions::default()
         },
     })

@@ -51,6 +51,11 @@ pub struct BrokerTarget {
     /// reported with the reconnects. Only with `transport = "quic"` and a reconnect policy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub quic_zero_rtt: bool,
+    /// Over QUIC, which streams carry MQTT: one bidirectional stream for everything (the
+    /// default), or a stream of the client's own per topic or per PUBLISH, with the broker's
+    /// own streams read. Only with `transport = "quic"`.
+    #[serde(default, skip_serializing_if = "QuicStreams::is_single")]
+    pub quic_streams: QuicStreams,
 }
 
 impl fmt::Debug for BrokerTarget {
@@ -66,6 +71,7 @@ impl fmt::Debug for BrokerTarget {
             .field("transport", &self.transport)
             .field("websocket_path", &self.websocket_path)
             .field("quic_zero_rtt", &self.quic_zero_rtt)
+            .field("quic_streams", &self.quic_streams)
             .finish()
     }
 }
@@ -96,6 +102,47 @@ impl fmt::Display for Transport {
             Transport::Tcp => "tcp",
             Transport::WebSocket => "websocket",
             Transport::Quic => "quic",
+        })
+    }
+}
+
+/// Which QUIC streams carry a connection's MQTT packets. Every mode opens the connection
+/// with one bidirectional stream for CONNECT and every packet but PUBLISH (the control
+/// stream), and reads PUBLISH wherever the broker delivers it in the multi-stream modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum QuicStreams {
+    /// Every packet both ways on the one stream: EMQX's default mode, and the mqttv5
+    /// broker's `control_only` delivery. A stream the broker opens fails the connection,
+    /// with that reason: its messages would go unread.
+    #[default]
+    Single,
+    /// Each topic's PUBLISH packets on a unidirectional stream of their own, opened at the
+    /// topic's first message and kept; PUBLISH read from the control stream and from every
+    /// stream the broker opens (the mqttv5 broker's `per_topic` and `per_publish`
+    /// deliveries). A loss on one topic's stream holds back no other topic.
+    #[cfg_attr(feature = "clap", value(alias = "per_topic"))]
+    PerTopic,
+    /// Each PUBLISH on a new unidirectional stream, finished after it; read as with
+    /// `per_topic`. No message waits for another's lost packet.
+    #[cfg_attr(feature = "clap", value(alias = "per_publish"))]
+    PerPublish,
+}
+
+impl QuicStreams {
+    /// The default, one stream.
+    pub fn is_single(&self) -> bool {
+        *self == QuicStreams::Single
+    }
+}
+
+impl fmt::Display for QuicStreams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QuicStreams::Single => "single",
+            QuicStreams::PerTopic => "per_topic",
+            QuicStreams::PerPublish => "per_publish",
         })
     }
 }

@@ -32,7 +32,8 @@ mod validate;
 mod wills;
 
 pub use broker::{
-    BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, Transport,
+    BrokerTarget, DEFAULT_WEBSOCKET_PATH, MQTT_MAX_REMAINING_LENGTH, MqttVersion, Qos, QuicStreams,
+    Transport,
 };
 pub use churn::{Churn, MAX_CHURN_CONNECTIONS, MAX_CHURN_RATE};
 pub use expiry::{
@@ -247,6 +248,7 @@ mod tests {
                 transport: Transport::Tcp,
                 websocket_path: None,
                 quic_zero_rtt: false,
+                quic_streams: Default::default(),
             },
             publishers: 4,
             subscribers: 4,

@@ -103,6 +103,24 @@ impl WorkloadSpec {
                 "only with broker.transport = \"quic\"",
             ));
         }
+        if !self.broker.quic_streams.is_single() && self.broker.transport != Transport::Quic {
+            return Err(invalid(
+                "broker.quic_streams",
+                format!("{:?}", self.broker.quic_streams.to_string()),
+                "only with broker.transport = \"quic\"",
+            ));
+        }
+        if !self.broker.quic_streams.is_single() && self.connection.topic_alias {
+            return Err(invalid(
+                "connection.topic_alias",
+                true,
+                format!(
+                    "not with broker.quic_streams = {:?}: an alias set on one stream may reach \
+                     the broker after a PUBLISH that uses it on another",
+                    self.broker.quic_streams.to_string()
+                ),
+            ));
+        }
         if self.broker.quic_zero_rtt && self.connection.reconnect.is_none() {
             return Err(invalid(
                 "broker.quic_zero_rtt",
@@ -791,8 +809,46 @@ mod tests {
 
     use super::*;
     use crate::size::ByteSize;
-    use crate::spec::Shard;
     use crate::spec::tests::example;
+    use crate::spec::{QuicStreams, Shard};
+
+    #[test]
+    fn quic_stream_modes_are_for_quic_and_read_by_name() {
+        let mut spec = example();
+        spec.broker.quic_streams = QuicStreams::PerTopic;
+        let tcp = spec.validate().expect_err("not over TCP");
+        assert_eq!(
+            tcp.to_string(),
+            "broker.quic_streams = \"per_topic\": only with broker.transport = \"quic\""
+        );
+        spec.broker.transport = Transport::Quic;
+        spec.broker.tls_ca_file = Some("/ca.pem".into());
+        spec.validate().expect("per topic over QUIC");
+        spec.broker.protocol = MqttVersion::V5;
+        spec.connection.topic_alias = true;
+        let alias = spec.validate().expect_err("aliases need one stream");
+        assert!(
+            alias.to_string().starts_with(
+                "connection.topic_alias = true: not with broker.quic_streams = \"per_topic\""
+            ),
+            "{alias}"
+        );
+        spec.connection.topic_alias = false;
+        let read: crate::spec::BrokerTarget = serde_json::from_value(serde_json::json!({
+            "host": "broker", "port": 14567, "transport": "quic",
+            "tls_ca_file": "/ca.pem", "quic_streams": "per_publish",
+        }))
+        .expect("a stream mode by name");
+        assert_eq!(read.quic_streams, QuicStreams::PerPublish);
+        let written = serde_json::to_value(&spec.broker).expect("written");
+        assert_eq!(written["quic_streams"], "per_topic");
+        spec.broker.quic_streams = QuicStreams::Single;
+        let written = serde_json::to_value(&spec.broker).expect("written");
+        assert!(
+            written.get("quic_streams").is_none(),
+            "the default is not written"
+        );
+    }
 
     #[test]
     fn zero_rtt_is_for_quic_reconnects() {

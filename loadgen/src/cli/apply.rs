@@ -143,6 +143,7 @@ impl WorkloadArgs {
         if self.quic_zero_rtt {
             spec.broker.quic_zero_rtt = true;
         }
+        set(&mut spec.broker.quic_streams, self.quic_streams);
         if self.websocket_path.is_some() {
             spec.broker.websocket_path = self.websocket_path.clone();
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::size::ByteSize;
-use crate::spec::{Coalescing, MqttVersion, Qos, Topology, Transport};
+use crate::spec::{Coalescing, MqttVersion, Qos, QuicStreams, Topology, Transport};
 
 /// Settings of a saturation search.
 #[derive(Debug, Args, Default, Clone)]
@@ -222,6 +222,10 @@ pub struct WorkloadArgs {
     /// own previous connection.
     #[arg(long)]
     pub quic_zero_rtt: bool,
+    /// Over QUIC, which streams carry MQTT: single (one for everything), per-topic or
+    /// per-publish (PUBLISH on streams of their own, the broker's own streams read).
+    #[arg(long, value_parser = one_of::<QuicStreams>("a QUIC stream mode"))]
+    pub quic_streams: Option<QuicStreams>,
     /// The WebSocket request path (default /mqtt; RabbitMQ's web-mqtt serves /ws).
     #[arg(long, value_name = "PATH")]
     pub websocket_path: Option<String>,

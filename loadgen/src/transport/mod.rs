@@ -8,10 +8,12 @@
 //! - this file: the [`Dialer`] and the TLS client configuration.
 //! - `websocket`: the upgrade and the byte halves over WebSocket frames.
 //! - `quic`: QUIC connections and the halves of their one stream.
+//! - `quic_streams`: the halves of a QUIC connection with a stream per topic or per PUBLISH.
 //! - `arrival`: the kernel's receive stamp under a subscriber's reads.
 
 mod arrival;
 mod quic;
+mod quic_streams;
 mod websocket;
 
 pub use arrival::ArrivalStamp;
@@ -106,6 +108,7 @@ impl Dialer {
                     roots,
                     &target.host,
                     target.quic_zero_rtt,
+                    target.quic_streams,
                 )?),
             });
         }
@@ -125,10 +128,12 @@ impl Dialer {
         })
     }
 
-    /// Caps what the broker may send in one WebSocket frame or message at `bytes`, the
-    /// largest packet the clients accept (TCP connections are capped by the codec).
+    /// Caps what the broker may send in one WebSocket frame or message, or one packet on a
+    /// QUIC stream the codec does not read itself, at `bytes`, the largest packet the
+    /// clients accept (TCP connections are capped by the codec).
     pub fn with_max_packet(mut self, bytes: usize) -> Self {
         self.websocket = self.websocket.map(|ws| ws.with_largest_packet(bytes));
+        self.quic = self.quic.map(|quic| quic.with_largest_packet(bytes));
         self
     }
 
@@ -347,6 +352,7 @@ mod tests {
             transport: Transport::Tcp,
             websocket_path: None,
             quic_zero_rtt: false,
+            quic_streams: Default::default(),
         }
     }
 

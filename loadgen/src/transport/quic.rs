@@ -1,13 +1,14 @@
 //! MQTT over QUIC: each connection is a QUIC connection of its own (its own UDP socket, as
-//! each TCP connection has its own port) carrying every MQTT packet both ways on one
-//! bidirectional stream. That is the single-stream mode EMQX uses by default and the mqttv5
+//! each TCP connection has its own port). By default it carries every MQTT packet both ways
+//! on one bidirectional stream: the single-stream mode EMQX uses by default and the mqttv5
 //! broker's control stream with its `control_only` delivery. The QUIC and TLS 1.3 handshake
 //! and the stream's opening happen inside [`QuicDialer::dial`], so they count into the
-//! connect time.
+//! connect time. With `broker.quic_streams` set to a stream per topic or per PUBLISH, the
+//! halves come from [`super::quic_streams`].
 //!
-//! A broker that delivers on streams it opens itself (mqttv5's default per-topic delivery)
-//! would deliver where loadgen does not read: such a stream fails the connection's reads
-//! with that reason instead of being counted as loss.
+//! In the single-stream mode, a broker that delivers on streams it opens itself (mqttv5's
+//! default per-topic delivery) would deliver where loadgen does not read: such a stream
+//! fails the connection's reads with that reason instead of being counted as loss.
 //!
 //! Without 0-RTT every connection is a full handshake: no client resumes TLS, least of all
 //! with another client's ticket. With 0-RTT (`broker.quic_zero_rtt`) each client keeps the
@@ -33,6 +34,10 @@ use quinn::crypto::rustls::QuicClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{DialSetupError, ReadHalf, WriteHalf};
+use crate::spec::QuicStreams;
+
+/// The largest MQTT packet: fixed header byte, 4 length bytes, the largest remaining length.
+const LARGEST_PACKET: usize = 1 + 4 + crate::spec::MQTT_MAX_REMAINING_LENGTH as usize;
 
 /// The application protocol asked for in the TLS handshake: what EMQX and the mqttv5 broker
 /// accept for MQTT over QUIC.
@@ -49,10 +54,10 @@ const QUIC_KEEP_ALIVE: Duration = Duration::from_secs(20);
 /// How long a connection is kept, after its writer finished the stream, for the broker to
 /// close it (as it does after DISCONNECT). Closing at once would discard what the broker has
 /// not yet acknowledged, DISCONNECT included, and the broker would see a lost client.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
+pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// The error code of a connection closed normally (after DISCONNECT): 0, "no error".
-const CLOSED_NORMALLY: u32 = 0;
+pub(super) const CLOSED_NORMALLY: u32 = 0;
 
 /// The error code loadgen closes a connection with when the broker opened a stream of its
 /// own, which loadgen does not read: any code but 0 says "not a normal end".
@@ -69,6 +74,9 @@ pub(super) struct QuicDialer {
     server_name: String,
     closing: Arc<Closing>,
     zero_rtt: Option<Arc<ZeroRtt>>,
+    streams: QuicStreams,
+    /// The largest packet read in the multi-stream modes, which cut packets themselves.
+    largest: usize,
 }
 
 /// 0-RTT: the configuration each client's own is made from, the clients' configurations
@@ -105,18 +113,32 @@ pub struct ZeroRttCounts {
 /// Connections closing in the background after their writer's shutdown: a run waits for them
 /// ([`QuicDialer::settle`]) before its runtime goes, so no goodbye is cut off mid-way.
 #[derive(Default)]
-struct Closing {
+pub(super) struct Closing {
     count: AtomicUsize,
     done: Notify,
 }
 
+impl Closing {
+    /// One more connection closing.
+    pub(super) fn begin(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One connection closed.
+    pub(super) fn end(&self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.done.notify_waiters();
+    }
+}
+
 impl QuicDialer {
     /// Trusts `roots` for `server_name` (the broker's host as the spec gives it); with
-    /// `zero_rtt`, clients that connect again send 0-RTT data.
+    /// `zero_rtt`, clients that connect again send 0-RTT data; `streams` carry MQTT.
     pub(super) fn new(
         roots: rustls::RootCertStore,
         server_name: &str,
         zero_rtt: bool,
+        streams: QuicStreams,
     ) -> Result<Self, DialSetupError> {
         // ring everywhere: mixing rustls crypto providers in one process panics.
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -157,7 +179,16 @@ impl QuicDialer {
             server_name: server_name.to_string(),
             closing: Arc::default(),
             zero_rtt,
+            streams,
+            largest: LARGEST_PACKET,
         })
+    }
+
+    /// Caps the packets read in the multi-stream modes at `bytes`, as the codec caps them
+    /// over TCP (the single stream is read by the codec itself).
+    pub(super) fn with_largest_packet(mut self, bytes: usize) -> Self {
+        self.largest = bytes.clamp(1, LARGEST_PACKET);
+        self
     }
 
     /// This dialer without 0-RTT: every connection a full handshake, no tickets kept.
@@ -263,6 +294,16 @@ impl QuicDialer {
             .open_bi()
             .await
             .map_err(|e| connection_error(peer, e))?;
+        if !self.streams.is_single() {
+            return Ok(super::quic_streams::halves(
+                connection,
+                send,
+                recv,
+                self.streams,
+                self.largest,
+                self.closing.clone(),
+            ));
+        }
         let foreign = Arc::new(OnceLock::new());
         let watch = tokio::spawn(refuse_broker_streams(connection.clone(), foreign.clone()));
         let reader = QuicReader {
@@ -400,6 +441,12 @@ fn read_error(error: quinn::ReadError, foreign: &OnceLock<String>) -> io::Result
     if let Some(reason) = foreign.get() {
         return Err(unread_stream(reason));
     }
+    stream_read_end(error)
+}
+
+/// How a stream's read ends on `error`: the broker closing the connection with "no error"
+/// is its end; a rejection of 0-RTT data is named ([`EARLY_DATA_REJECTED`]).
+pub(super) fn stream_read_end(error: quinn::ReadError) -> io::Result<()> {
     match error {
         quinn::ReadError::ConnectionLost(quinn::ConnectionError::ApplicationClosed(close))
             if close.error_code == quinn::VarInt::from_u32(CLOSED_NORMALLY) =>
@@ -451,12 +498,11 @@ impl AsyncWrite for QuicWriter {
             let _ = self.send.finish();
             let connection = self.connection.clone();
             let closing = self.closing.clone();
-            closing.count.fetch_add(1, Ordering::AcqRel);
+            closing.begin();
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(CLOSE_WAIT, connection.closed()).await;
                 connection.close(CLOSED_NORMALLY.into(), b"");
-                closing.count.fetch_sub(1, Ordering::AcqRel);
-                closing.done.notify_waiters();
+                closing.end();
             });
         }
         Poll::Ready(Ok(()))

@@ -293,6 +293,7 @@ mod tests {
             transport: crate::spec::Transport::WebSocket,
             websocket_path: None,
             quic_zero_rtt: false,
+            quic_streams: Default::default(),
         }
     }
 

@@ -7,14 +7,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use domain::broker::DEFAULT_NAMESPACE;
-use domain::{BrokerKind, BrokerOptions, BrokerSpec, FieldError, InvalidSpec, Product};
+use domain::{
+    BrokerKind, BrokerOptions, BrokerSpec, FieldError, InvalidSpec, Product, QuicDelivery,
+};
 
 use super::{ConversionError, enumeration, field, required};
 use crate::agent::v1 as pb;
 
 /// The option keys a `BrokerSpec` message may carry.
-const OPTION_KEYS: &str =
-    "max_inflight_messages, max_queued_messages, start_deadline, websocket_port, quic_port";
+const OPTION_KEYS: &str = "max_inflight_messages, max_queued_messages, start_deadline, websocket_port, quic_port, \
+     quic_delivery";
 
 impl From<Product> for pb::Product {
     fn from(product: Product) -> Self {
@@ -199,6 +201,9 @@ fn options(
             "quic_port" => {
                 options.quic_port = Some(value.parse().map_err(|e| invalid(format!("{e}")))?);
             }
+            "quic_delivery" => {
+                options.quic_delivery = value.parse().map_err(invalid)?;
+            }
             _ => return Err(invalid(format!("unknown option ({OPTION_KEYS})"))),
         }
     }
@@ -261,6 +266,12 @@ impl From<&BrokerSpec> for pb::BrokerSpec {
         }
         if let Some(port) = spec.options.quic_port {
             options.insert("quic_port".to_owned(), port.to_string());
+        }
+        if spec.options.quic_delivery != QuicDelivery::ControlOnly {
+            options.insert(
+                "quic_delivery".to_owned(),
+                spec.options.quic_delivery.name().to_owned(),
+            );
         }
         pb::BrokerSpec {
             name: spec.name.clone(),
@@ -352,8 +363,12 @@ mod tests {
             .options
             .insert("start_deadline".into(), "30s".into());
         message.options.insert("quic_port".into(), "0".into());
+        message
+            .options
+            .insert("quic_delivery".into(), "per_topic".into());
         let spec = BrokerSpec::try_from(message).expect("valid");
         assert_eq!(spec.options.quic_port, Some(0));
+        assert_eq!(spec.options.quic_delivery, QuicDelivery::PerTopic);
         assert_eq!(
             spec.kind,
             BrokerKind::Native {
@@ -391,6 +406,14 @@ mod tests {
                 m.options.insert("colour".into(), "blue".into());
             })
             .starts_with("spec.options.colour")
+        );
+        let delivery = message(|m| {
+            m.options.insert("quic_delivery".into(), "sideways".into());
+        });
+        assert_eq!(
+            delivery,
+            "spec.options.quic_delivery = \"sideways\": not a QUIC delivery (control_only, \
+             per_topic or per_publish)"
         );
         // A deadline the agent would add to `Instant::now()` must not overflow it.
         let too_long = message(|m| {

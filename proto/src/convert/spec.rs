@@ -7,8 +7,8 @@ use loadgen_model::header::HeaderPlace;
 use loadgen_model::size::ByteSize;
 use loadgen_model::spec::{
     BrokerTarget, Churn, Coalescing, ConnectionOptions, DrainOptions, EngineOptions, MqttVersion,
-    OfflineGap, Pacing, Qos, Reconnect, Retain, Shard, TopicTree, Topology, Transport, Wills,
-    WorkloadSpec,
+    OfflineGap, Pacing, Qos, QuicStreams, Reconnect, Retain, Shard, TopicTree, Topology, Transport,
+    Wills, WorkloadSpec,
 };
 
 use super::{
@@ -161,6 +161,18 @@ fn broker_from_proto(message: pb::BrokerTarget, at: &str) -> Result<BrokerTarget
             },
         )?,
         websocket_path: message.websocket_path,
+        quic_streams: quic_streams_from_proto(message.quic_streams, at)?,
+    })
+}
+
+/// Unspecified is one stream: a sender from before the field meant that.
+fn quic_streams_from_proto(value: i32, at: &str) -> Result<QuicStreams, ConversionError> {
+    enumeration(value, at, "quic_streams", "QUIC stream mode", |v| {
+        Some(match v {
+            pb::QuicStreams::Unspecified | pb::QuicStreams::Single => QuicStreams::Single,
+            pb::QuicStreams::PerTopic => QuicStreams::PerTopic,
+            pb::QuicStreams::PerPublish => QuicStreams::PerPublish,
+        })
     })
 }
 
@@ -381,6 +393,12 @@ impl From<&BrokerTarget> for pb::BrokerTarget {
             websocket_path: broker.websocket_path.clone(),
             tls_ca_pem: broker.tls_ca_pem.clone(),
             quic_zero_rtt: broker.quic_zero_rtt,
+            quic_streams: match broker.quic_streams {
+                QuicStreams::Single => pb::QuicStreams::Single,
+                QuicStreams::PerTopic => pb::QuicStreams::PerTopic,
+                QuicStreams::PerPublish => pb::QuicStreams::PerPublish,
+            }
+            .into(),
         }
     }
 }
@@ -470,6 +488,7 @@ pub(super) mod tests {
                 transport: Transport::Tcp,
                 websocket_path: None,
                 quic_zero_rtt: false,
+                quic_streams: Default::default(),
             },
             publishers: 100,
             subscribers: 1,
@@ -513,6 +532,7 @@ pub(super) mod tests {
                 transport: Transport::Tcp,
                 websocket_path: None,
                 quic_zero_rtt: false,
+                quic_streams: Default::default(),
             },
             publishers: 10,
             subscribers: 10,
@@ -695,6 +715,29 @@ pub(super) mod tests {
         for (mutate, expected) in cases {
             assert_eq!(error_of(mutate).to_string(), expected);
         }
+    }
+
+    #[test]
+    fn quic_stream_modes_round_trip_and_unspecified_is_one_stream() {
+        let mut spec = open_loop_spec();
+        spec.broker.transport = Transport::Quic;
+        spec.broker.tls_ca_pem = Some("-----BEGIN CERTIFICATE-----".into());
+        for mode in [
+            QuicStreams::Single,
+            QuicStreams::PerTopic,
+            QuicStreams::PerPublish,
+        ] {
+            spec.broker.quic_streams = mode;
+            assert_eq!(round_trip(&spec), spec, "{mode}");
+        }
+        let mut message = pb::WorkloadSpec::from(&spec);
+        if let Some(broker) = message.broker.as_mut() {
+            broker.quic_streams = pb::QuicStreams::Unspecified.into();
+        }
+        let read = WorkloadSpec::try_from(message).expect("converts");
+        assert_eq!(read.broker.quic_streams, QuicStreams::Single);
+        let error = error_of(|m| m.broker.as_mut().map_or((), |b| b.quic_streams = 9));
+        assert_eq!(error.path(), "spec.broker.quic_streams");
     }
 
     #[test]
