@@ -120,13 +120,19 @@ impl Plan {
             let Some(delivery) = broker.quic_delivery else {
                 continue;
             };
-            if broker.kind != BrokerKind::Native || broker.product() != Some(Product::Mqttv5) {
-                return Err(invalid(
-                    format!("brokers[{b}].quic_delivery"),
-                    quoted(delivery.name()),
-                    "only a native mqttv5 broker is deployed with a QUIC delivery of its choosing",
-                ));
-            }
+            let problem =
+                if broker.kind != BrokerKind::Native || broker.product() != Some(Product::Mqttv5) {
+                    "only a native mqttv5 broker is deployed with a QUIC delivery of its choosing"
+                } else if self.quic_tests().is_empty() {
+                    "no test of the plan speaks QUIC, so the broker opens no QUIC listener"
+                } else {
+                    continue;
+                };
+            return Err(invalid(
+                format!("brokers[{b}].quic_delivery"),
+                quoted(delivery.name()),
+                problem,
+            ));
         }
         for t in self.quic_tests() {
             let Ok(spec) = self.first_workload(t) else {

@@ -1142,6 +1142,14 @@ fn a_brokers_quic_delivery_is_read_by_the_tests_streams() {
     );
     let mosquitto = "[[brokers]]\nname = \"q\"\nkind = \"native\"\nnode = \"n\"\n\
                      product = \"mosquitto\"\nquic_delivery = \"per_publish\"\n";
+    let error = error_of(&format!("{BASE}{per_topic_broker}"));
+    assert!(
+        error.ends_with(
+            "brokers[0].quic_delivery = \"per_topic\": no test of the plan speaks QUIC, so the \
+             broker opens no QUIC listener"
+        ),
+        "{error}"
+    );
     let error = error_of(&format!("{BASE}{mosquitto}"));
     assert!(
         error.starts_with("plan.toml: brokers[0].quic_delivery = \"per_publish\": only a native"),

@@ -91,8 +91,9 @@ pub enum Transport {
     /// MQTT in binary WebSocket frames (subprotocol `mqtt`), over TCP or TLS.
     #[cfg_attr(feature = "clap", value(name = "websocket", alias = "ws"))]
     WebSocket,
-    /// MQTT on one bidirectional QUIC stream per connection (UDP, TLS 1.3, ALPN `mqtt`):
-    /// the single-stream mode EMQX uses by default and the mqttv5 broker's control stream.
+    /// MQTT over QUIC (UDP, TLS 1.3, ALPN `mqtt`), one connection per client: on one
+    /// bidirectional stream (the single-stream mode EMQX uses by default and the mqttv5
+    /// broker's control stream), or with more as [`QuicStreams`] says.
     Quic,
 }
 

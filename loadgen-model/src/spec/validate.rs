@@ -121,6 +121,25 @@ impl WorkloadSpec {
                 ),
             ));
         }
+        // Both publish to many topics from one client and read the broker's order of one
+        // connection's packets (a PINGREQ answered after the PUBLISHes before it), which
+        // streams of their own do not keep.
+        let scenario = match (&self.retain, &self.wills) {
+            (Some(_), _) => Some("retain"),
+            (None, Some(_)) => Some("wills"),
+            (None, None) => None,
+        };
+        if let Some(scenario) = scenario.filter(|_| !self.broker.quic_streams.is_single()) {
+            return Err(invalid(
+                "broker.quic_streams",
+                format!("{:?}", self.broker.quic_streams.to_string()),
+                format!(
+                    "not with {scenario}: its checks rely on the broker handling one \
+                     connection's packets in order, which PUBLISH on streams of their own does \
+                     not keep; use \"single\""
+                ),
+            ));
+        }
         if self.broker.quic_zero_rtt && self.connection.reconnect.is_none() {
             return Err(invalid(
                 "broker.quic_zero_rtt",
@@ -834,6 +853,20 @@ mod tests {
             "{alias}"
         );
         spec.connection.topic_alias = false;
+        spec.retain = Some(crate::spec::Retain {
+            late_subscribers: 1,
+            filter: "shared".into(),
+            handling: 0,
+            as_published: false,
+        });
+        let retained = spec.validate().expect_err("retained needs one stream");
+        assert!(
+            retained
+                .to_string()
+                .starts_with("broker.quic_streams = \"per_topic\": not with retain:"),
+            "{retained}"
+        );
+        spec.retain = None;
         let read: crate::spec::BrokerTarget = serde_json::from_value(serde_json::json!({
             "host": "broker", "port": 14567, "transport": "quic",
             "tls_ca_file": "/ca.pem", "quic_streams": "per_publish",

@@ -10,8 +10,10 @@
 //! The session reads and writes bytes, as over TCP; these halves cut them into packets at
 //! their MQTT fixed headers. Acknowledgements go back on the control stream, which the mqttv5
 //! broker takes for a message it delivered on any stream. Before DISCONNECT leaves, the
-//! PUBLISH streams are finished and their data acknowledged by the broker (for
-//! [`super::quic::CLOSE_WAIT`] at most), so the goodbye does not overtake the last messages.
+//! PUBLISH streams are finished and loadgen waits ([`super::quic::CLOSE_WAIT`] at most) until
+//! the broker has acknowledged receiving their data, so the goodbye does not leave before
+//! the last messages have arrived (the broker may still handle it first: its streams are
+//! read apart).
 
 use std::collections::HashMap;
 use std::io;
@@ -34,10 +36,15 @@ use crate::spec::QuicStreams;
 /// keep a burst moving, few enough that a stalled connection holds little.
 const QUEUED_PACKETS: usize = 64;
 
-/// The first byte of a flow header (the "flows" of MQTT-next, which the mqttv5 broker
-/// writes at the start of every stream it opens): flow types 0x11 to 0x14. No MQTT packet
-/// starts with one (0x1_ is CONNECT, whose flags are 0, and a client never gets one).
-const FLOW_HEADER_TYPES: std::ops::RangeInclusive<u8> = 0x11..=0x14;
+/// The first byte of a data flow header (the "flows" of MQTT-next, which the mqttv5 broker
+/// writes at the start of every stream it opens: 0x13, a server's; 0x12 is a client's, of
+/// the same layout). No MQTT packet starts with one (0x1_ is CONNECT, whose flags are 0,
+/// and a client never gets one).
+const DATA_FLOW_HEADERS: [u8; 2] = [0x12, 0x13];
+
+/// The other flow header types (0x11 control, 0x14 user-defined), laid out otherwise: a
+/// broker's stream starting with one is refused rather than misread.
+const OTHER_FLOW_HEADERS: [u8; 2] = [0x11, 0x14];
 
 /// MQTT's packet types, as the fixed header's high nibble gives them.
 const PUBLISH: u8 = 3;
@@ -57,7 +64,7 @@ pub(super) fn halves(
     let reading = tokio::spawn(read_packets(connection.clone(), recv, largest, read_tx));
     let (write_tx, write_rx) = mpsc::channel(QUEUED_PACKETS);
     let failure = Arc::new(OnceLock::new());
-    tokio::spawn(write_packets(
+    let writing = tokio::spawn(write_packets(
         Outbound {
             connection,
             control: send,
@@ -72,6 +79,7 @@ pub(super) fn halves(
     let reader = StreamsReader {
         packet: Bytes::new(),
         packets: read_rx,
+        failed: None,
         reading,
     };
     let writer = StreamsWriter {
@@ -80,6 +88,7 @@ pub(super) fn halves(
         failure,
         closing,
         finished: false,
+        writing: writing.abort_handle(),
     };
     (Box::pin(reader), Box::pin(writer))
 }
@@ -110,21 +119,33 @@ fn packet_len(buf: &[u8], largest: usize) -> io::Result<Option<usize>> {
     Ok(None)
 }
 
-/// The length of the flow header that leads `buf`: 0 when the stream starts with an MQTT
-/// packet, `None` until the whole header is in. A header is its type, the flow id and the
-/// expiry interval as QUIC variable-length integers, then one byte of flags.
-fn flow_header_len(buf: &[u8]) -> Option<usize> {
-    let first = *buf.first()?;
-    if !FLOW_HEADER_TYPES.contains(&first) {
-        return Some(0);
+/// The length of the data flow header that leads `buf`: 0 when the stream starts with an
+/// MQTT packet, `None` until the whole header is in. A header is its type, the flow id and
+/// the expiry interval as QUIC variable-length integers, then one byte of flags.
+fn flow_header_len(buf: &[u8]) -> io::Result<Option<usize>> {
+    let Some(&first) = buf.first() else {
+        return Ok(None);
+    };
+    if OTHER_FLOW_HEADERS.contains(&first) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a QUIC stream of the broker's starts with flow header type {first:#04x}, not a data flow's"
+            ),
+        ));
+    }
+    if !DATA_FLOW_HEADERS.contains(&first) {
+        return Ok(Some(0));
     }
     let mut at = 1;
     for _ in 0..2 {
-        let lead = *buf.get(at)?;
+        let Some(&lead) = buf.get(at) else {
+            return Ok(None);
+        };
         at += 1 << (lead >> 6);
     }
     at += 1;
-    (buf.len() >= at).then_some(at)
+    Ok((buf.len() >= at).then_some(at))
 }
 
 /// The topic name of a PUBLISH packet (whole, as [`packet_len`] cut it); `None` for any
@@ -150,6 +171,8 @@ struct StreamsReader {
     /// What is left of the packet being read.
     packet: Bytes,
     packets: mpsc::Receiver<io::Result<Bytes>>,
+    /// An error that came after bytes were handed over: the next read's.
+    failed: Option<io::Error>,
     reading: JoinHandle<()>,
 }
 
@@ -166,6 +189,9 @@ impl AsyncRead for StreamsReader {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Some(error) = self.failed.take() {
+            return Poll::Ready(Err(error));
+        }
         let start = buf.filled().len();
         while buf.remaining() > 0 {
             if !self.packet.is_empty() {
@@ -181,9 +207,7 @@ impl AsyncRead for StreamsReader {
                     return Poll::Ready(Err(error));
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    self.packets.close();
-                    self.packet = Bytes::new();
-                    tracing::debug!(%error, "a QUIC read failed after bytes were handed over");
+                    self.failed = Some(error);
                     break;
                 }
                 // The end: the control stream ended.
@@ -228,7 +252,13 @@ async fn read_packets(
                 }
                 Err(_) => accepting = false,
             },
-            Some(_) = broker_streams.join_next() => {}
+            Some(ended) = broker_streams.join_next() => {
+                // A broker's stream that breaks MQTT's framing loses what follows on it:
+                // the session hears why rather than counting the loss unexplained.
+                if let Ok(Err(error)) = ended {
+                    let _ = packets.send(Err(error)).await;
+                }
+            }
         }
     };
     if let Err(error) = end {
@@ -237,9 +267,9 @@ async fn read_packets(
 }
 
 /// Hands the whole packets of `recv` to `packets`, skipping a flow header first when
-/// `flow_header` may lead it; `Ok` at the stream's end or the connection's normal close.
-/// A broker's stream that fails (reset, or its connection lost) ends here: the control
-/// stream tells the session what became of the connection.
+/// `flow_header` may lead it; `Ok` at the stream's end, the connection's normal close, or
+/// when the stream is reset or the connection lost (the control stream tells the session
+/// what became of the connection); an error when the bytes break MQTT's framing.
 async fn read_stream(
     mut recv: quinn::RecvStream,
     flow_header: bool,
@@ -258,10 +288,14 @@ async fn read_stream(
                     "a QUIC stream ended inside an MQTT packet",
                 ));
             }
+            Err(error) if flow_header => {
+                tracing::debug!(%error, "a QUIC stream of the broker's ended");
+                return Ok(());
+            }
             Err(error) => return stream_read_end(error),
         }
         if header_left {
-            let Some(header) = flow_header_len(&buf) else {
+            let Some(header) = flow_header_len(&buf)? else {
                 continue;
             };
             buf.advance(header);
@@ -294,6 +328,18 @@ struct StreamsWriter {
     failure: Arc<OnceLock<String>>,
     closing: Arc<Closing>,
     finished: bool,
+    writing: tokio::task::AbortHandle,
+}
+
+impl Drop for StreamsWriter {
+    fn drop(&mut self) {
+        // A writer dropped without shutdown (a connection cut or lost): its task, which may
+        // wait on the broker, must not keep the connection. After shutdown the task closes
+        // the connection itself, and the run waits for it.
+        if !self.finished {
+            self.writing.abort();
+        }
+    }
 }
 
 impl StreamsWriter {
@@ -383,10 +429,12 @@ async fn write_packets(
         let packet = match outgoing {
             Outgoing::Packet(packet) => packet,
             Outgoing::Finish => {
-                out.finish_publish_streams().await;
+                // One wait in all, as the run waits for one ([`super::quic::QuicDialer::settle`]).
+                let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+                out.finish_publish_streams(deadline).await;
                 // Finished or reset already (the broker closed first) is fine.
                 let _ = out.control.finish();
-                let _ = tokio::time::timeout(CLOSE_WAIT, out.connection.closed()).await;
+                let _ = tokio::time::timeout_at(deadline, out.connection.closed()).await;
                 out.connection
                     .close(super::quic::CLOSED_NORMALLY.into(), b"");
                 closing.end();
@@ -395,6 +443,13 @@ async fn write_packets(
         };
         if let Err(error) = out.write(packet).await {
             let _ = failure.set(error.to_string());
+            // A shutdown already queued still ends its count.
+            packets.close();
+            while let Some(outgoing) = packets.recv().await {
+                if let Outgoing::Finish = outgoing {
+                    closing.end();
+                }
+            }
             return;
         }
     }
@@ -416,7 +471,8 @@ impl Outbound {
             }
             _ => {
                 if kind == DISCONNECT {
-                    self.finish_publish_streams().await;
+                    let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+                    self.finish_publish_streams(deadline).await;
                 }
                 self.control
                     .write_all(&packet)
@@ -426,14 +482,14 @@ impl Outbound {
         }
     }
 
-    /// Finishes every PUBLISH stream and waits ([`CLOSE_WAIT`] at most) until the broker
-    /// has acknowledged all their data.
-    async fn finish_publish_streams(&mut self) {
+    /// Finishes every PUBLISH stream and waits (until `deadline` at most) until the broker
+    /// has acknowledged receiving all their data.
+    async fn finish_publish_streams(&mut self, deadline: tokio::time::Instant) {
         for stream in self.topics.take_all() {
             finish_and_track(stream, &mut self.published);
         }
         let published = &mut self.published;
-        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        let _ = tokio::time::timeout_at(deadline, async {
             while published.join_next().await.is_some() {}
         })
         .await;
@@ -452,13 +508,18 @@ fn finish_and_track(mut stream: quinn::SendStream, published: &mut JoinSet<()>) 
     while published.try_join_next().is_some() {}
 }
 
-/// The topic streams of one connection. A loadgen publisher publishes to one topic, so a
-/// connection holds one, far below the broker's limit of streams open at once (quinn's
-/// default, 100, which the mqttv5 broker keeps).
+/// The topic streams of one connection. A loadgen publisher publishes to one topic (the
+/// spec refuses the retained and will scenarios, which publish to many from one client, with
+/// a stream mode), so a connection holds one, far below the broker's limit of streams open
+/// at once (quinn's default, 100, which the mqttv5 broker keeps).
 #[derive(Default)]
 struct TopicStreams {
     streams: HashMap<Bytes, quinn::SendStream>,
 }
+
+/// Topic streams one connection may hold: a connection that would need more fails, saying
+/// so, rather than wait forever for stream credit its own open streams hold.
+const TOPIC_STREAMS: usize = 64;
 
 impl TopicStreams {
     /// The stream of `topic`, opened now if it has none.
@@ -468,8 +529,12 @@ impl TopicStreams {
         topic: Bytes,
     ) -> io::Result<&mut quinn::SendStream> {
         use std::collections::hash_map::Entry;
+        let full = self.streams.len() >= TOPIC_STREAMS;
         match self.streams.entry(topic) {
             Entry::Occupied(stream) => Ok(stream.into_mut()),
+            Entry::Vacant(_) if full => Err(io::Error::other(format!(
+                "more than {TOPIC_STREAMS} topics on one QUIC connection with a stream per topic"
+            ))),
             Entry::Vacant(vacant) => {
                 let stream = connection.open_uni().await.map_err(io::Error::from)?;
                 Ok(vacant.insert(stream))
@@ -508,13 +573,48 @@ mod tests {
     fn a_flow_header_is_skipped_and_mqtt_without_one_is_not() {
         // The mqttv5 broker's server flow 3, expiry 300 (two bytes), no flags.
         let header = [0x13, 0x03, 0x41, 0x2c, 0x00];
-        assert_eq!(flow_header_len(&header), Some(5));
-        assert_eq!(flow_header_len(&header[..4]), None);
-        assert_eq!(flow_header_len(&[]), None);
+        let len = |buf: &[u8]| flow_header_len(buf).expect("a data flow or MQTT");
+        assert_eq!(len(&header), Some(5));
+        assert_eq!(len(&header[..4]), None);
+        assert_eq!(len(&[]), None);
         // A flow id of 4 bytes (0b10 prefix).
-        assert_eq!(flow_header_len(&[0x13, 0x80, 0, 0, 9, 0x01, 0x00]), Some(7));
-        assert_eq!(flow_header_len(&[0x30, 0x05]), Some(0));
-        assert_eq!(flow_header_len(&[0x40, 0x02]), Some(0));
+        assert_eq!(len(&[0x13, 0x80, 0, 0, 9, 0x01, 0x00]), Some(7));
+        assert_eq!(len(&[0x30, 0x05]), Some(0));
+        assert_eq!(len(&[0x40, 0x02]), Some(0));
+        for other in OTHER_FLOW_HEADERS {
+            flow_header_len(&[other, 0x01]).expect_err("not a data flow's header");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_error_after_packets_is_the_next_reads_and_the_end_an_empty_read() {
+        use tokio::io::AsyncReadExt;
+        let (tx, rx) = mpsc::channel(4);
+        let mut reader = StreamsReader {
+            packet: Bytes::new(),
+            packets: rx,
+            failed: None,
+            reading: tokio::spawn(async {}),
+        };
+        tx.send(Ok(Bytes::from_static(&[0xd0, 0x00])))
+            .await
+            .expect("sent");
+        tx.send(Ok(Bytes::from_static(&[0xd0, 0x00])))
+            .await
+            .expect("sent");
+        tx.send(Err(io::Error::other("reset"))).await.expect("sent");
+        let mut buf = [0u8; 16];
+        // Both packets in one read; the error waits for the next.
+        assert_eq!(reader.read(&mut buf).await.expect("bytes first"), 4);
+        let error = reader.read(&mut buf).await.expect_err("then the error");
+        assert_eq!(error.to_string(), "reset");
+        tx.send(Ok(Bytes::from_static(&[0xd0, 0x00])))
+            .await
+            .expect("sent");
+        drop(tx);
+        assert_eq!(reader.read(&mut buf[..1]).await.expect("a byte"), 1);
+        assert_eq!(reader.read(&mut buf).await.expect("the rest"), 1);
+        assert_eq!(reader.read(&mut buf).await.expect("the end"), 0);
     }
 
     #[test]
