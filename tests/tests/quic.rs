@@ -46,6 +46,18 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
 /// received equal to what loadgen published; sent equal to what loadgen received, plus at most
 /// the `$SYS` publishes the readings themselves were sent.
 async fn counted_run(broker: &Mqttv5, spec: WorkloadSpec, dedicated: bool) -> Summary {
+    counted_run_losing_at_goodbye(broker, spec, dedicated, 0).await
+}
+
+/// [`counted_run`], where the broker may have received up to `goodbye_losses` fewer PUBLISH
+/// than loadgen sent: QoS 0 messages on streams of their own, which mqttv5 drops when it
+/// handles the DISCONNECT on the control stream first (it reads its streams apart).
+async fn counted_run_losing_at_goodbye(
+    broker: &Mqttv5,
+    spec: WorkloadSpec,
+    dedicated: bool,
+    goodbye_losses: u64,
+) -> Summary {
     let [received, sent] = Mqttv5::counters();
     let before = broker.read_counters().expect("counters before");
     let summary = if dedicated {
@@ -62,7 +74,8 @@ async fn counted_run(broker: &Mqttv5, spec: WorkloadSpec, dedicated: bool) -> Su
             now.get(&received) - before.get(&received),
             now.get(&sent) - before.get(&sent),
         );
-        let caught_up = counts.0 >= summary.published && counts.1 >= summary.received;
+        let caught_up =
+            counts.0 + goodbye_losses >= summary.published && counts.1 >= summary.received;
         if caught_up || started.elapsed() > SETTLE_DEADLINE {
             break counts;
         }
@@ -80,9 +93,11 @@ async fn counted_run(broker: &Mqttv5, spec: WorkloadSpec, dedicated: bool) -> Su
         summary.connect_time.p50_us,
         summary.connect_time.p99_us,
     );
-    assert_eq!(
-        broker_received, summary.published,
-        "the broker received what loadgen published"
+    assert!(
+        (summary.published - goodbye_losses..=summary.published).contains(&broker_received),
+        "the broker received {broker_received} of the {} loadgen published (at most \
+         {goodbye_losses} fewer)",
+        summary.published
     );
     assert!(
         (summary.received..=summary.received + readers).contains(&broker_sent),
@@ -320,8 +335,10 @@ async fn with_0_rtt_every_client_resumes_with_its_own_ticket_and_mqttv5_accepts(
 /// all through a wildcard, at `qos` over QUIC with PUBLISH on streams of the clients' own
 /// (`streams`), against mqttv5 delivering every way it can: on the control stream, on a
 /// stream it opens per topic, on one per message (the last two refused by the single-stream
-/// mode). Every message arrives once, mqttv5's counts equal loadgen's, and its log counts
-/// the clients' own streams: one per publisher, or one per message.
+/// mode). At QoS 1 every message arrives once and mqttv5's counts equal loadgen's; at QoS 0
+/// mqttv5 may drop a publisher's last message when it handles the goodbye first, which
+/// loadgen counts lost, and everything mqttv5 received was delivered. Its log counts the
+/// clients' own streams: one per publisher, or one per message.
 async fn streams_against_every_delivery(streams: QuicStreams, qos: Qos) {
     const PUBLISHERS: u32 = 12;
     const MESSAGES: u64 = 20;
@@ -348,13 +365,26 @@ async fn streams_against_every_delivery(streams: QuicStreams, qos: Qos) {
         };
         let mut spec = over_quic(spec, &broker);
         spec.broker.quic_streams = streams;
-        let summary = counted_run(&broker, spec, false).await;
+        // At QoS 0 nothing holds a publisher's goodbye until its last message is handled.
+        let goodbye_losses = match qos {
+            Qos::AtMostOnce => u64::from(PUBLISHERS),
+            _ => 0,
+        };
+        let summary = counted_run_losing_at_goodbye(&broker, spec, false, goodbye_losses).await;
         let published = u64::from(PUBLISHERS) * MESSAGES;
         assert_eq!(summary.published, published, "{delivery:?}");
-        if qos != Qos::AtMostOnce {
+        if qos == Qos::AtMostOnce {
+            let lost = summary.lost.expect("the whole workload ran here");
+            assert!(lost <= goodbye_losses, "{delivery:?}: {lost} lost");
+            assert_eq!(
+                summary.delivered_unique + lost,
+                summary.expected_deliveries,
+                "{delivery:?}: every message delivered or lost"
+            );
+        } else {
             assert_eq!(summary.acknowledged, published, "{delivery:?}");
+            assert_nothing_lost(&summary);
         }
-        assert_nothing_lost(&summary);
         let opened = broker.data_streams_accepted().expect("mqttv5's log");
         eprintln!(
             "PUBLISH on {streams} streams, mqttv5 delivering {delivery:?}: {} delivered, \
