@@ -31,23 +31,11 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOADGEN = os.path.join(ROOT, "target", "release", "loadgen")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loadgen import LOADGEN, free_port, process_cpu_s  # noqa: E402  (bench/loadgen.py)
+
 PAIRS, BURST_MESSAGES, PACED_RATE = 10, 2000, 2000
 MODES = ["single", "per-topic", "per-publish"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def process_cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def make_certificate(workdir):
