@@ -35,6 +35,11 @@ pub struct ReconnectOutcome {
     /// Of those, the ones whose 0-RTT data the broker accepted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub zero_rtt_accepted: u64,
+    /// Of those, the ones whose 0-RTT data the broker rejected once the handshake was done
+    /// (the client then sent CONNECT again on a full handshake). Tried but neither accepted
+    /// nor rejected: the handshake never finished.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_rtt_rejected: u64,
     /// QoS 1 messages sent again (DUP) after a reconnect: sent but not acknowledged when
     /// the connection was lost.
     pub resent: u64,
@@ -60,6 +65,7 @@ impl std::fmt::Debug for ReconnectOutcome {
             .field("sessions_resumed", &self.sessions_resumed)
             .field("zero_rtt_attempted", &self.zero_rtt_attempted)
             .field("zero_rtt_accepted", &self.zero_rtt_accepted)
+            .field("zero_rtt_rejected", &self.zero_rtt_rejected)
             .field("resent", &self.resent)
             .field(
                 "time_away_ns",
@@ -92,6 +98,7 @@ impl ReconnectOutcome {
             sessions_resumed: 0,
             zero_rtt_attempted: 0,
             zero_rtt_accepted: 0,
+            zero_rtt_rejected: 0,
             resent: 0,
             time_away: new_histogram(),
             first_lost_ns: 0,
@@ -127,6 +134,7 @@ impl ReconnectOutcome {
         self.sessions_resumed += other.sessions_resumed;
         self.zero_rtt_attempted += other.zero_rtt_attempted;
         self.zero_rtt_accepted += other.zero_rtt_accepted;
+        self.zero_rtt_rejected += other.zero_rtt_rejected;
         self.resent += other.resent;
         self.time_away
             .add(&other.time_away)

@@ -194,16 +194,21 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
             ("reconnect.sessions_resumed", storm.sessions_resumed),
             ("reconnect.zero_rtt_attempted", storm.zero_rtt_attempted),
             ("reconnect.zero_rtt_accepted", storm.zero_rtt_accepted),
+            ("reconnect.zero_rtt_rejected", storm.zero_rtt_rejected),
             ("reconnect.resent", storm.resent),
         ] {
             total(name, [count])?;
         }
-        if storm.zero_rtt_accepted > storm.zero_rtt_attempted {
+        if storm
+            .zero_rtt_accepted
+            .saturating_add(storm.zero_rtt_rejected)
+            > storm.zero_rtt_attempted
+        {
             return Err(problem(
                 "reconnect.zero_rtt_accepted",
                 format!(
-                    "{} accepted of {} attempted",
-                    storm.zero_rtt_accepted, storm.zero_rtt_attempted
+                    "{} accepted and {} rejected of {} attempted",
+                    storm.zero_rtt_accepted, storm.zero_rtt_rejected, storm.zero_rtt_attempted
                 ),
             ));
         }
@@ -517,6 +522,29 @@ mod tests {
             let problem = check(&result).expect_err("refused").to_string();
             assert!(problem.contains(expected), "{problem} lacks {expected}");
         }
+    }
+
+    #[test]
+    fn zero_rtt_verdicts_beyond_the_tries_are_named() {
+        let mut storm = crate::reconnect::ReconnectOutcome::empty();
+        storm.lost = 4;
+        storm.reconnected = 4;
+        storm.attempts = 4;
+        storm.zero_rtt_attempted = 4;
+        storm.zero_rtt_accepted = 1;
+        storm.zero_rtt_rejected = 3;
+        let mut sound = result();
+        sound.reconnect = Some(storm.clone());
+        check(&sound).expect("one accepted and three rejected of four tried");
+        storm.zero_rtt_rejected = 4;
+        let mut spoilt = result();
+        spoilt.reconnect = Some(storm);
+        let problem = check(&spoilt).expect_err("refused").to_string();
+        assert!(
+            problem
+                .contains("reconnect.zero_rtt_accepted: 1 accepted and 4 rejected of 4 attempted"),
+            "{problem}"
+        );
     }
 
     #[test]

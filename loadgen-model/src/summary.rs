@@ -283,6 +283,9 @@ pub struct ReconnectSummary {
     /// Of those, the ones the broker accepted.
     #[serde(default)]
     pub zero_rtt_accepted: u64,
+    /// Of those, the ones the broker rejected (the rest never finished the handshake).
+    #[serde(default)]
+    pub zero_rtt_rejected: u64,
     /// QoS 1 messages sent again after a reconnect.
     pub resent: u64,
 }
@@ -302,6 +305,7 @@ impl ReconnectSummary {
             sessions_resumed: outcome.sessions_resumed,
             zero_rtt_attempted: outcome.zero_rtt_attempted,
             zero_rtt_accepted: outcome.zero_rtt_accepted,
+            zero_rtt_rejected: outcome.zero_rtt_rejected,
             resent: outcome.resent,
         })
     }

@@ -539,8 +539,9 @@ fn reconnect_lines(out: &mut String, storm: &crate::summary::ReconnectSummary) {
     if storm.zero_rtt_attempted > 0 {
         let _ = writeln!(
             out,
-            "  0-RTT over QUIC: early data of {} of {} connections opened again accepted",
-            storm.zero_rtt_accepted, storm.zero_rtt_attempted
+            "  0-RTT over QUIC: early data of {} of {} connections opened again accepted, {} \
+             rejected by the broker",
+            storm.zero_rtt_accepted, storm.zero_rtt_attempted, storm.zero_rtt_rejected
         );
     }
     for (kind, count) in &storm.failures {

@@ -163,6 +163,7 @@ impl Reconnector {
         if let Some(counts) = zero_rtt {
             outcome.zero_rtt_attempted = counts.attempted;
             outcome.zero_rtt_accepted = counts.accepted;
+            outcome.zero_rtt_rejected = counts.rejected;
         }
         outcome
     }

@@ -43,6 +43,8 @@
 //! - [`fake_k3s`]: the scripted fake `k3s` and what it recorded.
 //! - [`workspace`]: a workspace binary built fresh for a test of another
 //!   package.
+//! - [`udp_relay`]: one UDP address in front of brokers that change, as a broker restarting
+//!   behind its address looks to QUIC clients.
 //! - [`wire`]: a packet capture on loopback that times each PUBLISH into and out of a broker
 //!   (the referee of loadgen's latency figures).
 //! - [`vm`]: the real-kernel checks' driver: builds the one VM payload
@@ -69,6 +71,7 @@ pub mod rabbitmq;
 pub mod rabbitmq_counters;
 mod rabbitmq_env;
 pub mod sys_snapshot;
+pub mod udp_relay;
 pub mod vm;
 pub mod wire;
 pub mod workspace;

@@ -49,6 +49,7 @@ pub struct Mqttv5 {
     tls_port: u16,
     quic_port: u16,
     tls: ServerTlsFiles,
+    delivery: QuicDelivery,
     instance_id: String,
     dir: TempDir,
 }
@@ -61,9 +62,20 @@ impl Mqttv5 {
 
     /// [`Mqttv5::start_with_quic`], delivering PUBLISH over QUIC as `delivery` says.
     pub fn start_with_quic_delivering(delivery: QuicDelivery) -> Result<Self> {
+        Self::start(delivery, None)
+    }
+
+    /// Another broker with `other`'s certificate and delivery, so trusted as `other` is, on
+    /// ports and with TLS ticket keys of its own: what a client meets when a broker restarts
+    /// (or fails over) behind the same address.
+    pub fn start_with_the_certificate_of(other: &Mqttv5) -> Result<Self> {
+        Self::start(other.delivery, Some(&other.tls))
+    }
+
+    fn start(delivery: QuicDelivery, certificate: Option<&ServerTlsFiles>) -> Result<Self> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_once(delivery) {
+            match Self::start_once(delivery, certificate) {
                 Ok(broker) => return Ok(broker),
                 Err(error) => last = Some(error),
             }
@@ -72,7 +84,7 @@ impl Mqttv5 {
             .context(format!("starting mqttv5 {START_ATTEMPTS} times"))
     }
 
-    fn start_once(delivery: QuicDelivery) -> Result<Self> {
+    fn start_once(delivery: QuicDelivery, certificate: Option<&ServerTlsFiles>) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("continuum-mqttv5-")
             .tempdir()
@@ -84,7 +96,10 @@ impl Mqttv5 {
         };
         let tls_dir = dir.path().join("tls");
         std::fs::create_dir(&tls_dir).with_context(|| format!("creating {}", tls_dir.display()))?;
-        let tls = tls_files_in(&tls_dir, LOOPBACK.into())?;
+        let tls = match certificate {
+            Some(files) => copy_tls_files(files, &tls_dir)?,
+            None => tls_files_in(&tls_dir, LOOPBACK.into())?,
+        };
         let config = recipes::mqttv5::with_quic(
             recipes::mqttv5::config(
                 &BrokerOptions {
@@ -135,6 +150,7 @@ impl Mqttv5 {
             tls_port,
             quic_port,
             tls,
+            delivery,
             instance_id,
             dir,
         };
@@ -193,6 +209,47 @@ impl Mqttv5 {
     pub fn read_counters(&self) -> Result<SysSnapshot> {
         SysSnapshot::read(self.address(), &Self::counters())
     }
+}
+
+impl Mqttv5 {
+    /// Stops the broker as Ctrl-C does: it closes every QUIC connection ("broker shutdown"),
+    /// so its clients learn at once that it went. Waits (10 s at most) for it to exit.
+    pub fn interrupt(&mut self) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id()).context("the broker's PID")?;
+        // SAFETY: kill(2) with a PID of our own child, not yet reaped, and a valid signal.
+        if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("sending SIGINT to mqttv5");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if self
+                .child
+                .try_wait()
+                .context("waiting for mqttv5")?
+                .is_some()
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("mqttv5 did not exit within 10 s of SIGINT")
+    }
+}
+
+/// Copies `files` into `dir`: a second broker with the first one's certificate.
+fn copy_tls_files(files: &ServerTlsFiles, dir: &Path) -> Result<ServerTlsFiles> {
+    let copy = |from: &Path| -> Result<std::path::PathBuf> {
+        let name = from.file_name().context("a TLS file has a name")?;
+        let to = dir.join(name);
+        std::fs::copy(from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        Ok(to)
+    };
+    Ok(ServerTlsFiles {
+        ca: copy(&files.ca)?,
+        cert: copy(&files.cert)?,
+        key: copy(&files.key)?,
+    })
 }
 
 impl Drop for Mqttv5 {

@@ -3,10 +3,12 @@
 //! arrive and the broker's `$SYS` counts of PUBLISH packets received and sent must equal
 //! loadgen's: for the study's latency test, 1 MB payloads, a sustained rate judged steady by
 //! loadgen, and churn; a burst at QoS 1 counted the same; a reconnect storm over QUIC
-//! brings every connection back and accounts for every message; refusals name the field or
+//! brings every connection back and accounts for every message, with 0-RTT accepted by the
+//! same broker and rejected by one restarted behind its address; refusals name the field or
 //! the reason.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use domain::QuicDelivery;
@@ -17,8 +19,10 @@ use loadgen::spec::{
 };
 use tests::load::{assert_nothing_lost, assert_transport_steady, megabyte_workload, run};
 use tests::mqttv5::{MQTTV5_BINARY, Mqttv5};
+use tests::ports::LOOPBACK;
 use tests::skip_unless_installed;
 use tests::sys_snapshot::{SysCounter, SysSnapshot};
+use tests::udp_relay::UdpRelay;
 use tokio_util::sync::CancellationToken;
 
 /// `spec` over QUIC to `broker`'s QUIC listener, trusting its test CA.
@@ -241,18 +245,19 @@ async fn a_burst_over_quic_at_qos_1_is_counted_exactly() {
     assert_nothing_lost(&summary);
 }
 
-/// Every connection cut by loadgen at one moment, over QUIC, with 0-RTT or without: each comes
-/// back through a new QUIC handshake, and every message is accounted for, delivered or lost.
-/// (This mqttv5 keeps no session of a client that left, as the capability probe finds, so
-/// what its subscribers missed while away is lost, and counted as such.)
-async fn storm_over_quic(broker: &Mqttv5, zero_rtt: bool) -> loadgen::result::ReconnectOutcome {
-    const PAIRS: u32 = 4;
+/// Publisher and subscriber pairs of a reconnect storm.
+const STORM_PAIRS: u32 = 4;
+
+/// A storm's workload: [`STORM_PAIRS`] pairs at QoS 1 with kept sessions, `messages` each at
+/// 50 msg/s, every client back within 20 s of a loss; loadgen cuts every connection at
+/// `cut_all_at`.
+fn storm_workload(messages: u64, cut_all_at: Option<Duration>) -> WorkloadSpec {
     let mut spec = loadgen::presets::latency();
-    spec.publishers = PAIRS;
-    spec.subscribers = PAIRS;
+    spec.publishers = STORM_PAIRS;
+    spec.subscribers = STORM_PAIRS;
     spec.topology = Topology::Pairs;
     spec.qos = Qos::AtLeastOnce;
-    spec.messages_per_publisher = 150;
+    spec.messages_per_publisher = messages;
     spec.warmup_messages = 1;
     spec.pacing = Pacing::OpenLoop {
         interval: Duration::from_millis(20),
@@ -261,18 +266,38 @@ async fn storm_over_quic(broker: &Mqttv5, zero_rtt: bool) -> loadgen::result::Re
     spec.connection.reconnect = Some(Reconnect {
         within: Duration::from_secs(20),
         retry: Duration::from_millis(100),
-        cut_all_at: Some(Duration::from_secs(1)),
+        cut_all_at,
     });
-    let mut spec = over_quic(spec, broker);
+    spec
+}
+
+/// Every connection cut by loadgen at one moment, over QUIC, with 0-RTT or without: each comes
+/// back through a new QUIC handshake, and every message is accounted for, delivered or lost.
+/// (This mqttv5 keeps no session of a client that left, as the capability probe finds, so
+/// what its subscribers missed while away is lost, and counted as such.)
+async fn storm_over_quic(broker: &Mqttv5, zero_rtt: bool) -> loadgen::result::ReconnectOutcome {
+    let mut spec = over_quic(storm_workload(150, Some(Duration::from_secs(1))), broker);
     spec.broker.quic_zero_rtt = zero_rtt;
     let result = loadgen::run(&spec, CancellationToken::new(), None)
         .await
         .expect("the run completes");
-    let summary = Summary::of(&result);
+    every_connection_back(
+        &result,
+        &format!("reconnect storm over QUIC, 0-RTT {zero_rtt}"),
+    )
+}
+
+/// The storm of `result`, once every connection lost came back once and every message is
+/// accounted for: acknowledged in the end, delivered or counted lost.
+fn every_connection_back(
+    result: &loadgen::result::RunResult,
+    what: &str,
+) -> loadgen::result::ReconnectOutcome {
+    let summary = Summary::of(result);
     let storm = result.reconnect.clone().expect("the storm is reported");
-    let connections = u64::from(2 * PAIRS);
+    let connections = u64::from(2 * STORM_PAIRS);
     eprintln!(
-        "reconnect storm over QUIC, 0-RTT {zero_rtt}: {storm:?}; time away p50 {:.2} ms; \
+        "{what}: {storm:?}; time away p50 {:.2} ms; \
          delivered {} of {}, lost {:?}",
         summary
             .reconnect
@@ -290,7 +315,10 @@ async fn storm_over_quic(broker: &Mqttv5, zero_rtt: bool) -> loadgen::result::Re
         connections,
         "each time away measured"
     );
-    assert_eq!(summary.published, u64::from(PAIRS) * 150);
+    assert_eq!(
+        summary.published,
+        u64::from(STORM_PAIRS) * result.spec.messages_per_publisher
+    );
     assert_eq!(
         summary.acknowledged, summary.published,
         "every QoS 1 message acknowledged, in the end"
@@ -328,6 +356,69 @@ async fn with_0_rtt_every_client_resumes_with_its_own_ticket_and_mqttv5_accepts(
     assert_eq!(
         storm.zero_rtt_accepted, storm.zero_rtt_attempted,
         "mqttv5 takes early data: {storm:?}"
+    );
+}
+
+/// A broker restarted behind its address knows no ticket of the one before. Two mqttv5
+/// processes with one certificate stand behind a UDP relay; once every client is connected
+/// through it to the first (and holds its tickets), the relay points at the second and the
+/// first is stopped (Ctrl-C, which closes every connection). Each client comes back with
+/// its ticket and CONNECT as 0-RTT data; the second broker rejects the early data once the
+/// handshake is done, and the client sends CONNECT again at once on a full handshake. Every
+/// connection comes back, every message is accounted for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_rejects_0_rtt_and_every_client_comes_back_on_a_full_handshake() {
+    skip_unless_installed!(MQTTV5_BINARY);
+    let mut first = Mqttv5::start_with_quic().expect("mqttv5 starts");
+    let second = Mqttv5::start_with_the_certificate_of(&first).expect("a second mqttv5 starts");
+    let relay = UdpRelay::start(SocketAddr::from((LOOPBACK, first.quic_port())))
+        .await
+        .expect("the relay starts");
+    // Long enough that the clients are back well before the last message is due.
+    let mut spec = over_quic(storm_workload(250, None), &first);
+    spec.broker.port = relay.address().port();
+    spec.broker.quic_zero_rtt = true;
+    let run =
+        tokio::spawn(async move { loadgen::run(&spec, CancellationToken::new(), None).await });
+
+    // Connected and with its tickets: a client the first broker has answered a dozen times
+    // (its tickets come with the end of the handshake, before CONNACK).
+    let connections = 2 * STORM_PAIRS as usize;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while relay
+        .replies_per_flow()
+        .iter()
+        .filter(|&&n| n >= 12)
+        .count()
+        < connections
+    {
+        assert!(
+            Instant::now() < deadline && !run.is_finished(),
+            "every client answered by the first broker within 30 s: {:?}",
+            relay.replies_per_flow()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay.point_at(SocketAddr::from((LOOPBACK, second.quic_port())));
+    tokio::task::block_in_place(|| first.interrupt()).expect("the first broker stops");
+
+    let result = run
+        .await
+        .expect("the run's task")
+        .expect("the run completes");
+    let storm = every_connection_back(&result, "the broker restarted behind its address");
+    assert_eq!(
+        (
+            storm.zero_rtt_attempted,
+            storm.zero_rtt_rejected,
+            storm.zero_rtt_accepted
+        ),
+        (connections as u64, connections as u64, 0),
+        "each client came back with its ticket and the new broker rejected every one: {storm:?}"
+    );
+    assert!(
+        storm.failures.is_empty(),
+        "a rejection is not a failed attempt, the full handshake follows at once: {storm:?}"
     );
 }
 

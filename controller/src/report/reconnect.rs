@@ -65,7 +65,7 @@ fn zero_rtt_part(section: &mut Section, data: &RunData) {
             "Broker",
             "Scenario",
             "Repetitions",
-            "0-RTT accepted / tried",
+            "0-RTT accepted / rejected / tried",
         ],
         3,
     );
@@ -75,8 +75,9 @@ fn zero_rtt_part(section: &mut Section, data: &RunData) {
         vec![
             storms.len().to_string(),
             format!(
-                "{} / {}",
+                "{} / {} / {}",
                 sum(|s| s.zero_rtt_accepted),
+                sum(|s| s.zero_rtt_rejected),
                 sum(|s| s.zero_rtt_attempted)
             ),
         ]
@@ -89,9 +90,10 @@ fn zero_rtt_part(section: &mut Section, data: &RunData) {
     section.paragraph(
         "Over QUIC with 0-RTT, a client connecting again resumed TLS with a ticket of its own \
          earlier connection and sent its CONNECT in the first flight. Tried: connections \
-         opened that way; accepted: those whose early data the broker took. The others were \
-         rejected, or their handshake did not finish; after a rejection the client tried again \
-         at once with a full handshake. The time away, with 0-RTT's part in it, is in the \
+         opened that way; accepted: those whose early data the broker took; rejected: those \
+         whose early data it refused once the handshake was done (a ticket it could not use, \
+         as after a restart), after which the client sent CONNECT again at once on a full \
+         handshake. The others never finished their handshake. The time away, with 0-RTT's part in it, is in the \
          table above.",
     );
     section.blocks.push(Block::Table(table));

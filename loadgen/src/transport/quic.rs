@@ -16,8 +16,9 @@
 //! ticket that allows early data, its CONNECT leaves in the first flight. Until the broker's
 //! verdict the client's tickets are set aside, so a broker that rejects the early data fails
 //! that attempt (its stream never reaches the broker, and the reads say
-//! [`EARLY_DATA_REJECTED`]), and the client's next attempt is a full handshake. Tried and
-//! accepted are counted ([`ZeroRttCounts`]).
+//! [`EARLY_DATA_REJECTED`]), and the client's next attempt is a full handshake. Tried,
+//! accepted and rejected are counted ([`ZeroRttCounts`]); a try neither accepted nor
+//! rejected is a handshake that never finished.
 
 use std::collections::HashMap;
 use std::io;
@@ -90,24 +91,28 @@ struct ZeroRtt {
     counts: Arc<ZeroRttShared>,
 }
 
-/// Connections opened with 0-RTT data, the ones the broker accepted, and the verdicts still
-/// awaited (a run waits for them before it reads the counts).
+/// Connections opened with 0-RTT data, the ones the broker accepted and rejected, and the
+/// verdicts still awaited (a run waits for them before it reads the counts).
 #[derive(Default)]
 struct ZeroRttShared {
     attempted: AtomicU64,
     accepted: AtomicU64,
+    rejected: AtomicU64,
     pending: AtomicUsize,
     decided: Notify,
 }
 
 /// How many connections were opened with 0-RTT data, and how many of those the broker
-/// accepted.
+/// accepted and rejected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ZeroRttCounts {
     /// Opened with 0-RTT data: the client held a ticket that allowed it.
     pub attempted: u64,
     /// Of those, the ones whose early data the broker accepted.
     pub accepted: u64,
+    /// Of those, the ones whose early data the broker rejected, its handshake done (a
+    /// ticket it could not use: its ticket keys changed, as they do when it restarts).
+    pub rejected: u64,
 }
 
 /// Connections closing in the background after their writer's shutdown: a run waits for them
@@ -216,7 +221,15 @@ impl QuicDialer {
         Some(ZeroRttCounts {
             attempted: counts.attempted.load(Ordering::Acquire),
             accepted: counts.accepted.load(Ordering::Acquire),
+            rejected: counts.rejected.load(Ordering::Acquire),
         })
+    }
+
+    /// Counts a connection whose stream said the broker rejected its 0-RTT data.
+    pub(super) fn note_zero_rtt_rejected(&self) {
+        if let Some(zero_rtt) = &self.zero_rtt {
+            zero_rtt.counts.rejected.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// The configuration `client` dials with: with 0-RTT, its own (its own tickets).

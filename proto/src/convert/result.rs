@@ -230,6 +230,7 @@ fn result_from_proto(message: pb::RunResult, at: &str) -> Result<RunResult, Conv
                     sessions_resumed: storm.sessions_resumed,
                     zero_rtt_attempted: storm.zero_rtt_attempted,
                     zero_rtt_accepted: storm.zero_rtt_accepted,
+                    zero_rtt_rejected: storm.zero_rtt_rejected,
                     resent: storm.resent,
                     time_away: histogram_from_bytes(&storm.time_away, &at, "time_away")?,
                     first_lost_ns: storm.first_lost_ns,
@@ -554,6 +555,7 @@ impl TryFrom<&RunResult> for pb::RunResult {
                         sessions_resumed: storm.sessions_resumed,
                         zero_rtt_attempted: storm.zero_rtt_attempted,
                         zero_rtt_accepted: storm.zero_rtt_accepted,
+                        zero_rtt_rejected: storm.zero_rtt_rejected,
                         resent: storm.resent,
                         time_away: histogram_to_bytes(&storm.time_away, &at, "time_away")?,
                         first_lost_ns: storm.first_lost_ns,
@@ -761,7 +763,8 @@ mod tests {
         storm.failures = [("connect_io".to_string(), 55)].into_iter().collect();
         storm.sessions_resumed = 20;
         storm.zero_rtt_attempted = 12;
-        storm.zero_rtt_accepted = 11;
+        storm.zero_rtt_accepted = 9;
+        storm.zero_rtt_rejected = 2;
         storm.resent = 17;
         storm.time_away.record(104_000_000).expect("in range");
         storm.first_lost_ns = 1_200_000_000;
