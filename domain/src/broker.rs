@@ -218,14 +218,8 @@ impl BrokerSpec {
                 "is the MQTT port; the WebSocket listener needs a port of its own",
             ));
         }
-        if let Some(port) = self.options.quic_port
-            && !matches!(self.kind, BrokerKind::Native { .. })
-        {
-            return Err(InvalidSpec::new(
-                "options.quic_port",
-                port,
-                "the agent opens a QUIC listener for a native broker only",
-            ));
+        if let Some(port) = self.options.quic_port {
+            self.validate_quic_port(port)?;
         }
         if self.options.max_queued_messages == Some(0) {
             return Err(InvalidSpec::new(
@@ -235,6 +229,42 @@ impl BrokerSpec {
             ));
         }
         Ok(())
+    }
+
+    /// `options.quic_port`: a native broker's UDP port, or a kubernetes broker's UDP
+    /// NodePort (0: the product's default), on the node whose address its certificate names.
+    fn validate_quic_port(&self, port: u16) -> Result<(), InvalidSpec> {
+        let refused = |reason: String| Err(InvalidSpec::new("options.quic_port", port, reason));
+        match &self.kind {
+            BrokerKind::Native { .. } => Ok(()),
+            BrokerKind::Kubernetes {
+                node_port,
+                on_every_node,
+                ..
+            } => {
+                if *on_every_node {
+                    return refused(
+                        "the QUIC listener's certificate names the address of the pod's node \
+                         only, so its clients cannot enter through another node \
+                         (on_every_node)"
+                            .into(),
+                    );
+                }
+                let taken = [*node_port, self.options.websocket_port];
+                if port != 0 && (!NODE_PORTS.contains(&port) || taken.contains(&Some(port))) {
+                    return refused(format!(
+                        "is a kubernetes broker's QUIC NodePort (UDP): it must be in {}-{} and \
+                         differ from its MQTT and WebSocket NodePorts",
+                        NODE_PORTS.start(),
+                        NODE_PORTS.end()
+                    ));
+                }
+                Ok(())
+            }
+            _ => refused(
+                "the agent opens a QUIC listener for a native or a kubernetes broker only".into(),
+            ),
+        }
     }
 
     /// The address the broker listens on once its port is known.
@@ -445,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quic_listener_is_asked_only_of_native_brokers() {
+    fn a_quic_listener_is_asked_only_of_native_and_kubernetes_brokers() {
         let mut native = spec("a");
         native.kind = BrokerKind::Native {
             product: Product::Mqttv5,
@@ -456,7 +486,30 @@ mod tests {
         embedded.options.quic_port = Some(14567);
         let error = embedded.validate().unwrap_err().to_string();
         assert!(
-            error.starts_with("options.quic_port: \"14567\" the agent opens a QUIC listener for a native broker only"),
+            error.starts_with("options.quic_port: \"14567\" the agent opens a QUIC listener for a native or a kubernetes broker only"),
+            "{error}"
+        );
+        let mut pod = kubernetes("a", "worker-1", "continuum", Some(31884));
+        pod.options.websocket_port = Some(32384);
+        for port in [0, 32484] {
+            pod.options.quic_port = Some(port);
+            assert_eq!(pod.validate(), Ok(()), "{port}");
+        }
+        for port in [14567, 31884, 32384] {
+            pod.options.quic_port = Some(port);
+            let error = pod.validate().unwrap_err().to_string();
+            assert!(
+                error.contains("is a kubernetes broker's QUIC NodePort (UDP): it must be in 30000-32767 and differ"),
+                "{port}: {error}"
+            );
+        }
+        pod.options.quic_port = Some(0);
+        if let BrokerKind::Kubernetes { on_every_node, .. } = &mut pod.kind {
+            *on_every_node = true;
+        }
+        let error = pod.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("cannot enter through another node"),
             "{error}"
         );
     }

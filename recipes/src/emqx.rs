@@ -12,7 +12,8 @@
 //! publish and subscribe to any topic.
 //!
 //! Natively, an instance asking for QUIC gets EMQX 5's `listeners.quic.default` (off unless
-//! enabled): on its address, with the certificate and key the agent made. EMQX serves MQTT on
+//! enabled): on its address, with the certificate and key the agent made; in the pod, on UDP
+//! 14567 with the certificate and key from a Secret ([`pod_quic`]). EMQX serves MQTT on
 //! the connection's one stream unless the client opens more (its single-stream mode, which
 //! loadgen speaks). EMQX is not installed on the machine that builds this, so the listener
 //! is checked here by its settings only, and by the agent's readiness probe over QUIC on a
@@ -108,24 +109,12 @@ pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> N
         ("EMQX_RPC__TCP_SERVER_PORT", ports.rpc.to_string()),
         ("ERL_ZFLAGS", DISTRIBUTION_ON_LOOPBACK.to_owned()),
     ];
-    // EMQX 5.0 reads the listener's certfile and keyfile; 5.1 and later drop those as
-    // deprecated and read ssl_options: both are set.
     let quic = instance.quic.map(|quic| {
-        let (cert, key) = (
+        quic_listener(
+            quic.address.to_string(),
             quic.cert_file.display().to_string(),
             quic.key_file.display().to_string(),
-        );
-        [
-            ("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED", "true".to_owned()),
-            (
-                "EMQX_LISTENERS__QUIC__DEFAULT__BIND",
-                quic.address.to_string(),
-            ),
-            ("EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE", cert.clone()),
-            ("EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE", key.clone()),
-            ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__CERTFILE", cert),
-            ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__KEYFILE", key),
-        ]
+        )
     });
     let mut main = CommandLine::new(program);
     main.args = vec!["foreground".into()];
@@ -137,6 +126,44 @@ pub fn native(program: &Path, instance: &Instance<'_>, ports: PrivatePorts) -> N
         .collect();
     main.env_remove_prefixes = vec!["EMQX_", "ERL_", "EPMD_", "WITH_EPMD"];
     NativePlan::erlang(main, instance.options.start_deadline_or(START_DEADLINE))
+}
+
+/// `listeners.quic.default` on `bind`, with `cert` and `key`. EMQX 5.0 reads the listener's
+/// certfile and keyfile; 5.1 and later drop those as deprecated and read ssl_options: both
+/// are set.
+fn quic_listener(bind: String, cert: String, key: String) -> [(&'static str, String); 6] {
+    [
+        ("EMQX_LISTENERS__QUIC__DEFAULT__ENABLED", "true".to_owned()),
+        ("EMQX_LISTENERS__QUIC__DEFAULT__BIND", bind),
+        ("EMQX_LISTENERS__QUIC__DEFAULT__CERTFILE", cert.clone()),
+        ("EMQX_LISTENERS__QUIC__DEFAULT__KEYFILE", key.clone()),
+        ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__CERTFILE", cert),
+        ("EMQX_LISTENERS__QUIC__DEFAULT__SSL_OPTIONS__KEYFILE", key),
+    ]
+}
+
+/// The UDP port of the pod's QUIC listener: EMQX's documented 14567.
+pub const POD_QUIC_PORT: u16 = 14567;
+
+/// The group [`IMAGE`] runs EMQX as (its Dockerfile's `emqx`, gid 1000).
+pub const IMAGE_GROUP: i64 = 1000;
+
+/// The pod's QUIC listener: on every address of the pod at [`POD_QUIC_PORT`], with the
+/// certificate and key the agent mounts. Whether the pinned image was built with QUIC
+/// cannot be checked on the machine that builds this (no image is pulled here); the agent's
+/// readiness probe over QUIC finds out on the node.
+pub fn pod_quic() -> crate::PodQuic {
+    let file = |name: &str| format!("{}/{name}", crate::POD_QUIC_DIR);
+    crate::PodQuic {
+        port: POD_QUIC_PORT,
+        env: quic_listener(
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, POD_QUIC_PORT)).to_string(),
+            file(crate::POD_QUIC_CERT),
+            file(crate::POD_QUIC_KEY),
+        )
+        .into(),
+        group: IMAGE_GROUP,
+    }
 }
 
 /// The pod: [`IMAGE`] with [`benchmark_settings`] as its environment, and a cookie and a
@@ -222,6 +249,27 @@ mod tests {
         assert_eq!(plan.main.env_value("EMQX_MQTT__MAX_INFLIGHT"), None);
         assert_eq!(plan.main_process_names, ["beam.smp"]);
         assert_eq!(plan.ready_deadline, START_DEADLINE);
+    }
+
+    #[test]
+    fn the_pods_quic_listener_reads_the_mounted_certificate_on_every_address() {
+        let quic = crate::pod_quic(domain::Product::Emqx).expect("EMQX's pod speaks QUIC");
+        assert_eq!((quic.port, quic.group), (14567, 1000));
+        let env: std::collections::BTreeMap<_, _> = quic.env.into_iter().collect();
+        assert_eq!(env["EMQX_LISTENERS__QUIC__DEFAULT__ENABLED"], "true");
+        assert_eq!(env["EMQX_LISTENERS__QUIC__DEFAULT__BIND"], "0.0.0.0:14567");
+        for name in ["CERTFILE", "SSL_OPTIONS__CERTFILE"] {
+            let name = format!("EMQX_LISTENERS__QUIC__DEFAULT__{name}");
+            assert_eq!(env[name.as_str()], "/etc/continuum/quic/tls.crt");
+        }
+        for name in ["KEYFILE", "SSL_OPTIONS__KEYFILE"] {
+            let name = format!("EMQX_LISTENERS__QUIC__DEFAULT__{name}");
+            assert_eq!(env[name.as_str()], "/etc/continuum/quic/tls.key");
+        }
+        assert_eq!(
+            crate::pod_quic(domain::Product::Mosquitto),
+            Err("its pod opens no QUIC listener; EMQX's does")
+        );
     }
 
     #[test]

@@ -99,6 +99,35 @@ pub struct QuicListen<'a> {
     pub key_file: &'a Path,
 }
 
+/// Where a pod's QUIC listener finds its certificate and key: a Secret of the broker's own
+/// (type `kubernetes.io/tls`), mounted read-only.
+pub const POD_QUIC_DIR: &str = "/etc/continuum/quic";
+/// The certificate's file there (the Secret's key `tls.crt`).
+pub const POD_QUIC_CERT: &str = "tls.crt";
+/// The private key's file there (the Secret's key `tls.key`).
+pub const POD_QUIC_KEY: &str = "tls.key";
+
+/// How a product's pod opens MQTT over QUIC, with the certificate and key the agent puts at
+/// [`POD_QUIC_DIR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodQuic {
+    /// The container's UDP port.
+    pub port: u16,
+    /// The container's variables that open the listener on `port`.
+    pub env: Vec<(&'static str, String)>,
+    /// The group the image runs its broker as: the pod's `fsGroup`, so the key's file can
+    /// be readable by that group and no one else.
+    pub group: i64,
+}
+
+/// How `product`'s pod opens a QUIC listener, or why it does not.
+pub fn pod_quic(product: Product) -> Result<PodQuic, &'static str> {
+    match product {
+        Product::Emqx => Ok(emqx::pod_quic()),
+        _ => Err("its pod opens no QUIC listener; EMQX's does"),
+    }
+}
+
 /// Whether `product`'s recipe opens a QUIC listener, or why not.
 pub fn quic_listener(product: Product) -> Result<(), &'static str> {
     match product {

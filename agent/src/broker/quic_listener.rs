@@ -59,6 +59,21 @@ impl std::fmt::Debug for QuicCertificate {
 /// Makes a CA and a certificate it signs for `addresses`, to be written into `dir` (the
 /// instance's) with the rest of its plan.
 pub fn make_certificate(dir: &Path, addresses: &[IpAddr]) -> Result<QuicCertificate, BrokerError> {
+    let (ca_pem, issued) = issue_certificate(addresses)?;
+    Ok(QuicCertificate {
+        ca_pem,
+        cert_pem: issued.cert_pem.clone(),
+        cert_file: dir.join(CERT_FILE),
+        key_pem: issued.key_pem.clone(),
+        key_file: dir.join(KEY_FILE),
+    })
+}
+
+/// A CA of the deployment's own (its certificate, PEM) and the listener's certificate and
+/// key it signs for `addresses`: for a pod, whose files come from a Secret.
+pub fn issue_certificate(
+    addresses: &[IpAddr],
+) -> Result<(String, proto::pki::IssuedIdentity), BrokerError> {
     let failed = |error: proto::pki::PkiError| {
         BrokerError::io(
             "making the QUIC listener's certificate",
@@ -69,13 +84,7 @@ pub fn make_certificate(dir: &Path, addresses: &[IpAddr]) -> Result<QuicCertific
     let mut spec = IdentitySpec::new(Role::Agent, LISTENER_NAME);
     spec.ip_addresses = addresses.to_vec();
     let issued = ca.issue(&spec).map_err(failed)?;
-    Ok(QuicCertificate {
-        ca_pem: ca.cert_pem().to_owned(),
-        cert_pem: issued.cert_pem.clone(),
-        cert_file: dir.join(CERT_FILE),
-        key_pem: issued.key_pem.clone(),
-        key_file: dir.join(KEY_FILE),
-    })
+    Ok((ca.cert_pem().to_owned(), issued))
 }
 
 /// The addresses the certificate names for a listener bound to `bind`: the address clients

@@ -1,8 +1,9 @@
 //! MQTT over QUIC in a plan: which tests speak it (`[tests.workload.broker] transport =
-//! "quic"`), an external broker's QUIC listener (`quic_address`), the listener a native
-//! broker's agent opens, and the check that every broker of the plan can be reached that way.
+//! "quic"`), an external broker's QUIC listener (`quic_address`), the listener the agent
+//! opens for a native broker or a pod (EMQX's, on a UDP NodePort), and the check that every
+//! broker of the plan can be reached that way.
 //!
-//! A native broker's QUIC certificate is made by its agent, and the controller sends that
+//! A deployed broker's QUIC certificate is made by its agent, and the controller sends that
 //! CA with each workload; the test's `tls_ca_file` is for external brokers.
 
 use domain::{Product, QuicDelivery};
@@ -22,10 +23,11 @@ impl Plan {
             .collect()
     }
 
-    /// The QUIC port a native `broker` is asked to open: any free one when a test speaks
-    /// QUIC, else none.
+    /// The QUIC port a deployed `broker` is asked to open when a test speaks QUIC, else
+    /// none: any free one natively, the product's default UDP NodePort for a pod.
     pub fn quic_port_of(&self, broker: &BrokerEntry) -> Option<u16> {
-        (broker.kind == BrokerKind::Native && !self.quic_tests().is_empty()).then_some(0)
+        let deployed = matches!(broker.kind, BrokerKind::Native | BrokerKind::Kubernetes);
+        (deployed && !self.quic_tests().is_empty()).then_some(0)
     }
 
     /// Whether the CA of `spec`'s broker comes with the run rather than from the test: a
@@ -36,7 +38,7 @@ impl Plan {
             && self
                 .brokers
                 .iter()
-                .all(|broker| broker.kind == BrokerKind::Native)
+                .all(|broker| matches!(broker.kind, BrokerKind::Native | BrokerKind::Kubernetes))
     }
 
     /// `spec` checked as the run will send it: with the agents' CA where they supply one.
@@ -178,26 +180,40 @@ fn quic_unreachable(broker: &BrokerEntry) -> Option<String> {
             .is_none()
             .then(|| "an external broker needs quic_address (host:port, UDP)".to_string()),
         BrokerKind::Embedded => Some("the embedded broker (rumqttd) serves no QUIC".to_string()),
-        BrokerKind::Kubernetes => Some(
-            "the agent opens no QUIC listener for a pod yet; deploy the broker natively \
-             (product = \"mqttv5\" or \"emqx\"), or run it yourself and name it as an external broker \
-             with quic_address"
-                .to_string(),
-        ),
+        BrokerKind::Kubernetes => {
+            let product = broker.product()?;
+            if let Err(reason) = recipes::pod_quic(product) {
+                return Some(format!(
+                    "{product}: {reason} (natively, the mqttv5 broker's does too)"
+                ));
+            }
+            entered_elsewhere(broker).then(|| {
+                format!(
+                    "entered through node {} (entry), but the pod's QUIC certificate names its \
+                     own node's address only: set entry = {}",
+                    quoted(broker.entry.as_deref().unwrap_or_default()),
+                    quoted(broker.node.as_deref().unwrap_or_default())
+                )
+            })
+        }
         BrokerKind::Native => {
             let product = broker.product()?;
             if let Err(reason) = recipes::quic_listener(product) {
                 return Some(format!("{product}: {reason}"));
             }
-            let forwarded_by_hop = broker
-                .entry
-                .as_deref()
-                .is_some_and(|entry| broker.node.as_deref() != Some(entry));
-            forwarded_by_hop.then(|| {
+            entered_elsewhere(broker).then(|| {
                 "entered through another node, whose forwarding hop relays its MQTT port \
                  (TCP) only"
                     .to_string()
             })
         }
     }
+}
+
+/// Whether clients reach `broker` through another node than its own (`entry`).
+fn entered_elsewhere(broker: &BrokerEntry) -> bool {
+    broker
+        .entry
+        .as_deref()
+        .is_some_and(|entry| broker.node.as_deref() != Some(entry))
 }

@@ -190,6 +190,39 @@ mod tests {
     }
 
     #[test]
+    fn an_emqx_pod_is_reached_over_quic_when_entered_at_its_own_node() {
+        let study = study();
+        let (head, rest) = study.split_once("[[brokers]]").expect("brokers");
+        let (_, tail) = rest.split_once("# Table II").expect("scenarios");
+        let over_quic_entered_at = |entry: &str| {
+            format!(
+                "{head}[[brokers]]\nname = \"emqx\"\nkind = \"kubernetes\"\nproduct = \"emqx\"\n\
+                 node = \"worker\"\nentry = \"{entry}\"\n\n# Table II{tail}"
+            )
+            .replace(
+                "warmup = 2\n",
+                "warmup = 2\n[tests.workload.broker]\ntransport = \"quic\"\n",
+            )
+        };
+        let plan = Plan::parse(&over_quic_entered_at("worker"), "study.toml").expect("valid");
+        assert_eq!(plan.quic_tests(), [0]);
+        assert_eq!(
+            plan.quic_port_of(&plan.brokers[0]),
+            Some(0),
+            "the product's default UDP NodePort"
+        );
+        let error = error_of(&over_quic_entered_at("headnode"));
+        assert!(
+            error.contains(
+                "tests[0].workload.broker.transport = \"quic\": brokers[0] (emqx): entered \
+                 through node \"headnode\" (entry), but the pod's QUIC certificate names its own \
+                 node's address only: set entry = \"worker\""
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn testbed_mistakes_name_the_toml_path() {
         let study = study();
         let cases = [
@@ -225,7 +258,7 @@ mod tests {
                     "warmup = 2\n[tests.workload.broker]\ntransport = \"quic\"\ntls_ca_file = \"/ca.pem\"\n",
                 ),
                 "tests[0].workload.broker.transport = \"quic\": brokers[0] (mosquitto): \
-                 the agent opens no QUIC listener for a pod yet",
+                 mosquitto: its pod opens no QUIC listener; EMQX's does",
             ),
             (
                 study.replace("orchestrator = \"k3s\"", "orchestrator = \"none\""),

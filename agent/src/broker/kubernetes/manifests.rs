@@ -21,12 +21,15 @@
 //!   pod, and Local spares them kube-proxy's source NAT; `Cluster` when the spec asks for the
 //!   NodePort on every node (clients entering through another node, as the study's did);
 //! - a NetworkPolicy admitting ingress, from anywhere, to the ports the Service exposes (MQTT,
-//!   and WebSocket when asked) and to nothing else: other pods cannot reach an Erlang
+//!   WebSocket and QUIC (UDP) when asked) and to nothing else: other pods cannot reach an Erlang
 //!   broker's epmd and distribution ports, EMQX's dashboard or gen_rpc. Traffic from the
 //!   pod's own node (the kubelet's probes) is always admitted by NetworkPolicy;
 //! - the variables a recipe marks [`Generated`] (Erlang cookies, EMQX's dashboard password)
 //!   drawn for each deployment ([`DeploymentSecrets`]) and kept in a Secret that the
-//!   container reads with `valueFrom.secretKeyRef`; products with none get no Secret.
+//!   container reads with `valueFrom.secretKeyRef`; products with none get no Secret;
+//! - a QUIC listener, when asked (EMQX's), reads its certificate and key from a second
+//!   Secret (`kubernetes.io/tls`, made by the agent for the node's address) mounted
+//!   read-only, the key readable by the broker's group alone (the pod's `fsGroup`).
 //!
 //! Applied as Namespace, NetworkPolicy, Secret, ConfigMap, Deployment, Service: the policy and
 //! the Secret exist before the pod does. The Namespace is never deleted: other brokers may
@@ -39,9 +42,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
-    EnvVar, EnvVarSource, HTTPGetAction, Namespace, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec,
-    TCPSocketAction, Volume, VolumeMount,
+    EnvVar, EnvVarSource, HTTPGetAction, Namespace, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, Secret, SecretKeySelector, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPort, NetworkPolicySpec,
@@ -52,7 +55,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::broker::error::BrokerError;
 use domain::{BrokerKind, BrokerSpec, Product};
-use recipes::{ConfigUse, Generated, MQTT_PORT, Pod, Readiness};
+use recipes::{ConfigUse, Generated, MQTT_PORT, Pod, PodQuic, Readiness};
 
 /// The `app.kubernetes.io/managed-by` value of everything the agent applies.
 pub const MANAGED_BY: &str = "continuum";
@@ -60,6 +63,17 @@ pub const MANAGED_BY: &str = "continuum";
 /// A WebSocket NodePort, unless the spec names one, is this far above the product's MQTT
 /// NodePort (31883 gives 32383): inside the default NodePort range, clear of the study's.
 const WEBSOCKET_NODE_PORT_OFFSET: u16 = 500;
+
+/// A QUIC NodePort (UDP), unless the spec names one, is this far above the product's MQTT
+/// NodePort (EMQX's 31884 gives 32484), clear of the WebSocket one.
+const QUIC_NODE_PORT_OFFSET: u16 = 600;
+
+/// The pod's volume of the QUIC listener's certificate and key.
+const QUIC_VOLUME: &str = "quic-certificate";
+
+/// The mode of the QUIC certificate's and key's files: readable by the broker's group
+/// (the pod's fsGroup) and no one else.
+const QUIC_FILE_MODE: i32 = 0o440;
 
 /// Readiness probe period: often enough to notice readiness within seconds, rare enough to
 /// cost nothing measurable during a test.
@@ -72,12 +86,21 @@ const COOKIE_BYTES: usize = 32;
 /// Random bytes in a generated password: 128 bits, 32 hex characters.
 const PASSWORD_BYTES: usize = 16;
 
-/// The values drawn for one deployment, one per [`Generated`] kind. `Debug` shows none of
-/// them, so neither does a log line.
+/// The values drawn for one deployment, one per [`Generated`] kind, and the QUIC listener's
+/// certificate and key when it has one. `Debug` shows none of them, so neither does a log
+/// line.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DeploymentSecrets {
     erlang_cookie: String,
     dashboard_password: String,
+    quic: Option<QuicPems>,
+}
+
+/// A QUIC listener's certificate and private key, PEM.
+#[derive(Clone, PartialEq, Eq)]
+struct QuicPems {
+    cert: String,
+    key: String,
 }
 
 impl DeploymentSecrets {
@@ -86,7 +109,20 @@ impl DeploymentSecrets {
         Ok(Self {
             erlang_cookie: host::secret::random_hex(COOKIE_BYTES)?,
             dashboard_password: host::secret::random_hex(PASSWORD_BYTES)?,
+            quic: None,
         })
+    }
+
+    /// These, with the QUIC listener's certificate and key (PEM) the agent made for the
+    /// deployment.
+    pub fn with_quic_certificate(self, cert_pem: &str, key_pem: &str) -> Self {
+        Self {
+            quic: Some(QuicPems {
+                cert: cert_pem.to_owned(),
+                key: key_pem.to_owned(),
+            }),
+            ..self
+        }
     }
 
     /// Given values: the golden manifests are written with fixed ones.
@@ -94,6 +130,7 @@ impl DeploymentSecrets {
         Self {
             erlang_cookie: erlang_cookie.to_owned(),
             dashboard_password: dashboard_password.to_owned(),
+            quic: None,
         }
     }
 
@@ -131,6 +168,10 @@ pub struct Manifests {
     pub node_port: u16,
     /// The NodePort of its WebSocket listener and the path it serves, when it has one.
     pub websocket: Option<(u16, &'static str)>,
+    /// The QUIC listener's certificate and key, when the spec asks for one.
+    pub quic_secret: Option<Secret>,
+    /// The UDP NodePort of its QUIC listener, when it has one.
+    pub quic_node_port: Option<u16>,
     /// The pinned image.
     pub image: &'static str,
     /// The label selector of the broker's pods, as kubectl takes it (`k=v,k=v`).
@@ -144,11 +185,16 @@ impl std::fmt::Debug for Manifests {
             .field("namespace", &self.namespace)
             .field("network_policy", &self.network_policy)
             .field("secret", &self.secret.as_ref().map(|s| &s.metadata.name))
+            .field(
+                "quic_secret",
+                &self.quic_secret.as_ref().map(|s| &s.metadata.name),
+            )
             .field("config", &self.config)
             .field("deployment", &self.deployment)
             .field("service", &self.service)
             .field("node_port", &self.node_port)
             .field("websocket", &self.websocket)
+            .field("quic_node_port", &self.quic_node_port)
             .field("image", &self.image)
             .field("selector", &self.selector)
             .finish()
@@ -194,6 +240,35 @@ impl Manifests {
                 Some((port, path))
             }
         };
+        let quic = match spec.options.quic_port {
+            None => None,
+            Some(port) => {
+                let listener = recipes::pod_quic(*product).map_err(|reason| {
+                    BrokerError::invalid("options.quic_port", port, format!("{product}: {reason}"))
+                })?;
+                let delivery = spec.options.quic_delivery;
+                recipes::quic_delivery(*product, Some(port), delivery).map_err(|reason| {
+                    BrokerError::invalid(
+                        "options.quic_delivery",
+                        delivery.name(),
+                        format!("{product}: {reason}"),
+                    )
+                })?;
+                let pems = secrets.quic.as_ref().ok_or_else(|| {
+                    BrokerError::invalid(
+                        "options.quic_port",
+                        port,
+                        "no certificate was made for the QUIC listener",
+                    )
+                })?;
+                let node_port = if port == 0 {
+                    profile.default_node_port + QUIC_NODE_PORT_OFFSET
+                } else {
+                    port
+                };
+                Some((listener, pems, node_port))
+            }
+        };
         let pod_websocket_port = profile
             .ports
             .iter()
@@ -233,6 +308,26 @@ impl Manifests {
             ),
             ..Secret::default()
         });
+        let quic_secret_name = format!("{name}-quic");
+        let quic_secret = quic.as_ref().map(|(_, pems, _)| Secret {
+            metadata: meta(quic_secret_name.clone()),
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(BTreeMap::from([
+                (
+                    recipes::POD_QUIC_CERT.to_owned(),
+                    ByteString(pems.cert.as_bytes().to_vec()),
+                ),
+                (
+                    recipes::POD_QUIC_KEY.to_owned(),
+                    ByteString(pems.key.as_bytes().to_vec()),
+                ),
+            ])),
+            ..Secret::default()
+        });
+        let mut pod = pod_spec(*product, &profile, node, &config_name, &secret_name);
+        if let Some((listener, _, _)) = &quic {
+            add_quic_listener(&mut pod, listener, &quic_secret_name);
+        }
         let deployment = Deployment {
             metadata: meta(name.to_owned()),
             spec: Some(DeploymentSpec {
@@ -254,20 +349,15 @@ impl Manifests {
                         )])),
                         ..ObjectMeta::default()
                     }),
-                    spec: Some(pod_spec(
-                        *product,
-                        &profile,
-                        node,
-                        &config_name,
-                        &secret_name,
-                    )),
+                    spec: Some(pod),
                 },
                 ..DeploymentSpec::default()
             }),
             status: None,
         };
-        let exposed: Vec<(&str, u16)> = std::iter::once(("mqtt", MQTT_PORT))
-            .chain(websocket.and(pod_websocket_port).map(|port| ("ws", port)))
+        let exposed: Vec<(u16, &str)> = std::iter::once((MQTT_PORT, "TCP"))
+            .chain(websocket.and(pod_websocket_port).map(|port| (port, "TCP")))
+            .chain(quic.as_ref().map(|(listener, _, _)| (listener.port, "UDP")))
             .collect();
         let network_policy = NetworkPolicy {
             metadata: meta(name.to_owned()),
@@ -284,8 +374,8 @@ impl Manifests {
                     ports: Some(
                         exposed
                             .iter()
-                            .map(|(_, port)| NetworkPolicyPort {
-                                protocol: Some("TCP".into()),
+                            .map(|(port, protocol)| NetworkPolicyPort {
+                                protocol: Some((*protocol).into()),
                                 port: Some(IntOrString::Int(i32::from(*port))),
                                 end_port: None,
                             })
@@ -324,6 +414,14 @@ impl Manifests {
                                 ..ServicePort::default()
                             }),
                     )
+                    .chain(quic.as_ref().map(|(listener, _, node_port)| ServicePort {
+                        name: Some("quic".into()),
+                        protocol: Some("UDP".into()),
+                        port: i32::from(listener.port),
+                        target_port: Some(IntOrString::String("quic".into())),
+                        node_port: Some(i32::from(*node_port)),
+                        ..ServicePort::default()
+                    }))
                     .collect(),
                 ),
                 ..ServiceSpec::default()
@@ -349,6 +447,8 @@ impl Manifests {
             service,
             node_port,
             websocket,
+            quic_node_port: quic.as_ref().map(|(_, _, node_port)| *node_port),
+            quic_secret,
             image: profile.image,
             selector: pod_labels
                 .iter()
@@ -364,7 +464,7 @@ impl Manifests {
     /// reads YAML as YAML 1.1, where a plain `yes` or `on` in a ConfigMap is a boolean.
     pub fn apply_json(&self) -> Result<String, BrokerError> {
         let mut items = vec![item(&self.namespace)?, item(&self.network_policy)?];
-        if let Some(secret) = &self.secret {
+        for secret in self.secret.iter().chain(&self.quic_secret) {
             items.push(item(secret)?);
         }
         items.extend([
@@ -383,7 +483,7 @@ impl Manifests {
             item(&self.deployment)?,
             item(&self.config)?,
         ];
-        if let Some(secret) = &self.secret {
+        for secret in self.secret.iter().chain(&self.quic_secret) {
             items.push(item(&Secret {
                 metadata: secret.metadata.clone(),
                 ..Secret::default()
@@ -520,6 +620,53 @@ fn pod_spec(
         volumes,
         ..PodSpec::default()
     }
+}
+
+/// The pod's QUIC listener: its UDP port, its variables, and its certificate and key
+/// mounted from the broker's QUIC Secret (`secret_name`), readable by the broker's group
+/// alone.
+fn add_quic_listener(pod: &mut PodSpec, listener: &PodQuic, secret_name: &str) {
+    if let Some(container) = pod.containers.first_mut() {
+        container
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                name: Some("quic".into()),
+                container_port: i32::from(listener.port),
+                protocol: Some("UDP".into()),
+                ..ContainerPort::default()
+            });
+        container
+            .env
+            .get_or_insert_with(Vec::new)
+            .extend(listener.env.iter().map(|(name, value)| EnvVar {
+                name: (*name).into(),
+                value: Some(value.clone()),
+                ..EnvVar::default()
+            }));
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: QUIC_VOLUME.into(),
+                mount_path: recipes::POD_QUIC_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+    }
+    pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: QUIC_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name.to_owned()),
+            default_mode: Some(QUIC_FILE_MODE),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    pod.security_context = Some(PodSecurityContext {
+        fs_group: Some(listener.group),
+        ..PodSecurityContext::default()
+    });
 }
 
 /// The container's variables: the recipe's plain ones, then those read from the Secret.

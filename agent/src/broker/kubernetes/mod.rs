@@ -3,9 +3,10 @@
 //! after.
 //!
 //! A start looks up the node's InternalIP (an unknown node is refused before anything is
-//! applied), draws the deployment's secrets (an Erlang cookie of its own, never the image's),
-//! applies the manifests, waits for the rollout, then for an MQTT CONNACK at
-//! `InternalIP:NodePort`. Whatever fails after the apply, what was applied is deleted again
+//! applied), draws the deployment's secrets (an Erlang cookie of its own, never the image's;
+//! for a QUIC listener, a CA of the deployment's own and a certificate it signs for the
+//! InternalIP), applies the manifests, waits for the rollout, then for an MQTT CONNACK at
+//! `InternalIP:NodePort`, and over QUIC at the UDP NodePort when the spec asks for QUIC. Whatever fails after the apply, what was applied is deleted again
 //! before the error returns, and a start that is abandoned half-way (its RPC cancelled)
 //! deletes it from a guard. A stop deletes with foreground cascading and waits until no pod
 //! of the broker is left, so the next broker finds the node free. The broker's CPU and memory
@@ -20,7 +21,8 @@
 //! - `metrics.rs`: [`PodUsage`], pod CPU/memory from the metrics API, quantity parsing.
 //! - `golden/`: the manifests of each product for instance `bench` on node `worker-1`, in YAML,
 //!   checked by `golden_tests.rs`; `driver_tests.rs`: the driver against the fake `k3s` of
-//!   `fake_k3s.rs` (tests only).
+//!   `fake_k3s.rs` (tests only); `quic_driver_tests.rs`: a pod's QUIC listener the same way,
+//!   a real QUIC broker standing in for the pod.
 
 pub(super) mod kubectl;
 mod manifests;
@@ -41,7 +43,7 @@ pub use metrics::{PodUsage, parse_quantity};
 
 use super::error::BrokerError;
 use super::readiness::wait_ready;
-use super::{BoxFuture, BrokerDriver, BrokerState, RunningBroker, UsageSampler};
+use super::{BoxFuture, BrokerDriver, BrokerState, QuicEndpoint, RunningBroker, UsageSampler};
 use domain::{BrokerKind, BrokerSpec, Product};
 
 /// How long a start may take unless the spec says otherwise: pulling an image onto a
@@ -89,10 +91,20 @@ impl KubernetesDriver {
             ));
         };
         let end = Instant::now() + spec.options.start_deadline_or(START_DEADLINE);
-        let secrets = DeploymentSecrets::draw()
+        let mut secrets = DeploymentSecrets::draw()
             .map_err(|e| BrokerError::io("drawing the deployment's secrets", e))?;
+        let node_ip = self.node_ip(&spec.name, node).await?;
+        // The QUIC certificate names the node's address, where clients reach the NodePort.
+        let quic_ca = match spec.options.quic_port {
+            Some(_) => {
+                let (ca_pem, issued) = super::quic_listener::issue_certificate(&[node_ip])?;
+                secrets = secrets.with_quic_certificate(&issued.cert_pem, &issued.key_pem);
+                Some(ca_pem)
+            }
+            None => None,
+        };
         let manifests = Manifests::of(spec, &secrets)?;
-        let address = SocketAddr::new(self.node_ip(&spec.name, node).await?, manifests.node_port);
+        let address = SocketAddr::new(node_ip, manifests.node_port);
         let applied = Applied {
             name: spec.name.clone(),
             kubectl: self.kubectl.clone(),
@@ -126,6 +138,31 @@ impl KubernetesDriver {
                 return Err(applied.undo_after(error).await);
             }
         }
+        let quic = manifests
+            .quic_node_port
+            .zip(quic_ca)
+            .map(|(port, ca_pem)| QuicEndpoint {
+                address: SocketAddr::new(node_ip, port),
+                ca_pem,
+            });
+        if let Some(quic) = &quic {
+            let remaining = end
+                .saturating_duration_since(Instant::now())
+                .max(MIN_MQTT_WAIT);
+            let ready =
+                super::quic_listener::wait_ready(quic.address, &quic.ca_pem, remaining, || None)
+                    .await;
+            if let Err(reason) = ready {
+                let error = BrokerError::NotReady {
+                    name: spec.name.clone(),
+                    address: quic.address,
+                    deadline: remaining,
+                    reason: format!("its QUIC listener (UDP NodePort): {reason}"),
+                    log_tail: target.pod_log().await,
+                };
+                return Err(applied.undo_after(error).await);
+            }
+        }
         tracing::info!(broker = %spec.name, %product, %node, %address, "broker ready on Kubernetes");
         Ok(KubernetesBroker {
             name: spec.name.clone(),
@@ -135,6 +172,7 @@ impl KubernetesDriver {
             image: manifests.image,
             address,
             websocket: websocket.map(|(address, _)| address),
+            quic,
             kubectl: self.kubectl.clone(),
             usage: PodUsage::new(
                 &spec.name,
@@ -368,6 +406,7 @@ pub struct KubernetesBroker {
     image: &'static str,
     address: SocketAddr,
     websocket: Option<SocketAddr>,
+    quic: Option<QuicEndpoint>,
     kubectl: Kubectl,
     selector: String,
     usage: Arc<PodUsage>,
@@ -415,6 +454,10 @@ impl RunningBroker for KubernetesBroker {
 
     fn websocket_address(&self) -> Option<SocketAddr> {
         self.websocket
+    }
+
+    fn quic_endpoint(&self) -> Option<QuicEndpoint> {
+        self.quic.clone()
     }
 
     /// No process of it runs on this node; see [`RunningBroker::usage_sampler`].
@@ -508,3 +551,5 @@ fn state_of(deployment: &Deployment) -> BrokerState {
 mod driver_tests;
 #[cfg(test)]
 pub(crate) mod fake_k3s;
+#[cfg(test)]
+mod quic_driver_tests;
