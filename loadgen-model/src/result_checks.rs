@@ -204,8 +204,13 @@ pub fn check(result: &RunResult) -> Result<(), ResultProblem> {
             .saturating_add(storm.zero_rtt_rejected)
             > storm.zero_rtt_attempted
         {
+            let field = if storm.zero_rtt_accepted > storm.zero_rtt_attempted {
+                "reconnect.zero_rtt_accepted"
+            } else {
+                "reconnect.zero_rtt_rejected"
+            };
             return Err(problem(
-                "reconnect.zero_rtt_accepted",
+                field,
                 format!(
                     "{} accepted and {} rejected of {} attempted",
                     storm.zero_rtt_accepted, storm.zero_rtt_rejected, storm.zero_rtt_attempted
@@ -542,7 +547,7 @@ mod tests {
         let problem = check(&spoilt).expect_err("refused").to_string();
         assert!(
             problem
-                .contains("reconnect.zero_rtt_accepted: 1 accepted and 4 rejected of 4 attempted"),
+                .contains("reconnect.zero_rtt_rejected: 1 accepted and 4 rejected of 4 attempted"),
             "{problem}"
         );
     }

@@ -143,7 +143,6 @@ pub(crate) async fn open_with(
                 Err(ConnectFailure::Io(reason))
                     if reason.contains(EARLY_DATA_REJECTED) && attempt < HANDSHAKE_ATTEMPTS =>
                 {
-                    dialer.note_zero_rtt_rejected();
                     attempt += 1;
                 }
                 outcome => return outcome,

@@ -120,6 +120,17 @@ pub struct PodQuic {
     pub group: i64,
 }
 
+/// A pod's QUIC NodePort (UDP), unless the spec names one, is this far above the product's
+/// default MQTT NodePort (EMQX's 31884 gives 32484), clear of its WebSocket one (+500).
+pub const POD_QUIC_NODE_PORT_OFFSET: u16 = 600;
+
+/// The UDP NodePort of `product`'s pod's QUIC listener unless the spec names one.
+pub fn default_quic_node_port(product: Product) -> Result<u16, &'static str> {
+    pod_quic(product)?;
+    let pod = pod(product, &BrokerOptions::default())?;
+    Ok(pod.default_node_port + POD_QUIC_NODE_PORT_OFFSET)
+}
+
 /// How `product`'s pod opens a QUIC listener, or why it does not.
 pub fn pod_quic(product: Product) -> Result<PodQuic, &'static str> {
     match product {

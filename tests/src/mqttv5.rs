@@ -211,31 +211,6 @@ impl Mqttv5 {
     }
 }
 
-impl Mqttv5 {
-    /// Stops the broker as Ctrl-C does: it closes every QUIC connection ("broker shutdown"),
-    /// so its clients learn at once that it went. Waits (10 s at most) for it to exit.
-    pub fn interrupt(&mut self) -> Result<()> {
-        let pid = libc::pid_t::try_from(self.child.id()).context("the broker's PID")?;
-        // SAFETY: kill(2) with a PID of our own child, not yet reaped, and a valid signal.
-        if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("sending SIGINT to mqttv5");
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            if self
-                .child
-                .try_wait()
-                .context("waiting for mqttv5")?
-                .is_some()
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bail!("mqttv5 did not exit within 10 s of SIGINT")
-    }
-}
-
 /// Copies `files` into `dir`: a second broker with the first one's certificate.
 fn copy_tls_files(files: &ServerTlsFiles, dir: &Path) -> Result<ServerTlsFiles> {
     let copy = |from: &Path| -> Result<std::path::PathBuf> {

@@ -101,6 +101,25 @@ impl Plan {
                 ));
             }
         }
+        if !self.quic_tests().is_empty() {
+            for (b, broker) in self.brokers.iter().enumerate() {
+                let Some(product) = broker.product() else {
+                    continue;
+                };
+                let quic_node_port = recipes::default_quic_node_port(product);
+                if broker.kind == BrokerKind::Kubernetes && quic_node_port == Ok(broker.port) {
+                    return Err(invalid(
+                        format!("brokers[{b}].port"),
+                        broker.port,
+                        format!(
+                            "is the UDP NodePort of {product}'s QUIC listener in a plan that \
+                             speaks QUIC (its default NodePort + {}); choose another",
+                            recipes::POD_QUIC_NODE_PORT_OFFSET
+                        ),
+                    ));
+                }
+            }
+        }
         for t in self.quic_tests() {
             for (b, broker) in self.brokers.iter().enumerate() {
                 if let Some(reason) = quic_unreachable(broker) {

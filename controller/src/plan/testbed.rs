@@ -211,6 +211,17 @@ mod tests {
             Some(0),
             "the product's default UDP NodePort"
         );
+        let error = error_of(
+            &over_quic_entered_at("worker")
+                .replace("entry = \"worker\"", "entry = \"worker\"\nport = 32484"),
+        );
+        assert!(
+            error.contains(
+                "brokers[0].port = 32484: is the UDP NodePort of emqx's QUIC listener in a plan \
+                 that speaks QUIC (its default NodePort + 600); choose another"
+            ),
+            "{error}"
+        );
         let error = error_of(&over_quic_entered_at("headnode"));
         assert!(
             error.contains(

@@ -1001,6 +1001,24 @@ fn an_emqx_pod_with_quic_opens_a_udp_node_port_with_its_certificate_from_a_secre
         pod.security_context.as_ref().and_then(|c| c.fs_group),
         Some(recipes::emqx::IMAGE_GROUP)
     );
+    // A new certificate restarts a pod left from an earlier start.
+    let annotations = |manifests: &Manifests| {
+        let template = &manifests.deployment.spec.as_ref().unwrap().template;
+        template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap()
+    };
+    let renewed = golden_secrets().with_quic_certificate("another certificate", GOLDEN_QUIC_KEY);
+    let (before, after) = (
+        annotations(&manifests),
+        annotations(&Manifests::of(&spec, &renewed).unwrap()),
+    );
+    assert_eq!(before["checksum/config"], after["checksum/config"]);
+    assert_ne!(before["checksum/quic"], after["checksum/quic"]);
 
     // The delete names the Secret without its data; Debug shows neither PEM.
     let delete = manifests.delete_json().unwrap();
@@ -1029,4 +1047,15 @@ fn an_emqx_pod_with_quic_opens_a_udp_node_port_with_its_certificate_from_a_secre
         .unwrap_err()
         .to_string();
     assert!(error.contains("no certificate was made"), "{error}");
+    // The default QUIC NodePort taken by the MQTT one is refused, naming the field.
+    let mut taken = spec.clone();
+    if let BrokerKind::Kubernetes { node_port, .. } = &mut taken.kind {
+        *node_port = Some(32484);
+    }
+    let error = Manifests::of(&taken, &secrets).unwrap_err().to_string();
+    assert!(
+        error.contains("options.quic_port")
+            && error.contains("its QUIC NodePort 32484 is also its MQTT or WebSocket NodePort"),
+        "{error}"
+    );
 }

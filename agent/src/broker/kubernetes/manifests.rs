@@ -64,10 +64,6 @@ pub const MANAGED_BY: &str = "continuum";
 /// NodePort (31883 gives 32383): inside the default NodePort range, clear of the study's.
 const WEBSOCKET_NODE_PORT_OFFSET: u16 = 500;
 
-/// A QUIC NodePort (UDP), unless the spec names one, is this far above the product's MQTT
-/// NodePort (EMQX's 31884 gives 32484), clear of the WebSocket one.
-const QUIC_NODE_PORT_OFFSET: u16 = 600;
-
 /// The pod's volume of the QUIC listener's certificate and key.
 const QUIC_VOLUME: &str = "quic-certificate";
 
@@ -261,12 +257,23 @@ impl Manifests {
                         "no certificate was made for the QUIC listener",
                     )
                 })?;
-                let node_port = if port == 0 {
-                    profile.default_node_port + QUIC_NODE_PORT_OFFSET
+                let quic_node_port = if port == 0 {
+                    profile.default_node_port + recipes::POD_QUIC_NODE_PORT_OFFSET
                 } else {
                     port
                 };
-                Some((listener, pems, node_port))
+                let websocket_node_port = websocket.map(|(port, _)| port);
+                if quic_node_port == node_port || Some(quic_node_port) == websocket_node_port {
+                    return Err(BrokerError::invalid(
+                        "options.quic_port",
+                        port,
+                        format!(
+                            "its QUIC NodePort {quic_node_port} is also its MQTT or WebSocket \
+                             NodePort; name another one"
+                        ),
+                    ));
+                }
+                Some((listener, pems, quic_node_port))
             }
         };
         let pod_websocket_port = profile
@@ -324,6 +331,14 @@ impl Manifests {
             ])),
             ..Secret::default()
         });
+        // A changed config or certificate (each start makes a new one) restarts the pod
+        // on apply: a pod left from an earlier start would keep the old certificate.
+        let mut annotations =
+            BTreeMap::from([("checksum/config".to_owned(), checksum(&profile.config))]);
+        if let Some((_, pems, _)) = &quic {
+            let certificate = BTreeMap::from([(String::new(), pems.cert.clone())]);
+            annotations.insert("checksum/quic".to_owned(), checksum(&certificate));
+        }
         let mut pod = pod_spec(*product, &profile, node, &config_name, &secret_name);
         if let Some((listener, _, _)) = &quic {
             add_quic_listener(&mut pod, listener, &quic_secret_name);
@@ -343,10 +358,7 @@ impl Manifests {
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(pod_labels.clone()),
-                        annotations: Some(BTreeMap::from([(
-                            "checksum/config".to_owned(),
-                            checksum(&profile.config),
-                        )])),
+                        annotations: Some(annotations),
                         ..ObjectMeta::default()
                     }),
                     spec: Some(pod),

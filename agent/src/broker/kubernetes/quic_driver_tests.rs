@@ -61,9 +61,16 @@ fn free_udp_node_port(other: u16) -> u16 {
         .expect("a free UDP port in the NodePort range")
 }
 
-/// The Secret named `name` among what kubectl applied, once the fake has recorded it.
+/// The Secret named `name` among what kubectl applied, once the fake has recorded it (20 s
+/// at most: a start that failed before its apply applies nothing).
 async fn applied_secret(fake: &FakeK3s, name: &str) -> Secret {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Secret {name} applied within 20 s; kubectl calls: {:#?}",
+            fake.calls()
+        );
         // The fake writes stdin while kubectl runs: a file that does not parse yet is read again.
         let applied = std::fs::read_to_string(fake.dir().join("stdin-2.json")).unwrap_or_default();
         if let Ok(list) = serde_json::from_str::<serde_json::Value>(&applied) {
@@ -82,7 +89,7 @@ async fn applied_secret(fake: &FakeK3s, name: &str) -> Secret {
 /// killed with its group on drop.
 struct StandIn {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl StandIn {
@@ -106,20 +113,29 @@ impl StandIn {
         );
         let config_file = dir.path().join(recipes::mqttv5::CONFIG_FILE);
         std::fs::write(&config_file, config.to_string()).unwrap();
+        let log = std::fs::File::create(dir.path().join(STAND_IN_LOG)).unwrap();
         let child = Command::new(program)
             .args(["broker", "-c"])
             .arg(&config_file)
             .arg("--non-interactive")
             .current_dir(dir.path())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .process_group(0)
             .spawn()
             .unwrap();
-        StandIn { child, _dir: dir }
+        StandIn { child, dir }
+    }
+
+    /// What it logged (why it did not listen, when it did not).
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(STAND_IN_LOG)).unwrap_or_default()
     }
 }
+
+/// The stand-in's log, in its folder.
+const STAND_IN_LOG: &str = "mqttv5.log";
 
 impl Drop for StandIn {
     fn drop(&mut self) {
@@ -146,8 +162,14 @@ async fn a_pods_quic_listener_is_probed_with_the_certificate_applied_in_its_secr
             assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
             StandIn::start(&program, &secret, quic)
         };
-        let (started, _stand_in) = tokio::join!(driver.start(&spec), stand_in);
-        let broker = started.expect("the start waits for the QUIC listener, then succeeds");
+        let (started, stand_in) = tokio::join!(driver.start(&spec), stand_in);
+        let broker = started.unwrap_or_else(|error| {
+            panic!(
+                "the start waits for the QUIC listener, then succeeds: {error}; the stand-in's \
+                 log:\n{}",
+                stand_in.log()
+            )
+        });
 
         let endpoint = broker.quic_endpoint().expect("the pod's QUIC listener");
         assert_eq!(
