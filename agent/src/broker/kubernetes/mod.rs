@@ -20,7 +20,7 @@
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
 //! - `metrics.rs`: [`PodUsage`], pod CPU/memory from the metrics API, quantity parsing.
 //! - `golden/`: the manifests of each product for instance `bench` on node `worker-1`, in YAML,
-//!   checked by `golden_tests.rs`; `driver_tests.rs`: the driver against the fake `k3s` of
+//!   checked by `golden_tests.rs` (EMQX's with QUIC by `quic_manifest_tests.rs`); `driver_tests.rs`: the driver against the fake `k3s` of
 //!   `fake_k3s.rs` (tests only); `quic_driver_tests.rs`: a pod's QUIC listener the same way,
 //!   a real QUIC broker standing in for the pod.
 
