@@ -37,7 +37,7 @@ pub struct ReconnectOutcome {
     pub zero_rtt_accepted: u64,
     /// Of those, the ones whose 0-RTT data the broker rejected once the handshake was done
     /// (the client then sent CONNECT again on a full handshake). Tried but neither accepted
-    /// nor rejected: the handshake never finished.
+    /// nor rejected: no verdict within the attempt (the handshake failed or ran out of time).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub zero_rtt_rejected: u64,
     /// QoS 1 messages sent again (DUP) after a reconnect: sent but not acknowledged when

@@ -283,7 +283,7 @@ pub struct ReconnectSummary {
     /// Of those, the ones the broker accepted.
     #[serde(default)]
     pub zero_rtt_accepted: u64,
-    /// Of those, the ones the broker rejected (the rest never finished the handshake).
+    /// Of those, the ones the broker rejected (the rest had no verdict within the attempt).
     #[serde(default)]
     pub zero_rtt_rejected: u64,
     /// QoS 1 messages sent again after a reconnect.

@@ -129,7 +129,13 @@ pub(crate) async fn open_with(
     let attempts = async {
         let mut attempt = 1;
         loop {
-            match open_unbounded(dialer, codec, fields, subscription, kept, stamp).await {
+            let outcome = open_unbounded(dialer, codec, fields, subscription, kept, stamp).await;
+            if let Err(ConnectFailure::Io(reason)) = &outcome
+                && reason.contains(EARLY_DATA_REJECTED)
+            {
+                dialer.note_zero_rtt_rejected();
+            }
+            match outcome {
                 // A broker busy tearing down the previous run's clients may drop a handshake
                 // (seen with rumqttd under load): try again, within the same deadline.
                 Err(ConnectFailure::Protocol(reason))

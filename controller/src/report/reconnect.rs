@@ -93,7 +93,8 @@ fn zero_rtt_part(section: &mut Section, data: &RunData) {
          opened that way; accepted: those whose early data the broker took; rejected: those \
          whose early data it refused once the handshake was done (a ticket it could not use, \
          as after a restart), after which the client sent CONNECT again at once on a full \
-         handshake. The others never finished their handshake. The time away, with 0-RTT's part in it, is in the \
+         handshake. The others had no verdict within their attempt (the handshake failed or ran \
+         out of time). The time away, with 0-RTT's part in it, is in the \
          table above.",
     );
     section.blocks.push(Block::Table(table));

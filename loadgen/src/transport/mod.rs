@@ -155,6 +155,13 @@ impl Dialer {
         }
     }
 
+    /// Counts a 0-RTT attempt the broker rejected (its stream said [`EARLY_DATA_REJECTED`]).
+    pub(crate) fn note_zero_rtt_rejected(&self) {
+        if let Some(quic) = &self.quic {
+            quic.note_zero_rtt_rejected();
+        }
+    }
+
     /// Waits (a few seconds at most) for connections still closing after their writers shut
     /// down: QUIC ones close in the background, and a run's runtime must not go before.
     pub async fn settle(&self) {

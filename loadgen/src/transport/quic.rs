@@ -17,8 +17,9 @@
 //! verdict the client's tickets are set aside, so a broker that rejects the early data fails
 //! that attempt (its stream never reaches the broker, and the reads say
 //! [`EARLY_DATA_REJECTED`]), and the client's next attempt is a full handshake. Tried,
-//! accepted and rejected are counted ([`ZeroRttCounts`]); a try neither accepted nor
-//! rejected is a handshake that never finished.
+//! accepted and rejected (as a stream of the attempt said) are counted ([`ZeroRttCounts`]);
+//! a try neither accepted nor rejected had no verdict within its attempt: its handshake
+//! failed, or did not finish before the attempt's deadline.
 
 use std::collections::HashMap;
 use std::io;
@@ -225,6 +226,14 @@ impl QuicDialer {
         })
     }
 
+    /// Counts a connection whose stream said the broker rejected its 0-RTT data: the
+    /// handshake was done and the early data refused.
+    pub(super) fn note_zero_rtt_rejected(&self) {
+        if let Some(zero_rtt) = &self.zero_rtt {
+            zero_rtt.counts.rejected.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// The configuration `client` dials with: with 0-RTT, its own (its own tickets).
     fn config_of(&self, client: Option<&str>) -> Result<quinn::ClientConfig, io::Error> {
         let (Some(zero_rtt), Some(client)) = (&self.zero_rtt, client) else {
@@ -288,7 +297,7 @@ impl QuicDialer {
             (Some(zero_rtt), Some(client)) => match connecting.into_0rtt() {
                 Ok((connection, accepted)) => {
                     let config = zero_rtt.clients().remove(client);
-                    zero_rtt.await_verdict(client, config, connection.clone(), accepted);
+                    zero_rtt.await_verdict(client, config, accepted);
                     connection
                 }
                 // No ticket that allows early data: a full handshake.
@@ -332,16 +341,17 @@ impl ZeroRtt {
         self.clients.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts an attempt, and its verdict once the handshake is done (`connection` is held
-    /// until then). The client's configuration (`config`, taken out of the map) comes back
-    /// only when the broker accepted: its store then gets this connection's tickets; after a
-    /// rejection, or a handshake that never finished, the client starts again without
-    /// tickets.
+    /// Counts an attempt, and an acceptance once the handshake is done (a rejection is
+    /// counted where a stream says so, [`QuicDialer::note_zero_rtt_rejected`]). The client's
+    /// configuration (`config`, taken out of the map) comes back only when the broker
+    /// accepted: its store then gets this connection's tickets; after a rejection, or a
+    /// handshake that never finished, the client starts again without tickets. The
+    /// connection is not held here: an attempt given up closes it at once, so its early
+    /// CONNECT cannot open a session late.
     fn await_verdict(
         self: &Arc<Self>,
         client: &str,
         config: Option<quinn::ClientConfig>,
-        connection: quinn::Connection,
         accepted: quinn::ZeroRttAccepted,
     ) {
         let counts = self.counts.clone();
@@ -355,25 +365,11 @@ impl ZeroRtt {
                     // A redial meanwhile made a fresh one: either holds this client's tickets.
                     zero_rtt.clients().entry(client).or_insert(config);
                 }
-            } else if handshake_finished(&connection) {
-                counts.rejected.fetch_add(1, Ordering::AcqRel);
             }
-            drop(connection);
             counts.pending.fetch_sub(1, Ordering::AcqRel);
             counts.decided.notify_waiters();
         });
     }
-}
-
-/// Whether `connection`, whose 0-RTT data was not accepted, had finished its handshake (so
-/// the broker rejected the data) rather than ended before it. quinn sets a connection's
-/// error before it gives the verdict of one that ended; this process closes a connection it
-/// still holds a handle of (`LocallyClosed`) only once it is established.
-fn handshake_finished(connection: &quinn::Connection) -> bool {
-    matches!(
-        connection.close_reason(),
-        None | Some(quinn::ConnectionError::LocallyClosed)
-    )
 }
 
 /// quinn's client configuration of `tls`, with `transport`.
