@@ -346,8 +346,8 @@ impl ZeroRtt {
     /// configuration (`config`, taken out of the map) comes back only when the broker
     /// accepted: its store then gets this connection's tickets; after a rejection, or a
     /// handshake that never finished, the client starts again without tickets. The
-    /// connection is not held here: an attempt given up closes it at once, so its early
-    /// CONNECT cannot open a session late.
+    /// connection is not held here: an attempt given up closes it at once, rather than let
+    /// its handshake, and the early CONNECT in it, go on after the client has moved on.
     fn await_verdict(
         self: &Arc<Self>,
         client: &str,

@@ -6,8 +6,9 @@
 //! applied), draws the deployment's secrets (an Erlang cookie of its own, never the image's;
 //! for a QUIC listener, a CA of the deployment's own and a certificate it signs for the
 //! InternalIP), applies the manifests, waits for the rollout, then for an MQTT CONNACK at
-//! `InternalIP:NodePort`, and over QUIC at the UDP NodePort when the spec asks for QUIC. Whatever fails after the apply, what was applied is deleted again
-//! before the error returns, and a start that is abandoned half-way (its RPC cancelled)
+//! `InternalIP:NodePort`, and over QUIC at the UDP NodePort when the spec asks for QUIC.
+//! Whatever fails after the apply, what was applied is deleted again before the error
+//! returns, and a start that is abandoned half-way (its RPC cancelled)
 //! deletes it from a guard. A stop deletes with foreground cascading and waits until no pod
 //! of the broker is left, so the next broker finds the node free. The broker's CPU and memory
 //! come from the metrics API ([`PodUsage`]): there is no process on this node to watch.
@@ -20,9 +21,10 @@
 //! - `kubectl.rs`: [`Kubectl`], bounded kubectl calls; [`KubectlError`].
 //! - `metrics.rs`: [`PodUsage`], pod CPU/memory from the metrics API, quantity parsing.
 //! - `golden/`: the manifests of each product for instance `bench` on node `worker-1`, in YAML,
-//!   checked by `golden_tests.rs` (EMQX's with QUIC by `quic_manifest_tests.rs`); `driver_tests.rs`: the driver against the fake `k3s` of
-//!   `fake_k3s.rs` (tests only); `quic_driver_tests.rs`: a pod's QUIC listener the same way,
-//!   a real QUIC broker standing in for the pod.
+//!   checked by `golden_tests.rs` (EMQX's with QUIC by `quic_manifest_tests.rs`);
+//!   `driver_tests.rs`: the driver against the fake `k3s` of `fake_k3s.rs` (tests only);
+//!   `quic_driver_tests.rs`: a pod's QUIC listener the same way, a real QUIC broker standing
+//!   in for the pod.
 
 pub(super) mod kubectl;
 mod manifests;
