@@ -129,13 +129,7 @@ pub(crate) async fn open_with(
     let attempts = async {
         let mut attempt = 1;
         loop {
-            let outcome = open_unbounded(dialer, codec, fields, subscription, kept, stamp).await;
-            if let Err(ConnectFailure::Io(reason)) = &outcome
-                && reason.contains(EARLY_DATA_REJECTED)
-            {
-                dialer.note_zero_rtt_rejected();
-            }
-            match outcome {
+            match open_unbounded(dialer, codec, fields, subscription, kept, stamp).await {
                 // A broker busy tearing down the previous run's clients may drop a handshake
                 // (seen with rumqttd under load): try again, within the same deadline.
                 Err(ConnectFailure::Protocol(reason))
@@ -144,11 +138,14 @@ pub(crate) async fn open_with(
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                // The broker refused this connection's 0-RTT data: at once again, as a QUIC
-                // client resends on 1-RTT, with a full handshake this time.
-                Err(ConnectFailure::Io(reason))
-                    if reason.contains(EARLY_DATA_REJECTED) && attempt < HANDSHAKE_ATTEMPTS =>
-                {
+                // The broker refused this connection's 0-RTT data (counted, whatever comes
+                // next): at once again, as a QUIC client resends on 1-RTT, with a full
+                // handshake this time.
+                Err(ConnectFailure::Io(reason)) if reason.contains(EARLY_DATA_REJECTED) => {
+                    dialer.note_zero_rtt_rejected();
+                    if attempt >= HANDSHAKE_ATTEMPTS {
+                        return Err(ConnectFailure::Io(reason));
+                    }
                     attempt += 1;
                 }
                 outcome => return outcome,

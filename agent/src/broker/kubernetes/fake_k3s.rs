@@ -140,14 +140,7 @@ impl FakeK3s {
 /// An embedded broker on 127.0.0.1 at a free port inside the NodePort range, standing in
 /// for the pod behind a NodePort.
 pub async fn broker_on_a_node_port() -> (Box<dyn RunningBroker>, u16) {
-    let span = u32::from(NODE_PORTS.end() - NODE_PORTS.start()) + 1;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    for attempt in 0..50 {
-        let offset = (seed.wrapping_add(attempt * 977)) % span;
-        let port = NODE_PORTS.start() + u16::try_from(offset).expect("in range");
+    for port in node_ports_to_try() {
         let mut spec = loopback_spec("node-port", BrokerKind::Embedded);
         spec.port = port;
         if let Ok(broker) = EmbeddedDriver.start(&spec).await {
@@ -155,4 +148,18 @@ pub async fn broker_on_a_node_port() -> (Box<dyn RunningBroker>, u16) {
         }
     }
     panic!("no free port in the NodePort range");
+}
+
+/// 50 ports of the NodePort range to try, in an order that differs from test to test (tests
+/// running at once would otherwise race for the same free port).
+pub fn node_ports_to_try() -> impl Iterator<Item = u16> {
+    let span = u32::from(NODE_PORTS.end() - NODE_PORTS.start()) + 1;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    (0..50u32).map(move |attempt| {
+        let offset = seed.wrapping_add(attempt * 977) % span;
+        NODE_PORTS.start() + u16::try_from(offset).expect("in range")
+    })
 }

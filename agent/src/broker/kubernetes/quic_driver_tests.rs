@@ -12,13 +12,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::fake_k3s::{FakeK3s, broker_on_a_node_port};
+use super::fake_k3s::{FakeK3s, broker_on_a_node_port, node_ports_to_try};
 use super::*;
 use crate::broker::ErrorCode;
 use crate::broker::install::InstallPaths;
 use crate::broker::test_support::installed_or_skip;
 use domain::BrokerOptions;
-use domain::broker::NODE_PORTS;
 
 /// Every test is bounded: a hung kubectl or probe fails the test instead of stalling it.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
@@ -46,16 +45,7 @@ fn emqx_with_quic(node_port: u16, quic_port: u16) -> BrokerSpec {
 /// A UDP port in the NodePort range that is free on 127.0.0.1 (the fake node's address)
 /// and is not `other`; tried from a point of the range that differs from test to test.
 fn free_udp_node_port(other: u16) -> u16 {
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    let span = u32::from(NODE_PORTS.end() - NODE_PORTS.start()) + 1;
-    (0..span)
-        .map(|step| {
-            let offset = u16::try_from((start + step) % span).expect("in range");
-            NODE_PORTS.start() + offset
-        })
+    node_ports_to_try()
         .filter(|port| *port != other)
         .find(|port| std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, *port)).is_ok())
         .expect("a free UDP port in the NodePort range")
